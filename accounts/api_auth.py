@@ -1,0 +1,30 @@
+"""REST API authentication with personal access tokens (``Authorization: Bearer pat_…``)."""
+
+from __future__ import annotations
+
+from rest_framework import authentication, exceptions
+
+from accounts.actors import Actor
+
+
+class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        scheme, _, raw = header.partition(" ")
+        if scheme.lower() != self.keyword or not raw.strip().startswith("pat_"):
+            return None
+        from accounts.services import personal_access_token_authenticate
+
+        token = personal_access_token_authenticate(raw.strip())
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked access token.")
+        # The token pins the organization and role it acts with.
+        request._request.actor = Actor(token.membership, request._request.META.get("REMOTE_ADDR"))
+        return token.membership.user, token
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="api"'

@@ -1,0 +1,167 @@
+"""API key and access-token secrets: generation, keyed hashing, lookup.
+
+A gateway key looks like ``sk-<10-char id>_<43-char secret>``. Only
+HMAC-SHA256(pepper, whole key) is stored; the id is the visible prefix.
+``api_key_authenticate`` is the one function that turns a presented key into
+the key's restrictions, in constant time, without revealing whether a prefix
+exists."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+_ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
+KEY_ID_LEN = 10
+KEY_PREFIX = "sk-"
+TOKEN_PREFIX = "pat_"
+_DUMMY_HASH = "0" * 64
+
+
+def _new_public_id() -> str:
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(KEY_ID_LEN))
+
+
+def keyed_hash(raw: str) -> str:
+    return hmac.new(settings.API_KEY_PEPPER.encode(), raw.encode(), hashlib.sha256).hexdigest()
+
+
+def new_secret(prefix: str) -> tuple[str, str, str]:
+    """Return ``(public_id, raw, hash)`` for a fresh key or token."""
+    public_id = _new_public_id()
+    raw = f"{prefix}{public_id}_{secrets.token_urlsafe(32)}"
+    return public_id, raw, keyed_hash(raw)
+
+
+def split_public_id(raw: str, prefix: str) -> str | None:
+    """The public id of a well-formed secret, else ``None``."""
+    if not isinstance(raw, str) or len(raw) > 200 or not raw.startswith(prefix):
+        return None
+    body = raw[len(prefix) :]
+    if len(body) < KEY_ID_LEN + 20 or body[KEY_ID_LEN] != "_":
+        return None
+    return body[:KEY_ID_LEN]
+
+
+def hashes_match(presented_hash: str, stored_hash: str) -> bool:
+    return hmac.compare_digest(presented_hash, stored_hash or _DUMMY_HASH)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticatedKey:
+    """What the gateway needs to enforce a key's rules; no secret in it."""
+
+    key_id: int
+    public_id: str
+    name: str
+    organization_id: int
+    organization_slug: str
+    currency: str
+    timezone: str
+    billing_mode: str
+    sub_account_id: int | None
+    owner_id: int | None
+    # Model rules per level; an empty tuple means that level allows all.
+    allowed_models_key: tuple[str, ...]
+    allowed_models_sub_account: tuple[str, ...]
+    allowed_models_org: tuple[str, ...]
+    ip_allowlist: tuple[str, ...]
+    priority: str
+    expires_at: datetime | None
+    key_caps: tuple[int | None, int | None, int | None]  # day, month, lifetime
+    sub_account_caps: tuple[int | None, int | None, int | None]
+    key_rpm: int | None
+    key_tpm: int | None
+    sub_account_rpm: int | None
+    sub_account_tpm: int | None
+
+    def model_allowed(self, model: str) -> bool:
+        return all(
+            not rule or model in rule
+            for rule in (
+                self.allowed_models_key,
+                self.allowed_models_sub_account,
+                self.allowed_models_org,
+            )
+        )
+
+    def ip_allowed(self, ip: str) -> bool:
+        from accounts.validators import ip_allowed
+
+        return ip_allowed(ip, list(self.ip_allowlist))
+
+
+def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> AuthenticatedKey | None:
+    """Look a presented gateway key up. ``None`` for anything that is not a
+    usable key: malformed, unknown, wrong secret, revoked, expired, or whose
+    sub-account or organization is suspended. The HMAC is always computed and
+    compared, so an unknown prefix costs the same as a wrong secret."""
+    from accounts.models import ApiKey, ApiKeyStatus, SubAccountStatus
+
+    now = now or timezone.now()
+    public_id = split_public_id(raw_key, KEY_PREFIX)
+    presented = keyed_hash(raw_key if isinstance(raw_key, str) else "")
+    key = None
+    if public_id:
+        key = (
+            ApiKey.objects.select_related("organization", "sub_account")
+            .filter(Q(public_id=public_id) | Q(previous_public_id=public_id))
+            .first()
+        )
+    if key is None:
+        hashes_match(presented, _DUMMY_HASH)
+        return None
+    if key.public_id == public_id:
+        ok = hashes_match(presented, key.secret_hash)
+    else:
+        grace = key.previous_valid_until
+        ok = hashes_match(presented, key.previous_secret_hash) and bool(grace and grace > now)
+    if not ok or key.status != ApiKeyStatus.ACTIVE:
+        return None
+    if key.expires_at and key.expires_at <= now:
+        return None
+    org = key.organization
+    sub = key.sub_account
+    if not org.is_active or (sub and sub.status != SubAccountStatus.ACTIVE):
+        return None
+    return authenticated_view(key)
+
+
+def authenticated_view(key) -> AuthenticatedKey:
+    org = key.organization
+    sub = key.sub_account
+    return AuthenticatedKey(
+        key_id=key.id,
+        public_id=key.public_id,
+        name=key.name,
+        organization_id=org.id,
+        organization_slug=org.slug,
+        currency=org.currency,
+        timezone=org.timezone,
+        billing_mode=org.billing_mode,
+        sub_account_id=sub.id if sub else None,
+        owner_id=key.owner_id,
+        allowed_models_key=tuple(key.allowed_models or ()),
+        allowed_models_sub_account=tuple(sub.allowed_models or ()) if sub else (),
+        allowed_models_org=tuple(org.allowed_models or ()),
+        ip_allowlist=tuple(key.ip_allowlist or ()),
+        priority=key.priority,
+        expires_at=key.expires_at,
+        key_caps=(key.spend_cap_daily, key.spend_cap_monthly, key.spend_cap_lifetime),
+        sub_account_caps=(
+            (sub.spend_cap_daily, sub.spend_cap_monthly, sub.spend_cap_lifetime)
+            if sub
+            else (None, None, None)
+        ),
+        key_rpm=key.rpm_limit,
+        key_tpm=key.tpm_limit,
+        sub_account_rpm=sub.rpm_limit if sub else None,
+        sub_account_tpm=sub.tpm_limit if sub else None,
+    )

@@ -1,0 +1,299 @@
+"""Users, organizations, memberships, sub-accounts, API keys, personal access
+tokens, invitations and the audit log."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
+from django.contrib.auth.models import PermissionsMixin
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone as tz
+
+
+class UserManager(BaseUserManager):
+    use_in_migrations = True
+
+    def create_user(self, email: str, password: str | None = None, **extra):
+        if not email:
+            raise ValueError("An e-mail address is required")
+        user = self.model(email=self.normalize_email(email).lower(), **extra)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_superuser(self, email: str, password: str | None = None, **extra):
+        extra.setdefault("is_staff", True)
+        extra.setdefault("is_superuser", True)
+        return self.create_user(email, password, **extra)
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    email = models.EmailField(unique=True)
+    full_name = models.CharField(max_length=150, blank=True)
+    is_active = models.BooleanField(default=True)
+    is_staff = models.BooleanField(default=False)
+    date_joined = models.DateTimeField(default=tz.now)
+
+    objects = UserManager()
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    def __str__(self) -> str:
+        return self.email
+
+    @property
+    def display_name(self) -> str:
+        return self.full_name or self.email
+
+
+class BillingMode(models.TextChoices):
+    PREPAID = "prepaid", "Prepaid"
+    POSTPAID = "postpaid", "Postpaid"
+
+
+class Organization(models.Model):
+    name = models.CharField(max_length=120)
+    slug = models.SlugField(max_length=60, unique=True)
+    currency = models.CharField(max_length=3, default="USD")
+    timezone = models.CharField(max_length=64, default="UTC")
+    billing_mode = models.CharField(
+        max_length=16, choices=BillingMode.choices, default=BillingMode.POSTPAID
+    )
+    # Share of list price the organization pays: 1 = list price, 0.85 = 15 % off.
+    discount_rate = models.DecimalField(
+        max_digits=7,
+        decimal_places=6,
+        default=Decimal("1"),
+        validators=[MinValueValidator(Decimal("0")), MaxValueValidator(Decimal("1"))],
+    )
+    # Models the organization may call; empty means every enabled model.
+    allowed_models = models.JSONField(default=list, blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    FINANCE = "finance", "Finance"
+    DEVELOPER = "developer", "Developer"
+    VIEWER = "viewer", "Viewer"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "organization"], name="uniq_membership")
+        ]
+        ordering = ("created_at", "id")
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.organization} ({self.role})"
+
+
+class Invitation(models.Model):
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="invitations"
+    )
+    email = models.EmailField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    token_hash = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=tz.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        indexes = [models.Index(fields=["organization", "email"])]
+
+    @property
+    def status(self) -> str:
+        if self.accepted_at:
+            return "accepted"
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at <= tz.now():
+            return "expired"
+        return "pending"
+
+
+class SubAccountStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    SUSPENDED = "suspended", "Suspended"
+
+
+class Limits(models.Model):
+    """Restrictions shared by sub-accounts and keys. Money is integer micro-units
+    of the organization's currency; ``None`` means no limit."""
+
+    allowed_models = models.JSONField(default=list, blank=True)
+    spend_cap_daily = models.BigIntegerField(null=True, blank=True)
+    spend_cap_monthly = models.BigIntegerField(null=True, blank=True)
+    spend_cap_lifetime = models.BigIntegerField(null=True, blank=True)
+    rpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    tpm_limit = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class SubAccount(Limits):
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="sub_accounts"
+    )
+    name = models.CharField(max_length=120)
+    status = models.CharField(
+        max_length=16, choices=SubAccountStatus.choices, default=SubAccountStatus.ACTIVE
+    )
+    members = models.ManyToManyField(Membership, blank=True, related_name="sub_accounts")
+    created_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "name"], name="uniq_subaccount_name")
+        ]
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Priority(models.TextChoices):
+    HIGH = "high", "High"
+    NORMAL = "normal", "Normal"
+    LOW = "low", "Low"
+
+
+class ApiKeyStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    REVOKED = "revoked", "Revoked"
+    EXPIRED = "expired", "Expired"
+
+
+class ApiKey(Limits):
+    """A gateway key. The secret is never stored: only an HMAC-SHA256 of the
+    whole key under the server's pepper, and a public id shown as its prefix."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="api_keys")
+    sub_account = models.ForeignKey(
+        SubAccount, null=True, blank=True, on_delete=models.PROTECT, related_name="api_keys"
+    )
+    owner = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="api_keys")
+    name = models.CharField(max_length=120)
+    public_id = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    # After a rotation with a grace period the old secret keeps working until then.
+    previous_public_id = models.CharField(max_length=16, unique=True, null=True, blank=True)
+    previous_secret_hash = models.CharField(max_length=64, blank=True)
+    previous_valid_until = models.DateTimeField(null=True, blank=True)
+    ip_allowlist = models.JSONField(default=list, blank=True)
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=ApiKeyStatus.choices, default=ApiKeyStatus.ACTIVE)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=tz.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "sub_account", "name"],
+                condition=Q(sub_account__isnull=False) & ~Q(status="revoked"),
+                name="uniq_key_name_in_subaccount",
+            ),
+            models.UniqueConstraint(
+                fields=["organization", "name"],
+                condition=Q(sub_account__isnull=True) & ~Q(status="revoked"),
+                name="uniq_key_name_in_org",
+            ),
+        ]
+        indexes = [models.Index(fields=["organization", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def prefix(self) -> str:
+        return f"sk-{self.public_id}"
+
+    @property
+    def is_usable(self) -> bool:
+        if self.status != ApiKeyStatus.ACTIVE:
+            return False
+        return not (self.expires_at and self.expires_at <= tz.now())
+
+    @property
+    def effective_status(self) -> str:
+        if self.status == ApiKeyStatus.ACTIVE and not self.is_usable:
+            return ApiKeyStatus.EXPIRED
+        return self.status
+
+
+class PersonalAccessToken(models.Model):
+    """A token for automation against the REST API, acting as one member of one
+    organization with that member's role. Distinct from gateway keys."""
+
+    membership = models.ForeignKey(
+        Membership, on_delete=models.CASCADE, related_name="access_tokens"
+    )
+    name = models.CharField(max_length=120)
+    public_id = models.CharField(max_length=16, unique=True)
+    token_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=tz.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+
+    @property
+    def prefix(self) -> str:
+        return f"pat_{self.public_id}"
+
+
+class AuditEvent(models.Model):
+    organization = models.ForeignKey(
+        Organization, null=True, on_delete=models.CASCADE, related_name="audit_events"
+    )
+    actor = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    actor_label = models.CharField(max_length=254, blank=True)
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=64, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_label = models.CharField(max_length=254, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        indexes = [models.Index(fields=["organization", "-created_at", "-id"])]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"

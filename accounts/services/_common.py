@@ -1,0 +1,95 @@
+"""Helpers shared by the account services: turning raw restriction inputs into
+normalized, validated values, with every problem reported against its field."""
+
+from __future__ import annotations
+
+from accounts import validators
+from accounts.errors import ValidationFailed
+
+CAP_FIELDS = ("spend_cap_daily", "spend_cap_monthly", "spend_cap_lifetime")
+RATE_FIELDS = ("rpm_limit", "tpm_limit")
+LIMIT_FIELDS = ("allowed_models", *CAP_FIELDS, *RATE_FIELDS)
+_LABELS = {
+    "spend_cap_daily": "Daily spend cap",
+    "spend_cap_monthly": "Monthly spend cap",
+    "spend_cap_lifetime": "Lifetime spend cap",
+    "rpm_limit": "Requests per minute",
+    "tpm_limit": "Tokens per minute",
+}
+
+
+class FieldErrors:
+    def __init__(self) -> None:
+        self.errors: dict[str, list[str]] = {}
+
+    def add(self, field: str, message: str) -> None:
+        self.errors.setdefault(field, []).append(message)
+
+    def run(self, field: str, fn, *args):
+        try:
+            return fn(*args)
+        except ValueError as exc:
+            self.add(field, str(exc))
+            return None
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise ValidationFailed.from_fields(self.errors)
+
+
+def clean_limits(
+    data: dict, errors: FieldErrors, *, ceiling=None, org_models: list[str] | None = None
+) -> dict:
+    """Validate the limit fields present in ``data``. A ``ceiling`` (the
+    sub-account a key belongs to) bounds every cap, rate and model list."""
+    out: dict = {}
+    if "allowed_models" in data:
+        models = errors.run("allowed_models", validators.normalize_models, data["allowed_models"] or [])
+        if models is not None:
+            outside = []
+            if org_models:
+                outside += [m for m in models if m not in org_models]
+            if ceiling is not None and ceiling.allowed_models:
+                outside += [m for m in models if m not in ceiling.allowed_models and m not in outside]
+            if outside:
+                errors.add(
+                    "allowed_models",
+                    f"Not allowed here: {', '.join(outside)}. "
+                    "A key may only narrow what its sub-account and organization allow.",
+                )
+            out["allowed_models"] = models
+    for field in CAP_FIELDS:
+        if field in data:
+            value = errors.run(field, validators.validate_cap, data[field], _LABELS[field])
+            limit = getattr(ceiling, field, None) if ceiling is not None else None
+            if value is not None and limit is not None and value > limit:
+                errors.add(field, f"{_LABELS[field]} cannot exceed the sub-account's cap.")
+            out[field] = value
+    for field in RATE_FIELDS:
+        if field in data:
+            maximum = validators.MAX_TOKENS_PER_MINUTE if field == "tpm_limit" else validators.MAX_RATE_LIMIT
+            value = errors.run(field, validators.validate_rate, data[field], _LABELS[field], maximum)
+            limit = getattr(ceiling, field, None) if ceiling is not None else None
+            if value is not None and limit is not None and value > limit:
+                errors.add(field, f"{_LABELS[field]} cannot exceed the sub-account's limit.")
+            out[field] = value
+    return out
+
+
+def changed(instance, values: dict) -> dict:
+    """Apply ``values`` to ``instance``; return ``{field: [old, new]}`` for the audit log."""
+    diff = {}
+    for field, new in values.items():
+        old = getattr(instance, field)
+        if old != new:
+            diff[field] = [_jsonable(old), _jsonable(new)]
+            setattr(instance, field, new)
+    return diff
+
+
+def _jsonable(value):
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, (int, float, str, bool, list, dict)) or value is None:
+        return value
+    return str(value)

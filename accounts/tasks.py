@@ -1,0 +1,41 @@
+"""Celery tasks of the accounts app: thin calls into services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+from django.core.mail import send_mail
+from django.urls import reverse
+
+from accounts.models import Invitation
+
+
+@shared_task(
+    name="accounts.send_invitation_email",
+    autoretry_for=(OSError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def send_invitation_email(invitation_id: int, raw_token: str) -> None:
+    invitation = Invitation.objects.select_related("organization", "invited_by").filter(pk=invitation_id).first()
+    if invitation is None or invitation.status != "pending":
+        return
+    link = settings.CONSOLE_BASE_URL + reverse("accounts:invitation_accept", args=[raw_token])
+    inviter = invitation.invited_by.display_name if invitation.invited_by else "An admin"
+    send_mail(
+        subject=f"You are invited to {invitation.organization.name}",
+        message=(
+            f"{inviter} invited you to join {invitation.organization.name} as {invitation.role}.\n\n"
+            f"Accept the invitation here (the link works once and expires "
+            f"{invitation.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"
+        ),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[invitation.email],
+    )
+
+
+@shared_task(name="accounts.expire_keys")
+def expire_keys() -> int:
+    from accounts.services import api_keys_expire_due
+
+    return api_keys_expire_due()

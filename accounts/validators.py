@@ -1,0 +1,111 @@
+"""Validation and normalization of the restrictions a key or sub-account
+carries. Each returns the normalized value or raises ``ValueError`` with a
+message a person can act on."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import datetime
+
+from django.utils import timezone
+
+# Caps above this (one billion currency units, in micro-units) are a typo.
+MAX_SPEND_CAP = 10**15
+MAX_RATE_LIMIT = 10_000_000
+MAX_TOKENS_PER_MINUTE = 10**10
+MAX_ALLOWLIST_ENTRIES = 100
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+
+
+def normalize_ip_allowlist(entries: list[str] | str) -> list[str]:
+    """Parse IPv4/IPv6 addresses and CIDR ranges; return them normalized
+    (``10.0.0.7/8`` → ``10.0.0.0/8``, single addresses as /32 or /128),
+    de-duplicated, in input order."""
+    if isinstance(entries, str):
+        entries = [e for e in re.split(r"[\s,]+", entries) if e]
+    if len(entries) > MAX_ALLOWLIST_ENTRIES:
+        raise ValueError(f"At most {MAX_ALLOWLIST_ENTRIES} IP allowlist entries are allowed.")
+    normalized: list[str] = []
+    bad: list[str] = []
+    for raw in entries:
+        entry = str(raw).strip()
+        if not entry:
+            continue
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            bad.append(entry)
+            continue
+        text = network.with_prefixlen
+        if text not in normalized:
+            normalized.append(text)
+    if bad:
+        quoted = ", ".join(f"'{b}'" for b in bad)
+        noun = "is not a valid IP address or CIDR range" if len(bad) == 1 else (
+            "are not valid IP addresses or CIDR ranges"
+        )
+        raise ValueError(f"{quoted} {noun}.")
+    return normalized
+
+
+def ip_allowed(ip: str, allowlist: list[str]) -> bool:
+    """True when ``allowlist`` is empty or ``ip`` falls in one of its ranges."""
+    if not allowlist:
+        return True
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if addr.version == 6 and addr.ipv4_mapped:
+        addr = addr.ipv4_mapped
+    return any(addr in ipaddress.ip_network(net) for net in allowlist)
+
+
+def normalize_models(models: list[str] | str) -> list[str]:
+    if isinstance(models, str):
+        models = [m for m in re.split(r"[\s,]+", models) if m]
+    out: list[str] = []
+    for raw in models:
+        name = str(raw).strip()
+        if not name:
+            continue
+        if not MODEL_NAME_RE.match(name):
+            raise ValueError(f"'{name[:60]}' is not a valid model name.")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def validate_cap(value: int | None, label: str = "Spend cap") -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{label} must be a whole number of micro-units.")
+    if value < 0:
+        raise ValueError(f"{label} cannot be negative.")
+    if value > MAX_SPEND_CAP:
+        raise ValueError(f"{label} is absurdly large (over {MAX_SPEND_CAP // 10**6:,} units).")
+    return value
+
+
+def validate_rate(value: int | None, label: str, maximum: int = MAX_RATE_LIMIT) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{label} must be a whole number.")
+    if value < 1:
+        raise ValueError(f"{label} must be at least 1 (leave it empty for no limit).")
+    if value > maximum:
+        raise ValueError(f"{label} cannot exceed {maximum:,}.")
+    return value
+
+
+def validate_future(value: datetime | None, label: str = "Expiry") -> datetime | None:
+    if value is None:
+        return None
+    if timezone.is_naive(value):
+        raise ValueError(f"{label} needs a time zone.")
+    if value <= timezone.now():
+        raise ValueError(f"{label} must be in the future.")
+    return value
