@@ -26,7 +26,9 @@ def audit_record(
         action=action,
         target_type=target._meta.model_name if target is not None else "",
         target_id=str(target.pk) if target is not None else "",
-        target_label=label if label is not None else (str(target)[:254] if target is not None else ""),
+        target_label=label
+        if label is not None
+        else (str(target)[:254] if target is not None else ""),
         params=params or {},
         ip=getattr(actor, "ip", None),
     )

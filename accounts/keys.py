@@ -21,7 +21,7 @@ from django.utils import timezone
 _ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
 KEY_ID_LEN = 10
 KEY_PREFIX = "sk-"
-TOKEN_PREFIX = "pat_"
+TOKEN_PREFIX = "pat_"  # noqa: S105 - a format prefix, not a secret
 _DUMMY_HASH = "0" * 64
 
 

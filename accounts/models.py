@@ -129,6 +129,9 @@ class Invitation(models.Model):
         ordering = ("-created_at", "-id")
         indexes = [models.Index(fields=["organization", "email"])]
 
+    def __str__(self) -> str:
+        return f"{self.email} ({self.role})"
+
     @property
     def status(self) -> str:
         if self.accepted_at:
@@ -197,7 +200,9 @@ class ApiKey(Limits):
     """A gateway key. The secret is never stored: only an HMAC-SHA256 of the
     whole key under the server's pepper, and a public id shown as its prefix."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="api_keys")
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="api_keys"
+    )
     sub_account = models.ForeignKey(
         SubAccount, null=True, blank=True, on_delete=models.PROTECT, related_name="api_keys"
     )
@@ -212,7 +217,9 @@ class ApiKey(Limits):
     ip_allowlist = models.JSONField(default=list, blank=True)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
     expires_at = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=8, choices=ApiKeyStatus.choices, default=ApiKeyStatus.ACTIVE)
+    status = models.CharField(
+        max_length=8, choices=ApiKeyStatus.choices, default=ApiKeyStatus.ACTIVE
+    )
     last_used_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=tz.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -272,6 +279,9 @@ class PersonalAccessToken(models.Model):
     class Meta:
         ordering = ("-created_at", "-id")
 
+    def __str__(self) -> str:
+        return self.name
+
     @property
     def prefix(self) -> str:
         return f"pat_{self.public_id}"
@@ -296,4 +306,6 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["organization", "-created_at", "-id"])]
 
     def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"
+        )

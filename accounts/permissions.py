@@ -35,7 +35,9 @@ ROLE_PERMS: dict[str, frozenset[Perm]] = {
     Role.OWNER: frozenset(Perm),
     Role.ADMIN: frozenset(Perm),
     # Finance sees billing and usage, never key management.
-    Role.FINANCE: frozenset(_EVERYONE | {Perm.USAGE_VIEW_ALL, Perm.BILLING_VIEW, Perm.BILLING_MANAGE}),
+    Role.FINANCE: frozenset(
+        _EVERYONE | {Perm.USAGE_VIEW_ALL, Perm.BILLING_VIEW, Perm.BILLING_MANAGE}
+    ),
     # Developers manage their own keys and see their own keys' usage.
     Role.DEVELOPER: frozenset(_EVERYONE | {Perm.KEYS_MANAGE_OWN, Perm.USAGE_VIEW_OWN}),
     # Viewers read what is not money or secrets-adjacent management.

@@ -7,14 +7,23 @@ from django.db.models import QuerySet
 
 from accounts.actors import Actor
 from accounts.errors import PermissionDenied
-from accounts.models import ApiKey, AuditEvent, Invitation, Membership, PersonalAccessToken, SubAccount
+from accounts.models import (
+    ApiKey,
+    AuditEvent,
+    Invitation,
+    Membership,
+    PersonalAccessToken,
+    SubAccount,
+)
 from accounts.permissions import Perm, can_view_keys
 
 
 def memberships_for_user(user) -> QuerySet[Membership]:
-    return Membership.objects.filter(user=user, organization__is_active=True).select_related(
-        "organization"
-    ).order_by("organization__name")
+    return (
+        Membership.objects.filter(user=user, organization__is_active=True)
+        .select_related("organization")
+        .order_by("organization__name")
+    )
 
 
 def member_list(*, actor: Actor) -> QuerySet[Membership]:
@@ -28,7 +37,9 @@ def member_list(*, actor: Actor) -> QuerySet[Membership]:
 
 def invitation_list(*, actor: Actor) -> QuerySet[Invitation]:
     actor.require(Perm.MEMBERS_MANAGE)
-    return Invitation.objects.filter(organization_id=actor.organization_id).select_related("invited_by")
+    return Invitation.objects.filter(organization_id=actor.organization_id).select_related(
+        "invited_by"
+    )
 
 
 def sub_account_list(*, actor: Actor) -> QuerySet[SubAccount]:
@@ -38,7 +49,9 @@ def sub_account_list(*, actor: Actor) -> QuerySet[SubAccount]:
     )
 
 
-def api_key_list(*, actor: Actor, sub_account_id: int | None = None, status: str | None = None) -> QuerySet[ApiKey]:
+def api_key_list(
+    *, actor: Actor, sub_account_id: int | None = None, status: str | None = None
+) -> QuerySet[ApiKey]:
     """All the org's keys for roles that see them all; a developer's own keys otherwise."""
     if not can_view_keys(actor.role):
         raise PermissionDenied("Your role cannot see API keys.")

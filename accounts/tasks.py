@@ -17,7 +17,11 @@ from accounts.models import Invitation
     max_retries=5,
 )
 def send_invitation_email(invitation_id: int, raw_token: str) -> None:
-    invitation = Invitation.objects.select_related("organization", "invited_by").filter(pk=invitation_id).first()
+    invitation = (
+        Invitation.objects.select_related("organization", "invited_by")
+        .filter(pk=invitation_id)
+        .first()
+    )
     if invitation is None or invitation.status != "pending":
         return
     link = settings.CONSOLE_BASE_URL + reverse("accounts:invitation_accept", args=[raw_token])
@@ -25,7 +29,8 @@ def send_invitation_email(invitation_id: int, raw_token: str) -> None:
     send_mail(
         subject=f"You are invited to {invitation.organization.name}",
         message=(
-            f"{inviter} invited you to join {invitation.organization.name} as {invitation.role}.\n\n"
+            f"{inviter} invited you to join {invitation.organization.name} "
+            f"as {invitation.role}.\n\n"
             f"Accept the invitation here (the link works once and expires "
             f"{invitation.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"
         ),

@@ -1,1 +1,30 @@
-urlpatterns = []
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from accounts import views
+
+app_name = "accounts"
+
+urlpatterns = [
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/", views.PasswordChangeView.as_view(), name="password_change"),
+    path("org/switch/", views.organization_switch, name="organization_switch"),
+    path("org/settings/", views.organization_settings, name="organization_settings"),
+    path("members/", views.member_list, name="members"),
+    path("members/<int:membership_id>/role/", views.member_role, name="member_role"),
+    path("members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),
+    path(
+        "invitations/<int:invitation_id>/revoke/", views.invitation_revoke, name="invitation_revoke"
+    ),
+    path("invite/<str:token>/", views.invitation_accept, name="invitation_accept"),
+    path("sub-accounts/", views.sub_account_list, name="sub_accounts"),
+    path("sub-accounts/<int:sub_account_id>/", views.sub_account_detail, name="sub_account_detail"),
+    path("keys/", views.api_key_list, name="api_keys"),
+    path("keys/new/", views.api_key_create, name="api_key_create"),
+    path("keys/<int:key_id>/", views.api_key_detail, name="api_key_detail"),
+    path("keys/<int:key_id>/rotate/", views.api_key_rotate, name="api_key_rotate"),
+    path("keys/<int:key_id>/revoke/", views.api_key_revoke, name="api_key_revoke"),
+    path("audit/", views.audit_log, name="audit"),
+    path("tokens/", views.access_tokens, name="access_tokens"),
+]

@@ -42,8 +42,10 @@ def normalize_ip_allowlist(entries: list[str] | str) -> list[str]:
             normalized.append(text)
     if bad:
         quoted = ", ".join(f"'{b}'" for b in bad)
-        noun = "is not a valid IP address or CIDR range" if len(bad) == 1 else (
-            "are not valid IP addresses or CIDR ranges"
+        noun = (
+            "is not a valid IP address or CIDR range"
+            if len(bad) == 1
+            else ("are not valid IP addresses or CIDR ranges")
         )
         raise ValueError(f"{quoted} {noun}.")
     return normalized

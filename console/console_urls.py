@@ -1,1 +1,10 @@
-urlpatterns = []
+from django.urls import path
+
+from console import views
+
+app_name = "console"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("healthz", views.health, name="health"),
+]

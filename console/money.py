@@ -28,7 +28,9 @@ def parse_amount(text: str | int | Decimal) -> int:
     try:
         value = Decimal(str(text).strip().replace(",", "").replace("_", ""))
     except InvalidOperation:
-        raise ValueError(f"'{text}' is not an amount; enter a number such as 25 or 12.50.") from None
+        raise ValueError(
+            f"'{text}' is not an amount; enter a number such as 25 or 12.50."
+        ) from None
     if not value.is_finite():
         raise ValueError("Enter a finite amount.")
     micro = value * _MICRO_D

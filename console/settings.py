@@ -20,7 +20,11 @@ DEBUG = config.env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = config.env_str("DJANGO_SECRET_KEY")
 API_KEY_PEPPER = config.env_str("API_KEY_PEPPER")
 if PRODUCTION:
-    missing = [n for n, v in (("DJANGO_SECRET_KEY", SECRET_KEY), ("API_KEY_PEPPER", API_KEY_PEPPER)) if not v]
+    missing = [
+        n
+        for n, v in (("DJANGO_SECRET_KEY", SECRET_KEY), ("API_KEY_PEPPER", API_KEY_PEPPER))
+        if not v
+    ]
     if missing:
         raise ImproperlyConfigured(
             f"CONSOLE_PRODUCTION is set but {', '.join(missing)} is missing; "

@@ -44,13 +44,17 @@ def clean_limits(
     sub-account a key belongs to) bounds every cap, rate and model list."""
     out: dict = {}
     if "allowed_models" in data:
-        models = errors.run("allowed_models", validators.normalize_models, data["allowed_models"] or [])
+        models = errors.run(
+            "allowed_models", validators.normalize_models, data["allowed_models"] or []
+        )
         if models is not None:
             outside = []
             if org_models:
                 outside += [m for m in models if m not in org_models]
             if ceiling is not None and ceiling.allowed_models:
-                outside += [m for m in models if m not in ceiling.allowed_models and m not in outside]
+                outside += [
+                    m for m in models if m not in ceiling.allowed_models and m not in outside
+                ]
             if outside:
                 errors.add(
                     "allowed_models",
@@ -67,8 +71,14 @@ def clean_limits(
             out[field] = value
     for field in RATE_FIELDS:
         if field in data:
-            maximum = validators.MAX_TOKENS_PER_MINUTE if field == "tpm_limit" else validators.MAX_RATE_LIMIT
-            value = errors.run(field, validators.validate_rate, data[field], _LABELS[field], maximum)
+            maximum = (
+                validators.MAX_TOKENS_PER_MINUTE
+                if field == "tpm_limit"
+                else validators.MAX_RATE_LIMIT
+            )
+            value = errors.run(
+                field, validators.validate_rate, data[field], _LABELS[field], maximum
+            )
             limit = getattr(ceiling, field, None) if ceiling is not None else None
             if value is not None and limit is not None and value > limit:
                 errors.add(field, f"{_LABELS[field]} cannot exceed the sub-account's limit.")

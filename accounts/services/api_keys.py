@@ -58,15 +58,22 @@ def _resolve_sub_account(actor: Actor, sub_account_id) -> SubAccount | None:
             {"sub_account": "No such sub-account in this organization."}
         ) from None
     if sub.status != SubAccountStatus.ACTIVE:
-        raise ValidationFailed.from_fields({"sub_account": f"Sub-account '{sub.name}' is suspended."})
-    if not actor.can(Perm.KEYS_MANAGE_ALL) and not sub.members.filter(pk=actor.membership.pk).exists():
+        raise ValidationFailed.from_fields(
+            {"sub_account": f"Sub-account '{sub.name}' is suspended."}
+        )
+    if (
+        not actor.can(Perm.KEYS_MANAGE_ALL)
+        and not sub.members.filter(pk=actor.membership.pk).exists()
+    ):
         raise ValidationFailed.from_fields(
             {"sub_account": f"You are not a member of sub-account '{sub.name}'."}
         )
     return sub
 
 
-def _clean(actor: Actor, data: dict, *, sub: SubAccount | None, instance: ApiKey | None = None) -> dict:
+def _clean(
+    actor: Actor, data: dict, *, sub: SubAccount | None, instance: ApiKey | None = None
+) -> dict:
     errors = FieldErrors()
     out = clean_limits(data, errors, ceiling=sub, org_models=actor.organization.allowed_models)
     if "name" in data:
@@ -86,7 +93,9 @@ def _clean(actor: Actor, data: dict, *, sub: SubAccount | None, instance: ApiKey
                 errors.add("name", f"A key named '{name}' already exists in {where}.")
         out["name"] = name
     if "ip_allowlist" in data:
-        ips = errors.run("ip_allowlist", validators.normalize_ip_allowlist, data["ip_allowlist"] or [])
+        ips = errors.run(
+            "ip_allowlist", validators.normalize_ip_allowlist, data["ip_allowlist"] or []
+        )
         out["ip_allowlist"] = ips or []
     if "priority" in data:
         if data["priority"] not in Priority.values:
@@ -113,7 +122,7 @@ def api_key_issue(
     _require_key_management(actor)
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields({f: "Unknown field." for f in sorted(unknown)})
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
     sub = _resolve_sub_account(actor, sub_account_id)
     values = _clean(actor, {"name": name, **fields}, sub=sub)
     public_id, raw, digest = key_secrets.new_secret(key_secrets.KEY_PREFIX)
@@ -132,7 +141,9 @@ def api_key_issue(
                 params["sub_account"] = sub.name
             audit_record(actor=actor, action="api_key.issue", target=key, params=params)
     except IntegrityError:
-        raise ValidationFailed.from_fields({"name": f"A key named '{values['name']}' already exists."}) from None
+        raise ValidationFailed.from_fields(
+            {"name": f"A key named '{values['name']}' already exists."}
+        ) from None
     return key, raw
 
 
@@ -140,7 +151,7 @@ def api_key_update(*, actor: Actor, key_id: int, **fields) -> ApiKey:
     _require_key_management(actor)
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields({f: "Unknown field." for f in sorted(unknown)})
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
     with transaction.atomic():
         key = get_api_key(actor, key_id, lock=True)
         if key.status == ApiKeyStatus.REVOKED:
@@ -158,13 +169,19 @@ def api_key_rotate(*, actor: Actor, key_id: int, grace_seconds: int = 0) -> tupl
     secret keeps working until it ends; otherwise it stops at once."""
     _require_key_management(actor)
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or grace_seconds < 0:
-        raise ValidationFailed.from_fields({"grace_seconds": "Enter a whole number of seconds, 0 or more."})
+        raise ValidationFailed.from_fields(
+            {"grace_seconds": "Enter a whole number of seconds, 0 or more."}
+        )
     if timedelta(seconds=grace_seconds) > MAX_GRACE:
-        raise ValidationFailed.from_fields({"grace_seconds": "The grace period can be at most 30 days."})
+        raise ValidationFailed.from_fields(
+            {"grace_seconds": "The grace period can be at most 30 days."}
+        )
     with transaction.atomic():
         key = get_api_key(actor, key_id, lock=True)
         if not key.is_usable:
-            raise Conflict(f"This key is {key.effective_status}; it cannot be rotated.", code="key_not_active")
+            raise Conflict(
+                f"This key is {key.effective_status}; it cannot be rotated.", code="key_not_active"
+            )
         now = timezone.now()
         old_prefix = key.prefix
         public_id, raw, digest = key_secrets.new_secret(key_secrets.KEY_PREFIX)
@@ -173,14 +190,22 @@ def api_key_rotate(*, actor: Actor, key_id: int, grace_seconds: int = 0) -> tupl
             key.previous_secret_hash = key.secret_hash
             key.previous_valid_until = now + timedelta(seconds=grace_seconds)
         else:
-            key.previous_public_id, key.previous_secret_hash, key.previous_valid_until = None, "", None
+            key.previous_public_id, key.previous_secret_hash, key.previous_valid_until = (
+                None,
+                "",
+                None,
+            )
         key.public_id, key.secret_hash, key.rotated_at = public_id, digest, now
         key.save()
         audit_record(
             actor=actor,
             action="api_key.rotate",
             target=key,
-            params={"old_prefix": old_prefix, "new_prefix": key.prefix, "grace_seconds": grace_seconds},
+            params={
+                "old_prefix": old_prefix,
+                "new_prefix": key.prefix,
+                "grace_seconds": grace_seconds,
+            },
         )
     return key, raw
 
@@ -195,7 +220,9 @@ def api_key_revoke(*, actor: Actor, key_id: int) -> ApiKey:
         key.revoked_at = timezone.now()
         key.previous_valid_until = None
         key.save(update_fields=["status", "revoked_at", "previous_valid_until"])
-        audit_record(actor=actor, action="api_key.revoke", target=key, params={"prefix": key.prefix})
+        audit_record(
+            actor=actor, action="api_key.revoke", target=key, params={"prefix": key.prefix}
+        )
     return key
 
 
@@ -205,8 +232,10 @@ def api_keys_expire_due(*, now: datetime | None = None) -> int:
     now = now or timezone.now()
     count = 0
     with transaction.atomic():
-        due = ApiKey.objects.select_for_update().select_related("organization").filter(
-            Q(status=ApiKeyStatus.ACTIVE) & Q(expires_at__lte=now)
+        due = (
+            ApiKey.objects.select_for_update()
+            .select_related("organization")
+            .filter(Q(status=ApiKeyStatus.ACTIVE) & Q(expires_at__lte=now))
         )
         for key in due:
             key.status = ApiKeyStatus.EXPIRED

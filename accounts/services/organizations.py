@@ -51,7 +51,9 @@ def _clean_org_fields(data: dict, errors: FieldErrors) -> dict:
         except InvalidOperation:
             rate = None
         if rate is None or not rate.is_finite() or not (Decimal(0) <= rate <= Decimal(1)):
-            errors.add("discount_rate", "Enter the share of list price paid, between 0 and 1 (e.g. 0.85).")
+            errors.add(
+                "discount_rate", "Enter the share of list price paid, between 0 and 1 (e.g. 0.85)."
+            )
         elif rate.as_tuple().exponent < -6:
             errors.add("discount_rate", "Use at most six decimal places.")
         else:
@@ -91,7 +93,9 @@ def organization_create(
         org = Organization.objects.create(slug=candidate, **values)
         membership = Membership.objects.create(user=owner, organization=org, role=Role.OWNER)
         audit_record(
-            actor=Actor(membership, ip), action="organization.create", target=org,
+            actor=Actor(membership, ip),
+            action="organization.create",
+            target=org,
             params={"currency": org.currency, "billing_mode": org.billing_mode},
         )
     return org
@@ -106,9 +110,11 @@ def organization_update(*, actor: Actor, **fields) -> Organization:
     actor.require(Perm.ORG_MANAGE)
     unknown = set(fields) - ORG_FIELDS
     if unknown:
-        raise ValidationFailed.from_fields({f: "Unknown field." for f in sorted(unknown)})
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
     if COMMERCIAL_FIELDS & set(fields) and not actor.user.is_staff:
-        raise PermissionDenied("Currency, billing mode and discount are set by the platform's staff.")
+        raise PermissionDenied(
+            "Currency, billing mode and discount are set by the platform's staff."
+        )
     errors = FieldErrors()
     values = _clean_org_fields(fields, errors)
     errors.raise_if_any()
@@ -170,7 +176,10 @@ def membership_change_role(*, actor: Actor, membership_id: int, role: str) -> Me
         target.role = role
         target.save(update_fields=["role"])
         audit_record(
-            actor=actor, action="member.role_change", target=target, label=target.user.email,
+            actor=actor,
+            action="member.role_change",
+            target=target,
+            label=target.user.email,
             params={"email": target.user.email, "from": old, "to": role},
         )
     return target
@@ -188,7 +197,10 @@ def membership_remove(*, actor: Actor, membership_id: int) -> None:
             )
         email = target.user.email
         audit_record(
-            actor=actor, action="member.remove", target=target, label=email,
+            actor=actor,
+            action="member.remove",
+            target=target,
+            label=email,
             params={"email": email, "role": target.role},
         )
         target.delete()
@@ -221,8 +233,10 @@ def invitation_create(*, actor: Actor, email: str, role: str) -> tuple[Invitatio
     with transaction.atomic():
         # A new invitation replaces any pending one for the same address.
         Invitation.objects.filter(
-            organization_id=actor.organization_id, email=email,
-            accepted_at__isnull=True, revoked_at__isnull=True,
+            organization_id=actor.organization_id,
+            email=email,
+            accepted_at__isnull=True,
+            revoked_at__isnull=True,
         ).update(revoked_at=now)
         invitation = Invitation.objects.create(
             organization_id=actor.organization_id,
@@ -233,7 +247,10 @@ def invitation_create(*, actor: Actor, email: str, role: str) -> tuple[Invitatio
             expires_at=now + timedelta(hours=settings.INVITATION_TTL_HOURS),
         )
         audit_record(
-            actor=actor, action="invitation.create", target=invitation, label=email,
+            actor=actor,
+            action="invitation.create",
+            target=invitation,
+            label=email,
             params={"email": email, "role": role, "expires_at": invitation.expires_at.isoformat()},
         )
         from accounts.tasks import send_invitation_email
@@ -284,8 +301,11 @@ def invitation_accept(*, raw_token: str, user: User, ip: str | None = None) -> M
         invitation.accepted_by = user
         invitation.save(update_fields=["accepted_at", "accepted_by"])
         audit_record(
-            actor=Actor(membership, ip), action="invitation.accept", target=membership,
-            label=user.email, params={"email": user.email, "role": membership.role},
+            actor=Actor(membership, ip),
+            action="invitation.accept",
+            target=membership,
+            label=user.email,
+            params={"email": user.email, "role": membership.role},
         )
     return membership
 
@@ -299,7 +319,9 @@ def invitation_accept_new_user(
 
     invitation = invitation_lookup(raw_token)
     if User.objects.filter(email__iexact=invitation.email).exists():
-        raise Conflict("An account with this address exists; sign in to accept.", code="user_exists")
+        raise Conflict(
+            "An account with this address exists; sign in to accept.", code="user_exists"
+        )
     candidate = User(email=invitation.email, full_name=full_name)
     try:
         validate_password(password, candidate)
@@ -324,7 +346,10 @@ def invitation_revoke(*, actor: Actor, invitation_id: int) -> Invitation:
         invitation.revoked_at = timezone.now()
         invitation.save(update_fields=["revoked_at"])
         audit_record(
-            actor=actor, action="invitation.revoke", target=invitation, label=invitation.email,
+            actor=actor,
+            action="invitation.revoke",
+            target=invitation,
+            label=invitation.email,
             params={"email": invitation.email},
         )
     return invitation

@@ -10,7 +10,14 @@ from accounts.audit import audit_record
 from accounts.errors import NotFound, ValidationFailed
 from accounts.models import Membership, SubAccount, SubAccountStatus
 from accounts.permissions import Perm
-from accounts.services._common import CAP_FIELDS, LIMIT_FIELDS, RATE_FIELDS, FieldErrors, changed, clean_limits
+from accounts.services._common import (
+    CAP_FIELDS,
+    LIMIT_FIELDS,
+    RATE_FIELDS,
+    FieldErrors,
+    changed,
+    clean_limits,
+)
 
 
 def _clean(actor: Actor, data: dict, *, instance: SubAccount | None = None) -> dict:
@@ -59,7 +66,7 @@ def sub_account_create(*, actor: Actor, name: str, **limits) -> SubAccount:
     actor.require(Perm.SUBACCOUNTS_MANAGE)
     unknown = set(limits) - set(LIMIT_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields({f: "Unknown field." for f in sorted(unknown)})
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
     values = _clean(actor, {"name": name, **limits})
     with transaction.atomic():
         sub = SubAccount.objects.create(organization_id=actor.organization_id, **values)
@@ -71,7 +78,7 @@ def sub_account_update(*, actor: Actor, sub_account_id: int, **fields) -> SubAcc
     actor.require(Perm.SUBACCOUNTS_MANAGE)
     unknown = set(fields) - {*LIMIT_FIELDS, "name", "status"}
     if unknown:
-        raise ValidationFailed.from_fields({f: "Unknown field." for f in sorted(unknown)})
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
     with transaction.atomic():
         sub = get_sub_account(actor, sub_account_id, lock=True)
         values = _clean(actor, fields, instance=sub)
@@ -82,7 +89,9 @@ def sub_account_update(*, actor: Actor, sub_account_id: int, **fields) -> SubAcc
     return sub
 
 
-def sub_account_set_members(*, actor: Actor, sub_account_id: int, membership_ids: list[int]) -> SubAccount:
+def sub_account_set_members(
+    *, actor: Actor, sub_account_id: int, membership_ids: list[int]
+) -> SubAccount:
     actor.require(Perm.SUBACCOUNTS_MANAGE)
     with transaction.atomic():
         sub = get_sub_account(actor, sub_account_id, lock=True)

@@ -15,7 +15,9 @@ from accounts.permissions import Perm
 from accounts.services._common import FieldErrors
 
 
-def personal_access_token_issue(*, actor: Actor, name: str, expires_at=None) -> tuple[PersonalAccessToken, str]:
+def personal_access_token_issue(
+    *, actor: Actor, name: str, expires_at=None
+) -> tuple[PersonalAccessToken, str]:
     actor.require(Perm.TOKENS_MANAGE_OWN)
     errors = FieldErrors()
     name = (name or "").strip()
@@ -28,11 +30,19 @@ def personal_access_token_issue(*, actor: Actor, name: str, expires_at=None) -> 
     public_id, raw, digest = key_secrets.new_secret(key_secrets.TOKEN_PREFIX)
     with transaction.atomic():
         token = PersonalAccessToken.objects.create(
-            membership=actor.membership, name=name, public_id=public_id,
-            token_hash=digest, expires_at=expires_at,
+            membership=actor.membership,
+            name=name,
+            public_id=public_id,
+            token_hash=digest,
+            expires_at=expires_at,
         )
-        audit_record(actor=actor, action="access_token.issue", target=token, label=name,
-                     params={"prefix": token.prefix})
+        audit_record(
+            actor=actor,
+            action="access_token.issue",
+            target=token,
+            label=name,
+            params={"prefix": token.prefix},
+        )
     return token, raw
 
 
@@ -49,8 +59,13 @@ def personal_access_token_revoke(*, actor: Actor, token_id: int) -> PersonalAcce
             raise Conflict("This token is already revoked.")
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
-        audit_record(actor=actor, action="access_token.revoke", target=token, label=token.name,
-                     params={"prefix": token.prefix})
+        audit_record(
+            actor=actor,
+            action="access_token.revoke",
+            target=token,
+            label=token.name,
+            params={"prefix": token.prefix},
+        )
     return token
 
 
@@ -60,7 +75,9 @@ def personal_access_token_authenticate(raw: str) -> PersonalAccessToken | None:
     token = None
     if public_id:
         token = (
-            PersonalAccessToken.objects.select_related("membership__user", "membership__organization")
+            PersonalAccessToken.objects.select_related(
+                "membership__user", "membership__organization"
+            )
             .filter(public_id=public_id)
             .first()
         )

@@ -1,0 +1,164 @@
+"""Console forms: they parse what a person typed into plain values; the
+services validate and decide."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import datetime
+
+from django import forms
+from django.utils import timezone
+
+from accounts.models import Priority, Role, SubAccountStatus
+from console.money import parse_amount
+
+
+class AmountField(forms.CharField):
+    """An amount in currency units (``25``, ``12.50``) → integer micro-units."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault(
+            "widget", forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "no cap"})
+        )
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if value in ("", None):
+            return None
+        try:
+            return parse_amount(value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class ListField(forms.CharField):
+    """Comma, space or newline separated entries → list of strings."""
+
+    def to_python(self, value):
+        value = super().to_python(value) or ""
+        return [v for v in value.replace(",", " ").split() if v]
+
+
+class LimitsForm(forms.Form):
+    allowed_models = ListField(
+        required=False,
+        help_text="Comma separated; empty allows every model the level above allows.",
+    )
+    spend_cap_daily = AmountField(label="Daily spend cap")
+    spend_cap_monthly = AmountField(label="Monthly spend cap")
+    spend_cap_lifetime = AmountField(label="Lifetime spend cap")
+    rpm_limit = forms.IntegerField(
+        required=False,
+        label="Requests per minute",
+        widget=forms.NumberInput(attrs={"placeholder": "no limit"}),
+    )
+    tpm_limit = forms.IntegerField(
+        required=False,
+        label="Tokens per minute",
+        widget=forms.NumberInput(attrs={"placeholder": "no limit"}),
+    )
+
+
+class ApiKeyForm(LimitsForm):
+    name = forms.CharField(max_length=120)
+    sub_account = forms.ChoiceField(required=False, label="Sub-account")
+    ip_allowlist = forms.CharField(
+        required=False,
+        label="IP allowlist",
+        widget=forms.Textarea(
+            attrs={"rows": 2, "placeholder": "203.0.113.7, 10.0.0.0/8, 2001:db8::/32"}
+        ),
+        help_text="Addresses or CIDR ranges; empty allows any address.",
+    )
+    priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.NORMAL)
+    expires_at = forms.DateTimeField(
+        required=False,
+        label="Expires",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
+    )
+    field_order = [
+        "name",
+        "sub_account",
+        "allowed_models",
+        "ip_allowlist",
+        "spend_cap_daily",
+        "spend_cap_monthly",
+        "spend_cap_lifetime",
+        "rpm_limit",
+        "tpm_limit",
+        "priority",
+        "expires_at",
+    ]
+
+    def __init__(self, *args, sub_accounts=(), tz_name="UTC", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tz_name = tz_name
+        self.fields["sub_account"].choices = [("", "— none (organization-wide) —")] + [
+            (str(s.pk), s.name) for s in sub_accounts
+        ]
+
+    def clean_expires_at(self):
+        value: datetime | None = self.cleaned_data.get("expires_at")
+        if value is not None and timezone.is_naive(value):
+            value = value.replace(tzinfo=zoneinfo.ZoneInfo(self.tz_name))
+        return value
+
+    def service_kwargs(self) -> dict:
+        data = dict(self.cleaned_data)
+        data["sub_account_id"] = int(data.pop("sub_account")) if data.get("sub_account") else None
+        return data
+
+
+class ApiKeyEditForm(ApiKeyForm):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        del self.fields["sub_account"]
+
+    def service_kwargs(self) -> dict:
+        return dict(self.cleaned_data)
+
+
+class RotateForm(forms.Form):
+    grace_seconds = forms.TypedChoiceField(
+        coerce=int,
+        label="Old secret keeps working for",
+        choices=[
+            (0, "stop now"),
+            (300, "5 minutes"),
+            (3600, "1 hour"),
+            (86400, "24 hours"),
+            (604800, "7 days"),
+        ],
+    )
+
+
+class SubAccountForm(LimitsForm):
+    name = forms.CharField(max_length=120)
+    status = forms.ChoiceField(choices=SubAccountStatus.choices, initial=SubAccountStatus.ACTIVE)
+    field_order = ["name", "status", "allowed_models"]
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField()
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.DEVELOPER)
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class AcceptNewUserForm(forms.Form):
+    full_name = forms.CharField(max_length=150, required=False)
+    password = forms.CharField(widget=forms.PasswordInput, min_length=1)
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=120)
+
+
+class OrganizationForm(forms.Form):
+    name = forms.CharField(max_length=120)
+    timezone = forms.CharField(max_length=64, help_text="IANA name, e.g. Europe/Berlin")

@@ -1,0 +1,140 @@
+"""Shapes of the REST API. Serializers parse and present; services validate."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from accounts.models import (
+    ApiKey,
+    Invitation,
+    Membership,
+    Priority,
+    Role,
+    SubAccount,
+    SubAccountStatus,
+)
+
+LIMIT_FIELDS = (
+    "allowed_models",
+    "spend_cap_daily",
+    "spend_cap_monthly",
+    "spend_cap_lifetime",
+    "rpm_limit",
+    "tpm_limit",
+)
+
+
+class ApiKeySerializer(serializers.ModelSerializer):
+    prefix = serializers.CharField(read_only=True)
+    status = serializers.CharField(source="effective_status", read_only=True)
+    sub_account = serializers.PrimaryKeyRelatedField(read_only=True)
+    owner = serializers.EmailField(source="owner.email", read_only=True, default=None)
+
+    class Meta:
+        model = ApiKey
+        fields = (
+            "id",
+            "name",
+            "prefix",
+            "sub_account",
+            "owner",
+            *LIMIT_FIELDS,
+            "ip_allowlist",
+            "priority",
+            "expires_at",
+            "status",
+            "last_used_at",
+            "created_at",
+            "revoked_at",
+            "rotated_at",
+        )
+        read_only_fields = fields
+
+
+class _LimitsInput(serializers.Serializer):
+    allowed_models = serializers.ListField(child=serializers.CharField(), required=False)
+    spend_cap_daily = serializers.IntegerField(
+        required=False, allow_null=True, help_text="micro-units"
+    )
+    spend_cap_monthly = serializers.IntegerField(
+        required=False, allow_null=True, help_text="micro-units"
+    )
+    spend_cap_lifetime = serializers.IntegerField(
+        required=False, allow_null=True, help_text="micro-units"
+    )
+    rpm_limit = serializers.IntegerField(required=False, allow_null=True)
+    tpm_limit = serializers.IntegerField(required=False, allow_null=True)
+
+
+class ApiKeyInput(_LimitsInput):
+    name = serializers.CharField(max_length=120)
+    sub_account = serializers.IntegerField(required=False, allow_null=True)
+    ip_allowlist = serializers.ListField(child=serializers.CharField(), required=False)
+    priority = serializers.ChoiceField(choices=Priority.choices, required=False)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class ApiKeyUpdate(ApiKeyInput):
+    name = serializers.CharField(max_length=120, required=False)
+    sub_account = None
+
+
+class ApiKeyCreated(ApiKeySerializer):
+    key = serializers.CharField(
+        read_only=True, help_text="The secret; shown only in this response."
+    )
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = (*ApiKeySerializer.Meta.fields, "key")
+        read_only_fields = fields
+
+
+class RotateInput(serializers.Serializer):
+    grace_seconds = serializers.IntegerField(required=False, default=0)
+
+
+class SubAccountSerializer(serializers.ModelSerializer):
+    members = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = SubAccount
+        fields = ("id", "name", "status", *LIMIT_FIELDS, "members", "created_at")
+        read_only_fields = fields
+
+
+class SubAccountInput(_LimitsInput):
+    name = serializers.CharField(max_length=120)
+
+
+class SubAccountUpdate(_LimitsInput):
+    name = serializers.CharField(max_length=120, required=False)
+    status = serializers.ChoiceField(choices=SubAccountStatus.choices, required=False)
+    members = serializers.ListField(child=serializers.IntegerField(), required=False)
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    email = serializers.EmailField(source="user.email", read_only=True)
+    full_name = serializers.CharField(source="user.full_name", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ("id", "email", "full_name", "role", "created_at")
+        read_only_fields = fields
+
+
+class RoleInput(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class InvitationSerializer(serializers.ModelSerializer):
+    status = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Invitation
+        fields = ("id", "email", "role", "status", "created_at", "expires_at")
+        read_only_fields = fields
+
+
+class InvitationInput(serializers.Serializer):
+    email = serializers.CharField(max_length=254)
+    role = serializers.CharField(max_length=16)

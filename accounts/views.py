@@ -1,0 +1,465 @@
+"""Console pages of the accounts app. Each view parses input, calls one
+service or selector, and renders the page (or, for htmx, just the partial)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from accounts import selectors, services
+from accounts.decorators import apply_errors, org_view
+from accounts.errors import DomainError
+from accounts.forms import (
+    AcceptNewUserForm,
+    ApiKeyEditForm,
+    ApiKeyForm,
+    InviteForm,
+    OrganizationForm,
+    RoleForm,
+    RotateForm,
+    SubAccountForm,
+    TokenForm,
+)
+from accounts.middleware import SESSION_KEY
+from accounts.models import ApiKeyStatus, Membership
+from accounts.permissions import Perm, can_view_keys
+from console.money import micro_to_decimal
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "accounts/login.html"
+    redirect_authenticated_user = True
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    template_name = "accounts/password_change.html"
+
+    def get_success_url(self):
+        messages.success(self.request, "Your password was changed.")
+        return reverse("console:overview")
+
+
+def _page(request, qs, per_page=50):
+    return Paginator(qs, per_page).get_page(request.GET.get("page"))
+
+
+def _flash_error(request, exc: DomainError) -> None:
+    messages.error(request, exc.message)
+
+
+# --- organization ------------------------------------------------------------
+
+
+@require_POST
+@org_view()
+def organization_switch(request):
+    org_id = request.POST.get("organization")
+    if not Membership.objects.filter(
+        user=request.user, organization_id=org_id, organization__is_active=True
+    ).exists():
+        messages.error(request, "You are not a member of that organization.")
+    else:
+        request.session[SESSION_KEY] = int(org_id)
+    return redirect("console:overview")
+
+
+@org_view(Perm.ORG_VIEW)
+def organization_settings(request):
+    actor = request.actor
+    org = actor.organization
+    form = OrganizationForm(
+        request.POST or None, initial={"name": org.name, "timezone": org.timezone}
+    )
+    if request.method == "POST":
+        if not actor.can(Perm.ORG_MANAGE):
+            return render(
+                request, "403.html", {"reason": "Your role cannot change settings."}, status=403
+            )
+        if form.is_valid():
+            try:
+                services.organization_update(actor=actor, **form.cleaned_data)
+            except DomainError as exc:
+                apply_errors(form, exc)
+            else:
+                messages.success(request, "Settings saved.")
+                return redirect("accounts:organization_settings")
+    return render(request, "accounts/organization.html", {"form": form, "org": org})
+
+
+# --- members and invitations -------------------------------------------------
+
+
+@org_view(Perm.MEMBERS_VIEW)
+def member_list(request):
+    actor = request.actor
+    invite_form = InviteForm(request.POST or None)
+    if request.method == "POST":
+        if not actor.can(Perm.MEMBERS_MANAGE):
+            return render(
+                request, "403.html", {"reason": "Your role cannot invite members."}, status=403
+            )
+        if invite_form.is_valid():
+            try:
+                invitation, _raw = services.invitation_create(
+                    actor=actor, **invite_form.cleaned_data
+                )
+            except DomainError as exc:
+                apply_errors(invite_form, exc)
+            else:
+                messages.success(request, f"Invitation sent to {invitation.email}.")
+                return redirect("accounts:members")
+    context = {
+        "members": selectors.member_list(actor=actor),
+        "invitations": selectors.invitation_list(actor=actor)[:50]
+        if actor.can(Perm.MEMBERS_MANAGE)
+        else [],
+        "invite_form": invite_form,
+        "role_choices": RoleForm.base_fields["role"].choices,
+    }
+    return render(request, "accounts/members.html", context)
+
+
+@require_POST
+@org_view(Perm.MEMBERS_MANAGE)
+def member_role(request, membership_id: int):
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose one of the listed roles.")
+    else:
+        try:
+            m = services.membership_change_role(
+                actor=request.actor, membership_id=membership_id, **form.cleaned_data
+            )
+        except DomainError as exc:
+            _flash_error(request, exc)
+        else:
+            messages.success(request, f"{m.user.email} is now {m.get_role_display()}.")
+    return redirect("accounts:members")
+
+
+@require_POST
+@org_view(Perm.MEMBERS_VIEW)
+def member_remove(request, membership_id: int):
+    try:
+        services.membership_remove(actor=request.actor, membership_id=membership_id)
+    except DomainError as exc:
+        _flash_error(request, exc)
+    else:
+        messages.success(request, "Member removed.")
+    return redirect("accounts:members")
+
+
+@require_POST
+@org_view(Perm.MEMBERS_MANAGE)
+def invitation_revoke(request, invitation_id: int):
+    try:
+        services.invitation_revoke(actor=request.actor, invitation_id=invitation_id)
+    except DomainError as exc:
+        _flash_error(request, exc)
+    else:
+        messages.success(request, "Invitation withdrawn.")
+    return redirect("accounts:members")
+
+
+def invitation_accept(request, token: str):
+    """The one-time link from the invitation e-mail."""
+    try:
+        invitation = services.invitation_lookup(token)
+    except DomainError as exc:
+        return render(
+            request, "accounts/invitation_invalid.html", {"message": exc.message}, status=410
+        )
+    from accounts.models import User
+
+    has_account = User.objects.filter(email__iexact=invitation.email).exists()
+    form = AcceptNewUserForm(request.POST or None)
+    error = None
+    if request.method == "POST":
+        try:
+            if request.user.is_authenticated:
+                membership = services.invitation_accept(
+                    raw_token=token, user=request.user, ip=request.META.get("REMOTE_ADDR")
+                )
+            elif has_account:
+                return redirect(f"{reverse('accounts:login')}?next={request.path}")
+            elif form.is_valid():
+                membership = services.invitation_accept_new_user(
+                    raw_token=token, ip=request.META.get("REMOTE_ADDR"), **form.cleaned_data
+                )
+                login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")
+            else:
+                membership = None
+        except DomainError as exc:
+            apply_errors(form, exc)
+            error = exc.message
+            membership = None
+        if membership is not None:
+            request.session[SESSION_KEY] = membership.organization_id
+            messages.success(request, f"Welcome to {membership.organization.name}.")
+            return redirect("console:overview")
+    return render(
+        request,
+        "accounts/invitation_accept.html",
+        {"invitation": invitation, "form": form, "has_account": has_account, "error": error},
+    )
+
+
+# --- sub-accounts ------------------------------------------------------------
+
+
+def _limits_initial(obj) -> dict:
+    initial = {
+        "allowed_models": ", ".join(obj.allowed_models or []),
+        "rpm_limit": obj.rpm_limit,
+        "tpm_limit": obj.tpm_limit,
+    }
+    for field in ("spend_cap_daily", "spend_cap_monthly", "spend_cap_lifetime"):
+        value = getattr(obj, field)
+        initial[field] = "" if value is None else micro_to_decimal(value).normalize()
+    return initial
+
+
+@org_view(Perm.SUBACCOUNTS_VIEW)
+def sub_account_list(request):
+    actor = request.actor
+    form = SubAccountForm(request.POST or None)
+    if request.method == "POST":
+        if not actor.can(Perm.SUBACCOUNTS_MANAGE):
+            return render(
+                request, "403.html", {"reason": "Your role cannot create sub-accounts."}, status=403
+            )
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            data.pop("status", None)
+            try:
+                sub = services.sub_account_create(actor=actor, **data)
+            except DomainError as exc:
+                apply_errors(form, exc)
+            else:
+                messages.success(request, f"Sub-account '{sub.name}' created.")
+                return redirect("accounts:sub_account_detail", sub.pk)
+    return render(
+        request,
+        "accounts/sub_accounts.html",
+        {"sub_accounts": selectors.sub_account_list(actor=actor), "form": form},
+    )
+
+
+@org_view(Perm.SUBACCOUNTS_VIEW)
+def sub_account_detail(request, sub_account_id: int):
+    actor = request.actor
+    try:
+        sub = services.get_sub_account(actor, sub_account_id)
+    except DomainError:
+        raise Http404 from None
+    form = SubAccountForm(
+        request.POST or None,
+        initial={"name": sub.name, "status": sub.status, **_limits_initial(sub)},
+    )
+    if request.method == "POST":
+        if not actor.can(Perm.SUBACCOUNTS_MANAGE):
+            return render(
+                request, "403.html", {"reason": "Your role cannot change sub-accounts."}, status=403
+            )
+        try:
+            if "members" in request.POST or request.POST.get("action") == "members":
+                ids = [int(i) for i in request.POST.getlist("members") if i.isdigit()]
+                services.sub_account_set_members(
+                    actor=actor, sub_account_id=sub.pk, membership_ids=ids
+                )
+                messages.success(request, "Members updated.")
+                return redirect("accounts:sub_account_detail", sub.pk)
+            if form.is_valid():
+                services.sub_account_update(actor=actor, sub_account_id=sub.pk, **form.cleaned_data)
+                messages.success(request, "Sub-account saved.")
+                return redirect("accounts:sub_account_detail", sub.pk)
+        except DomainError as exc:
+            apply_errors(form, exc)
+    keys = (
+        selectors.api_key_list(actor=actor, sub_account_id=sub.pk)
+        if can_view_keys(actor.role)
+        else []
+    )
+    return render(
+        request,
+        "accounts/sub_account_detail.html",
+        {
+            "sub": sub,
+            "form": form,
+            "keys": keys,
+            "members": selectors.member_list(actor=actor),
+            "assigned": set(sub.members.values_list("pk", flat=True)),
+        },
+    )
+
+
+# --- API keys ------------------------------------------------------------------
+
+KEY_PERMS = (Perm.KEYS_VIEW_ALL, Perm.KEYS_MANAGE_OWN)
+
+
+@org_view(*KEY_PERMS, any_of=True)
+def api_key_list(request):
+    actor = request.actor
+    status = request.GET.get("status") or None
+    if status not in (None, *ApiKeyStatus.values):
+        status = None
+    keys = selectors.api_key_list(actor=actor, status=status)
+    return render(
+        request, "accounts/api_keys.html", {"page": _page(request, keys), "status": status}
+    )
+
+
+def _key_form(request, data=None):
+    actor = request.actor
+    return ApiKeyForm(
+        data,
+        sub_accounts=selectors.sub_accounts_for_key_form(actor=actor),
+        tz_name=actor.organization.timezone,
+    )
+
+
+@org_view(Perm.KEYS_MANAGE_OWN)
+def api_key_create(request):
+    actor = request.actor
+    form = _key_form(request, request.POST or None)
+    template = "accounts/_api_key_form.html" if request.htmx else "accounts/api_key_new.html"
+    if request.method == "POST" and form.is_valid():
+        try:
+            key, raw = services.api_key_issue(actor=actor, **form.service_kwargs())
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            template = (
+                "accounts/_api_key_secret.html" if request.htmx else "accounts/api_key_secret.html"
+            )
+            return render(request, template, {"key": key, "raw_key": raw, "created": True})
+    return render(request, template, {"form": form})
+
+
+@org_view(*KEY_PERMS, any_of=True)
+def api_key_detail(request, key_id: int):
+    actor = request.actor
+    try:
+        key = services.get_api_key(actor, key_id, for_change=False)
+    except DomainError:
+        raise Http404 from None
+    may_change = actor.can(Perm.KEYS_MANAGE_ALL) or (
+        actor.can(Perm.KEYS_MANAGE_OWN) and key.owner_id == actor.user.pk
+    )
+    initial = {
+        "name": key.name,
+        "ip_allowlist": "\n".join(key.ip_allowlist),
+        "priority": key.priority,
+        "expires_at": key.expires_at,
+        **_limits_initial(key),
+    }
+    form = ApiKeyEditForm(
+        request.POST or None, initial=initial, tz_name=actor.organization.timezone
+    )
+    if request.method == "POST":
+        if not may_change:
+            return render(
+                request, "403.html", {"reason": "Your role cannot change this key."}, status=403
+            )
+        if form.is_valid():
+            try:
+                services.api_key_update(actor=actor, key_id=key.pk, **form.service_kwargs())
+            except DomainError as exc:
+                apply_errors(form, exc)
+            else:
+                messages.success(request, "Key saved.")
+                return redirect("accounts:api_key_detail", key.pk)
+    return render(
+        request,
+        "accounts/api_key_detail.html",
+        {"key": key, "form": form, "may_change": may_change, "rotate_form": RotateForm()},
+    )
+
+
+@org_view(Perm.KEYS_MANAGE_OWN)
+def api_key_rotate(request, key_id: int):
+    actor = request.actor
+    try:
+        key = services.get_api_key(actor, key_id)
+    except DomainError:
+        raise Http404 from None
+    form = RotateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key, raw = services.api_key_rotate(actor=actor, key_id=key.pk, **form.cleaned_data)
+        except DomainError as exc:
+            _flash_error(request, exc)
+            return redirect("accounts:api_key_detail", key.pk)
+        return render(
+            request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
+        )
+    return render(request, "accounts/api_key_rotate.html", {"key": key, "form": form})
+
+
+@org_view(Perm.KEYS_MANAGE_OWN)
+def api_key_revoke(request, key_id: int):
+    actor = request.actor
+    try:
+        key = services.get_api_key(actor, key_id)
+    except DomainError:
+        raise Http404 from None
+    if request.method == "POST":
+        try:
+            services.api_key_revoke(actor=actor, key_id=key.pk)
+        except DomainError as exc:
+            _flash_error(request, exc)
+        else:
+            messages.success(request, f"Key '{key.name}' ({key.prefix}…) revoked.")
+        return redirect("accounts:api_keys")
+    return render(request, "accounts/api_key_revoke.html", {"key": key})
+
+
+# --- audit log and access tokens ---------------------------------------------------
+
+
+@org_view(Perm.AUDIT_VIEW)
+def audit_log(request):
+    action = (request.GET.get("action") or "").strip()[:64] or None
+    events = selectors.audit_event_list(actor=request.actor, action_prefix=action)
+    return render(
+        request,
+        "accounts/audit.html",
+        {"page": _page(request, events.select_related("actor")), "action": action},
+    )
+
+
+@org_view(Perm.TOKENS_MANAGE_OWN)
+def access_tokens(request):
+    actor = request.actor
+    form = TokenForm(request.POST or None)
+    raw = None
+    if request.method == "POST":
+        if "revoke" in request.POST:
+            try:
+                services.personal_access_token_revoke(actor=actor, token_id=request.POST["revoke"])
+            except DomainError as exc:
+                _flash_error(request, exc)
+            else:
+                messages.success(request, "Token revoked.")
+            return redirect("accounts:access_tokens")
+        if form.is_valid():
+            try:
+                _token, raw = services.personal_access_token_issue(
+                    actor=actor, name=form.cleaned_data["name"]
+                )
+            except DomainError as exc:
+                apply_errors(form, exc)
+            else:
+                form = TokenForm()
+    return render(
+        request,
+        "accounts/access_tokens.html",
+        {"tokens": selectors.access_token_list(actor=actor), "form": form, "raw_token": raw},
+    )

@@ -1,0 +1,31 @@
+"""The console shell: the overview page."""
+
+from django.shortcuts import render
+
+from accounts.decorators import org_view
+from accounts.models import ApiKey, ApiKeyStatus, Membership, SubAccount
+from accounts.permissions import Perm, can_view_keys
+
+
+@org_view(Perm.ORG_VIEW)
+def overview(request):
+    actor = request.actor
+    org_id = actor.organization_id
+    context = {
+        "member_count": Membership.objects.filter(organization_id=org_id).count(),
+        "sub_account_count": SubAccount.objects.filter(organization_id=org_id).count(),
+    }
+    if can_view_keys(actor.role):
+        from accounts.selectors import api_key_list
+
+        keys = api_key_list(actor=actor)
+        context["active_key_count"] = keys.filter(status=ApiKeyStatus.ACTIVE).count()
+        context["recent_keys"] = keys[:5]
+    return render(request, "console/overview.html", context)
+
+
+def health(request):
+    from django.http import JsonResponse
+
+    ApiKey.objects.exists()  # the database answers
+    return JsonResponse({"status": "ok"})

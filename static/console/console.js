@@ -1,0 +1,30 @@
+// Console behaviour that needs a few lines of script: copy buttons and
+// confirmations. Everything works without it, just with fewer comforts.
+(function () {
+  function copy(button) {
+    var target = document.getElementById(button.dataset.copyTarget);
+    if (!target) return;
+    var done = function () {
+      button.textContent = "Copied";
+      button.classList.add("copied");
+      setTimeout(function () { button.textContent = "Copy"; button.classList.remove("copied"); }, 2000);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(target.value).then(done, function () { target.select(); document.execCommand("copy"); done(); });
+    } else {
+      target.select();
+      document.execCommand("copy");
+      done();
+    }
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy-target]");
+    if (button) { event.preventDefault(); copy(button); }
+  });
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+      event.preventDefault();
+    }
+  }, true);
+})();
