@@ -6,6 +6,7 @@ write goes through a service, so permissions are the console's."""
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -13,6 +14,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from accounts import selectors, services
+from accounts.models import ApiKey, Invitation, Membership, SubAccount
 from accounts.serializers import (
     ApiKeyCreated,
     ApiKeyInput,
@@ -38,6 +40,7 @@ class IsOrgMember(permissions.BasePermission):
 
 class OrgViewSet(viewsets.GenericViewSet):
     permission_classes = (permissions.IsAuthenticated, IsOrgMember)
+    lookup_value_regex = r"[0-9]+"
 
     @property
     def actor(self):
@@ -61,6 +64,7 @@ class OrgViewSet(viewsets.GenericViewSet):
 
 
 class ApiKeyViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    queryset = ApiKey.objects.none()  # for the schema; get_queryset scopes
     serializer_class = ApiKeySerializer
 
     def get_queryset(self):
@@ -96,6 +100,7 @@ class ApiKeyViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
 
 
 class SubAccountViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    queryset = SubAccount.objects.none()  # for the schema; get_queryset scopes
     serializer_class = SubAccountSerializer
 
     def get_queryset(self):
@@ -123,6 +128,7 @@ class SubAccountViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
 
 
 class MemberViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    queryset = Membership.objects.none()  # for the schema; get_queryset scopes
     serializer_class = MemberSerializer
 
     def get_queryset(self):
@@ -142,6 +148,7 @@ class MemberViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
 
 
 class InvitationViewSet(OrgViewSet, mixins.ListModelMixin):
+    queryset = Invitation.objects.none()  # for the schema; get_queryset scopes
     serializer_class = InvitationSerializer
 
     def get_queryset(self):
@@ -161,3 +168,15 @@ class InvitationViewSet(OrgViewSet, mixins.ListModelMixin):
             actor=self.actor, invitation_id=self.get_object().pk
         )
         return Response(InvitationSerializer(invitation).data)
+
+
+class PersonalAccessTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "accounts.api_auth.PersonalAccessTokenAuthentication"
+    name = "personalAccessToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A personal access token (pat_…)",
+        }

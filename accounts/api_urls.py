@@ -5,6 +5,7 @@ from rest_framework.routers import SimpleRouter
 from accounts import api
 
 router = SimpleRouter()
+router.include_format_suffixes = False
 router.register("keys", api.ApiKeyViewSet, basename="api-key")
 router.register("sub-accounts", api.SubAccountViewSet, basename="sub-account")
 router.register("members", api.MemberViewSet, basename="member")

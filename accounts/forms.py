@@ -108,7 +108,8 @@ class ApiKeyForm(LimitsForm):
 
     def service_kwargs(self) -> dict:
         data = dict(self.cleaned_data)
-        data["sub_account_id"] = int(data.pop("sub_account")) if data.get("sub_account") else None
+        sub_account = data.pop("sub_account", None)
+        data["sub_account_id"] = int(sub_account) if sub_account else None
         return data
 
 
