@@ -80,15 +80,17 @@ class ApiKeyViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
 
     @extend_schema(request=ApiKeyUpdate, responses=ApiKeySerializer)
     def partial_update(self, request, pk=None):
+        key = self.get_object()
         data = self._input(ApiKeyUpdate, request.data, partial=True)
-        key = services.api_key_update(actor=self.actor, key_id=self.get_object().pk, **data)
+        key = services.api_key_update(actor=self.actor, key_id=key.pk, **data)
         return Response(ApiKeySerializer(key).data)
 
     @extend_schema(request=RotateInput, responses=ApiKeyCreated)
     @action(detail=True, methods=["post"])
     def rotate(self, request, pk=None):
+        key = self.get_object()
         data = self._input(RotateInput, request.data)
-        key, raw = services.api_key_rotate(actor=self.actor, key_id=self.get_object().pk, **data)
+        key, raw = services.api_key_rotate(actor=self.actor, key_id=key.pk, **data)
         key.key = raw
         return Response(ApiKeyCreated(key).data)
 
@@ -115,8 +117,8 @@ class SubAccountViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
 
     @extend_schema(request=SubAccountUpdate, responses=SubAccountSerializer)
     def partial_update(self, request, pk=None):
-        data = self._input(SubAccountUpdate, request.data, partial=True)
         sub = self.get_object()
+        data = self._input(SubAccountUpdate, request.data, partial=True)
         members = data.pop("members", None)
         if data:
             sub = services.sub_account_update(actor=self.actor, sub_account_id=sub.pk, **data)
@@ -136,10 +138,9 @@ class MemberViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
 
     @extend_schema(request=RoleInput, responses=MemberSerializer)
     def partial_update(self, request, pk=None):
+        target = self.get_object()
         data = self._input(RoleInput, request.data)
-        m = services.membership_change_role(
-            actor=self.actor, membership_id=self.get_object().pk, **data
-        )
+        m = services.membership_change_role(actor=self.actor, membership_id=target.pk, **data)
         return Response(MemberSerializer(m).data)
 
     def destroy(self, request, pk=None):

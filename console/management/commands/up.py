@@ -1,0 +1,181 @@
+"""``python manage.py up``: everything the console needs, in one command.
+
+Migrates the database, makes sure a demo organization with a login and an API
+key exists (unless ``--no-demo``), then runs the ASGI server, a Celery worker
+and Celery beat as child processes until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import sys
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections, transaction
+
+from console.processes import ChildDied, Supervisor
+
+DEMO_EMAIL = "demo@example.com"
+DEMO_ORG_NAME = "Demo Org"
+DEMO_ORG_SLUG = "demo"
+DEMO_KEY_NAME = "Demo key"
+
+
+def demo_password() -> str:
+    """Derived from the secret key, so it is the same on every start and never stored."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), b"demo-password", hashlib.sha256)
+    return digest.hexdigest()[:16]
+
+
+def ensure_demo(*, new_key: bool) -> tuple[str, str]:
+    """Create the demo user, organization and key once. Returns the login line's
+    password and what to print for the key: the raw key when one was just
+    issued, else a hint naming its prefix."""
+    from accounts.actors import Actor
+    from accounts.models import ApiKey, ApiKeyStatus, Membership, Organization, Role, User
+    from accounts.services import api_key_issue, api_key_revoke, organization_create
+
+    password = demo_password()
+    with transaction.atomic():
+        user = User.objects.filter(email=DEMO_EMAIL).first()
+        if user is None:
+            user = User.objects.create_user(DEMO_EMAIL, password, full_name="Demo User")
+        org = Organization.objects.filter(slug=DEMO_ORG_SLUG).first()
+        if org is None:
+            org = organization_create(name=DEMO_ORG_NAME, slug=DEMO_ORG_SLUG, owner=user)
+            new_key = True
+        owners = Membership.objects.select_related("user", "organization").filter(
+            organization=org, role=Role.OWNER
+        )
+        membership = owners.filter(user=user).first() or owners.order_by("pk").first()
+        if membership is None:
+            raise CommandError(f"The demo organization '{DEMO_ORG_SLUG}' has no owner.")
+        actor = Actor(membership)
+        current = (
+            ApiKey.objects.filter(organization=org, name=DEMO_KEY_NAME, sub_account=None)
+            .exclude(status=ApiKeyStatus.REVOKED)
+            .order_by("-created_at", "-pk")
+            .first()
+        )
+        if new_key:
+            if current is not None:
+                api_key_revoke(actor=actor, key_id=current.pk)
+            _key, raw = api_key_issue(actor=actor, name=DEMO_KEY_NAME)
+            return password, raw
+    hint = "(shown once when it was issued; run with --new-demo-key for a fresh one)"
+    if current is None or not current.is_usable:
+        return password, f"none active {hint}"
+    return password, f"{current.prefix}… {hint}"
+
+
+class Command(BaseCommand):
+    help = "Migrate, create the demo organization, and run the web server, worker and beat."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--no-demo", action="store_true", help="Do not create the demo data.")
+        parser.add_argument(
+            "--new-demo-key",
+            action="store_true",
+            help="Revoke the demo API key and issue a fresh one (printed once).",
+        )
+
+    def say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
+    def handle(self, *args, host: str, port: int, no_demo: bool, new_demo_key: bool, **options):
+        if not 0 < port < 65536:
+            raise CommandError(f"--port {port} is not a TCP port")
+        call_command("migrate", interactive=False, verbosity=0)
+        display_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+        if ":" in display_host:
+            display_host = f"[{display_host}]"
+        self.say(f"Console: http://{display_host}:{port}/")
+        if not no_demo:
+            password, key_line = ensure_demo(new_key=new_demo_key)
+            self.say(f"Login: {DEMO_EMAIL} / {password}")
+            self.say(f"Demo API key: {key_line}")
+        connections.close_all()  # the children open their own
+        sys.exit(self.run_children(host, port))
+
+    def run_children(self, host: str, port: int) -> int:
+        py = sys.executable
+        env = os.environ.copy()
+        env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+        sup = Supervisor(env=env, cwd=str(settings.BASE_DIR), log=self.say)
+        sup.install_signal_handlers()
+        code = 0
+        try:
+            sup.start(
+                "web",
+                [
+                    py,
+                    "-m",
+                    "uvicorn",
+                    "console.asgi:application",
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                    "--lifespan",
+                    "off",
+                    "--no-access-log",
+                ],
+            )
+            sup.start(
+                "worker",
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "console",
+                    "worker",
+                    "-l",
+                    "info",
+                    "--concurrency",
+                    "2",
+                    "--pool",
+                    "prefork",
+                    "-Q",
+                    settings.CELERY_TASK_DEFAULT_QUEUE,
+                    # The filesystem broker has no broadcast; these need it.
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ],
+            )
+            sup.start(
+                "beat",
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "console",
+                    "beat",
+                    "-l",
+                    "info",
+                    "-s",
+                    settings.CELERY_BEAT_SCHEDULE_FILENAME,
+                ],
+            )
+            wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
+            wait_host = "::1" if wait_host == "::" else wait_host
+            if sup.wait_for_port(wait_host, port):
+                self.say("Ready.")
+                sup.watch()
+            name = {2: "SIGINT", 15: "SIGTERM"}.get(sup.stop_requested, sup.stop_requested)
+            self.say(f"Got {name}; stopping.")
+        except (ChildDied, TimeoutError) as exc:
+            self.stderr.write(f"up: {exc}; stopping the others.")
+            code = 1
+        finally:
+            sup.stop()
+        self.say("Stopped.")
+        return code

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+
+from accounts.actors import Actor
+from accounts.models import Role
+from tests.factories import MembershipFactory, OrganizationFactory
+
+ROLES = [r.value for r in Role]
+
+
+@pytest.fixture(autouse=True)
+def _test_settings(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.API_KEY_PEPPER = "test-pepper-not-secret"
+    settings.INVITATION_TTL_HOURS = 72
+
+
+@pytest.fixture(autouse=True)
+def invitation_email_delay():
+    """No broker in unit tests: the Celery ``delay`` is a mock."""
+    with mock.patch("accounts.tasks.send_invitation_email.delay") as delay:
+        yield delay
+
+
+@pytest.fixture
+def org(db):
+    return OrganizationFactory(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def other_org(db):
+    return OrganizationFactory(name="Globex", slug="globex")
+
+
+def _member(organization, role):
+    return MembershipFactory(organization=organization, role=role)
+
+
+@pytest.fixture
+def owner(org):
+    return _member(org, Role.OWNER)
+
+
+@pytest.fixture
+def admin(org):
+    return _member(org, Role.ADMIN)
+
+
+@pytest.fixture
+def finance(org):
+    return _member(org, Role.FINANCE)
+
+
+@pytest.fixture
+def developer(org):
+    return _member(org, Role.DEVELOPER)
+
+
+@pytest.fixture
+def viewer(org):
+    return _member(org, Role.VIEWER)
+
+
+@pytest.fixture
+def members(owner, admin, finance, developer, viewer):
+    """One membership of ``org`` per role, keyed by role."""
+    return {
+        Role.OWNER: owner,
+        Role.ADMIN: admin,
+        Role.FINANCE: finance,
+        Role.DEVELOPER: developer,
+        Role.VIEWER: viewer,
+    }
+
+
+@pytest.fixture
+def other_owner(other_org):
+    return _member(other_org, Role.OWNER)
+
+
+@pytest.fixture
+def other_members(other_org, other_owner):
+    """One membership of ``other_org`` per role, keyed by role."""
+    out = {Role.OWNER: other_owner}
+    for role in ROLES:
+        if role != Role.OWNER:
+            out[role] = _member(other_org, role)
+    return out
+
+
+@pytest.fixture
+def actor_for():
+    def make(membership, ip: str | None = "203.0.113.5") -> Actor:
+        return Actor(membership, ip)
+
+    return make

@@ -1,0 +1,192 @@
+"""``manage.py up`` for real: a subprocess with its own var dir (SQLite, secrets,
+filesystem broker), started three times against the same data."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY_RE = re.compile(r"^sk-[a-z2-9]{10}_[A-Za-z0-9_-]{43}$")
+LINE_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def up_env(tmp_path):
+    env = os.environ.copy()
+    for name in (
+        "DATABASE_URL",
+        "REDIS_URL",
+        "CELERY_BROKER_URL",
+        "DJANGO_SECRET_KEY",
+        "API_KEY_PEPPER",
+        "CONSOLE_PRODUCTION",
+    ):
+        env.pop(name, None)
+    env["CONSOLE_VAR_DIR"] = str(tmp_path / "var")
+    env["DJANGO_SETTINGS_MODULE"] = "console.settings"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Up:
+    """A running ``manage.py up`` whose merged output is read on a thread."""
+
+    def __init__(self, env: dict, *args: str):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "up", "--port", str(self.port), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, pattern: str) -> re.Match:
+        deadline = time.monotonic() + LINE_TIMEOUT
+        for line in self.seen:
+            if m := re.search(pattern, line):
+                return m
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+            if m := re.search(pattern, line):
+                return m
+        output = "\n".join(self.seen)
+        pytest.fail(f"no line matching {pattern!r}; output so far:\n{output}")
+
+    def child_pids(self) -> list[int]:
+        return [int(m.group(1)) for line in self.seen if (m := re.search(r"pid (\d+)", line))]
+
+    def stop(self) -> int:
+        children = self.child_pids()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            pytest.fail("manage.py up did not exit within 15 s of SIGTERM")
+        for pid in children:  # each child leads its own process group
+            with pytest.raises(ProcessLookupError):
+                os.killpg(pid, 0)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            for pid in self.child_pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start(env: dict, *args: str) -> tuple[Up, dict]:
+    up = Up(env, *args)
+    try:
+        console = up.wait_for(r"^Console: (http://127\.0\.0\.1:(\d+)/)$")
+        login = up.wait_for(r"^Login: (\S+) / ([0-9a-f]{16})$")
+        key = up.wait_for(r"^Demo API key: (.+)$")
+        up.wait_for(r"^Ready\.$")
+    except BaseException:
+        up.kill()
+        raise
+    assert int(console.group(2)) == up.port
+    return up, {
+        "url": console.group(1),
+        "email": login.group(1),
+        "password": login.group(2),
+        "key": key.group(1),
+    }
+
+
+def shell_check(env: dict, email: str, password: str, keys: list[str]) -> dict:
+    code = (
+        "import json\n"
+        "from django.contrib.auth import authenticate\n"
+        "from accounts.keys import api_key_authenticate\n"
+        f"print(json.dumps({{'login': authenticate(username={email!r}, password={password!r})"
+        f" is not None, 'keys': [api_key_authenticate(k) is not None for k in {keys!r}]}}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_up_runs_the_console_and_reuses_its_data(up_env):
+    var = Path(up_env["CONSOLE_VAR_DIR"])
+
+    up, first = start(up_env)
+    try:
+        assert first["email"] == "demo@example.com"
+        secret = (var / "secret_key").read_text().strip()
+        expected = hmac.new(secret.encode(), b"demo-password", hashlib.sha256).hexdigest()[:16]
+        assert first["password"] == expected
+        assert KEY_RE.match(first["key"]), first["key"]
+        with urllib.request.urlopen(first["url"] + "django-admin/login/", timeout=10) as resp:  # noqa: S310
+            assert resp.status == 200
+    finally:
+        code = up.stop()
+    assert code == 0, "\n".join(up.seen)
+    assert shell_check(up_env, first["email"], first["password"], [first["key"]]) == {
+        "login": True,
+        "keys": [True],
+    }
+
+    up, second = start(up_env)
+    assert up.stop() == 0
+    assert second["password"] == first["password"]
+    public_id = first["key"].split("_", 1)[0]
+    assert second["key"] == (
+        f"{public_id}… (shown once when it was issued; run with --new-demo-key for a fresh one)"
+    )
+
+    up, third = start(up_env, "--new-demo-key")
+    assert up.stop() == 0
+    assert KEY_RE.match(third["key"]), third["key"]
+    assert third["key"] != first["key"]
+    assert shell_check(up_env, third["email"], third["password"], [first["key"], third["key"]]) == {
+        "login": True,
+        "keys": [False, True],
+    }
