@@ -125,46 +125,54 @@ def member_list(request):
     return render(request, "accounts/members.html", context)
 
 
+def _run_action(request, action, success, redirect_to: str):
+    """Run one service call for a POST button; report the outcome as a message."""
+    try:
+        result = action()
+    except DomainError as exc:
+        _flash_error(request, exc)
+    else:
+        messages.success(request, success(result) if callable(success) else success)
+    return redirect(redirect_to)
+
+
 @require_POST
 @org_view(Perm.MEMBERS_MANAGE)
 def member_role(request, membership_id: int):
     form = RoleForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose one of the listed roles.")
-    else:
-        try:
-            m = services.membership_change_role(
-                actor=request.actor, membership_id=membership_id, **form.cleaned_data
-            )
-        except DomainError as exc:
-            _flash_error(request, exc)
-        else:
-            messages.success(request, f"{m.user.email} is now {m.get_role_display()}.")
-    return redirect("accounts:members")
+        return redirect("accounts:members")
+    return _run_action(
+        request,
+        lambda: services.membership_change_role(
+            actor=request.actor, membership_id=membership_id, **form.cleaned_data
+        ),
+        lambda m: f"{m.user.email} is now {m.get_role_display()}.",
+        "accounts:members",
+    )
 
 
 @require_POST
 @org_view(Perm.MEMBERS_VIEW)
 def member_remove(request, membership_id: int):
-    try:
-        services.membership_remove(actor=request.actor, membership_id=membership_id)
-    except DomainError as exc:
-        _flash_error(request, exc)
-    else:
-        messages.success(request, "Member removed.")
-    return redirect("accounts:members")
+    return _run_action(
+        request,
+        lambda: services.membership_remove(actor=request.actor, membership_id=membership_id),
+        "Member removed.",
+        "accounts:members",
+    )
 
 
 @require_POST
 @org_view(Perm.MEMBERS_MANAGE)
 def invitation_revoke(request, invitation_id: int):
-    try:
-        services.invitation_revoke(actor=request.actor, invitation_id=invitation_id)
-    except DomainError as exc:
-        _flash_error(request, exc)
-    else:
-        messages.success(request, "Invitation withdrawn.")
-    return redirect("accounts:members")
+    return _run_action(
+        request,
+        lambda: services.invitation_revoke(actor=request.actor, invitation_id=invitation_id),
+        "Invitation withdrawn.",
+        "accounts:members",
+    )
 
 
 def invitation_accept(request, token: str):
