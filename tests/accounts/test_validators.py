@@ -86,7 +86,10 @@ def test_ip_allowed_with_normalized_list():
 
 
 def test_normalize_models():
-    assert validators.normalize_models("gpt-4o, llama-3.1:70b  gpt-4o") == ["gpt-4o", "llama-3.1:70b"]
+    assert validators.normalize_models("gpt-4o, llama-3.1:70b  gpt-4o") == [
+        "gpt-4o",
+        "llama-3.1:70b",
+    ]
     with pytest.raises(ValueError, match="not a valid model name"):
         validators.normalize_models(["ok", "bad name!"])
 
@@ -113,8 +116,13 @@ def test_validate_cap_rejects(value, message):
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [(0, "at least 1"), (-5, "at least 1"), (validators.MAX_RATE_LIMIT + 1, "cannot exceed"),
-     (False, "whole number"), (2.0, "whole number")],
+    [
+        (0, "at least 1"),
+        (-5, "at least 1"),
+        (validators.MAX_RATE_LIMIT + 1, "cannot exceed"),
+        (False, "whole number"),
+        (2.0, "whole number"),
+    ],
 )
 def test_validate_rate_rejects(value, message):
     with pytest.raises(ValueError, match=message):

@@ -1,0 +1,710 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core import mail
+from django.utils import timezone
+
+from accounts.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from accounts.models import (
+    ApiKey,
+    ApiKeyStatus,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Role,
+    SubAccount,
+    SubAccountStatus,
+)
+from accounts.services import (
+    api_key_issue,
+    api_key_revoke,
+    api_key_rotate,
+    api_key_update,
+    api_keys_expire_due,
+    invitation_accept,
+    invitation_accept_new_user,
+    invitation_create,
+    invitation_lookup,
+    invitation_revoke,
+    membership_change_role,
+    membership_remove,
+    organization_create,
+    organization_update,
+    personal_access_token_authenticate,
+    personal_access_token_issue,
+    personal_access_token_revoke,
+    sub_account_create,
+    sub_account_set_members,
+    sub_account_update,
+)
+from accounts.tasks import send_invitation_email
+from tests.factories import MembershipFactory, SubAccountFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_actor(admin, actor_for):
+    return actor_for(admin)
+
+
+@pytest.fixture
+def owner_actor(owner, actor_for):
+    return actor_for(owner)
+
+
+@pytest.fixture
+def sub(org):
+    return SubAccountFactory(
+        organization=org,
+        name="team-a",
+        allowed_models=["gpt-a", "gpt-b"],
+        spend_cap_daily=10_000_000,
+        spend_cap_monthly=100_000_000,
+        rpm_limit=100,
+        tpm_limit=50_000,
+    )
+
+
+class _Snapshot:
+    """Row counts of everything a service may write, to prove nothing partial was saved."""
+
+    MODELS = (ApiKey, AuditEvent, Invitation, Membership, SubAccount)
+
+    def __init__(self):
+        self.counts = self.take()
+
+    def take(self):
+        return {m.__name__: m.objects.count() for m in self.MODELS}
+
+    def unchanged(self):
+        return self.take() == self.counts
+
+
+# --- API keys: issue --------------------------------------------------------
+
+
+def test_issue_key_with_restrictions(org, admin_actor, sub):
+    expires = timezone.now() + timedelta(days=7)
+    key, raw = api_key_issue(
+        actor=admin_actor,
+        name="  prod backend  ",
+        sub_account_id=sub.pk,
+        allowed_models="gpt-a",
+        spend_cap_daily=5_000_000,
+        spend_cap_monthly=None,
+        rpm_limit=50,
+        tpm_limit=10_000,
+        ip_allowlist=["10.0.0.7/8", "2001:DB8::1"],
+        priority="low",
+        expires_at=expires,
+    )
+    key.refresh_from_db()
+    assert key.name == "prod backend"
+    assert key.organization == org
+    assert key.sub_account == sub
+    assert key.owner == admin_actor.user
+    assert key.allowed_models == ["gpt-a"]
+    assert key.spend_cap_daily == 5_000_000
+    assert key.spend_cap_monthly is None
+    assert (key.rpm_limit, key.tpm_limit) == (50, 10_000)
+    assert key.ip_allowlist == ["10.0.0.0/8", "2001:db8::1/128"]
+    assert key.priority == "low"
+    assert key.expires_at == expires
+    assert key.status == ApiKeyStatus.ACTIVE
+    assert raw.startswith(key.prefix + "_")
+
+    event = AuditEvent.objects.get(action="api_key.issue")
+    assert event.organization == org
+    assert event.actor == admin_actor.user
+    assert event.ip == "203.0.113.5"
+    assert event.target_id == str(key.pk)
+    assert event.params["prefix"] == key.prefix
+    assert event.params["sub_account"] == "team-a"
+    assert event.params["spend_cap_daily"] == 5_000_000
+    assert "spend_cap_monthly" not in event.params  # None is not recorded
+    assert event.params["expires_at"] == expires.isoformat()
+
+
+def test_issue_key_without_sub_account(org, admin_actor):
+    key, _ = api_key_issue(actor=admin_actor, name="plain")
+    assert key.sub_account is None
+    assert key.ip_allowlist == []
+    assert key.priority == "normal"
+
+
+@pytest.mark.parametrize(
+    ("fields", "error_field"),
+    [
+        ({"spend_cap_daily": 10_000_001}, "spend_cap_daily"),
+        ({"spend_cap_monthly": 100_000_001}, "spend_cap_monthly"),
+        ({"rpm_limit": 101}, "rpm_limit"),
+        ({"tpm_limit": 50_001}, "tpm_limit"),
+        ({"allowed_models": ["gpt-a", "gpt-c"]}, "allowed_models"),
+    ],
+)
+def test_key_cannot_exceed_its_sub_account(admin_actor, sub, fields, error_field):
+    snap = _Snapshot()
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_issue(actor=admin_actor, name="k", sub_account_id=sub.pk, **fields)
+    assert error_field in exc.value.fields
+    assert snap.unchanged()
+
+
+def test_key_at_its_sub_account_ceiling_is_fine(admin_actor, sub):
+    key, _ = api_key_issue(
+        actor=admin_actor,
+        name="k",
+        sub_account_id=sub.pk,
+        spend_cap_daily=10_000_000,
+        rpm_limit=100,
+        allowed_models=["gpt-a", "gpt-b"],
+    )
+    assert key.spend_cap_daily == 10_000_000
+
+
+def test_lifetime_cap_is_free_when_sub_account_has_none(admin_actor, sub):
+    key, _ = api_key_issue(
+        actor=admin_actor, name="k", sub_account_id=sub.pk, spend_cap_lifetime=10**12
+    )
+    assert key.spend_cap_lifetime == 10**12
+
+
+def test_key_models_must_be_within_the_organization(org, admin_actor):
+    org.allowed_models = ["gpt-a"]
+    org.save()
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_issue(actor=admin_actor, name="k", allowed_models=["gpt-z"])
+    assert "gpt-z" in exc.value.fields["allowed_models"][0]
+
+
+def test_update_respects_the_sub_account_ceiling(admin_actor, sub):
+    key, _ = api_key_issue(actor=admin_actor, name="k", sub_account_id=sub.pk, rpm_limit=10)
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_update(actor=admin_actor, key_id=key.pk, rpm_limit=1000)
+    assert "rpm_limit" in exc.value.fields
+    key.refresh_from_db()
+    assert key.rpm_limit == 10
+
+
+def test_issue_into_suspended_or_foreign_sub_account(org, other_org, admin_actor):
+    suspended = SubAccountFactory(organization=org, status=SubAccountStatus.SUSPENDED)
+    foreign = SubAccountFactory(organization=other_org)
+    for sub_id in (suspended.pk, foreign.pk, 999_999, "abc"):
+        with pytest.raises(ValidationFailed) as exc:
+            api_key_issue(actor=admin_actor, name="k", sub_account_id=sub_id)
+        assert "sub_account" in exc.value.fields
+    assert not ApiKey.objects.exists()
+
+
+def test_duplicate_key_name_in_sub_account(org, admin_actor, sub):
+    api_key_issue(actor=admin_actor, name="prod", sub_account_id=sub.pk)
+    snap = _Snapshot()
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_issue(actor=admin_actor, name=" prod ", sub_account_id=sub.pk)
+    assert "already exists in sub-account 'team-a'" in exc.value.fields["name"][0]
+    assert snap.unchanged()
+    # Same name elsewhere is fine: another sub-account, or the org level.
+    other = SubAccountFactory(organization=org)
+    api_key_issue(actor=admin_actor, name="prod", sub_account_id=other.pk)
+    api_key_issue(actor=admin_actor, name="prod")
+    with pytest.raises(ValidationFailed, match="already exists in this organization"):
+        api_key_issue(actor=admin_actor, name="prod")
+
+
+def test_name_of_revoked_key_can_be_reused(admin_actor, sub):
+    key, _ = api_key_issue(actor=admin_actor, name="prod", sub_account_id=sub.pk)
+    api_key_revoke(actor=admin_actor, key_id=key.pk)
+    again, _ = api_key_issue(actor=admin_actor, name="prod", sub_account_id=sub.pk)
+    assert again.pk != key.pk
+
+
+def test_rename_to_existing_name_is_refused(admin_actor):
+    a, _ = api_key_issue(actor=admin_actor, name="a")
+    b, _ = api_key_issue(actor=admin_actor, name="b")
+    with pytest.raises(ValidationFailed):
+        api_key_update(actor=admin_actor, key_id=b.pk, name="a")
+    api_key_update(actor=admin_actor, key_id=a.pk, name="a")  # its own name is no clash
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"spend_cap_daily": -1}, "spend_cap_daily", "cannot be negative"),
+        ({"spend_cap_monthly": 10**16}, "spend_cap_monthly", "absurdly large"),
+        ({"spend_cap_lifetime": 1.5}, "spend_cap_lifetime", "whole number"),
+        ({"rpm_limit": 0}, "rpm_limit", "at least 1"),
+        ({"tpm_limit": 10**11}, "tpm_limit", "cannot exceed"),
+        ({"priority": "urgent"}, "priority", "high, normal or low"),
+        ({"ip_allowlist": ["10.0.0.1", "bogus"]}, "ip_allowlist", "'bogus'"),
+        ({"allowed_models": ["bad model"]}, "allowed_models", "not a valid model name"),
+        ({"name": ""}, "name", "Enter a name"),
+        ({"name": "x" * 121}, "name", "at most 120"),
+    ],
+)
+def test_issue_rejects_bad_values(admin_actor, fields, field, message):
+    data = {"name": "k", **fields}
+    snap = _Snapshot()
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_issue(actor=admin_actor, **data)
+    assert message in " ".join(exc.value.fields[field])
+    assert snap.unchanged()
+
+
+def test_all_field_errors_are_reported_together(admin_actor):
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_issue(actor=admin_actor, name="", spend_cap_daily=-1, rpm_limit=0)
+    assert set(exc.value.fields) == {"name", "spend_cap_daily", "rpm_limit"}
+
+
+def test_expiry_in_the_past_is_refused(admin_actor):
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_issue(actor=admin_actor, name="k", expires_at=timezone.now() - timedelta(minutes=1))
+    assert "future" in exc.value.fields["expires_at"][0]
+    assert not ApiKey.objects.exists()
+    assert not AuditEvent.objects.exists()
+
+
+def test_unknown_key_field_is_refused(admin_actor):
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_issue(actor=admin_actor, name="k", status="revoked", secret_hash="x")
+    assert set(exc.value.fields) == {"secret_hash", "status"}
+
+
+# --- API keys: update / rotate / revoke / expire ----------------------------
+
+
+def test_update_audits_only_the_diff(admin_actor):
+    key, _ = api_key_issue(actor=admin_actor, name="k", rpm_limit=5)
+    api_key_update(actor=admin_actor, key_id=key.pk, rpm_limit=5, name="k")
+    assert not AuditEvent.objects.filter(action="api_key.update").exists()
+    api_key_update(actor=admin_actor, key_id=key.pk, rpm_limit=7, name="k")
+    event = AuditEvent.objects.get(action="api_key.update")
+    assert event.params == {"rpm_limit": [5, 7]}
+
+
+def test_revoked_key_cannot_be_updated_rotated_or_revoked(admin_actor):
+    key, _ = api_key_issue(actor=admin_actor, name="k")
+    api_key_revoke(actor=admin_actor, key_id=key.pk)
+    key.refresh_from_db()
+    assert key.status == ApiKeyStatus.REVOKED
+    assert key.revoked_at is not None
+    with pytest.raises(Conflict):
+        api_key_update(actor=admin_actor, key_id=key.pk, name="x")
+    with pytest.raises(Conflict):
+        api_key_rotate(actor=admin_actor, key_id=key.pk)
+    with pytest.raises(Conflict):
+        api_key_revoke(actor=admin_actor, key_id=key.pk)
+    assert AuditEvent.objects.filter(action="api_key.revoke").count() == 1
+
+
+@pytest.mark.parametrize("grace", [-1, True, 1.5, "60", 30 * 86400 + 1])
+def test_rotate_rejects_bad_grace(admin_actor, grace):
+    key, _ = api_key_issue(actor=admin_actor, name="k")
+    with pytest.raises(ValidationFailed) as exc:
+        api_key_rotate(actor=admin_actor, key_id=key.pk, grace_seconds=grace)
+    assert "grace_seconds" in exc.value.fields
+    assert not AuditEvent.objects.filter(action="api_key.rotate").exists()
+
+
+def test_rotate_audit_names_prefixes(admin_actor):
+    key, _ = api_key_issue(actor=admin_actor, name="k")
+    old_prefix = key.prefix
+    key, _ = api_key_rotate(actor=admin_actor, key_id=key.pk, grace_seconds=60)
+    event = AuditEvent.objects.get(action="api_key.rotate")
+    assert event.params == {
+        "old_prefix": old_prefix,
+        "new_prefix": key.prefix,
+        "grace_seconds": 60,
+    }
+    assert key.previous_public_id == old_prefix.removeprefix("sk-")
+
+
+def test_expired_key_cannot_be_rotated(admin_actor):
+    key, _ = api_key_issue(actor=admin_actor, name="k", expires_at=timezone.now() + timedelta(1))
+    ApiKey.objects.filter(pk=key.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with pytest.raises(Conflict, match="expired"):
+        api_key_rotate(actor=admin_actor, key_id=key.pk)
+
+
+def test_expire_due_marks_and_audits(admin_actor):
+    due, _ = api_key_issue(actor=admin_actor, name="due", expires_at=timezone.now() + timedelta(1))
+    later, _ = api_key_issue(
+        actor=admin_actor, name="later", expires_at=timezone.now() + timedelta(days=10)
+    )
+    forever, _ = api_key_issue(actor=admin_actor, name="forever")
+    assert api_keys_expire_due(now=timezone.now() + timedelta(days=2)) == 1
+    due.refresh_from_db()
+    later.refresh_from_db()
+    forever.refresh_from_db()
+    assert due.status == ApiKeyStatus.EXPIRED
+    assert later.status == forever.status == ApiKeyStatus.ACTIVE
+    event = AuditEvent.objects.get(action="api_key.expire")
+    assert event.actor is None
+    assert event.actor_label == "system"
+    assert event.organization == due.organization
+    assert api_keys_expire_due(now=timezone.now() + timedelta(days=2)) == 0
+
+
+# --- sub-accounts -------------------------------------------------------------
+
+
+def test_sub_account_create_and_duplicate(org, admin_actor):
+    sub = sub_account_create(actor=admin_actor, name="Team", spend_cap_daily=1_000_000)
+    assert sub.organization == org
+    assert AuditEvent.objects.get(action="sub_account.create").params == {
+        "name": "Team",
+        "spend_cap_daily": 1_000_000,
+    }
+    with pytest.raises(ValidationFailed, match="already exists"):
+        sub_account_create(actor=admin_actor, name="Team")
+    with pytest.raises(ValidationFailed):
+        sub_account_create(actor=admin_actor, name="T2", spend_cap_daily=-5)
+    with pytest.raises(ValidationFailed):
+        sub_account_create(actor=admin_actor, name="T3", status="active")
+    assert SubAccount.objects.count() == 1
+
+
+def test_sub_account_cannot_be_tightened_below_its_keys(admin_actor, sub):
+    api_key_issue(actor=admin_actor, name="k", sub_account_id=sub.pk, rpm_limit=80)
+    with pytest.raises(ValidationFailed) as exc:
+        sub_account_update(actor=admin_actor, sub_account_id=sub.pk, rpm_limit=50)
+    assert "Key 'k'" in exc.value.fields["rpm_limit"][0]
+    sub.refresh_from_db()
+    assert sub.rpm_limit == 100
+    sub_account_update(actor=admin_actor, sub_account_id=sub.pk, rpm_limit=80)
+    sub.refresh_from_db()
+    assert sub.rpm_limit == 80
+
+
+def test_sub_account_status_must_be_known(admin_actor, sub):
+    with pytest.raises(ValidationFailed):
+        sub_account_update(actor=admin_actor, sub_account_id=sub.pk, status="paused")
+
+
+def test_sub_account_set_members(org, other_org, admin_actor, developer, viewer, sub):
+    sub_account_set_members(
+        actor=admin_actor, sub_account_id=sub.pk, membership_ids=[developer.pk, viewer.pk]
+    )
+    assert set(sub.members.all()) == {developer, viewer}
+    event = AuditEvent.objects.get(action="sub_account.members")
+    assert event.params["added"] == sorted([developer.user.email, viewer.user.email])
+    outsider = MembershipFactory(organization=other_org)
+    with pytest.raises(ValidationFailed):
+        sub_account_set_members(
+            actor=admin_actor, sub_account_id=sub.pk, membership_ids=[developer.pk, outsider.pk]
+        )
+    assert set(sub.members.all()) == {developer, viewer}
+    # Setting the same members again records nothing.
+    sub_account_set_members(
+        actor=admin_actor, sub_account_id=sub.pk, membership_ids=[viewer.pk, developer.pk]
+    )
+    assert AuditEvent.objects.filter(action="sub_account.members").count() == 1
+
+
+def test_developer_issues_only_in_own_sub_accounts(org, developer, actor_for, sub):
+    dev = actor_for(developer)
+    with pytest.raises(ValidationFailed, match="not a member"):
+        api_key_issue(actor=dev, name="k", sub_account_id=sub.pk)
+    sub.members.add(developer)
+    key, _ = api_key_issue(actor=dev, name="k", sub_account_id=sub.pk)
+    assert key.owner == developer.user
+
+
+# --- memberships --------------------------------------------------------------
+
+
+def test_unknown_role_is_refused(owner_actor, developer):
+    with pytest.raises(ValidationFailed) as exc:
+        membership_change_role(actor=owner_actor, membership_id=developer.pk, role="superuser")
+    assert "'superuser' is not a role" in exc.value.fields["role"][0]
+    developer.refresh_from_db()
+    assert developer.role == Role.DEVELOPER
+
+
+def test_owner_changes_roles_and_it_is_audited(owner_actor, developer):
+    membership_change_role(actor=owner_actor, membership_id=developer.pk, role=Role.FINANCE)
+    developer.refresh_from_db()
+    assert developer.role == Role.FINANCE
+    event = AuditEvent.objects.get(action="member.role_change")
+    assert event.params == {"email": developer.user.email, "from": "developer", "to": "finance"}
+    # No-op change records nothing.
+    membership_change_role(actor=owner_actor, membership_id=developer.pk, role=Role.FINANCE)
+    assert AuditEvent.objects.filter(action="member.role_change").count() == 1
+
+
+def test_last_owner_cannot_be_demoted(owner, owner_actor):
+    with pytest.raises(Conflict) as exc:
+        membership_change_role(actor=owner_actor, membership_id=owner.pk, role=Role.ADMIN)
+    assert exc.value.code == "last_owner"
+    owner.refresh_from_db()
+    assert owner.role == Role.OWNER
+    assert not AuditEvent.objects.exists()
+
+
+def test_last_owner_cannot_be_removed_even_by_themselves(owner, owner_actor):
+    with pytest.raises(Conflict) as exc:
+        membership_remove(actor=owner_actor, membership_id=owner.pk)
+    assert exc.value.code == "last_owner"
+    assert Membership.objects.filter(pk=owner.pk).exists()
+    assert not AuditEvent.objects.exists()
+
+
+def test_one_of_two_owners_can_be_demoted_and_removed(org, owner, owner_actor):
+    second = MembershipFactory(organization=org, role=Role.OWNER)
+    membership_change_role(actor=owner_actor, membership_id=second.pk, role=Role.ADMIN)
+    membership_change_role(actor=owner_actor, membership_id=second.pk, role=Role.OWNER)
+    membership_remove(actor=owner_actor, membership_id=owner.pk)  # leave
+    assert list(Membership.objects.filter(organization=org, role=Role.OWNER)) == [second]
+    assert AuditEvent.objects.filter(action="member.remove").count() == 1
+
+
+def test_admin_cannot_grant_owner(admin_actor, developer, admin):
+    with pytest.raises(PermissionDenied):
+        membership_change_role(actor=admin_actor, membership_id=developer.pk, role=Role.OWNER)
+    with pytest.raises(PermissionDenied):
+        membership_change_role(actor=admin_actor, membership_id=admin.pk, role=Role.OWNER)
+    developer.refresh_from_db()
+    admin.refresh_from_db()
+    assert (developer.role, admin.role) == (Role.DEVELOPER, Role.ADMIN)
+
+
+def test_admin_cannot_change_or_remove_an_owner(admin_actor, owner):
+    with pytest.raises(PermissionDenied):
+        membership_change_role(actor=admin_actor, membership_id=owner.pk, role=Role.VIEWER)
+    with pytest.raises(PermissionDenied):
+        membership_remove(actor=admin_actor, membership_id=owner.pk)
+    owner.refresh_from_db()
+    assert owner.role == Role.OWNER
+
+
+def test_admin_manages_non_owners(admin_actor, developer, viewer):
+    membership_change_role(actor=admin_actor, membership_id=developer.pk, role=Role.ADMIN)
+    membership_remove(actor=admin_actor, membership_id=viewer.pk)
+    assert not Membership.objects.filter(pk=viewer.pk).exists()
+    event = AuditEvent.objects.get(action="member.remove")
+    assert event.params == {"email": viewer.user.email, "role": "viewer"}
+
+
+def test_any_member_may_leave(viewer, actor_for, owner):
+    membership_remove(actor=actor_for(viewer), membership_id=viewer.pk)
+    assert not Membership.objects.filter(pk=viewer.pk).exists()
+
+
+# --- invitations --------------------------------------------------------------
+
+
+def test_invitation_create_sends_email_after_commit(
+    org, admin_actor, invitation_email_delay, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        invitation, raw = invitation_create(
+            actor=admin_actor, email="  New.Person@Example.com ", role=Role.DEVELOPER
+        )
+    assert len(callbacks) == 1
+    invitation_email_delay.assert_called_once_with(invitation.pk, raw)
+    assert invitation.email == "new.person@example.com"
+    assert invitation.status == "pending"
+    assert invitation.invited_by == admin_actor.user
+    assert invitation.token_hash != raw
+    assert raw not in repr(AuditEvent.objects.get(action="invitation.create").params)
+    expected_expiry = timezone.now() + timedelta(hours=72)
+    assert abs((invitation.expires_at - expected_expiry).total_seconds()) < 60
+
+
+def test_invitation_email_task_sends_the_link(org, admin_actor, settings):
+    invitation, raw = invitation_create(actor=admin_actor, email="a@example.com", role="viewer")
+    send_invitation_email(invitation.pk, raw)
+    assert len(mail.outbox) == 1
+    message = mail.outbox[0]
+    assert message.to == ["a@example.com"]
+    assert "Acme" in message.subject
+    assert f"/invite/{raw}/" in message.body
+    # A revoked invitation sends nothing.
+    invitation_revoke(actor=admin_actor, invitation_id=invitation.pk)
+    send_invitation_email(invitation.pk, raw)
+    assert len(mail.outbox) == 1
+
+
+def test_invitation_create_validation(org, admin_actor, developer, invitation_email_delay):
+    with pytest.raises(ValidationFailed) as exc:
+        invitation_create(actor=admin_actor, email="not-an-email", role="boss")
+    assert set(exc.value.fields) == {"email", "role"}
+    with pytest.raises(ValidationFailed, match="cannot invite with the owner role"):
+        invitation_create(actor=admin_actor, email="x@example.com", role=Role.OWNER)
+    with pytest.raises(ValidationFailed, match="already a member"):
+        invitation_create(actor=admin_actor, email=developer.user.email.upper(), role="viewer")
+    assert not Invitation.objects.exists()
+    assert not AuditEvent.objects.exists()
+    invitation_email_delay.assert_not_called()
+
+
+def test_owner_may_invite_an_owner(owner_actor):
+    invitation, _ = invitation_create(actor=owner_actor, email="co@example.com", role=Role.OWNER)
+    assert invitation.role == Role.OWNER
+
+
+def test_new_invitation_replaces_pending_one(org, admin_actor):
+    first, first_raw = invitation_create(actor=admin_actor, email="a@example.com", role="viewer")
+    second, second_raw = invitation_create(actor=admin_actor, email="a@example.com", role="admin")
+    first.refresh_from_db()
+    assert first.status == "revoked"
+    with pytest.raises(Conflict):
+        invitation_lookup(first_raw)
+    assert invitation_lookup(second_raw) == second
+
+
+def test_invitation_accept(org, admin_actor):
+    invitation, raw = invitation_create(actor=admin_actor, email="a@example.com", role="finance")
+    user = UserFactory(email="a@example.com")
+    membership = invitation_accept(raw_token=raw, user=user, ip="198.51.100.1")
+    assert membership.organization == org
+    assert membership.role == Role.FINANCE
+    invitation.refresh_from_db()
+    assert invitation.status == "accepted"
+    assert invitation.accepted_by == user
+    event = AuditEvent.objects.get(action="invitation.accept")
+    assert event.actor == user
+    assert event.ip == "198.51.100.1"
+
+
+def test_used_invitation_cannot_be_reused(org, admin_actor):
+    _, raw = invitation_create(actor=admin_actor, email="a@example.com", role="viewer")
+    user = UserFactory(email="a@example.com")
+    invitation_accept(raw_token=raw, user=user)
+    with pytest.raises(Conflict) as exc:
+        invitation_accept(raw_token=raw, user=user)
+    assert exc.value.code == "invitation_used"
+    assert Membership.objects.filter(user=user).count() == 1
+
+
+def test_expired_invitation(org, admin_actor):
+    invitation, raw = invitation_create(actor=admin_actor, email="a@example.com", role="viewer")
+    Invitation.objects.filter(pk=invitation.pk).update(expires_at=timezone.now())
+    user = UserFactory(email="a@example.com")
+    before = AuditEvent.objects.count()
+    with pytest.raises(Conflict) as exc:
+        invitation_accept(raw_token=raw, user=user)
+    assert exc.value.code == "invitation_expired"
+    assert not Membership.objects.filter(user=user).exists()
+    assert AuditEvent.objects.count() == before
+    with pytest.raises(Conflict):
+        invitation_revoke(actor=admin_actor, invitation_id=invitation.pk)
+
+
+def test_revoked_invitation(org, admin_actor):
+    invitation, raw = invitation_create(actor=admin_actor, email="a@example.com", role="viewer")
+    invitation_revoke(actor=admin_actor, invitation_id=invitation.pk)
+    assert AuditEvent.objects.filter(action="invitation.revoke").count() == 1
+    user = UserFactory(email="a@example.com")
+    with pytest.raises(Conflict) as exc:
+        invitation_accept(raw_token=raw, user=user)
+    assert exc.value.code == "invitation_revoked"
+    with pytest.raises(Conflict, match="already revoked"):
+        invitation_revoke(actor=admin_actor, invitation_id=invitation.pk)
+    assert not Membership.objects.filter(user=user).exists()
+
+
+def test_invalid_invitation_token(db):
+    for token in ("", "nope", None):
+        with pytest.raises(NotFound) as exc:
+            invitation_lookup(token)
+        assert exc.value.code == "invitation_invalid"
+
+
+def test_invitation_for_someone_else(org, admin_actor):
+    invitation, raw = invitation_create(actor=admin_actor, email="a@example.com", role="admin")
+    intruder = UserFactory(email="b@example.com")
+    snap = _Snapshot()
+    with pytest.raises(PermissionDenied) as exc:
+        invitation_accept(raw_token=raw, user=intruder)
+    assert exc.value.code == "invitation_wrong_user"
+    assert snap.unchanged()
+    invitation.refresh_from_db()
+    assert invitation.status == "pending"
+
+
+def test_invitation_email_match_is_case_insensitive(org, admin_actor):
+    _, raw = invitation_create(actor=admin_actor, email="A@Example.com", role="viewer")
+    user = UserFactory(email="a@example.com")
+    assert invitation_accept(raw_token=raw, user=user).user == user
+
+
+def test_accepting_when_already_a_member(org, admin_actor):
+    invitation, raw = invitation_create(actor=admin_actor, email="a@example.com", role="viewer")
+    user = UserFactory(email="a@example.com")
+    Membership.objects.create(user=user, organization=org, role=Role.VIEWER)
+    with pytest.raises(Conflict, match="already a member"):
+        invitation_accept(raw_token=raw, user=user)
+    invitation.refresh_from_db()
+    assert invitation.status == "pending"
+    assert not AuditEvent.objects.filter(action="invitation.accept").exists()
+
+
+def test_accept_as_new_user(org, admin_actor):
+    _, raw = invitation_create(actor=admin_actor, email="new@example.com", role="developer")
+    with pytest.raises(ValidationFailed) as exc:
+        invitation_accept_new_user(raw_token=raw, password="123")
+    assert "password" in exc.value.fields
+    membership = invitation_accept_new_user(
+        raw_token=raw, password="a-Long-and-Unusual-passphrase-9", full_name=" Nia "
+    )
+    assert membership.user.email == "new@example.com"
+    assert membership.user.full_name == "Nia"
+    assert membership.user.check_password("a-Long-and-Unusual-passphrase-9")
+    assert membership.role == Role.DEVELOPER
+
+
+def test_accept_as_new_user_when_account_exists(org, admin_actor):
+    _, raw = invitation_create(actor=admin_actor, email="a@example.com", role="viewer")
+    UserFactory(email="a@example.com")
+    with pytest.raises(Conflict) as exc:
+        invitation_accept_new_user(raw_token=raw, password="a-Long-and-Unusual-passphrase-9")
+    assert exc.value.code == "user_exists"
+
+
+# --- organizations and access tokens ------------------------------------------
+
+
+def test_organization_create_makes_owner_and_unique_slug(db):
+    user = UserFactory()
+    first = organization_create(name="Acme Corp", owner=user)
+    second = organization_create(name="Acme Corp", owner=user)
+    assert (first.slug, second.slug) == ("acme-corp", "acme-corp-2")
+    assert Membership.objects.get(user=user, organization=first).role == Role.OWNER
+    with pytest.raises(ValidationFailed) as exc:
+        organization_create(name="", owner=user, currency="XXX", timezone_name="Mars/Base")
+    assert set(exc.value.fields) == {"name", "currency", "timezone"}
+
+
+def test_organization_commercial_terms_are_staff_only(org, owner, owner_actor):
+    with pytest.raises(PermissionDenied):
+        organization_update(actor=owner_actor, discount_rate="0.5")
+    organization_update(actor=owner_actor, name="Acme Two", timezone="Europe/Berlin")
+    org.refresh_from_db()
+    assert (org.name, org.timezone) == ("Acme Two", "Europe/Berlin")
+    owner.user.is_staff = True
+    owner.user.save()
+    with pytest.raises(ValidationFailed):
+        organization_update(actor=owner_actor, discount_rate="1.5")
+    organization_update(actor=owner_actor, discount_rate="0.85")
+    org.refresh_from_db()
+    assert str(org.discount_rate) == "0.850000"
+
+
+def test_personal_access_tokens(developer, viewer, actor_for):
+    dev = actor_for(developer)
+    token, raw = personal_access_token_issue(actor=dev, name="ci")
+    assert raw.startswith(token.prefix + "_")
+    assert personal_access_token_authenticate(raw) == token
+    assert personal_access_token_authenticate(raw[:-1] + ("x" if raw[-1] != "x" else "y")) is None
+    assert personal_access_token_authenticate("pat_nonsense") is None
+    with pytest.raises(NotFound):
+        personal_access_token_revoke(actor=actor_for(viewer), token_id=token.pk)
+    personal_access_token_revoke(actor=dev, token_id=token.pk)
+    assert personal_access_token_authenticate(raw) is None
+    with pytest.raises(Conflict):
+        personal_access_token_revoke(actor=dev, token_id=token.pk)
+    assert raw not in repr(list(AuditEvent.objects.values_list("params", flat=True)))
