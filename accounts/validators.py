@@ -59,9 +59,14 @@ def ip_allowed(ip: str, allowlist: list[str]) -> bool:
         addr = ipaddress.ip_address(ip)
     except ValueError:
         return False
+    # An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is that IPv4 address, and
+    # an IPv4 address is also its mapped form: match ranges written either way.
+    candidates = [addr]
     if addr.version == 6 and addr.ipv4_mapped:
-        addr = addr.ipv4_mapped
-    return any(addr in ipaddress.ip_network(net) for net in allowlist)
+        candidates.append(addr.ipv4_mapped)
+    elif addr.version == 4:
+        candidates.append(ipaddress.IPv6Address(f"::ffff:{addr}"))
+    return any(a in ipaddress.ip_network(net) for net in allowlist for a in candidates)
 
 
 def normalize_models(models: list[str] | str) -> list[str]:

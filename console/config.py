@@ -110,7 +110,9 @@ def parse_database_url(url: str, *, pool: bool, pool_max_size: int) -> dict:
         }
     if scheme == "sqlite":
         path = unquote(parts.path)
-        if path.startswith("/") and not url.startswith("sqlite:////"):
+        if url.startswith("sqlite:////"):
+            path = "/" + path.lstrip("/")  # sqlite:////abs.db: the path is "//abs.db"
+        elif path.startswith("/"):
             path = path[1:]  # sqlite:///relative.db
         if not path:
             raise ImproperlyConfigured(f"{name} names no SQLite file: {url!r}")
