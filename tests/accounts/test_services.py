@@ -10,8 +10,6 @@ from accounts.models import (
     ApiKey,
     ApiKeyStatus,
     AuditEvent,
-    Invitation,
-    Membership,
     SubAccount,
     SubAccountStatus,
 )
@@ -25,47 +23,10 @@ from accounts.services import (
     sub_account_set_members,
     sub_account_update,
 )
+from tests.accounts.conftest import Snapshot
 from tests.factories import MembershipFactory, SubAccountFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_actor(admin, actor_for):
-    return actor_for(admin)
-
-
-@pytest.fixture
-def owner_actor(owner, actor_for):
-    return actor_for(owner)
-
-
-@pytest.fixture
-def sub(org):
-    return SubAccountFactory(
-        organization=org,
-        name="team-a",
-        allowed_models=["gpt-a", "gpt-b"],
-        spend_cap_daily=10_000_000,
-        spend_cap_monthly=100_000_000,
-        rpm_limit=100,
-        tpm_limit=50_000,
-    )
-
-
-class _Snapshot:
-    """Row counts of everything a service may write, to prove nothing partial was saved."""
-
-    MODELS = (ApiKey, AuditEvent, Invitation, Membership, SubAccount)
-
-    def __init__(self):
-        self.counts = self.take()
-
-    def take(self):
-        return {m.__name__: m.objects.count() for m in self.MODELS}
-
-    def unchanged(self):
-        return self.take() == self.counts
 
 
 # --- API keys: issue --------------------------------------------------------
@@ -131,7 +92,7 @@ def test_issue_key_without_sub_account(org, admin_actor):
     ],
 )
 def test_key_cannot_exceed_its_sub_account(admin_actor, sub, fields, error_field):
-    snap = _Snapshot()
+    snap = Snapshot()
     with pytest.raises(ValidationFailed) as exc:
         api_key_issue(actor=admin_actor, name="k", sub_account_id=sub.pk, **fields)
     assert error_field in exc.value.fields
@@ -186,7 +147,7 @@ def test_issue_into_suspended_or_foreign_sub_account(org, other_org, admin_actor
 
 def test_duplicate_key_name_in_sub_account(org, admin_actor, sub):
     api_key_issue(actor=admin_actor, name="prod", sub_account_id=sub.pk)
-    snap = _Snapshot()
+    snap = Snapshot()
     with pytest.raises(ValidationFailed) as exc:
         api_key_issue(actor=admin_actor, name=" prod ", sub_account_id=sub.pk)
     assert "already exists in sub-account 'team-a'" in exc.value.fields["name"][0]
@@ -231,7 +192,7 @@ def test_rename_to_existing_name_is_refused(admin_actor):
 )
 def test_issue_rejects_bad_values(admin_actor, fields, field, message):
     data = {"name": "k", **fields}
-    snap = _Snapshot()
+    snap = Snapshot()
     with pytest.raises(ValidationFailed) as exc:
         api_key_issue(actor=admin_actor, **data)
     assert message in " ".join(exc.value.fields[field])

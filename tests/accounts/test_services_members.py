@@ -10,12 +10,10 @@ from django.utils import timezone
 
 from accounts.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from accounts.models import (
-    ApiKey,
     AuditEvent,
     Invitation,
     Membership,
     Role,
-    SubAccount,
 )
 from accounts.services import (
     invitation_accept,
@@ -32,47 +30,10 @@ from accounts.services import (
     personal_access_token_revoke,
 )
 from accounts.tasks import send_invitation_email
-from tests.factories import MembershipFactory, SubAccountFactory, UserFactory
+from tests.accounts.conftest import Snapshot
+from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_actor(admin, actor_for):
-    return actor_for(admin)
-
-
-@pytest.fixture
-def owner_actor(owner, actor_for):
-    return actor_for(owner)
-
-
-@pytest.fixture
-def sub(org):
-    return SubAccountFactory(
-        organization=org,
-        name="team-a",
-        allowed_models=["gpt-a", "gpt-b"],
-        spend_cap_daily=10_000_000,
-        spend_cap_monthly=100_000_000,
-        rpm_limit=100,
-        tpm_limit=50_000,
-    )
-
-
-class _Snapshot:
-    """Row counts of everything a service may write, to prove nothing partial was saved."""
-
-    MODELS = (ApiKey, AuditEvent, Invitation, Membership, SubAccount)
-
-    def __init__(self):
-        self.counts = self.take()
-
-    def take(self):
-        return {m.__name__: m.objects.count() for m in self.MODELS}
-
-    def unchanged(self):
-        return self.take() == self.counts
 
 
 # --- memberships --------------------------------------------------------------
@@ -279,7 +240,7 @@ def test_invalid_invitation_token(db):
 def test_invitation_for_someone_else(org, admin_actor):
     invitation, raw = invitation_create(actor=admin_actor, email="a@example.com", role="admin")
     intruder = UserFactory(email="b@example.com")
-    snap = _Snapshot()
+    snap = Snapshot()
     with pytest.raises(PermissionDenied) as exc:
         invitation_accept(raw_token=raw, user=intruder)
     assert exc.value.code == "invitation_wrong_user"

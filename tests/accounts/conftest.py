@@ -1,0 +1,46 @@
+"""Fixtures shared by the accounts tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from accounts.models import ApiKey, AuditEvent, Invitation, Membership, SubAccount
+from tests.factories import SubAccountFactory
+
+
+@pytest.fixture
+def admin_actor(admin, actor_for):
+    return actor_for(admin)
+
+
+@pytest.fixture
+def owner_actor(owner, actor_for):
+    return actor_for(owner)
+
+
+@pytest.fixture
+def sub(org):
+    return SubAccountFactory(
+        organization=org,
+        name="team-a",
+        allowed_models=["gpt-a", "gpt-b"],
+        spend_cap_daily=10_000_000,
+        spend_cap_monthly=100_000_000,
+        rpm_limit=100,
+        tpm_limit=50_000,
+    )
+
+
+class Snapshot:
+    """Row counts of everything a service may write, to prove nothing partial was saved."""
+
+    MODELS = (ApiKey, AuditEvent, Invitation, Membership, SubAccount)
+
+    def __init__(self):
+        self.counts = self.take()
+
+    def take(self):
+        return {m.__name__: m.objects.count() for m in self.MODELS}
+
+    def unchanged(self):
+        return self.take() == self.counts
