@@ -51,6 +51,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "console",
     "accounts",
+    "inference_node",
+    "usage",
 ]
 
 MIDDLEWARE = [

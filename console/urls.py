@@ -4,6 +4,10 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("console.console_urls")),
     path("", include("accounts.urls")),
+    path("", include("inference_node.urls")),
+    path("", include("usage.urls")),
     path("api/v1/", include("accounts.api_urls")),
+    path("api/v1/", include("inference_node.api_urls")),
+    path("api/v1/", include("usage.api_urls")),
     path("django-admin/", admin.site.urls),
 ]
