@@ -145,6 +145,31 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict = {
     "accounts-expire-keys": {"task": "accounts.expire_keys", "schedule": 60.0},
+    "usage-prune-calls": {"task": "usage.prune_calls", "schedule": 3600.0},
+}
+
+# --- usage ----------------------------------------------------------------
+# Call records older than this many days are deleted (rollups stay); 0 keeps them forever.
+USAGE_RETENTION_DAYS = config.env_int("USAGE_RETENTION_DAYS", 0, minimum=0)
+USAGE_PRUNE_BATCH = config.env_int("USAGE_PRUNE_BATCH", 10_000, minimum=1)
+# Events that claim to start further in the future than this are dead-lettered.
+USAGE_MAX_FUTURE_SKEW_SECONDS = config.env_int("USAGE_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
+# How long the ingest worker trusts its cached price book, organizations and keys.
+USAGE_PRICEBOOK_TTL_SECONDS = config.env_int("USAGE_PRICEBOOK_TTL_SECONDS", 30, minimum=0)
+
+# --- inference nodes ------------------------------------------------------
+# How often beat probes every active and draining node, how long one request
+# of a probe may take, and how many probes in a row flip a node's health.
+NODE_PROBE_INTERVAL_SECONDS = config.env_int("NODE_PROBE_INTERVAL_SECONDS", 5, minimum=1)
+NODE_PROBE_TIMEOUT_SECONDS = config.env_int("NODE_PROBE_TIMEOUT_SECONDS", 2, minimum=1)
+NODE_UNHEALTHY_AFTER = config.env_int("NODE_UNHEALTHY_AFTER", 3, minimum=1)
+NODE_HEALTHY_AFTER = config.env_int("NODE_HEALTHY_AFTER", 2, minimum=1)
+NODE_PROBE_CONCURRENCY = config.env_int("NODE_PROBE_CONCURRENCY", 50, minimum=1)
+CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
+    "task": "inference_node.probe_nodes",
+    "schedule": float(NODE_PROBE_INTERVAL_SECONDS),
+    # A round nobody picked up in time is stale; the next one replaces it.
+    "options": {"expires": float(NODE_PROBE_INTERVAL_SECONDS)},
 }
 
 # --- auth -----------------------------------------------------------------

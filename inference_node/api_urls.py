@@ -1,3 +1,9 @@
-from django.urls import path  # noqa: F401
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list = []
+from inference_node import api
+
+router = SimpleRouter()
+router.include_format_suffixes = False
+router.register("nodes", api.NodeViewSet, basename="node")
+
+urlpatterns = router.urls

@@ -1,5 +1,15 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from inference_node import views
 
 app_name = "inference_node"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("nodes/", views.node_list, name="nodes"),
+    path("nodes/new/", views.node_create, name="node_create"),
+    path("nodes/<int:node_id>/", views.node_detail, name="node_detail"),
+    path("nodes/<int:node_id>/drain/", views.node_drain, name="node_drain"),
+    path("nodes/<int:node_id>/enable/", views.node_enable, name="node_enable"),
+    path("nodes/<int:node_id>/disable/", views.node_disable, name="node_disable"),
+    path("nodes/<int:node_id>/test/", views.node_test, name="node_test"),
+]

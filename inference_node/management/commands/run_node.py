@@ -1,0 +1,25 @@
+"""``python manage.py run_node``: run the bundled simulator inference node.
+
+A thin wrapper over ``python -m inference_node.server``; both take the same flags."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from inference_node.server.config import add_node_arguments, config_from_options
+
+
+class Command(BaseCommand):
+    help = "Run the simulator inference node (OpenAI-compatible, vLLM-like) until Ctrl-C."
+
+    def add_arguments(self, parser) -> None:
+        add_node_arguments(parser)
+
+    def handle(self, *args, **options) -> None:
+        from inference_node.server.app import run
+
+        try:
+            config = config_from_options(options)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        run(config, out=self.stdout)

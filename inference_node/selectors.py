@@ -1,0 +1,205 @@
+"""Reads of the node registry: the console's lists (scoped to the caller's
+organization plus the shared platform nodes) and the gateway's routing
+snapshot."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from django.db.models import Prefetch, Q, QuerySet
+
+from accounts.actors import Actor
+from accounts.errors import NotFound, PermissionDenied
+from accounts.permissions import Perm
+from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
+
+# --- console ------------------------------------------------------------------------
+
+
+def _visible(actor: Actor) -> QuerySet[Node]:
+    return Node.objects.filter(
+        Q(organization_id=actor.organization_id) | Q(organization__isnull=True)
+    )
+
+
+def node_list(*, actor: Actor, status: str | None = None) -> QuerySet[Node]:
+    """The org's own nodes and the shared platform nodes, own ones first."""
+    if not (actor.can(Perm.NODES_VIEW) or actor.can(Perm.NODES_MANAGE)):
+        raise PermissionDenied("Your role cannot see inference nodes.")
+    qs = _visible(actor).prefetch_related(
+        Prefetch("models", queryset=NodeModel.objects.order_by("public_name"))
+    )
+    if status:
+        qs = qs.filter(status=status)
+    return qs.order_by("organization_id", "name", "id")
+
+
+def get_node(actor: Actor, node_id, *, for_change: bool = False, lock: bool = False) -> Node:
+    """A node the actor may see; with ``for_change`` one of the org's own that
+    the actor may manage. Another org's node is "not found", never "forbidden"."""
+    if not (actor.can(Perm.NODES_VIEW) or actor.can(Perm.NODES_MANAGE)):
+        raise PermissionDenied("Your role cannot see inference nodes.")
+    qs = _visible(actor)
+    if lock:
+        qs = qs.select_for_update()
+    try:
+        node = qs.get(pk=node_id)
+    except (Node.DoesNotExist, ValueError, TypeError):
+        raise NotFound("No such node in this organization.") from None
+    if for_change:
+        actor.require(Perm.NODES_MANAGE)
+        if node.is_shared:
+            raise PermissionDenied(
+                "Shared platform nodes are managed by the platform's staff.", code="shared_node"
+            )
+    return node
+
+
+def missing_models(node: Node) -> list[str]:
+    """Configured upstream names the node's ``/v1/models`` does not list (empty
+    until the node has answered once)."""
+    discovered = node.discovered_ids
+    if not discovered:
+        return []
+    return sorted({m.upstream_name for m in node.models.all()} - discovered)
+
+
+# --- routing snapshot -----------------------------------------------------------------
+
+SNAPSHOT_TTL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class RoutableNode:
+    """One node able to serve one public model, as the gateway needs it."""
+
+    node_id: int
+    name: str
+    base_url: str
+    token: str
+    weight: int
+    max_concurrency: int
+    upstream_model: str
+    context_window: int | None
+    running: int | None
+    waiting: int | None
+    kv_cache_usage: float | None
+    prefix_cache_hit_rate: float | None
+    labels: Mapping[str, str]
+    organization_id: int | None
+
+    def __repr__(self) -> str:  # never the token in logs
+        return f"RoutableNode({self.node_id}, {self.name!r}, {self.upstream_model!r})"
+
+
+_NO_NODES: tuple[RoutableNode, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoutingSnapshot:
+    """Healthy, active nodes by public model and owner (None: shared). Immutable;
+    rebuilt, never changed."""
+
+    by_model: Mapping[str, Mapping[int | None, tuple[RoutableNode, ...]]]
+    built_at: float
+
+    def for_model(self, public_model: str, organization_id: int | None) -> tuple[RoutableNode, ...]:
+        """Shared nodes and the organization's own that serve ``public_model``."""
+        owners = self.by_model.get(public_model)
+        if not owners:
+            return _NO_NODES
+        shared = owners.get(None, _NO_NODES)
+        if organization_id is None:
+            return shared
+        own = owners.get(organization_id, _NO_NODES)
+        return own + shared if own and shared else own or shared
+
+    def models(self, organization_id: int | None) -> set[str]:
+        """Public model names the organization can be served right now."""
+        return {
+            model
+            for model, owners in self.by_model.items()
+            if None in owners or (organization_id is not None and organization_id in owners)
+        }
+
+
+def build_routing_snapshot() -> RoutingSnapshot:
+    """One query: the models of every healthy, active node, with their node."""
+    rows = (
+        NodeModel.objects.filter(node__status=NodeStatus.ACTIVE, node__health=NodeHealth.HEALTHY)
+        .select_related("node")
+        .order_by("public_name", "node__organization_id", "node__name", "node_id")
+    )
+    grouped: dict[str, dict[int | None, list[RoutableNode]]] = {}
+    for row in rows:
+        node = row.node
+        context = row.context_window or _discovered_length(node, row.upstream_name)
+        entry = RoutableNode(
+            node_id=node.pk,
+            name=node.name,
+            base_url=node.base_url,
+            token=node.token,
+            weight=node.weight,
+            max_concurrency=node.max_concurrency,
+            upstream_model=row.upstream_name,
+            context_window=context,
+            running=node.running,
+            waiting=node.waiting,
+            kv_cache_usage=node.kv_cache_usage,
+            prefix_cache_hit_rate=node.prefix_cache_hit_rate,
+            labels=MappingProxyType({str(k): str(v) for k, v in (node.labels or {}).items()}),
+            organization_id=node.organization_id,
+        )
+        grouped.setdefault(row.public_name, {}).setdefault(node.organization_id, []).append(entry)
+    frozen = {
+        model: MappingProxyType({owner: tuple(nodes) for owner, nodes in owners.items()})
+        for model, owners in grouped.items()
+    }
+    return RoutingSnapshot(by_model=MappingProxyType(frozen), built_at=time.monotonic())
+
+
+def _discovered_length(node: Node, upstream: str) -> int | None:
+    for item in node.discovered_models or []:
+        if isinstance(item, dict) and item.get("id") == upstream:
+            return item.get("max_model_len")
+    return None
+
+
+_lock = threading.Lock()
+_current: RoutingSnapshot | None = None
+
+
+def routing_snapshot() -> RoutingSnapshot:
+    """The process's snapshot, rebuilt at most once per ``SNAPSHOT_TTL_SECONDS``.
+    Thread-safe: one thread rebuilds while the others wait for its result."""
+    global _current
+    snap = _current
+    if snap is not None and time.monotonic() - snap.built_at < SNAPSHOT_TTL_SECONDS:
+        return snap
+    with _lock:
+        snap = _current
+        if snap is None or time.monotonic() - snap.built_at >= SNAPSHOT_TTL_SECONDS:
+            snap = _current = build_routing_snapshot()
+        return snap
+
+
+async def arouting_snapshot() -> RoutingSnapshot:
+    """``routing_snapshot`` for async callers: the cached one without a thread
+    hop, a rebuild in a worker thread."""
+    snap = _current
+    if snap is not None and time.monotonic() - snap.built_at < SNAPSHOT_TTL_SECONDS:
+        return snap
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(routing_snapshot, thread_sensitive=False)()
+
+
+def invalidate_routing_snapshot() -> None:
+    """Drop this process's snapshot (after a change, and in tests)."""
+    global _current
+    with _lock:
+        _current = None

@@ -1,0 +1,318 @@
+"""The generation endpoints: chat completions, completions and embeddings.
+
+Flow of a generation request: validate, check the model and its context
+window, draw faults, wait for a batch slot, look the prompt up in the prefix
+cache, sleep the prefill time (uncached tokens only), then emit tokens one
+inter-token latency apart (streamed) or all at once.
+
+Context window rule: like vLLM, ``prompt + max_tokens`` must fit; when
+``max_tokens`` is absent it defaults to what is left of the window, and a
+prompt that fills the window alone is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import random
+import sys
+import time
+import uuid
+from array import array
+
+from . import protocol
+from .config import CHAT, EMBEDDING
+from .http import Response
+from .protocol import ApiError
+from .text import Generation, generate, prompt_seed
+
+_DONE = b"data: [DONE]\n\n"
+
+
+def _dumps(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _event(obj) -> bytes:
+    return b"data: " + _dumps(obj) + b"\n\n"
+
+
+def _fault_error(status: int) -> ApiError:
+    if status == 429:
+        return ApiError(
+            429,
+            "Rate limit reached on this node (injected fault).",
+            type="rate_limit_error",
+            code="rate_limit_exceeded",
+            headers=(("retry-after", "1"),),
+        )
+    if status == 503:
+        return ApiError(
+            503,
+            "The node is overloaded; try again later (injected fault).",
+            type="server_error",
+            code="overloaded",
+            headers=(("retry-after", "1"),),
+        )
+    return ApiError(
+        500, "Internal server error (injected fault).", type="server_error", code="internal_error"
+    )
+
+
+class GenerationEndpoints:
+    """Mixed into NodeApp, which provides engines, latency, faults."""
+
+    def _engine_for(self, name: str, kind: str):
+        engine = self.engines.get(name)
+        if engine is None:
+            raise ApiError(
+                404, f"The model '{name}' does not exist.", param="model", code="model_not_found"
+            )
+        if engine.spec.kind != kind:
+            api = "embeddings" if kind == EMBEDDING else "chat and completions"
+            raise ApiError(
+                400,
+                f"The model '{name}' does not support the {api} API.",
+                param="model",
+                code="model_not_supported",
+            )
+        return engine
+
+    async def _sleep(self, unscaled: float) -> None:
+        seconds = unscaled * self.latency.time_scale
+        if seconds > 0:
+            await asyncio.sleep(seconds)
+
+    async def generation(self, request, conn, *, chat: bool) -> Response | None:
+        body = protocol.load_json_object(request.body)
+        req = protocol.parse_chat(body) if chat else protocol.parse_completion(body)
+        engine = self._engine_for(req.model, CHAT)
+        context = engine.spec.context
+        prompt_len = len(req.prompt_ids)
+        if req.max_tokens is None:
+            if prompt_len >= context:
+                raise protocol.context_error(context, prompt_len, 0, req.prompt_param)
+            max_tokens = context - prompt_len
+        else:
+            max_tokens = req.max_tokens
+            if prompt_len + max_tokens > context:
+                raise protocol.context_error(context, prompt_len, max_tokens, req.prompt_param)
+        decision = self.faults.decide()
+        if decision.status:
+            raise _fault_error(decision.status)
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        scheduler = engine.scheduler
+        if not scheduler.try_acquire():
+            await scheduler.acquire()
+        try:
+            cached = engine.cache.admit(req.prompt_ids).cached_tokens
+            engine.metrics.prompt_tokens += prompt_len
+            gens = [
+                generate(
+                    req.prompt_ids,
+                    max_tokens=max_tokens,
+                    seed=req.seed,
+                    index=i,
+                    stop=req.stop,
+                    ignore_eos=req.ignore_eos,
+                )
+                for i in range(req.n)
+            ]
+            prefill = self.latency.prefill_seconds(prompt_len - cached, scheduler.running)
+            if decision.spike:
+                prefill += self.faults.spike_seconds(prefill)
+            if self.latency.sleeps or decision.spike:
+                await self._sleep(prefill)
+            meta = _Meta(chat, req.model, prompt_len, cached, started)
+            if req.stream:
+                return await self._stream(conn, engine, req, gens, meta)
+            return await self._whole(conn, engine, gens, meta)
+        except asyncio.CancelledError:
+            engine.metrics.success["abort"] += 1
+            raise
+        finally:
+            scheduler.release()
+
+    async def _whole(self, conn, engine, gens: list[Generation], meta) -> Response | None:
+        loop = asyncio.get_running_loop()
+        first_token_at = loop.time()
+        longest = max(len(g.deltas) for g in gens)
+        faults = self.faults.settings
+        if faults.hang_after_tokens and longest > faults.hang_after_tokens:
+            await loop.create_future()  # stalls until the client goes away
+        if faults.drop_after_tokens and longest > faults.drop_after_tokens:
+            conn.abort()
+            return None
+        if self.latency.sleeps and longest > 1:
+            await self._sleep(self.latency.itl_seconds(engine.scheduler.running) * (longest - 1))
+        completion = sum(g.completion_tokens for g in gens)
+        self._finish(engine, gens, meta, first_token_at, completion)
+        created = int(time.time())
+        usage = protocol.usage(meta.prompt, completion, meta.cached)
+        if meta.chat:
+            choices = [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": g.text, "tool_calls": []},
+                    "logprobs": None,
+                    "finish_reason": g.finish_reason,
+                }
+                for i, g in enumerate(gens)
+            ]
+            body = {"id": _id("chatcmpl"), "object": "chat.completion", "created": created}
+        else:
+            choices = [
+                {"index": i, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason}
+                for i, g in enumerate(gens)
+            ]
+            body = {"id": _id("cmpl"), "object": "text_completion", "created": created}
+        body.update(model=meta.model, choices=choices, usage=usage, system_fingerprint=None)
+        return Response(200, _dumps(body))
+
+    def _finish(self, engine, gens, meta, first_token_at: float, completion: int) -> None:
+        now = asyncio.get_running_loop().time()
+        metrics = engine.metrics
+        metrics.generation_tokens += completion
+        for g in gens:
+            metrics.success[g.finish_reason] += 1
+        metrics.ttft.observe(first_token_at - meta.started)
+        metrics.e2e.observe(now - meta.started)
+
+    async def _stream(self, conn, engine, req, gens: list[Generation], meta) -> None:
+        loop = asyncio.get_running_loop()
+        created = int(time.time())
+        if meta.chat:
+            head = {"id": _id("chatcmpl"), "object": "chat.completion.chunk"}
+        else:
+            head = {"id": _id("cmpl"), "object": "text_completion"}
+        head.update(created=created, model=meta.model)
+        extra = {"usage": None} if req.include_usage else {}
+
+        def chunk(choices) -> bytes:
+            return _event({**head, "choices": choices, **extra})
+
+        def content(index: int, text: str, finish=None) -> dict:
+            if meta.chat:
+                delta = {"content": text} if text or finish is None else {}
+                return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+
+        conn.start_stream("text/event-stream")
+        first_token_at = loop.time()
+        if meta.chat:
+            roles = [
+                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                 "finish_reason": None}
+                for i in range(len(gens))
+            ]  # fmt: skip
+            await conn.write_chunk(chunk(roles))
+        faults = self.faults.settings
+        steps = max(len(g.deltas) for g in gens)
+        sleeps = self.latency.sleeps
+        for step in range(steps):
+            if faults.hang_after_tokens and step == faults.hang_after_tokens:
+                await loop.create_future()  # the stream stalls until the client goes away
+            if faults.drop_after_tokens and step == faults.drop_after_tokens:
+                conn.abort()
+                return None
+            if step and sleeps:
+                await self._sleep(self.latency.itl_seconds(engine.scheduler.running))
+            parts = [content(i, g.deltas[step]) for i, g in enumerate(gens) if step < len(g.deltas)]
+            await conn.write_chunk(chunk(parts))
+        finals = [content(i, "", g.finish_reason) for i, g in enumerate(gens)]
+        tail = chunk(finals)
+        completion = sum(g.completion_tokens for g in gens)
+        if req.include_usage:
+            usage = protocol.usage(meta.prompt, completion, meta.cached)
+            tail += _event({**head, "choices": [], "usage": usage})
+        await conn.write_chunk(tail + _DONE)
+        conn.end_stream()
+        self._finish(engine, gens, meta, first_token_at, completion)
+        return None
+
+    async def embeddings(self, request, conn) -> Response:
+        req = protocol.parse_embedding(protocol.load_json_object(request.body))
+        engine = self._engine_for(req.model, EMBEDDING)
+        spec = engine.spec
+        for index, ids in enumerate(req.inputs):
+            if len(ids) > spec.context:
+                raise ApiError(
+                    400,
+                    f"Input {index} has {len(ids)} tokens; this model's maximum context "
+                    f"length is {spec.context} tokens.",
+                    param="input",
+                    code="context_length_exceeded",
+                )
+        dims = req.dimensions or spec.dims
+        if dims > spec.dims:
+            raise protocol.invalid(
+                "dimensions", f"'dimensions' must be at most {spec.dims} for '{spec.name}'."
+            )
+        decision = self.faults.decide()
+        if decision.status:
+            raise _fault_error(decision.status)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        scheduler = engine.scheduler
+        if not scheduler.try_acquire():
+            await scheduler.acquire()
+        try:
+            total = sum(len(ids) for ids in req.inputs)
+            engine.cache.queries_tokens += total
+            engine.metrics.prompt_tokens += total
+            prefill = self.latency.prefill_seconds(total, scheduler.running)
+            if decision.spike:
+                prefill += self.faults.spike_seconds(prefill)
+            if self.latency.sleeps or decision.spike:
+                await self._sleep(prefill)
+        finally:
+            scheduler.release()
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": _vector(ids, dims, req.encoding_format),
+            }
+            for i, ids in enumerate(req.inputs)
+        ]
+        elapsed = loop.time() - started
+        engine.metrics.success["stop"] += 1
+        engine.metrics.ttft.observe(elapsed)
+        engine.metrics.e2e.observe(elapsed)
+        usage = {"prompt_tokens": total, "total_tokens": total}
+        usage["prompt_tokens_details"] = {"cached_tokens": 0}
+        body = {"object": "list", "data": data, "model": req.model, "usage": usage}
+        return Response(200, _dumps(body))
+
+
+class _Meta:
+    __slots__ = ("cached", "chat", "model", "prompt", "started")
+
+    def __init__(self, chat, model, prompt, cached, started):
+        self.chat = chat
+        self.model = model
+        self.prompt = prompt
+        self.cached = cached
+        self.started = started
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _vector(ids: list[int], dims: int, encoding: str):
+    """A deterministic unit vector for the token ids (the same input, the same vector)."""
+    rng = random.Random(prompt_seed(ids, None, dims))  # noqa: S311 - deterministic vectors
+    values = [rng.gauss(0.0, 1.0) for _ in range(dims)]
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    values = [v / norm for v in values]
+    if encoding == "float":
+        return values
+    packed = array("f", values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode()

@@ -1,0 +1,115 @@
+"""The simulator's tokenizer: a deterministic stand-in for a BPE vocabulary.
+
+Rule (the gateway uses this module to estimate prompt tokens the same way):
+
+* Whitespace attaches to the token that follows it; whitespace at the very end
+  of a text is one token of its own.
+* Each CJK character (CJK ideographs and punctuation, Hiragana, Katakana,
+  Hangul, full-width forms) is one token.
+* Each maximal run of other letters and digits is ``ceil(len / 4)`` tokens:
+  the run is cut into pieces of four characters.
+* Every other non-space character (punctuation, symbols, ``_``, emoji) is one token.
+
+Token ids are the first four bytes of BLAKE2b of the piece (leading whitespace
+included), folded into ``[FIRST_TEXT_ID, VOCAB_SIZE)``; ids below
+``FIRST_TEXT_ID`` are reserved for the chat template's markers.
+
+Chat template (``chat_prompt_tokens``): for each message
+``<|start|>`` + tokens of the role (and of ``name`` if set) + ``<|sep|>`` +
+tokens of the content (text parts joined by newlines) + ``<|end|>``; then the
+generation prompt ``<|start|>`` + ``assistant`` + ``<|sep|>``. Each marker is
+one token, so a message costs its content and role tokens plus three, and the
+generation prompt adds three more (``assistant`` is one token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+
+VOCAB_SIZE = 200_000
+START_ID, SEP_ID, END_ID = 1, 2, 3
+FIRST_TEXT_ID = 16
+RUN_PIECE = 4
+
+_WIDE = (
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u2e80-\u9fff"  # CJK radicals, punctuation, Hiragana, Katakana, compat Jamo, ideographs
+    "\ua960-\ua97f"  # Hangul Jamo extended A
+    "\uac00-\ud7ff"  # Hangul syllables and Jamo extended B
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff00-\uffef"  # half-width and full-width forms
+    "\U00020000-\U0003ffff"  # CJK extensions B and later
+)
+_PIECES = re.compile(rf"\s*(?:[{_WIDE}]|[^\W_{_WIDE}]+|\S)|\s+")
+
+
+@lru_cache(maxsize=65536)
+def _piece_id(piece: str) -> int:
+    digest = hashlib.blake2b(piece.encode("utf-8", "surrogatepass"), digest_size=4).digest()
+    return FIRST_TEXT_ID + int.from_bytes(digest, "little") % (VOCAB_SIZE - FIRST_TEXT_ID)
+
+
+def _run_length(match: str) -> int:
+    """How many letters/digits a piece has after its leading whitespace."""
+    return len(match.lstrip())
+
+
+def pieces(text: str) -> list[str]:
+    """The token strings of ``text``; joined they give back ``text`` exactly."""
+    out: list[str] = []
+    for match in _PIECES.findall(text):
+        body = match.lstrip()
+        if len(body) <= RUN_PIECE or not body[0].isalnum():
+            out.append(match)
+            continue
+        lead = match[: len(match) - len(body)]
+        out.append(lead + body[:RUN_PIECE])
+        out.extend(body[i : i + RUN_PIECE] for i in range(RUN_PIECE, len(body), RUN_PIECE))
+    return out
+
+
+def count_tokens(text: str) -> int:
+    """Number of tokens in ``text`` by the rule in the module docstring."""
+    total = 0
+    for match in _PIECES.findall(text):
+        size = _run_length(match)
+        total += (size + RUN_PIECE - 1) // RUN_PIECE if size > 1 else 1
+    return total
+
+
+def tokenize(text: str) -> list[int]:
+    """Deterministic token ids of ``text`` (stable across processes and runs)."""
+    return [_piece_id(piece) for piece in pieces(text)]
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        ]
+        return "\n".join(texts)
+    return ""
+
+
+def chat_prompt_tokens(messages: list[dict]) -> list[int]:
+    """Token ids of a chat prompt under the documented template, generation prompt included."""
+    ids: list[int] = []
+    for message in messages:
+        ids.append(START_ID)
+        ids.extend(tokenize(str(message.get("role", ""))))
+        name = message.get("name")
+        if isinstance(name, str) and name:
+            ids.extend(tokenize(" " + name))
+        ids.append(SEP_ID)
+        ids.extend(tokenize(_content_text(message.get("content"))))
+        ids.append(END_ID)
+    ids.append(START_ID)
+    ids.extend(tokenize("assistant"))
+    ids.append(SEP_ID)
+    return ids
