@@ -55,8 +55,18 @@ class Up:
 
     def __init__(self, env: dict, *args: str):
         self.port = free_port()
+        self.node_port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "up", "--port", str(self.port), *args],
+            [
+                sys.executable,
+                "manage.py",
+                "up",
+                "--port",
+                str(self.port),
+                "--node-port",
+                str(self.node_port),
+                *args,
+            ],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -121,12 +131,15 @@ def start(env: dict, *args: str) -> tuple[Up, dict]:
         console = up.wait_for(r"^Console: (http://127\.0\.0\.1:(\d+)/)$")
         login = up.wait_for(r"^Login: (\S+) / ([0-9a-f]{16})$")
         key = up.wait_for(r"^Demo API key: (.+)$")
+        node = up.wait_for(r"^Simulator node: (http://127\.0\.0\.1:(\d+))/v1$")
         up.wait_for(r"^Ready\.$")
     except BaseException:
         up.kill()
         raise
     assert int(console.group(2)) == up.port
+    assert int(node.group(2)) == up.node_port
     return up, {
+        "node": node.group(1),
         "url": console.group(1),
         "email": login.group(1),
         "password": login.group(2),
@@ -154,6 +167,24 @@ def shell_check(env: dict, email: str, password: str, keys: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def node_health(env: dict) -> str:
+    code = (
+        "from inference_node.models import Node\n"
+        "n = Node.objects.get(organization=None, name='simulator-1')\n"
+        "print(n.health, n.base_url, sorted(m.public_name for m in n.models.all()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
 def test_up_runs_the_console_and_reuses_its_data(up_env):
     var = Path(up_env["CONSOLE_VAR_DIR"])
 
@@ -166,6 +197,15 @@ def test_up_runs_the_console_and_reuses_its_data(up_env):
         assert KEY_RE.match(first["key"]), first["key"]
         with urllib.request.urlopen(first["url"] + "django-admin/login/", timeout=10) as resp:  # noqa: S310
             assert resp.status == 200
+        # The bundled simulator node answers, and beat + worker probe it healthy.
+        with urllib.request.urlopen(first["node"] + "/v1/models", timeout=10) as resp:  # noqa: S310
+            served = {m["id"] for m in json.load(resp)["data"]}
+        assert {"sim-chat-small", "sim-chat-large", "sim-embed"} <= served
+        deadline = time.monotonic() + 45
+        while not (health := node_health(up_env)).startswith("healthy"):
+            assert time.monotonic() < deadline, f"simulator never probed healthy: {health}"
+            time.sleep(1)
+        assert f"http://127.0.0.1:{up.node_port} " in health
     finally:
         code = up.stop()
     assert code == 0, "\n".join(up.seen)

@@ -22,6 +22,9 @@ DEMO_EMAIL = "demo@example.com"
 DEMO_ORG_NAME = "Demo Org"
 DEMO_ORG_SLUG = "demo"
 DEMO_KEY_NAME = "Demo key"
+SIMULATOR_NODE_NAME = "simulator-1"
+# The bundled simulator's models: (public name, context window).
+SIMULATOR_MODELS = (("sim-chat-small", 8192), ("sim-chat-large", 32768), ("sim-embed", 8192))
 
 
 def demo_password() -> str:
@@ -71,12 +74,44 @@ def ensure_demo(*, new_key: bool) -> tuple[str, str]:
     return password, f"{current.prefix}… {hint}"
 
 
+def ensure_simulator_node(port: int) -> None:
+    """Register the bundled simulator as a shared platform node (every
+    organization may route to it), pointing at this run's port."""
+    from inference_node.models import Node, NodeHealth, NodeModel
+    from inference_node.selectors import invalidate_routing_snapshot
+
+    base_url = f"http://127.0.0.1:{port}"
+    with transaction.atomic():
+        node, created = Node.objects.get_or_create(
+            organization=None,
+            name=SIMULATOR_NODE_NAME,
+            defaults={"base_url": base_url, "labels": {"hardware": "simulator"}},
+        )
+        if not created and node.base_url != base_url:
+            node.base_url = base_url
+            node.health = NodeHealth.UNKNOWN  # not routable until probed at the new address
+            node.save(update_fields=["base_url", "health", "updated_at"])
+        for name, context in SIMULATOR_MODELS:
+            NodeModel.objects.get_or_create(
+                node=node,
+                public_name=name,
+                defaults={"upstream_name": name, "context_window": context},
+            )
+    invalidate_routing_snapshot()
+
+
 class Command(BaseCommand):
     help = "Migrate, create the demo organization, and run the web server, worker and beat."
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument(
+            "--node-port",
+            type=int,
+            default=9001,
+            help="Port of the bundled simulator inference node (0: do not start one).",
+        )
         parser.add_argument("--no-demo", action="store_true", help="Do not create the demo data.")
         parser.add_argument(
             "--new-demo-key",
@@ -88,9 +123,20 @@ class Command(BaseCommand):
         self.stdout.write(line)
         self.stdout.flush()
 
-    def handle(self, *args, host: str, port: int, no_demo: bool, new_demo_key: bool, **options):
+    def handle(
+        self,
+        *args,
+        host: str,
+        port: int,
+        node_port: int,
+        no_demo: bool,
+        new_demo_key: bool,
+        **options,
+    ):
         if not 0 < port < 65536:
             raise CommandError(f"--port {port} is not a TCP port")
+        if not 0 <= node_port < 65536 or node_port == port:
+            raise CommandError(f"--node-port {node_port} is not a free TCP port")
         call_command("migrate", interactive=False, verbosity=0)
         display_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
         if ":" in display_host:
@@ -100,10 +146,13 @@ class Command(BaseCommand):
             password, key_line = ensure_demo(new_key=new_demo_key)
             self.say(f"Login: {DEMO_EMAIL} / {password}")
             self.say(f"Demo API key: {key_line}")
+        if node_port:
+            ensure_simulator_node(node_port)
+            self.say(f"Simulator node: http://127.0.0.1:{node_port}/v1")
         connections.close_all()  # the children open their own
-        sys.exit(self.run_children(host, port))
+        sys.exit(self.run_children(host, port, node_port))
 
-    def run_children(self, host: str, port: int) -> int:
+    def run_children(self, host: str, port: int, node_port: int) -> int:
         py = sys.executable
         env = os.environ.copy()
         env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -111,6 +160,21 @@ class Command(BaseCommand):
         sup.install_signal_handlers()
         code = 0
         try:
+            if node_port:
+                sup.start(
+                    "node",
+                    [
+                        py,
+                        "-m",
+                        "inference_node.server",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(node_port),
+                        "--profile",
+                        "realistic",
+                    ],
+                )
             sup.start(
                 "web",
                 [
@@ -167,7 +231,8 @@ class Command(BaseCommand):
             )
             wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
             wait_host = "::1" if wait_host == "::" else wait_host
-            if sup.wait_for_port(wait_host, port):
+            node_up = not node_port or sup.wait_for_port("127.0.0.1", node_port)
+            if node_up and sup.wait_for_port(wait_host, port):
                 self.say("Ready.")
                 sup.watch()
             name = {2: "SIGINT", 15: "SIGTERM"}.get(sup.stop_requested, sup.stop_requested)
