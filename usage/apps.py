@@ -4,3 +4,23 @@ from django.apps import AppConfig
 class UsageConfig(AppConfig):
     name = "usage"
     verbose_name = "Usage"
+
+    def ready(self) -> None:
+        # Ingest caches prices, organizations and keys; drop them in this
+        # process as soon as one changes (other workers follow within the TTL).
+        from django.db.models.signals import post_delete, post_save
+
+        from accounts.models import ApiKey, Organization
+        from usage.ingest.directory import invalidate_directory
+        from usage.models import Price
+        from usage.prices import invalidate_price_book
+
+        for sender in (Organization, ApiKey):
+            post_save.connect(
+                invalidate_directory, sender=sender, dispatch_uid=f"usage-dir-{sender}"
+            )
+            post_delete.connect(
+                invalidate_directory, sender=sender, dispatch_uid=f"usage-dir-del-{sender}"
+            )
+        post_save.connect(invalidate_price_book, sender=Price, dispatch_uid="usage-prices")
+        post_delete.connect(invalidate_price_book, sender=Price, dispatch_uid="usage-prices-del")

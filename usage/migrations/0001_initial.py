@@ -7,205 +7,391 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
+        ("accounts", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CatalogModel',
+            name="CatalogModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=128, unique=True)),
-                ('display_name', models.CharField(max_length=128)),
-                ('family', models.CharField(blank=True, max_length=64)),
-                ('provider', models.CharField(blank=True, max_length=64)),
-                ('kind', models.CharField(choices=[('chat', 'Chat / completions'), ('embedding', 'Embeddings')], default='chat', max_length=16)),
-                ('context_window', models.PositiveIntegerField(default=8192)),
-                ('enabled', models.BooleanField(default=True)),
-                ('fallbacks', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=128, unique=True)),
+                ("display_name", models.CharField(max_length=128)),
+                ("family", models.CharField(blank=True, max_length=64)),
+                ("provider", models.CharField(blank=True, max_length=64)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("chat", "Chat / completions"), ("embedding", "Embeddings")],
+                        default="chat",
+                        max_length=16,
+                    ),
+                ),
+                ("context_window", models.PositiveIntegerField(default=8192)),
+                ("enabled", models.BooleanField(default=True)),
+                ("fallbacks", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ('name',),
+                "ordering": ("name",),
             },
         ),
         migrations.CreateModel(
-            name='CallRecord',
+            name="CallRecord",
             fields=[
-                ('request_id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('organization_id', models.BigIntegerField()),
-                ('sub_account_id', models.BigIntegerField(blank=True, null=True)),
-                ('api_key_id', models.BigIntegerField()),
-                ('model', models.CharField(max_length=128)),
-                ('node_id', models.BigIntegerField(blank=True, null=True)),
-                ('protocol', models.CharField(max_length=16)),
-                ('endpoint', models.CharField(max_length=64)),
-                ('stream', models.BooleanField(default=False)),
-                ('status_code', models.PositiveSmallIntegerField()),
-                ('error_type', models.CharField(blank=True, max_length=64)),
-                ('input_tokens', models.BigIntegerField(default=0)),
-                ('cache_read_tokens', models.BigIntegerField(default=0)),
-                ('cache_write_tokens', models.BigIntegerField(default=0)),
-                ('output_tokens', models.BigIntegerField(default=0)),
-                ('reasoning_tokens', models.BigIntegerField(default=0)),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField()),
-                ('ttft_us', models.BigIntegerField(blank=True, null=True)),
-                ('latency_us', models.BigIntegerField()),
-                ('upstream_us', models.BigIntegerField(blank=True, null=True)),
-                ('overhead_us', models.BigIntegerField(blank=True, null=True)),
-                ('queue_us', models.BigIntegerField(blank=True, null=True)),
-                ('client_ip', models.GenericIPAddressField(blank=True, null=True)),
-                ('priority', models.SmallIntegerField(default=0)),
-                ('cache_status', models.CharField(choices=[('miss', 'Miss'), ('prefix_hit', 'Prefix cache hit'), ('response_hit', 'Response cache hit')], default='miss', max_length=16)),
-                ('currency', models.CharField(max_length=3)),
-                ('cost', models.BigIntegerField(default=0)),
-                ('priced', models.BooleanField(default=True)),
-                ('price_id', models.BigIntegerField(blank=True, null=True)),
-                ('ingested_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("request_id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("organization_id", models.BigIntegerField()),
+                ("sub_account_id", models.BigIntegerField(blank=True, null=True)),
+                ("api_key_id", models.BigIntegerField()),
+                ("model", models.CharField(max_length=128)),
+                ("node_id", models.BigIntegerField(blank=True, null=True)),
+                ("protocol", models.CharField(max_length=16)),
+                ("endpoint", models.CharField(max_length=64)),
+                ("stream", models.BooleanField(default=False)),
+                ("status_code", models.PositiveSmallIntegerField()),
+                ("error_type", models.CharField(blank=True, max_length=64)),
+                ("input_tokens", models.BigIntegerField(default=0)),
+                ("cache_read_tokens", models.BigIntegerField(default=0)),
+                ("cache_write_tokens", models.BigIntegerField(default=0)),
+                ("output_tokens", models.BigIntegerField(default=0)),
+                ("reasoning_tokens", models.BigIntegerField(default=0)),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField()),
+                ("ttft_us", models.BigIntegerField(blank=True, null=True)),
+                ("latency_us", models.BigIntegerField()),
+                ("upstream_us", models.BigIntegerField(blank=True, null=True)),
+                ("overhead_us", models.BigIntegerField(blank=True, null=True)),
+                ("queue_us", models.BigIntegerField(blank=True, null=True)),
+                ("client_ip", models.GenericIPAddressField(blank=True, null=True)),
+                ("priority", models.SmallIntegerField(default=0)),
+                (
+                    "cache_status",
+                    models.CharField(
+                        choices=[
+                            ("miss", "Miss"),
+                            ("prefix_hit", "Prefix cache hit"),
+                            ("response_hit", "Response cache hit"),
+                        ],
+                        default="miss",
+                        max_length=16,
+                    ),
+                ),
+                ("currency", models.CharField(max_length=3)),
+                ("cost", models.BigIntegerField(default=0)),
+                ("priced", models.BooleanField(default=True)),
+                ("price_id", models.BigIntegerField(blank=True, null=True)),
+                ("ingested_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'db_table': 'usage_call',
-                'ordering': ('-started_at', '-request_id'),
-                'indexes': [models.Index(fields=['organization_id', '-started_at'], name='usage_call_org_time'), models.Index(fields=['organization_id', 'api_key_id', '-started_at'], name='usage_call_org_key_time'), models.Index(fields=['organization_id', 'model', '-started_at'], name='usage_call_org_model_time')],
+                "db_table": "usage_call",
+                "ordering": ("-started_at", "-request_id"),
+                "indexes": [
+                    models.Index(
+                        fields=["organization_id", "-started_at"], name="usage_call_org_time"
+                    ),
+                    models.Index(
+                        fields=["organization_id", "api_key_id", "-started_at"],
+                        name="usage_call_org_key_time",
+                    ),
+                    models.Index(
+                        fields=["organization_id", "model", "-started_at"],
+                        name="usage_call_org_model_time",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='DeadLetter',
+            name="DeadLetter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('received_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('request_id', models.CharField(blank=True, max_length=64)),
-                ('organization_id', models.BigIntegerField(blank=True, null=True)),
-                ('reason', models.TextField()),
-                ('payload', models.JSONField()),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("received_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("request_id", models.CharField(blank=True, max_length=64)),
+                ("organization_id", models.BigIntegerField(blank=True, null=True)),
+                ("reason", models.TextField()),
+                ("payload", models.JSONField()),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ('-received_at',),
-                'indexes': [models.Index(fields=['organization_id', '-received_at'], name='usage_deadl_organiz_e85718_idx')],
+                "ordering": ("-received_at",),
+                "indexes": [
+                    models.Index(
+                        fields=["organization_id", "-received_at"],
+                        name="usage_deadl_organiz_e85718_idx",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RerateRun',
+            name="RerateRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(blank=True, max_length=128)),
-                ('period_start', models.DateTimeField()),
-                ('period_end', models.DateTimeField()),
-                ('reason', models.TextField()),
-                ('calls_examined', models.BigIntegerField(default=0)),
-                ('calls_rerated', models.BigIntegerField(default=0)),
-                ('adjustments', models.BigIntegerField(default=0)),
-                ('cost_delta', models.BigIntegerField(default=0)),
-                ('adjustment_delta', models.BigIntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('organization', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('started_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=128)),
+                ("period_start", models.DateTimeField()),
+                ("period_end", models.DateTimeField()),
+                ("reason", models.TextField()),
+                ("calls_examined", models.BigIntegerField(default=0)),
+                ("calls_rerated", models.BigIntegerField(default=0)),
+                ("adjustments", models.BigIntegerField(default=0)),
+                ("cost_delta", models.BigIntegerField(default=0)),
+                ("adjustment_delta", models.BigIntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "started_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-created_at',),
+                "ordering": ("-created_at",),
             },
         ),
         migrations.CreateModel(
-            name='Rollup',
+            name="Rollup",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('organization_id', models.BigIntegerField()),
-                ('grain', models.CharField(choices=[('org', 'Organization'), ('sub', 'Sub-account'), ('key', 'API key'), ('model', 'Model'), ('node', 'Node'), ('full', 'Sub-account, key, model and node')], max_length=8)),
-                ('sub_account_id', models.BigIntegerField(default=0)),
-                ('api_key_id', models.BigIntegerField(default=0)),
-                ('model', models.CharField(blank=True, default='', max_length=128)),
-                ('node_id', models.BigIntegerField(default=0)),
-                ('hour', models.DateTimeField()),
-                ('currency', models.CharField(max_length=3)),
-                ('calls', models.BigIntegerField(default=0)),
-                ('calls_2xx', models.BigIntegerField(default=0)),
-                ('calls_4xx', models.BigIntegerField(default=0)),
-                ('calls_429', models.BigIntegerField(default=0)),
-                ('calls_5xx', models.BigIntegerField(default=0)),
-                ('stream_calls', models.BigIntegerField(default=0)),
-                ('cache_hit_calls', models.BigIntegerField(default=0)),
-                ('unpriced_calls', models.BigIntegerField(default=0)),
-                ('input_tokens', models.BigIntegerField(default=0)),
-                ('cache_read_tokens', models.BigIntegerField(default=0)),
-                ('cache_write_tokens', models.BigIntegerField(default=0)),
-                ('output_tokens', models.BigIntegerField(default=0)),
-                ('reasoning_tokens', models.BigIntegerField(default=0)),
-                ('cost', models.BigIntegerField(default=0)),
-                ('latency_sum_us', models.BigIntegerField(default=0)),
-                ('ttft_count', models.BigIntegerField(default=0)),
-                ('ttft_sum_us', models.BigIntegerField(default=0)),
-                ('latency_hist', models.BinaryField(default=b'')),
-                ('ttft_hist', models.BinaryField(default=b'')),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("organization_id", models.BigIntegerField()),
+                (
+                    "grain",
+                    models.CharField(
+                        choices=[
+                            ("org", "Organization"),
+                            ("sub", "Sub-account"),
+                            ("key", "API key"),
+                            ("model", "Model"),
+                            ("node", "Node"),
+                            ("full", "Sub-account, key, model and node"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("sub_account_id", models.BigIntegerField(default=0)),
+                ("api_key_id", models.BigIntegerField(default=0)),
+                ("model", models.CharField(blank=True, default="", max_length=128)),
+                ("node_id", models.BigIntegerField(default=0)),
+                ("hour", models.DateTimeField()),
+                ("currency", models.CharField(max_length=3)),
+                ("calls", models.BigIntegerField(default=0)),
+                ("calls_2xx", models.BigIntegerField(default=0)),
+                ("calls_4xx", models.BigIntegerField(default=0)),
+                ("calls_429", models.BigIntegerField(default=0)),
+                ("calls_5xx", models.BigIntegerField(default=0)),
+                ("stream_calls", models.BigIntegerField(default=0)),
+                ("cache_hit_calls", models.BigIntegerField(default=0)),
+                ("unpriced_calls", models.BigIntegerField(default=0)),
+                ("input_tokens", models.BigIntegerField(default=0)),
+                ("cache_read_tokens", models.BigIntegerField(default=0)),
+                ("cache_write_tokens", models.BigIntegerField(default=0)),
+                ("output_tokens", models.BigIntegerField(default=0)),
+                ("reasoning_tokens", models.BigIntegerField(default=0)),
+                ("cost", models.BigIntegerField(default=0)),
+                ("latency_sum_us", models.BigIntegerField(default=0)),
+                ("ttft_count", models.BigIntegerField(default=0)),
+                ("ttft_sum_us", models.BigIntegerField(default=0)),
+                ("latency_hist", models.BinaryField(default=b"")),
+                ("ttft_hist", models.BinaryField(default=b"")),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'db_table': 'usage_rollup',
-                'indexes': [models.Index(fields=['organization_id', 'grain', 'hour'], name='usage_rollu_organiz_c31226_idx')],
-                'constraints': [models.UniqueConstraint(fields=('organization_id', 'grain', 'sub_account_id', 'api_key_id', 'model', 'node_id', 'hour'), name='usage_rollup_unique_cell')],
+                "db_table": "usage_rollup",
+                "indexes": [
+                    models.Index(
+                        fields=["organization_id", "grain", "hour"],
+                        name="usage_rollu_organiz_c31226_idx",
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=(
+                            "organization_id",
+                            "grain",
+                            "sub_account_id",
+                            "api_key_id",
+                            "model",
+                            "node_id",
+                            "hour",
+                        ),
+                        name="usage_rollup_unique_cell",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='PeriodClose',
+            name="PeriodClose",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('period_start', models.DateTimeField()),
-                ('period_end', models.DateTimeField()),
-                ('reference', models.CharField(blank=True, max_length=64)),
-                ('closed_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='closed_periods', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("period_start", models.DateTimeField()),
+                ("period_end", models.DateTimeField()),
+                ("reference", models.CharField(blank=True, max_length=64)),
+                ("closed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="closed_periods",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-period_start',),
-                'indexes': [models.Index(fields=['organization', 'period_start', 'period_end'], name='usage_perio_organiz_ebef0e_idx')],
+                "ordering": ("-period_start",),
+                "indexes": [
+                    models.Index(
+                        fields=["organization", "period_start", "period_end"],
+                        name="usage_perio_organiz_ebef0e_idx",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Price',
+            name="Price",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('currency', models.CharField(default='USD', max_length=3)),
-                ('input_per_mtok', models.BigIntegerField()),
-                ('cache_read_per_mtok', models.BigIntegerField()),
-                ('cache_write_per_mtok', models.BigIntegerField()),
-                ('output_per_mtok', models.BigIntegerField()),
-                ('effective_from', models.DateTimeField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='prices', to='usage.catalogmodel')),
-                ('organization', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='price_overrides', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("currency", models.CharField(default="USD", max_length=3)),
+                ("input_per_mtok", models.BigIntegerField()),
+                ("cache_read_per_mtok", models.BigIntegerField()),
+                ("cache_write_per_mtok", models.BigIntegerField()),
+                ("output_per_mtok", models.BigIntegerField()),
+                ("effective_from", models.DateTimeField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="prices",
+                        to="usage.catalogmodel",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="price_overrides",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('model__name', 'currency', '-effective_from'),
-                'indexes': [models.Index(fields=['model', 'currency', 'effective_from'], name='usage_price_model_i_91a8c1_idx')],
-                'constraints': [models.UniqueConstraint(fields=('model', 'currency', 'organization', 'effective_from'), name='usage_price_unique_effective'), models.CheckConstraint(condition=models.Q(('input_per_mtok__gte', 0), ('cache_read_per_mtok__gte', 0), ('cache_write_per_mtok__gte', 0), ('output_per_mtok__gte', 0)), name='usage_price_non_negative')],
+                "ordering": ("model__name", "currency", "-effective_from"),
+                "indexes": [
+                    models.Index(
+                        fields=["model", "currency", "effective_from"],
+                        name="usage_price_model_i_91a8c1_idx",
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("model", "currency", "organization", "effective_from"),
+                        name="usage_price_unique_effective",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("input_per_mtok__gte", 0),
+                            ("cache_read_per_mtok__gte", 0),
+                            ("cache_write_per_mtok__gte", 0),
+                            ("output_per_mtok__gte", 0),
+                        ),
+                        name="usage_price_non_negative",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Adjustment',
+            name="Adjustment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('organization_id', models.BigIntegerField()),
-                ('request_id', models.CharField(max_length=64)),
-                ('currency', models.CharField(max_length=3)),
-                ('original_cost', models.BigIntegerField()),
-                ('new_cost', models.BigIntegerField()),
-                ('delta', models.BigIntegerField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('billed_reference', models.CharField(blank=True, max_length=64)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='adjustment_rows', to='usage.reraterun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("organization_id", models.BigIntegerField()),
+                ("request_id", models.CharField(max_length=64)),
+                ("currency", models.CharField(max_length=3)),
+                ("original_cost", models.BigIntegerField()),
+                ("new_cost", models.BigIntegerField()),
+                ("delta", models.BigIntegerField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("billed_reference", models.CharField(blank=True, max_length=64)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="adjustment_rows",
+                        to="usage.reraterun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-created_at',),
-                'indexes': [models.Index(fields=['organization_id', 'created_at'], name='usage_adjus_organiz_6d63c1_idx')],
+                "ordering": ("-created_at",),
+                "indexes": [
+                    models.Index(
+                        fields=["organization_id", "created_at"],
+                        name="usage_adjus_organiz_6d63c1_idx",
+                    )
+                ],
             },
         ),
     ]

@@ -1,0 +1,95 @@
+"""The usage event schema: round trip and a precise reason for each bad input."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from tests.usage.factories import event
+from usage.events import FIELD_NAMES, SCHEMA_VERSION, InvalidEvent, UsageEvent
+
+KEY = SimpleNamespace(organization_id=3, sub_account_id=None, pk=9)
+
+
+def good(**overrides) -> dict:
+    d = event(KEY)
+    d.update(overrides)
+    return d
+
+
+def test_round_trip_through_a_json_safe_dict():
+    d = good(sub_account_id=4, stream=True, reasoning_tokens=100, client_ip="2001:db8::1")
+    e = UsageEvent.from_dict(d)
+    assert e.version == SCHEMA_VERSION
+    assert e.started_at == datetime(2025, 3, 4, 10, 15, tzinfo=UTC)
+    assert e.finished_at - e.started_at == timedelta(microseconds=850_000)
+    assert e.to_dict() == d
+    assert tuple(e.to_dict()) == FIELD_NAMES
+
+
+def test_other_offsets_are_accepted_and_mean_the_same_instant():
+    e = UsageEvent.from_dict(
+        good(started_at="2025-03-04T12:15:00+02:00", finished_at="2025-03-04T10:15:01Z")
+    )
+    assert e.started_at == datetime(2025, 3, 4, 10, 15, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"version": 2}, "unsupported version 2"),
+        ({"version": "1"}, "unsupported version '1'"),
+        ({"input_tokens": -1}, "input_tokens is negative"),
+        ({"cache_read_tokens": -5}, "cache_read_tokens is negative"),
+        ({"output_tokens": 10, "reasoning_tokens": 11}, "reasoning_tokens (11) exceed"),
+        ({"output_tokens": 1.5}, "output_tokens must be an integer, not float"),
+        ({"output_tokens": True}, "output_tokens must be an integer, not bool"),
+        ({"organization_id": "3"}, "organization_id must be an integer, not str"),
+        ({"organization_id": 0}, "organization_id must be positive"),
+        ({"sub_account_id": "x"}, "sub_account_id must be an integer or null"),
+        ({"request_id": ""}, "request_id must be a string of 1 to 64"),
+        ({"request_id": "a" * 65}, "request_id must be a string of 1 to 64"),
+        ({"request_id": "a\tb"}, "request_id contains control characters"),
+        ({"model": None}, "model must be a string"),
+        ({"protocol": "grpc"}, "protocol 'grpc' is not one of"),
+        ({"endpoint": "images"}, "endpoint 'images' is not a known endpoint"),
+        ({"cache_status": "warm"}, "cache_status 'warm' is not one of"),
+        ({"stream": "yes"}, "stream must be a boolean, not str"),
+        ({"status_code": 99}, "status_code must be an HTTP status"),
+        ({"latency_us": -3}, "latency_us must be between 0"),
+        ({"client_ip": "999.1.1.1"}, "client_ip is not an IP address"),
+        ({"client_ip": 17}, "client_ip is not an IP address"),
+        ({"started_at": "yesterday"}, "started_at is not an ISO 8601 timestamp"),
+        ({"started_at": "2025-03-04T10:15:00"}, "started_at has no time zone offset"),
+        ({"started_at": 1700000000}, "started_at must be an ISO 8601 string, not int"),
+        ({"finished_at": "2025-03-04T10:14:59+00:00"}, "finished_at is before started_at"),
+    ],
+)
+def test_bad_values_have_a_precise_reason(change, reason):
+    with pytest.raises(InvalidEvent) as exc:
+        UsageEvent.from_dict(good(**change))
+    assert reason in exc.value.reason
+
+
+def test_missing_and_unknown_fields_are_named():
+    d = good()
+    del d["latency_us"]
+    del d["model"]
+    with pytest.raises(InvalidEvent, match="missing field\\(s\\): latency_us, model"):
+        UsageEvent.from_dict(d)
+    with pytest.raises(InvalidEvent, match="unknown field\\(s\\): colour"):
+        UsageEvent.from_dict({**good(), "colour": "red"})
+    with pytest.raises(InvalidEvent, match="must be a JSON object, not list"):
+        UsageEvent.from_dict([1, 2])
+
+
+def test_far_future_start_is_refused_within_the_configured_skew(settings):
+    settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 300
+    now = datetime.now(UTC)
+    UsageEvent.from_dict(event(KEY, started_at=now + timedelta(seconds=200)))
+    with pytest.raises(InvalidEvent, match="more than 300 s in the future"):
+        UsageEvent.from_dict(event(KEY, started_at=now + timedelta(seconds=400)))
+    settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 600
+    UsageEvent.from_dict(event(KEY, started_at=now + timedelta(seconds=400)))

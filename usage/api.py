@@ -1,0 +1,141 @@
+"""REST API for call logs (``/api/v1/calls/``).
+
+The query string is parsed by the console's filter form, so the API accepts
+exactly the filters the page does; an invalid one is a 400 naming the field.
+Pages are keyset cursors (``before``/``after`` tokens in ``next`` and
+``previous``); there is never a COUNT. The CSV export streams."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import permissions, renderers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.api import IsOrgMember
+from accounts.errors import ValidationFailed
+from usage import logs
+from usage.forms import CallFilterForm
+from usage.serializers import CallPageSerializer, CallRecordSerializer
+
+FILTER_PARAMETERS = [
+    OpenApiParameter("from", OpenApiTypes.DATETIME, description="Calls started at or after"),
+    OpenApiParameter("to", OpenApiTypes.DATETIME, description="Calls started before"),
+    OpenApiParameter("range", str, enum=["1h", "24h", "7d", "30d"], description="Quick range"),
+    OpenApiParameter("key", int, description="API key id"),
+    OpenApiParameter("sub_account", int, description="Sub-account id"),
+    OpenApiParameter("model", str, description="Public model name"),
+    OpenApiParameter("node", int, description="Inference node id"),
+    OpenApiParameter("status", str, description="ok, errors, 4xx, 429, 5xx or a code"),
+    OpenApiParameter("min_latency_ms", int, description="Latency at least this"),
+    OpenApiParameter("request_id", str, description="One request id"),
+]
+PAGE_PARAMETERS = [
+    OpenApiParameter("limit", int, description=f"Page size, 1 to {logs.MAX_LIMIT}"),
+    OpenApiParameter("before", str, description="Cursor: calls older than (from `next`)"),
+    OpenApiParameter("after", str, description="Cursor: calls newer than (from `previous`)"),
+]
+
+
+class CSVRenderer(renderers.BaseRenderer):
+    """Lets ``?format=csv`` and ``Accept: text/csv`` choose the export."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data
+
+
+class CallApiView(APIView):
+    permission_classes = (permissions.IsAuthenticated, IsOrgMember)
+
+    @property
+    def actor(self):
+        return self.request._request.actor
+
+    def filter_form(self) -> CallFilterForm:
+        form = CallFilterForm(self.request.query_params, actor=self.actor)
+        if not form.is_valid():
+            raise ValidationFailed.from_fields(form.error_fields())
+        return form
+
+    def export(self, form: CallFilterForm) -> StreamingHttpResponse:
+        filters = form.filters()
+        response = StreamingHttpResponse(
+            logs.csv_lines(actor=self.actor, filters=filters, tzinfo=form.tz),
+            content_type="text/csv; charset=utf-8",
+        )
+        name = logs.csv_filename(
+            org_slug=self.actor.organization.slug, filters=filters, now=timezone.now()
+        )
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def handle_exception(self, exc):
+        # Errors are JSON even when the CSV was asked for.
+        self.request.accepted_renderer = renderers.JSONRenderer()
+        self.request.accepted_media_type = "application/json"
+        return super().handle_exception(exc)
+
+
+class CallListView(CallApiView):
+    renderer_classes = (renderers.JSONRenderer, CSVRenderer)
+
+    @extend_schema(
+        operation_id="calls_list",
+        parameters=FILTER_PARAMETERS + PAGE_PARAMETERS,
+        responses=CallPageSerializer,
+    )
+    def get(self, request):
+        form = self.filter_form()
+        if request.accepted_renderer.format == "csv":
+            return self.export(form)
+        page = logs.call_page(
+            actor=self.actor,
+            filters=form.filters(),
+            limit=form.page_size,
+            before=form.cleaned_data["before_cursor"],
+            after=form.cleaned_data["after_cursor"],
+        )
+        params = form.filter_params()
+
+        def link(**cursor):
+            return request.build_absolute_uri(f"{request.path}?{urlencode({**params, **cursor})}")
+
+        return Response(
+            {
+                "next": link(before=page.older) if page.older else None,
+                "previous": link(after=page.newer) if page.newer else None,
+                "results": CallRecordSerializer(page.calls, many=True).data,
+            }
+        )
+
+
+class CallExportView(CallApiView):
+    def perform_content_negotiation(self, request, force=False):
+        # The answer is CSV whatever Accept says; errors fall back to JSON.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        operation_id="calls_export",
+        parameters=FILTER_PARAMETERS,
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+    )
+    def get(self, request):
+        return self.export(self.filter_form())
+
+
+class CallDetailView(CallApiView):
+    @extend_schema(responses=CallRecordSerializer)
+    def get(self, request, request_id: str):
+        call = logs.call_get(actor=self.actor, request_id=request_id)
+        logs.resolve_names([call])
+        return Response(CallRecordSerializer(call).data)

@@ -1,0 +1,141 @@
+"""Read side of the models & prices page: the catalogue with the prices in
+effect for one organization, and which models need a price."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.actors import Actor
+from accounts.permissions import Perm
+from usage.models import CatalogModel, Grain, Price, Rollup
+from usage.rating import PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
+
+UNPRICED_WINDOW = timedelta(days=30)
+_MTOK = 1_000_000
+
+
+@dataclass(frozen=True)
+class PerMtok:
+    """Micro-units per million tokens of each class."""
+
+    input: int
+    cache_read: int
+    cache_write: int
+    output: int
+
+
+@dataclass(frozen=True)
+class ModelPrices:
+    model: CatalogModel
+    currency: str
+    list_price: PerMtok | None
+    override: PerMtok | None
+    # What the organization pays now: its override, else list price times its discount.
+    effective: PerMtok | None
+    effective_from: datetime | None
+    unpriced_calls: bool
+    needs_price: bool
+
+
+def _row(p: Price) -> PriceRow:
+    return PriceRow(
+        id=p.pk,
+        model=p.model.name,
+        currency=p.currency,
+        organization_id=p.organization_id,
+        input_per_mtok=p.input_per_mtok,
+        cache_read_per_mtok=p.cache_read_per_mtok,
+        cache_write_per_mtok=p.cache_write_per_mtok,
+        output_per_mtok=p.output_per_mtok,
+        effective_from=p.effective_from,
+    )
+
+
+def _figures(row: PriceRow) -> PerMtok:
+    return PerMtok(
+        row.input_per_mtok, row.cache_read_per_mtok, row.cache_write_per_mtok, row.output_per_mtok
+    )
+
+
+def effective_per_mtok(row: PriceRow, org_discount_ppm: int) -> PerMtok:
+    """The price of a million tokens of each class, rated by ``usage.rating``
+    exactly as a call would be."""
+    ppm = discount_for(row, org_discount_ppm)
+    return PerMtok(
+        rate(TokenCounts(_MTOK, 0, 0, 0), row, ppm),
+        rate(TokenCounts(0, _MTOK, 0, 0), row, ppm),
+        rate(TokenCounts(0, 0, _MTOK, 0), row, ppm),
+        rate(TokenCounts(0, 0, 0, _MTOK), row, ppm),
+    )
+
+
+def unpriced_model_names(*, organization_id: int, since: datetime) -> set[str]:
+    """Models with calls that had no price since ``since``. Read from the
+    model-grain rollups (written with the calls, so they count exactly the
+    ``priced=False`` records) instead of scanning a month of call records."""
+    return set(
+        Rollup.objects.filter(
+            organization_id=organization_id,
+            grain=Grain.MODEL,
+            hour__gte=since.replace(minute=0, second=0, microsecond=0),
+            unpriced_calls__gt=0,
+        )
+        .values_list("model", flat=True)
+        .distinct()
+    )
+
+
+def model_price_list(*, actor: Actor, at: datetime | None = None) -> list[ModelPrices]:
+    """Every catalogue model with its list, negotiated and effective price in
+    the organization's currency at ``at`` (now). ``needs_price`` is only
+    worked out for roles that manage the organization."""
+    at = at or timezone.now()
+    org = actor.organization
+    currency = org.currency
+    org_ppm = discount_ppm_for(org.discount_rate)
+    latest: dict[tuple[int, bool], Price] = {}
+    prices = (
+        Price.objects.filter(currency=currency, effective_from__lte=at)
+        .filter(Q(organization__isnull=True) | Q(organization_id=org.pk))
+        .select_related("model")
+        .order_by("model_id", "-effective_from")
+    )
+    for p in prices:
+        latest.setdefault((p.model_id, p.organization_id is not None), p)
+    check = actor.can(Perm.ORG_MANAGE)
+    unpriced = (
+        unpriced_model_names(organization_id=org.pk, since=at - UNPRICED_WINDOW) if check else set()
+    )
+    out = []
+    for model in CatalogModel.objects.order_by("name"):
+        listed, negotiated = latest.get((model.pk, False)), latest.get((model.pk, True))
+        in_effect = negotiated or listed
+        effective = effective_per_mtok(_row(in_effect), org_ppm) if in_effect else None
+        out.append(
+            ModelPrices(
+                model=model,
+                currency=currency,
+                list_price=_figures(_row(listed)) if listed else None,
+                override=_figures(_row(negotiated)) if negotiated else None,
+                effective=effective,
+                effective_from=in_effect.effective_from if in_effect else None,
+                unpriced_calls=model.name in unpriced,
+                needs_price=check
+                and (model.name in unpriced or (model.enabled and effective is None)),
+            )
+        )
+    return out
+
+
+def unpriced_unknown_models(*, actor: Actor, at: datetime | None = None) -> list[str]:
+    """Called model names with unpriced calls that are not in the catalogue."""
+    if not actor.can(Perm.ORG_MANAGE):
+        return []
+    at = at or timezone.now()
+    names = unpriced_model_names(organization_id=actor.organization_id, since=at - UNPRICED_WINDOW)
+    known = set(CatalogModel.objects.filter(name__in=names).values_list("name", flat=True))
+    return sorted(names - known)

@@ -1,0 +1,270 @@
+"""The usage event: what the gateway reports about one call, and its
+validation. Validation is plain Python on purpose: it runs 50,000 times a
+second in the ingest worker, where a serializer framework costs ten times more.
+
+Token classes are already mapped by the gateway: ``input_tokens`` is the
+uncached prompt, ``cache_read_tokens`` and ``cache_write_tokens`` are the
+cached parts, ``output_tokens`` includes ``reasoning_tokens``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from django.conf import settings
+
+SCHEMA_VERSION = 1
+
+PROTOCOLS = frozenset({"openai", "anthropic", "gemini"})
+ENDPOINTS = frozenset(
+    {
+        "chat.completions",
+        "completions",
+        "embeddings",
+        "responses",
+        "messages",
+        "count_tokens",
+        "generateContent",
+        "streamGenerateContent",
+        "embedContent",
+        "batchEmbedContents",
+    }
+)
+CACHE_STATUSES = frozenset({"miss", "prefix_hit", "response_hit"})
+MAX_REQUEST_ID = 64
+MAX_MODEL = 128
+MAX_ERROR_TYPE = 64
+# Bigger than any real call; keeps sums far from 64-bit overflow.
+MAX_TOKENS = 10**12
+MAX_DURATION_US = 10**13
+
+
+class InvalidEvent(ValueError):
+    """An event ingest cannot store. ``reason`` says precisely why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    request_id: str
+    started_at: datetime
+    finished_at: datetime
+    organization_id: int
+    sub_account_id: int | None
+    api_key_id: int
+    model: str
+    node_id: int | None
+    protocol: str
+    endpoint: str
+    stream: bool
+    status_code: int
+    error_type: str
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    ttft_us: int | None
+    latency_us: int
+    upstream_us: int | None
+    overhead_us: int | None
+    queue_us: int | None
+    client_ip: str | None
+    priority: int
+    cache_status: str
+    version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        out = {f: getattr(self, f) for f in FIELD_NAMES}
+        out["started_at"] = self.started_at.isoformat()
+        out["finished_at"] = self.finished_at.isoformat()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> UsageEvent:
+        return cls(*parse(d))
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(UsageEvent))
+FIELD_SET = frozenset(FIELD_NAMES)
+_NULLABLE_INTS = ("sub_account_id", "node_id", "ttft_us", "upstream_us", "overhead_us", "queue_us")
+
+
+def _parse_time(name: str, value) -> datetime:
+    if type(value) is str:
+        try:
+            dt = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidEvent(f"{name} is not an ISO 8601 timestamp: {value[:40]!r}") from None
+    elif isinstance(value, datetime):
+        dt = value
+    else:
+        raise InvalidEvent(f"{name} must be an ISO 8601 string, not {type(value).__name__}")
+    if dt.tzinfo is None:
+        raise InvalidEvent(f"{name} has no time zone offset")
+    return dt
+
+
+@lru_cache(maxsize=65536)
+def _check_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _field_error(d: dict) -> InvalidEvent:
+    if not isinstance(d, dict):
+        return InvalidEvent(f"event must be a JSON object, not {type(d).__name__}")
+    keys = set(d)
+    missing = sorted(FIELD_SET - keys)
+    if missing:
+        return InvalidEvent(f"missing field(s): {', '.join(missing)}")
+    unknown = sorted(str(k) for k in keys - FIELD_SET)
+    return InvalidEvent(f"unknown field(s): {', '.join(unknown)}")
+
+
+def _bad_type(name: str, want: str, value) -> InvalidEvent:
+    return InvalidEvent(f"{name} must be {want}, not {type(value).__name__}")
+
+
+def parse(d: dict) -> tuple:
+    """Validate one event dict; return its values in ``FIELD_NAMES`` order
+    with timestamps as aware datetimes. Raises ``InvalidEvent``."""
+    if type(d) is not dict or d.keys() != FIELD_SET:
+        raise _field_error(d)
+    version = d["version"]
+    if version != SCHEMA_VERSION or type(version) is not int:
+        raise InvalidEvent(f"unsupported version {version!r}; this worker reads {SCHEMA_VERSION}")
+
+    request_id = d["request_id"]
+    if type(request_id) is not str or not 0 < len(request_id) <= MAX_REQUEST_ID:
+        raise InvalidEvent(f"request_id must be a string of 1 to {MAX_REQUEST_ID} characters")
+    if not request_id.isprintable() or "\\" in request_id:
+        raise InvalidEvent("request_id contains control characters or a backslash")
+    model = d["model"]
+    if type(model) is not str or not 0 < len(model) <= MAX_MODEL:
+        raise InvalidEvent(f"model must be a string of 1 to {MAX_MODEL} characters")
+    if not model.isprintable() or "\\" in model:
+        raise InvalidEvent("model contains control characters or a backslash")
+    error_type = d["error_type"]
+    if type(error_type) is not str or len(error_type) > MAX_ERROR_TYPE:
+        raise InvalidEvent(f"error_type must be a string of at most {MAX_ERROR_TYPE} characters")
+    if error_type and (not error_type.isprintable() or "\\" in error_type):
+        raise InvalidEvent("error_type contains control characters or a backslash")
+
+    for name in ("organization_id", "api_key_id"):
+        v = d[name]
+        if type(v) is not int:
+            raise _bad_type(name, "an integer", v)
+        if v <= 0:
+            raise InvalidEvent(f"{name} must be positive")
+    for name in _NULLABLE_INTS:
+        v = d[name]
+        if v is not None:
+            if type(v) is not int:
+                raise _bad_type(name, "an integer or null", v)
+            if v < 0 or v > MAX_DURATION_US:
+                raise InvalidEvent(f"{name} must be between 0 and {MAX_DURATION_US}")
+    latency = d["latency_us"]
+    if type(latency) is not int:
+        raise _bad_type("latency_us", "an integer", latency)
+    if latency < 0 or latency > MAX_DURATION_US:
+        raise InvalidEvent(f"latency_us must be between 0 and {MAX_DURATION_US}")
+
+    inp = d["input_tokens"]
+    cr = d["cache_read_tokens"]
+    cw = d["cache_write_tokens"]
+    out = d["output_tokens"]
+    rsn = d["reasoning_tokens"]
+    for name, v in (
+        ("input_tokens", inp),
+        ("cache_read_tokens", cr),
+        ("cache_write_tokens", cw),
+        ("output_tokens", out),
+        ("reasoning_tokens", rsn),
+    ):
+        if type(v) is not int:
+            raise _bad_type(name, "an integer", v)
+        if v < 0:
+            raise InvalidEvent(f"{name} is negative ({v})")
+        if v > MAX_TOKENS:
+            raise InvalidEvent(f"{name} is implausibly large ({v})")
+    if rsn > out:
+        raise InvalidEvent(
+            f"reasoning_tokens ({rsn}) exceed output_tokens ({out}); reasoning is part of output"
+        )
+
+    protocol = d["protocol"]
+    if protocol not in PROTOCOLS:
+        raise InvalidEvent(f"protocol {protocol!r} is not one of {', '.join(sorted(PROTOCOLS))}")
+    endpoint = d["endpoint"]
+    if endpoint not in ENDPOINTS:
+        raise InvalidEvent(f"endpoint {endpoint!r} is not a known endpoint")
+    cache_status = d["cache_status"]
+    if cache_status not in CACHE_STATUSES:
+        raise InvalidEvent(
+            f"cache_status {cache_status!r} is not one of {', '.join(sorted(CACHE_STATUSES))}"
+        )
+    stream = d["stream"]
+    if type(stream) is not bool:
+        raise _bad_type("stream", "a boolean", stream)
+    status = d["status_code"]
+    if type(status) is not int or not 100 <= status <= 599:
+        raise InvalidEvent(f"status_code must be an HTTP status between 100 and 599: {status!r}")
+    priority = d["priority"]
+    if type(priority) is not int or not -32768 <= priority <= 32767:
+        raise InvalidEvent("priority must be a small integer")
+    ip = d["client_ip"]
+    if ip is not None and (type(ip) is not str or not _check_ip(ip)):
+        raise InvalidEvent(f"client_ip is not an IP address: {str(ip)[:64]!r}")
+
+    started = _parse_time("started_at", d["started_at"])
+    finished = _parse_time("finished_at", d["finished_at"])
+    if finished < started:
+        raise InvalidEvent("finished_at is before started_at")
+    skew = settings.USAGE_MAX_FUTURE_SKEW_SECONDS
+    if started.timestamp() > time.time() + skew:
+        raise InvalidEvent(f"started_at is more than {skew} s in the future")
+
+    return (
+        request_id,
+        started,
+        finished,
+        d["organization_id"],
+        d["sub_account_id"],
+        d["api_key_id"],
+        model,
+        d["node_id"],
+        protocol,
+        endpoint,
+        stream,
+        status,
+        error_type,
+        inp,
+        cr,
+        cw,
+        out,
+        rsn,
+        d["ttft_us"],
+        latency,
+        d["upstream_us"],
+        d["overhead_us"],
+        d["queue_us"],
+        ip,
+        priority,
+        cache_status,
+        version,
+    )
+
+
+def utc(dt: datetime) -> datetime:
+    return dt.astimezone(UTC)

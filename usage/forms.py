@@ -1,0 +1,192 @@
+"""The call-log filter form. The console page and the REST API both parse
+their query string with it, so the two accept (and reject) the same input."""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from datetime import timedelta
+
+from django import forms
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.actors import Actor
+from accounts.models import SubAccount
+from usage import logs
+
+QUICK_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7),
+                "30d": timedelta(days=30)}  # fmt: skip
+_STATUS_RE = re.compile(r"^[1-5][0-9]{2}$")
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,64}$")
+MAX_LATENCY_MS = 24 * 3600 * 1000
+
+
+class KeyChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj):
+        return f"{obj.prefix} {obj.name}"
+
+
+class CallFilterForm(forms.Form):
+    """Query parameters of the call logs. ``from``/``to`` are declared below
+    the class because ``from`` is a Python keyword."""
+
+    range = forms.ChoiceField(
+        required=False,
+        label="Quick range",
+        choices=[
+            ("", "Any time"),
+            ("1h", "Last hour"),
+            ("24h", "Last 24 hours"),
+            ("7d", "Last 7 days"),
+            ("30d", "Last 30 days"),
+        ],
+    )
+    key = KeyChoiceField(queryset=None, required=False, empty_label="All keys")
+    sub_account = forms.ModelChoiceField(
+        queryset=None, required=False, label="Sub-account", empty_label="All sub-accounts"
+    )
+    model = forms.CharField(
+        required=False,
+        max_length=128,
+        widget=forms.TextInput(attrs={"list": "model-options", "placeholder": "any"}),
+    )
+    node = forms.ModelChoiceField(queryset=None, required=False, empty_label="All nodes")
+    status = forms.CharField(
+        required=False,
+        max_length=6,
+        help_text="ok, errors, 4xx, 429, 5xx or an exact code such as 404",
+        widget=forms.TextInput(attrs={"list": "status-options", "placeholder": "any"}),
+    )
+    min_latency_ms = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_LATENCY_MS,
+        label="Min latency (ms)",
+        widget=forms.NumberInput(attrs={"placeholder": "0"}),
+    )
+    request_id = forms.CharField(required=False, max_length=64, label="Request id")
+    limit = forms.IntegerField(
+        required=False, min_value=1, max_value=logs.MAX_LIMIT, widget=forms.HiddenInput
+    )
+    before = forms.CharField(required=False, max_length=400, widget=forms.HiddenInput)
+    after = forms.CharField(required=False, max_length=400, widget=forms.HiddenInput)
+
+    def __init__(self, data=None, *, actor: Actor, **kwargs):
+        super().__init__(data, **kwargs)
+        self.actor = actor
+        self.tz = _zone(actor.organization.timezone)
+        self.fields["key"].queryset = logs.visible_keys(actor=actor).order_by("name", "pk")
+        self.fields["sub_account"].queryset = SubAccount.objects.filter(
+            organization_id=actor.organization_id
+        ).order_by("name")
+        from inference_node.models import Node
+
+        # Shared platform nodes and the organization's own.
+        self.fields["node"].queryset = Node.objects.filter(
+            Q(organization_id__isnull=True) | Q(organization_id=actor.organization_id)
+        ).order_by("name", "pk")
+        for name in ("from", "to"):
+            self.fields[name].help_text = f"ISO 8601; without an offset, {self.tz.key} time"
+
+    def prepare_choices(self) -> None:
+        """Read the key, sub-account and node options once, with plain
+        queries (a ModelChoiceField re-reads them through a server-side
+        cursor for every rendering). Only pages that show the form need it."""
+        for name in ("key", "sub_account", "node"):
+            field = self.fields[name]
+            field.widget.choices = [("", field.empty_label)] + [
+                (obj.pk, field.label_from_instance(obj)) for obj in field.queryset
+            ]
+
+    def full_clean(self):
+        # Times typed without an offset mean the organization's local time.
+        with timezone.override(self.tz):
+            super().full_clean()
+
+    def clean_status(self):
+        value = self.cleaned_data["status"].strip().lower()
+        if value and value not in logs.STATUS_CLASSES and not _STATUS_RE.match(value):
+            raise forms.ValidationError(
+                "Use ok, errors, 4xx, 429, 5xx or a status code from 100 to 599."
+            )
+        return value
+
+    def clean_request_id(self):
+        value = self.cleaned_data["request_id"].strip()
+        if value and not _REQUEST_ID_RE.match(value):
+            raise forms.ValidationError("A request id has letters, digits and . _ : - only.")
+        return value
+
+    def clean_model(self):
+        return self.cleaned_data["model"].strip()
+
+    def _cursor(self, name):
+        token = self.cleaned_data.get(name)
+        if not token:
+            return None
+        try:
+            return logs.Cursor.decode(token)
+        except ValueError as exc:
+            self.add_error(name, str(exc))
+            return None
+
+    def clean(self):
+        data = super().clean()
+        start, end = data.get("from"), data.get("to")
+        quick = data.get("range")
+        if quick and start is None and "from" not in self.errors:
+            start = timezone.now() - QUICK_RANGES[quick]
+        if start is not None and end is not None and start >= end:
+            self.add_error("to", "The end of the time range must be after its start.")
+        data["start"], data["end"] = start, end
+        if data.get("before") and data.get("after"):
+            self.add_error("after", "Give either before or after, not both.")
+        data["before_cursor"] = self._cursor("before")
+        data["after_cursor"] = self._cursor("after")
+        return data
+
+    # --- results, once valid -------------------------------------------------
+
+    def filters(self) -> logs.CallFilters:
+        d = self.cleaned_data
+        return logs.CallFilters(
+            start=d.get("start"),
+            end=d.get("end"),
+            api_key_id=d["key"].pk if d.get("key") else None,
+            sub_account_id=d["sub_account"].pk if d.get("sub_account") else None,
+            model=d.get("model") or None,
+            node_id=d["node"].pk if d.get("node") else None,
+            status=d.get("status") or None,
+            min_latency_ms=d.get("min_latency_ms"),
+            request_id=d.get("request_id") or None,
+        )
+
+    @property
+    def page_size(self) -> int:
+        return self.cleaned_data.get("limit") or logs.DEFAULT_LIMIT
+
+    def error_fields(self) -> dict[str, list[str]]:
+        return {name: [str(e) for e in errors] for name, errors in self.errors.items()}
+
+    def filter_params(self) -> dict[str, str]:
+        """The filters as submitted (no cursor), for links that keep them."""
+        if not self.is_bound:
+            return {}
+        keep = ("from", "to", "range", "key", "sub_account", "model", "node", "status",
+                "min_latency_ms", "request_id", "limit")  # fmt: skip
+        return {k: self.data[k] for k in keep if self.data.get(k)}
+
+
+def _zone(name: str) -> zoneinfo.ZoneInfo:
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zoneinfo.ZoneInfo("UTC")
+
+
+CallFilterForm.base_fields = {
+    "from": forms.DateTimeField(required=False, label="From"),
+    "to": forms.DateTimeField(required=False, label="To"),
+    **CallFilterForm.base_fields,
+}

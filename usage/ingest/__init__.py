@@ -1,0 +1,310 @@
+"""Ingesting usage events: validate, refuse what cannot be stored (into dead
+letters, never silently), skip request ids already stored, rate each call
+once, insert the calls in bulk and add exactly the newly inserted ones to
+the hourly rollups in the same transaction, so a rollup row always equals
+the sum of its call records and a redelivered batch changes nothing."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone as tz
+
+from usage.events import InvalidEvent, parse
+from usage.ingest import generic, pg
+from usage.ingest.aggregate import all_grains, sum_calls
+from usage.ingest.directory import Directory, get_directory
+from usage.ingest.pg import copy_stamp
+from usage.models import DeadLetter
+from usage.prices import PriceBook, get_price_book
+from usage.rating import PPM, rate
+
+# The call-row layout: the event's fields in schema order, then what ingest adds.
+CALL_COLUMNS = (
+    "request_id",
+    "started_at",
+    "finished_at",
+    "organization_id",
+    "sub_account_id",
+    "api_key_id",
+    "model",
+    "node_id",
+    "protocol",
+    "endpoint",
+    "stream",
+    "status_code",
+    "error_type",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "ttft_us",
+    "latency_us",
+    "upstream_us",
+    "overhead_us",
+    "queue_us",
+    "client_ip",
+    "priority",
+    "cache_status",
+    "currency",
+    "cost",
+    "priced",
+    "price_id",
+    "ingested_at",
+)
+_N_EVENT = 26  # event fields copied into the row (all but ``version``)
+DEADLOCK_ATTEMPTS = 5
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+    dead_lettered: int
+
+
+@dataclass(slots=True)
+class _Batch:
+    rows: list
+    hours: list
+    dead: list
+    duplicates: int
+    currencies: dict
+
+
+def _dead(raw, reason: str) -> tuple:
+    rid = raw.get("request_id") if isinstance(raw, dict) else None
+    org = raw.get("organization_id") if isinstance(raw, dict) else None
+    return (
+        rid[:64] if type(rid) is str else "",
+        org if type(org) is int and 0 < org < 2**63 else None,
+        reason,
+        raw,
+    )
+
+
+def _key_problem(directory: Directory, key_id: int, org_id: int, sub_id) -> str | None:
+    """Why this key cannot carry this event (the directory was re-read for
+    every key whose cached entry disagreed with the batch, before the loop)."""
+    found = directory.keys.get(key_id)
+    if found is None:
+        return f"unknown api_key_id {key_id}"
+    if found[0] != org_id:
+        return f"api_key_id {key_id} belongs to another organization"
+    if found[1] != sub_id:
+        return f"sub_account_id {sub_id} does not match the key's sub-account {found[1]}"
+    return None
+
+
+def _preflight(raw_events: list, book: PriceBook, directory: Directory) -> PriceBook:
+    """Every database read the batch needs, done before the loop (which on
+    PostgreSQL runs while the connection is busy with the COPY)."""
+    org_ids: set[int] = set()
+    key_ids: set[int] = set()
+    claims: set[tuple] = set()
+    models: set[str] = set()
+    for r in raw_events:
+        if type(r) is not dict:
+            continue
+        org, key, sub, model = (
+            r.get("organization_id"),
+            r.get("api_key_id"),
+            r.get("sub_account_id"),
+            r.get("model"),
+        )
+        if type(org) is int and type(key) is int and (sub is None or type(sub) is int):
+            org_ids.add(org)
+            key_ids.add(key)
+            claims.add((key, org, sub))
+        if type(model) is str:
+            models.add(model)
+    directory.prefetch(org_ids, key_ids)
+    keys = directory.keys
+    stale = {k for k, o, sub in claims if k in keys and keys[k] != (o, sub)}
+    if stale:
+        directory.reload_keys(stale)
+    if book.age > 1.0 and any(not book.has_model(m) for m in models):
+        # A price added moments ago in another process: look once more.
+        book = get_price_book(max_age=0)
+    return book
+
+
+def _prepare(
+    raw_events: list, book: PriceBook, directory: Directory, now: datetime, sink=None
+) -> _Batch:
+    """Validate, resolve and rate, without touching the database (call
+    ``_preflight`` first); ``sink(row, started, finished)`` receives each
+    accepted row as soon as it is ready (the PostgreSQL COPY stream)."""
+    orgs = directory.orgs
+    keys = directory.keys
+    rows: list[tuple] = []
+    hours: list[int] = []
+    dead: list[tuple] = []
+    seen: set[str] = set()
+    duplicates = 0
+    lookup = book.lookup
+    for raw in raw_events:
+        try:
+            p = parse(raw)
+        except InvalidEvent as exc:
+            dead.append(_dead(raw, exc.reason))
+            continue
+        rid = p[0]
+        if rid in seen:
+            duplicates += 1
+            continue
+        org_id = p[3]
+        terms = orgs.get(org_id)
+        if terms is None:
+            dead.append(_dead(raw, f"unknown organization_id {org_id}"))
+            continue
+        key = keys.get(p[5])
+        if key is None or key[0] != org_id or key[1] != p[4]:
+            problem = _key_problem(directory, p[5], org_id, p[4])
+            if problem:
+                dead.append(_dead(raw, problem))
+                continue
+        seen.add(rid)
+        ts = p[1].timestamp()
+        currency = terms.currency
+        price = lookup(p[6], currency, org_id, ts)
+        if price is None:
+            tail = (currency, 0, False, None, now)
+        else:
+            ppm = PPM if price.organization_id is not None else terms.discount_ppm
+            tail = (currency, rate((p[13], p[14], p[15], p[16]), price, ppm), True, price.id, now)
+        row = p[:_N_EVENT] + tail
+        rows.append(row)
+        hours.append(int(ts // 3600) * 3600)
+        if sink is not None:
+            sink(row, copy_stamp(raw["started_at"], p[1]), copy_stamp(raw["finished_at"], p[2]))
+    currencies = {org_id: t.currency for org_id, t in orgs.items()}
+    return _Batch(rows, hours, dead, duplicates, currencies)
+
+
+def _store_dead_letters(dead: list[tuple], now: datetime) -> None:
+    """Record refused events, once: a redelivered batch adds no second copy."""
+    ids = {rid for rid, *_ in dead if rid}
+    existing = set()
+    if ids:
+        existing = set(
+            DeadLetter.objects.filter(request_id__in=ids, resolved_at__isnull=True).values_list(
+                "request_id", "reason"
+            )
+        )
+    DeadLetter.objects.bulk_create(
+        [
+            DeadLetter(
+                received_at=now,
+                request_id=rid,
+                organization_id=org,
+                reason=reason,
+                payload=_json_safe(payload),
+            )
+            for rid, org, reason, payload in dead
+            if not rid or (rid, reason) not in existing
+        ]
+    )
+
+
+def _json_safe(payload):
+    if isinstance(payload, dict | list | str | int | float | bool) or payload is None:
+        return payload
+    return repr(payload)[:10_000]
+
+
+def ingest_events(raw_events: list[dict]) -> IngestResult:
+    """Ingest one batch of event dicts (see ``usage.events``) in one transaction."""
+    if not isinstance(raw_events, list):
+        raw_events = list(raw_events)
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            if connection.vendor == "postgresql":
+                return _ingest_postgresql(raw_events)
+            return _ingest_generic(raw_events)
+        except Exception as exc:
+            # Only a whole transaction of our own can be run again.
+            if (
+                not pg.is_deadlock(exc)
+                or connection.in_atomic_block
+                or attempt == DEADLOCK_ATTEMPTS
+            ):
+                raise
+            logger.warning("usage ingest deadlocked with another worker; retrying the batch")
+    raise AssertionError("unreachable")
+
+
+def _ingest_postgresql(raw_events: list) -> IngestResult:
+    now = tz.now()
+    directory = get_directory()
+    book = _preflight(raw_events, get_price_book(), directory)
+    with transaction.atomic():
+        stream = pg.StreamingInsert(CALL_COLUMNS, now)
+        try:
+            batch = _prepare(raw_events, book, directory, now, sink=stream.add)
+        except BaseException as exc:
+            stream.abort(exc)
+            raise
+        rows, hours = batch.rows, batch.hours
+        # Sum the rollups while the server finishes the COPY; redo the sums
+        # only when some calls turn out to be stored already.
+        arrays = pg.RollupArrays(all_grains(sum_calls(rows, hours)), batch.currencies)
+        inserted = stream.result()
+        if inserted is not None:
+            rows, hours = _only(rows, hours, inserted)
+            arrays = pg.RollupArrays(all_grains(sum_calls(rows, hours)), batch.currencies)
+        if rows:
+            pg.apply_rollups(arrays, batch.currencies)
+            pg.touch_keys(_last_used(rows))
+        if batch.dead:
+            _store_dead_letters(batch.dead, now)
+    return _result(batch, len(rows))
+
+
+def _ingest_generic(raw_events: list) -> IngestResult:
+    now = tz.now()
+    directory = get_directory()
+    book = _preflight(raw_events, get_price_book(), directory)
+    batch = _prepare(raw_events, book, directory, now)
+    rows, hours = batch.rows, batch.hours
+    with transaction.atomic():
+        if rows:
+            inserted = generic.insert_calls(rows, CALL_COLUMNS)
+            if inserted is not None:
+                rows, hours = _only(rows, hours, inserted)
+            if rows:
+                generic.apply_rollups(all_grains(sum_calls(rows, hours)), batch.currencies)
+                generic.touch_keys(_last_used(rows))
+        if batch.dead:
+            _store_dead_letters(batch.dead, now)
+    return _result(batch, len(rows))
+
+
+def _only(rows: list, hours: list, inserted: set[str]) -> tuple[list, list]:
+    keep = [i for i, row in enumerate(rows) if row[0] in inserted]
+    return [rows[i] for i in keep], [hours[i] for i in keep]
+
+
+def _last_used(rows: list[tuple]) -> dict[int, datetime]:
+    last: dict[int, datetime] = {}
+    for row in rows:
+        k, t = row[5], row[2]
+        if k not in last or last[k] < t:
+            last[k] = t
+    return last
+
+
+def _result(batch: _Batch, accepted: int) -> IngestResult:
+    return IngestResult(
+        accepted=accepted,
+        duplicates=batch.duplicates + len(batch.rows) - accepted,
+        dead_lettered=len(batch.dead),
+    )
+
+
+__all__ = ["CALL_COLUMNS", "IngestResult", "ingest_events"]

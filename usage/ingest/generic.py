@@ -1,0 +1,109 @@
+# ruff: noqa: S608 - SQL is built from this module's constant column names; values are bound.
+"""The writer for SQLite (the embedded mode) and any other backend: multi-row
+``INSERT … ON CONFLICT DO NOTHING RETURNING`` for calls, then one
+read-modify-write per rollup cell. SQLite transactions here start with
+``BEGIN IMMEDIATE``, so the writer holds the database's write lock from the
+first statement and no other worker can interleave."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.db import connection
+
+from usage.ingest.aggregate import LAT_BINS, TTFT_BINS
+from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS, merged_hist
+
+# SQLite allows 32766 parameters per statement; 31 columns x 500 rows stays well under.
+CHUNK = 500
+_DATETIME_COLUMNS = ("started_at", "finished_at", "ingested_at")
+
+
+def _adapter(columns: tuple[str, ...]):
+    adapt = connection.ops.adapt_datetimefield_value
+    positions = [columns.index(c) for c in _DATETIME_COLUMNS]
+
+    def convert(row: tuple) -> list:
+        out = list(row)
+        for i in positions:
+            out[i] = adapt(out[i])
+        return out
+
+    return convert
+
+
+def insert_calls(rows: list[tuple], columns: tuple[str, ...]) -> set[str] | None:
+    convert = _adapter(columns)
+    cols = ", ".join(columns)
+    one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    inserted: list[str] = []
+    with connection.cursor() as cur:
+        for start in range(0, len(rows), CHUNK):
+            chunk = rows[start : start + CHUNK]
+            params = [v for row in chunk for v in convert(row)]
+            cur.execute(
+                f"INSERT INTO usage_call ({cols}) VALUES {', '.join([one] * len(chunk))} "
+                "ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
+                params,
+            )
+            inserted.extend(r[0] for r in cur.fetchall())
+    if len(inserted) == len(rows):
+        return None
+    return set(inserted)
+
+
+def apply_rollups(cells: list[tuple[tuple, list]], currencies: dict[int, str]) -> None:
+    adapt = connection.ops.adapt_datetimefield_value
+    where = " AND ".join(f"{c} = %s" for c in (*KEY_COLUMNS, "hour"))
+    add = ", ".join(f"{c} = {c} + %s" for c in SUM_COLUMNS)
+    insert_cols = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, "latency_hist", "ttft_hist")
+    insert_sql = (
+        f"INSERT INTO usage_rollup ({', '.join(insert_cols)}, updated_at) "
+        f"VALUES ({', '.join(['%s'] * (len(insert_cols) + 1))})"
+    )
+    now = adapt(datetime.now(UTC))
+    with connection.cursor() as cur:
+        for (org, grain, sub, key, model, node, hour), acc in cells:
+            key_params = [
+                org,
+                grain,
+                sub,
+                key,
+                model,
+                node,
+                adapt(datetime.fromtimestamp(hour, UTC)),
+            ]
+            cur.execute(
+                f"SELECT id, latency_hist, ttft_hist FROM usage_rollup WHERE {where}", key_params
+            )
+            found = cur.fetchone()
+            sums = acc[:N_SUMS]
+            if found is None:
+                lat = merged_hist(None, acc[LAT_BINS])
+                ttft = merged_hist(None, acc[TTFT_BINS])
+                cur.execute(insert_sql, [*key_params, currencies[org], *sums, lat, ttft, now])
+            else:
+                rid, old_lat, old_ttft = found
+                cur.execute(
+                    f"UPDATE usage_rollup SET {add}, latency_hist = %s, ttft_hist = %s, "
+                    "updated_at = %s WHERE id = %s",
+                    [
+                        *sums,
+                        merged_hist(old_lat, acc[LAT_BINS]),
+                        merged_hist(old_ttft, acc[TTFT_BINS]),
+                        now,
+                        rid,
+                    ],
+                )
+
+
+def touch_keys(last_used: dict[int, datetime]) -> None:
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cur:
+        for key_id, t in sorted(last_used.items()):
+            value = adapt(t)
+            cur.execute(
+                "UPDATE accounts_apikey SET last_used_at = %s "
+                "WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
+                [value, key_id, value],
+            )

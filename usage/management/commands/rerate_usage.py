@@ -1,0 +1,50 @@
+"""Re-rate a period's calls after a price fix; prints a JSON summary."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.dateparse import parse_datetime
+
+from accounts.models import Organization
+from usage.rerate import rerate
+
+
+def _when(value: str, name: str):
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise CommandError(f"{name} is not an ISO 8601 date-time: {value!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class Command(BaseCommand):
+    help = (
+        "Recompute call costs from the price book for calls that started in [--from, --to). "
+        "Closed (invoiced) periods get adjustments instead of edits."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--from", dest="start", required=True, help="ISO start (UTC if naive)")
+        parser.add_argument("--to", dest="end", required=True, help="ISO end, exclusive")
+        parser.add_argument("--org", type=int, help="Only this organization id")
+        parser.add_argument("--model", help="Only calls of this model")
+        parser.add_argument("--reason", required=True, help="Why (kept in the run and audit log)")
+        parser.add_argument("--dry-run", action="store_true", help="Report, change nothing")
+
+    def handle(self, *args, start, end, org, model, reason, dry_run, **options):
+        if org is not None and not Organization.objects.filter(pk=org).exists():
+            raise CommandError(f"No organization with id {org}.")
+        try:
+            summary = rerate(
+                start=_when(start, "--from"),
+                end=_when(end, "--to"),
+                reason=reason,
+                organization_id=org,
+                model=model,
+                dry_run=dry_run,
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(json.dumps(summary.as_dict()))

@@ -1,0 +1,35 @@
+"""Celery tasks of the usage app: thin calls into ingest and retention."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import InterfaceError, OperationalError
+
+
+@shared_task(
+    name="usage.ingest_batch",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    # A database that is briefly unreachable or a serialization failure can
+    # succeed later; ingest is idempotent, so a retry never double-counts.
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=10,
+)
+def ingest_batch(events: list[dict]) -> dict:
+    from usage.ingest import ingest_events
+
+    result = ingest_events(events)
+    return {
+        "accepted": result.accepted,
+        "duplicates": result.duplicates,
+        "dead_lettered": result.dead_lettered,
+    }
+
+
+@shared_task(name="usage.prune_calls")
+def prune_calls() -> int:
+    from usage.retention import prune_calls as prune
+
+    return prune()
