@@ -21,3 +21,39 @@ def require(condition: bool, reason: str) -> None:
 
 def require_chromium() -> None:
     require(os.path.exists(CHROMIUM), f"{CHROMIUM} is not installed (apt-get install chromium)")
+
+
+def database_url_for_children() -> str:
+    """The test database as a DATABASE_URL, for worker processes a test starts."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def start_celery_worker(root, **extra_env: str):
+    """A real Celery worker (solo pool) on the configured broker and the test
+    database. The caller terminates it."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_children(),
+        "DATABASE_POOL": "0",
+        "CONSOLE_VAR_DIR": str(settings.VAR_DIR),
+        "API_KEY_PEPPER": settings.API_KEY_PEPPER,
+        **extra_env,
+    }
+    if settings.REDIS_URL:
+        env["REDIS_URL"] = settings.REDIS_URL
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "info", "--pool", "solo",
+         "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip

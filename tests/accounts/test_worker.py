@@ -3,9 +3,7 @@ filesystem transport embedded), sends the invitation e-mail."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,17 +13,10 @@ from django.conf import settings
 from accounts.actors import Actor
 from accounts.services import invitation_create
 from accounts.tasks import send_invitation_email
+from tests.services import start_celery_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.celery_worker]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _database_url() -> str:
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 @pytest.fixture
@@ -34,22 +25,11 @@ def worker(tmp_path):
     mail_dir.mkdir(parents=True, exist_ok=True)
     for old in mail_dir.glob("*"):
         old.unlink()
-    env = {
-        **os.environ,
-        "DATABASE_URL": _database_url(),
-        "DATABASE_POOL": "0",
-        "CONSOLE_VAR_DIR": str(settings.VAR_DIR),
-        "API_KEY_PEPPER": settings.API_KEY_PEPPER,
-        "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
-        "CONSOLE_BASE_URL": "http://127.0.0.1:8000",
-    }
-    if settings.REDIS_URL:
-        env["REDIS_URL"] = settings.REDIS_URL
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "info", "--pool", "solo",
-         "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    proc = start_celery_worker(
+        ROOT,
+        EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+        CONSOLE_BASE_URL="http://127.0.0.1:8000",
+    )
     yield proc, mail_dir
     proc.terminate()
     try:
