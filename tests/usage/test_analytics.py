@@ -171,3 +171,25 @@ def test_analytics_never_read_call_records(usage_data):
 def test_bad_group_by_is_refused():
     with pytest.raises(ValueError, match="group_by"):
         analytics.totals(1, START, END, group_by="colour")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7])
+def test_encoded_quantiles_read_what_the_histogram_would(rows):
+    import random
+
+    from usage.sketch import LogHistogram
+
+    rng = random.Random(rows)
+    parts = []
+    for _ in range(rows):
+        h = LogHistogram()
+        for _ in range(500):
+            h.add(0 if rng.random() < 0.01 else int(rng.lognormvariate(12, 1.2)))
+        parts.append(h)
+    merged = LogHistogram()
+    for h in parts:
+        merged.merge(h)
+    qs = (0.0, 0.001, 0.5, 0.9, 0.99, 1.0)
+    got = analytics.encoded_quantiles([h.to_bytes() for h in parts] + [b""], qs)
+    assert got == {q: merged.quantile(q) / 1000.0 for q in qs}
+    assert analytics.encoded_quantiles([b"", None], qs) == dict.fromkeys(qs)
