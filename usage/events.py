@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from functools import lru_cache
+from operator import itemgetter
 
 from django.conf import settings
 
@@ -136,9 +137,119 @@ def _bad_type(name: str, want: str, value) -> InvalidEvent:
     return InvalidEvent(f"{name} must be {want}, not {type(value).__name__}")
 
 
-def parse(d: dict) -> tuple:
+_values = itemgetter(*FIELD_NAMES)
+_N_FIELDS = len(FIELD_NAMES)
+_fromisoformat = datetime.fromisoformat
+
+
+def latest_start() -> float:
+    """The latest ``started_at`` (POSIX seconds) accepted now; a batch reads it once."""
+    return time.time() + settings.USAGE_MAX_FUTURE_SKEW_SECONDS
+
+
+def parse(d: dict, latest: float | None = None) -> tuple:
     """Validate one event dict; return its values in ``FIELD_NAMES`` order
-    with timestamps as aware datetimes. Raises ``InvalidEvent``."""
+    with timestamps as aware datetimes. Raises ``InvalidEvent``. ``latest``
+    is ``latest_start()``, passed in by callers that parse many events."""
+    if latest is None:
+        latest = latest_start()
+    if type(d) is dict and len(d) == _N_FIELDS:
+        try:
+            parsed = _parse_valid(_values(d), latest)
+        except (KeyError, TypeError, ValueError):
+            parsed = None
+        if parsed is not None:
+            return parsed
+    return _parse_checked(d, latest)
+
+
+def _parse_valid(v: tuple, latest: float) -> tuple | None:
+    """The fast path for a valid event (the common case): every rule of
+    ``_parse_checked`` as one expression over the values; ``None`` (or an
+    exception) on any failure, and ``_parse_checked`` then says which."""
+    (
+        request_id,
+        started,
+        finished,
+        org,
+        sub,
+        key,
+        model,
+        node,
+        protocol,
+        endpoint,
+        stream,
+        status,
+        error_type,
+        inp,
+        cr,
+        cw,
+        out,
+        rsn,
+        ttft,
+        latency,
+        upstream,
+        overhead,
+        queue,
+        ip,
+        priority,
+        cache_status,
+        version,
+    ) = v
+    d_max = MAX_DURATION_US
+    t_max = MAX_TOKENS
+    if not (
+        version == SCHEMA_VERSION
+        and str is type(request_id) is type(model) is type(error_type)
+        and int is type(version) is type(org) is type(key) is type(latency) is type(status)
+        and int is type(inp) is type(cr) is type(cw) is type(out) is type(rsn) is type(priority)
+        and type(stream) is bool
+        and 0 < len(request_id) <= MAX_REQUEST_ID
+        and request_id.isprintable()
+        and "\\" not in request_id
+        and 0 < len(model) <= MAX_MODEL
+        and model.isprintable()
+        and "\\" not in model
+        and len(error_type) <= MAX_ERROR_TYPE
+        and (not error_type or (error_type.isprintable() and "\\" not in error_type))
+        and org > 0
+        and key > 0
+        and (sub is None or (type(sub) is int and 0 <= sub <= d_max))
+        and (node is None or (type(node) is int and 0 <= node <= d_max))
+        and (ttft is None or (type(ttft) is int and 0 <= ttft <= d_max))
+        and (upstream is None or (type(upstream) is int and 0 <= upstream <= d_max))
+        and (overhead is None or (type(overhead) is int and 0 <= overhead <= d_max))
+        and (queue is None or (type(queue) is int and 0 <= queue <= d_max))
+        and 0 <= latency <= d_max
+        and 0 <= inp <= t_max
+        and 0 <= cr <= t_max
+        and 0 <= cw <= t_max
+        and 0 <= out <= t_max
+        and 0 <= rsn <= out
+        and protocol in PROTOCOLS
+        and endpoint in ENDPOINTS
+        and cache_status in CACHE_STATUSES
+        and 100 <= status <= 599
+        and -32768 <= priority <= 32767
+        and (ip is None or (type(ip) is str and _check_ip(ip)))
+        and type(started) is str
+        and type(finished) is str
+    ):
+        return None
+    started = _fromisoformat(started)
+    finished = _fromisoformat(finished)
+    if (
+        started.tzinfo is None
+        or finished.tzinfo is None
+        or finished < started
+        or started.timestamp() > latest
+    ):
+        return None
+    return (request_id, started, finished, *v[3:])
+
+
+def _parse_checked(d: dict, latest: float) -> tuple:
+    """``parse`` one rule at a time, raising the first rule's ``InvalidEvent``."""
     if type(d) is not dict or d.keys() != FIELD_SET:
         raise _field_error(d)
     version = d["version"]
@@ -204,13 +315,13 @@ def parse(d: dict) -> tuple:
         )
 
     protocol = d["protocol"]
-    if protocol not in PROTOCOLS:
+    if type(protocol) is not str or protocol not in PROTOCOLS:
         raise InvalidEvent(f"protocol {protocol!r} is not one of {', '.join(sorted(PROTOCOLS))}")
     endpoint = d["endpoint"]
-    if endpoint not in ENDPOINTS:
+    if type(endpoint) is not str or endpoint not in ENDPOINTS:
         raise InvalidEvent(f"endpoint {endpoint!r} is not a known endpoint")
     cache_status = d["cache_status"]
-    if cache_status not in CACHE_STATUSES:
+    if type(cache_status) is not str or cache_status not in CACHE_STATUSES:
         raise InvalidEvent(
             f"cache_status {cache_status!r} is not one of {', '.join(sorted(CACHE_STATUSES))}"
         )
@@ -231,8 +342,8 @@ def parse(d: dict) -> tuple:
     finished = _parse_time("finished_at", d["finished_at"])
     if finished < started:
         raise InvalidEvent("finished_at is before started_at")
-    skew = settings.USAGE_MAX_FUTURE_SKEW_SECONDS
-    if started.timestamp() > time.time() + skew:
+    if started.timestamp() > latest:
+        skew = settings.USAGE_MAX_FUTURE_SKEW_SECONDS
         raise InvalidEvent(f"started_at is more than {skew} s in the future")
 
     return (

@@ -179,29 +179,42 @@ def add_counts_to_encoded(
     directly (the ingest path: one call per rollup row per batch)."""
     if not old:
         return encode_counts(dict(counts), zero)
-    old = bytes(old)
+    if type(old) is not bytes:
+        old = bytes(old)
     code = chr(old[0])
     lo, old_zero = _HEADER.unpack_from(old, 1)
     dense = array(code)
-    dense.frombytes(old[1 + _HEADER.size :])
+    dense.frombytes(memoryview(old)[_BODY:])
     if _BIG_ENDIAN:
         dense.byteswap()
     if counts:
         kmin, kmax = min(counts), max(counts)
-        top = (max(dense) if dense else 0) + max(counts.values())
-        if top > _limit(code):
-            code = next(c for c, limit in _TYPECODES if top <= limit)
-            dense = array(code, dense)
         if not dense:
             lo = kmin
-        hi = lo + len(dense) - 1
         if kmin < lo:
-            dense = array(code, bytes(dense.itemsize * (lo - kmin))) + dense
+            dense[0:0] = array(code, bytes(dense.itemsize * (lo - kmin)))
             lo = kmin
-        if kmax > hi:
-            dense.extend(array(code, bytes(dense.itemsize * (kmax - hi))))
-        for k, c in counts.items():
-            dense[k - lo] += c
+        grow = kmax - lo + 1 - len(dense)
+        if grow > 0:
+            dense.frombytes(bytes(dense.itemsize * grow))
+        try:
+            for k, c in counts.items():
+                dense[k - lo] += c
+        except OverflowError:
+            # A count outgrew the array type (rare: then it stays wider).
+            return _add_counts_widening(old, counts, zero)
     if _BIG_ENDIAN:
         dense.byteswap()
     return code.encode() + _HEADER.pack(lo, old_zero + zero) + dense.tobytes()
+
+
+_BODY = 1 + _HEADER.size
+
+
+def _add_counts_widening(old: bytes, counts: dict[int, int], zero: int) -> bytes:
+    """``add_counts_to_encoded`` with the array type widened first to fit
+    the largest possible sum."""
+    hist = LogHistogram.from_bytes(old)
+    hist.add_bins(counts)
+    hist.zero_count += zero
+    return hist.to_bytes()

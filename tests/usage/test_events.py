@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.usage.factories import event
-from usage.events import FIELD_NAMES, SCHEMA_VERSION, InvalidEvent, UsageEvent
+from usage.events import FIELD_NAMES, SCHEMA_VERSION, InvalidEvent, UsageEvent, latest_start, parse
 
 KEY = SimpleNamespace(organization_id=3, sub_account_id=None, pk=9)
 
@@ -93,3 +93,66 @@ def test_far_future_start_is_refused_within_the_configured_skew(settings):
         UsageEvent.from_dict(event(KEY, started_at=now + timedelta(seconds=400)))
     settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 600
     UsageEvent.from_dict(event(KEY, started_at=now + timedelta(seconds=400)))
+
+
+def test_a_batch_can_read_the_clock_once_and_pass_it_in(settings):
+    settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 300
+    now = datetime.now(UTC)
+    soon = good(started_at=now.isoformat(), finished_at=(now + timedelta(seconds=1)).isoformat())
+    assert parse(soon, latest_start())[1] == now
+    with pytest.raises(InvalidEvent, match="more than 300 s in the future"):
+        parse(soon, now.timestamp() - 1)
+
+
+def test_datetimes_are_accepted_as_well_as_strings():
+    d = good()
+    values = parse({**d, "started_at": datetime.fromisoformat(d["started_at"])})
+    assert values == parse(d)
+
+
+@pytest.mark.parametrize("field", ["protocol", "endpoint", "cache_status"])
+def test_an_unhashable_enum_value_is_refused_not_crashed_on(field):
+    with pytest.raises(InvalidEvent, match=f"{field} \\['x'\\] is not"):
+        parse(good(**{field: ["x"]}))
+
+
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    99,
+    600,
+    10**13 + 1,
+    10**12 + 1,
+    1.0,
+    "",
+    "x",
+    "a\\b",
+    "miss",
+    "openai",
+    "messages",
+    "2025-03-04T10:15:00+00:00",
+    "10.0.0.1",
+    ["x"],
+    {},
+]
+
+
+def _outcome(parser, d, latest):
+    try:
+        return parser(d, latest)
+    except InvalidEvent as exc:
+        return exc.reason
+
+
+def test_the_fast_path_accepts_exactly_what_the_rule_by_rule_check_accepts():
+    from usage.events import _parse_checked
+
+    latest = latest_start()
+    for name in FIELD_NAMES:
+        for value in ODD_VALUES:
+            d = good(**{name: value})
+            assert _outcome(parse, d, latest) == _outcome(_parse_checked, d, latest), (name, value)

@@ -11,6 +11,7 @@ import pytest
 from accounts.models import ApiKey
 from tests.usage.factories import PriceFactory, event, expected_rollups, stored_rollups
 from usage.ingest import IngestResult, ingest_events
+from usage.ingest.pg import copy_stamp
 from usage.models import CallRecord, CatalogModel, DeadLetter, Price, Rollup
 from usage.prices import unpriced_models
 
@@ -224,3 +225,25 @@ def test_the_celery_task_is_registered_and_calls_ingest(catalog, org, key):
     assert "usage.prune_calls" in app.tasks
     assert ingest_batch.acks_late
     assert ingest_batch.run([event(key)]) == {"accepted": 1, "duplicates": 0, "dead_lettered": 0}
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("2025-03-04T10:15:00.123456+00:00", True),
+        ("2025-03-04T10:15:00.123456-05:30", True),
+        ("2025-03-04T10:15:00+00:00", True),
+        ("2025-03-04T10:15:00.5Z", True),
+        ("2025-03-04 10:15:00+01:00", True),
+        ("2025-03-04T10:15:00.1234567+00:00", False),  # PostgreSQL rounds, Python truncates
+        ("2025-03-04x10:15:00.123456+00:00", False),
+        ("20250304T101500+0000", False),
+        ("2025-W10-2T10:15:00+00:00", False),
+        ("2025-03-04T10:15+00:00", False),
+    ],
+)
+def test_copy_text_keeps_only_timestamps_postgresql_reads_the_same_way(raw, kept):
+    parsed = datetime.fromisoformat(raw)
+    text = copy_stamp(raw, parsed)
+    assert (text == raw) is kept
+    assert datetime.fromisoformat(text) == parsed

@@ -115,3 +115,25 @@ def test_decoding_and_merging_720_hourly_histograms_is_fast():
 def test_quantile_rejects_out_of_range():
     with pytest.raises(ValueError, match="between 0 and 1"):
         LogHistogram().quantile(1.5)
+
+
+@pytest.mark.parametrize(
+    ("old_bins", "old_zero", "add_bins", "add_zero"),
+    [
+        ({100: 200, 105: 3}, 0, {100: 100, 90: 1, 120: 2}, 1),  # 300 outgrows a byte
+        ({100: 65_000}, 4, {100: 1_000}, 0),  # outgrows 16 bits
+        ({}, 5, {42: 7, 40: 1}, 2),  # zero-only encoding gets its first buckets
+        ({50: 1}, 0, {}, 3),  # only zeros added
+    ],
+)
+def test_adding_counts_widens_and_extends_the_encoding_as_needed(
+    old_bins, old_zero, add_bins, add_zero
+):
+    base = LogHistogram()
+    base.add_bins(old_bins)
+    base.zero_count = old_zero
+    encoded = add_counts_to_encoded(base.to_bytes(), dict(add_bins), add_zero)
+    base.add_bins(add_bins)
+    base.zero_count += add_zero
+    assert LogHistogram.from_bytes(encoded) == base
+    assert encoded == base.to_bytes()

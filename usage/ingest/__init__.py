@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 
 from django.db import connection, transaction
 from django.utils import timezone as tz
 
-from usage.events import InvalidEvent, parse
+from usage.events import InvalidEvent, latest_start, parse
 from usage.ingest import generic, pg
 from usage.ingest.aggregate import all_grains, sum_calls
 from usage.ingest.directory import Directory, get_directory
@@ -57,6 +58,7 @@ CALL_COLUMNS = (
     "ingested_at",
 )
 _N_EVENT = 26  # event fields copied into the row (all but ``version``)
+_claim = itemgetter("organization_id", "api_key_id", "sub_account_id", "model")
 DEADLOCK_ATTEMPTS = 5
 logger = logging.getLogger(__name__)
 
@@ -104,26 +106,26 @@ def _key_problem(directory: Directory, key_id: int, org_id: int, sub_id) -> str 
 def _preflight(raw_events: list, book: PriceBook, directory: Directory) -> PriceBook:
     """Every database read the batch needs, done before the loop (which on
     PostgreSQL runs while the connection is busy with the COPY)."""
-    org_ids: set[int] = set()
-    key_ids: set[int] = set()
     claims: set[tuple] = set()
     models: set[str] = set()
     for r in raw_events:
         if type(r) is not dict:
             continue
-        org, key, sub, model = (
-            r.get("organization_id"),
-            r.get("api_key_id"),
-            r.get("sub_account_id"),
-            r.get("model"),
-        )
+        try:
+            org, key, sub, model = _claim(r)
+        except KeyError:
+            org, key, sub, model = (
+                r.get("organization_id"),
+                r.get("api_key_id"),
+                r.get("sub_account_id"),
+                r.get("model"),
+            )
+        # Types first: True == 1 would otherwise stand in for a real id in a set.
         if type(org) is int and type(key) is int and (sub is None or type(sub) is int):
-            org_ids.add(org)
-            key_ids.add(key)
             claims.add((key, org, sub))
         if type(model) is str:
             models.add(model)
-    directory.prefetch(org_ids, key_ids)
+    directory.prefetch({c[1] for c in claims}, {c[0] for c in claims})
     keys = directory.keys
     stale = {k for k, o, sub in claims if k in keys and keys[k] != (o, sub)}
     if stale:
@@ -148,9 +150,10 @@ def _prepare(
     seen: set[str] = set()
     duplicates = 0
     lookup = book.lookup
+    latest = latest_start()
     for raw in raw_events:
         try:
-            p = parse(raw)
+            p = parse(raw, latest)
         except InvalidEvent as exc:
             dead.append(_dead(raw, exc.reason))
             continue

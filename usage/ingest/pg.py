@@ -2,10 +2,12 @@
 """The PostgreSQL writer. Calls: a COPY straight into the call table,
 streamed while the batch is still being validated, with a staging table and
 ``INSERT … SELECT … ON CONFLICT (request_id) DO NOTHING RETURNING`` when the
-batch holds stored ids. Rollups: one upsert that adds the sums under row
-locks taken in key order, then one update of the merged histograms. All on
-the raw psycopg connection with server-side binary parameters (Django's
-client-side binding would spell out every array as SQL text)."""
+batch holds stored ids. Rollups: one ``SELECT … FOR UPDATE`` that locks the
+existing rows in key order and reads their histograms, then one upsert
+that adds the sums and writes the histograms merged in Python. All on
+the raw psycopg connection with server-side parameters (Django's
+client-side binding would spell every array out in the SQL): key and sum
+columns as array literals, histograms as binary ``bytea[]``."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from datetime import UTC, datetime
 import psycopg
 from django.db import connection
 
-from usage.ingest.aggregate import LAT_BINS, TTFT_BINS
-from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS, merged_hist
+from usage.ingest.aggregate import LAT_BINS, TTFT_BINS, bucket_counts
+from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS
+from usage.sketch import add_counts_to_encoded, encode_counts
 
 STAGE = "usage_call_stage"
 
@@ -40,9 +43,22 @@ _PG_ISO = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d{1,6})?([+-]\d\d:\d
 def copy_stamp(raw, parsed: datetime) -> str:
     """The COPY text of a timestamp: the event's own string when PostgreSQL
     reads it as is (formatting a datetime costs more than the rest of the row)."""
-    if type(raw) is str and _PG_ISO.match(raw):
-        return raw
+    if type(raw) is str:
+        # ``isoformat()`` of an aware datetime, the gateway's spelling, checked
+        # by its separators alone: ``raw`` already parsed as ISO 8601 with
+        # these separators, so the fields between them are ASCII digits.
+        n = len(raw)
+        if (
+            (n == 32 and raw[4:20:3] == "--T::." and raw[26:30:3] in _OFFSET_SEPS)
+            or (n == 25 and raw[4:20:3] == "--T::+" and raw[22] == ":")
+        ) and raw.isascii():
+            return raw
+        if _PG_ISO.match(raw):
+            return raw
     return parsed.isoformat()
+
+
+_OFFSET_SEPS = frozenset({"+:", "-:"})
 
 
 def _line(r: tuple, s: str, f: str, ingested: str) -> str:
@@ -78,7 +94,9 @@ class StreamingInsert:
         self._unsent = 0
         connection.ensure_connection()
         self._cur = psycopg.Cursor(connection.connection)
-        self._cur.execute("SAVEPOINT usage_ingest_copy")
+        # One round trip for the transaction's BEGIN and the savepoint.
+        with self._cur.connection.pipeline():
+            self._cur.execute("SAVEPOINT usage_ingest_copy")
         self._copy_cm = self._cur.copy(f"COPY usage_call ({self._cols}) FROM STDIN")
         self._copy = self._copy_cm.__enter__()
 
@@ -107,7 +125,8 @@ class StreamingInsert:
             except psycopg.errors.UniqueViolation:
                 cur.execute("ROLLBACK TO SAVEPOINT usage_ingest_copy")
                 return self._through_staging()
-            cur.execute("RELEASE SAVEPOINT usage_ingest_copy")
+            # The savepoint is left open (the commit ends it): releasing it
+            # would cost a round trip and change nothing.
             return None
         finally:
             cur.close()
@@ -138,73 +157,150 @@ def is_deadlock(exc: BaseException) -> bool:
     )
 
 
-_ARRAY_TYPES = ("bigint", "text", "bigint", "bigint", "text", "bigint", "timestamptz", "text")
+_KEY_TYPES = ("bigint", "text", "bigint", "bigint", "text", "bigint", "timestamptz")
+
+
+def _ints(values) -> str:
+    """A bigint[] literal (joining text is far cheaper than binary array dumping)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _texts(values) -> str:
+    """A text[] literal, every element quoted."""
+    return '{"' + '","'.join([v.replace("\\", "\\\\").replace('"', '\\"') for v in values]) + '"}'
 
 
 class RollupArrays:
-    """A batch's cells as the upsert's column arrays."""
+    """A batch's cells (sorted by key) as the statements' array literals."""
 
     def __init__(self, cells: list[tuple[tuple, list]], currencies: dict[int, str]):
         self.cells = cells
-        hours: dict[int, datetime] = {}
-        keys: list[list] = [[] for _ in range(8)]
-        for org, grain, sub, key, model, node, hour in (c for c, _ in cells):
-            h = hours.get(hour)
-            if h is None:
-                h = hours[hour] = datetime.fromtimestamp(hour, UTC)
-            for i, v in enumerate((org, grain, sub, key, model, node, h, currencies[org])):
-                keys[i].append(v)
-        sums = [list(col) for col in zip(*(acc[:N_SUMS] for _, acc in cells), strict=True)]
-        self.params = [*keys, *sums]
+        if not cells:
+            return
+        org, grain, sub, key, model, node, hour = zip(*(c for c, _ in cells), strict=True)
+        stamps = {h: datetime.fromtimestamp(h, UTC).isoformat() for h in set(hour)}
+        self.keys = [
+            _ints(org),
+            _texts(grain),
+            _ints(sub),
+            _ints(key),
+            _texts(model),
+            _ints(node),
+            _texts([stamps[h] for h in hour]),
+        ]
+        self.currency = _texts([currencies[o] for o in org])
+        self.sums = [_ints(col) for col in zip(*(acc[:N_SUMS] for _, acc in cells), strict=True)]
+        # Bucket counts now, while the server is still busy with the COPY.
+        self.lat_counts = [bucket_counts(acc[LAT_BINS]) for _, acc in cells]
+        self.ttft_counts = [bucket_counts(acc[TTFT_BINS]) for _, acc in cells]
 
 
-_KEY_AND_CURRENCY = (*KEY_COLUMNS, "hour", "currency")
-_ALL = (*_KEY_AND_CURRENCY, *SUM_COLUMNS)
-_CASTS = [f"%b::{t}[]" for t in _ARRAY_TYPES] + ["%b::bigint[]"] * N_SUMS
+_KEYS = ", ".join((*KEY_COLUMNS, "hour"))
+_KEY_CASTS = ", ".join(f"%t::{t}[]" for t in _KEY_TYPES)
+# Lock the cells' existing rows in key order (the arrays' order: one index
+# probe and lock per cell, one cell after the other) and read their
+# histograms. Rows locked in one order by every worker cannot deadlock; rows
+# that do not exist yet are created, in the same order, by the upsert below.
+LOCK = (
+    "SELECT r.id, v.i, r.latency_hist, r.ttft_hist "
+    f"FROM unnest({_KEY_CASTS}) WITH ORDINALITY AS v(o, g, s, k, m, n, h, i) "
+    "CROSS JOIN LATERAL (SELECT id, latency_hist, ttft_hist FROM usage_rollup "
+    "WHERE organization_id = v.o AND grain = v.g AND sub_account_id = v.s "
+    "AND api_key_id = v.k AND model = v.m AND node_id = v.n AND hour = v.h "
+    "FOR UPDATE) AS r"
+)
+_WRITE_COLUMNS = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, "latency_hist", "ttft_hist")
+_WRITE_CASTS = ", ".join(
+    [f"%t::{t}[]" for t in (*_KEY_TYPES, "text")]
+    + ["%t::bigint[]"] * N_SUMS
+    + ["%b::bytea[]", "%b::bytea[]"]
+)
+# Add the sums and store the merged histograms: one new row version per
+# cell. Only rows locked by ``LOCK`` are updated; a row another worker
+# created after ``LOCK`` ran is locked but left alone (its histogram is not
+# the one merged here) and ``apply_rollups`` adds the cell to it afterwards.
 UPSERT = (
-    f"INSERT INTO usage_rollup AS r ({', '.join(_ALL)}, latency_hist, ttft_hist, updated_at) "
-    f"SELECT *, '', '', now() FROM unnest({', '.join(_CASTS)}) "
-    f"ON CONFLICT ({', '.join(KEY_COLUMNS)}, hour) DO UPDATE SET "
+    f"INSERT INTO usage_rollup AS r ({', '.join(_WRITE_COLUMNS)}, updated_at) "
+    f"SELECT *, now() FROM unnest({_WRITE_CASTS}) "
+    f"ON CONFLICT ({_KEYS}) DO UPDATE SET "
     + ", ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in SUM_COLUMNS)
-    + ", updated_at = EXCLUDED.updated_at "
-    "RETURNING r.id, r.organization_id, r.grain, "
-    "r.sub_account_id, r.api_key_id, r.model, r.node_id, r.hour, r.latency_hist, r.ttft_hist"
+    + ", latency_hist = EXCLUDED.latency_hist, ttft_hist = EXCLUDED.ttft_hist, "
+    "updated_at = EXCLUDED.updated_at "
+    "WHERE r.id = ANY(%t::bigint[]) RETURNING r.id"
+)
+ADD = (
+    "UPDATE usage_rollup AS r SET "
+    + ", ".join(f"{c} = r.{c} + %s" for c in SUM_COLUMNS)
+    + ", latency_hist = %s, ttft_hist = %s, updated_at = now() WHERE r.id = %s"
 )
 
 
 def apply_rollups(cells: list[tuple[tuple, list]] | RollupArrays, currencies: dict[int, str]):
-    """Add the batch's cells to their rows: one upsert adds the sums under
-    the row locks it takes (in key order, creating missing rows), then the
-    histograms are merged in Python and written back by id."""
+    """Add the batch's cells to their rows: lock the existing rows in key
+    order and read their histograms, merge in Python, then write the sums
+    and histograms of every cell in one upsert (creating missing rows)."""
     arrays = cells if isinstance(cells, RollupArrays) else RollupArrays(cells, currencies)
-    if not arrays.cells:
+    cells = arrays.cells
+    if not cells:
         return
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cur:
-        cur.execute(UPSERT, arrays.params, binary=True)
-        returned = cur.fetchall()
-        by_key = dict(arrays.cells)
-        ids: list[int] = []
-        lats: list[bytes] = []
-        ttfts: list[bytes] = []
-        for rid, org, grain, sub, key, model, node, hour, old_lat, old_ttft in returned:
-            acc = by_key[(org, grain, sub, key, model, node, int(hour.timestamp()))]
-            ids.append(rid)
-            lats.append(merged_hist(old_lat, acc[LAT_BINS]))
-            ttfts.append(merged_hist(old_ttft, acc[TTFT_BINS]))
+        cur.execute(LOCK, arrays.keys, binary=True, prepare=True)
+        locked = cur.fetchall()
+        lat_counts, ttft_counts = arrays.lat_counts, arrays.ttft_counts
+        lats: list = [None] * len(cells)
+        ttfts: list = [None] * len(cells)
+        for _, i, old_lat, old_ttft in locked:
+            i -= 1
+            lats[i] = add_counts_to_encoded(old_lat, *lat_counts[i])
+            ttfts[i] = add_counts_to_encoded(old_ttft, *ttft_counts[i])
+        for i, lat in enumerate(lats):
+            if lat is None:
+                lats[i] = encode_counts(*lat_counts[i])
+                ttfts[i] = encode_counts(*ttft_counts[i])
+        ids = _ints([r[0] for r in locked])
+        params = [*arrays.keys, arrays.currency, *arrays.sums, lats, ttfts, ids]
+        cur.execute(UPSERT, params, binary=True, prepare=True)
+        if cur.rowcount != len(cells):
+            _add_to_rows_created_meanwhile(cur, arrays, {r[0] for r in cur.fetchall()})
+
+
+def _add_to_rows_created_meanwhile(cur, arrays: RollupArrays, written: set[int]) -> None:
+    """The cells whose row another worker created between ``LOCK`` and the
+    upsert: the upsert locked those rows without changing them; add the
+    cells to them now (rare: two workers opening the same new row)."""
+    cur.execute(LOCK, arrays.keys, binary=True)
+    for rid, i, old_lat, old_ttft in cur.fetchall():
+        if rid in written:
+            continue
+        i -= 1
         cur.execute(
-            "UPDATE usage_rollup AS r SET latency_hist = v.l, ttft_hist = v.t "
-            "FROM unnest(%b::bigint[], %b::bytea[], %b::bytea[]) AS v(id, l, t) "
-            "WHERE r.id = v.id",
-            [ids, lats, ttfts],
+            ADD,
+            [
+                *arrays.cells[i][1][:N_SUMS],
+                add_counts_to_encoded(old_lat, *arrays.lat_counts[i]),
+                add_counts_to_encoded(old_ttft, *arrays.ttft_counts[i]),
+                rid,
+            ],
         )
+
+
+# The keys' rows are locked in id order (the array's order, one key after
+# the other), so two workers touching the same keys cannot deadlock.
+TOUCH = (
+    "WITH locked AS (SELECT l.id, v.t "
+    "FROM unnest(%b::bigint[], %b::timestamptz[]) AS v(id, t) "
+    "CROSS JOIN LATERAL (SELECT id FROM accounts_apikey WHERE id = v.id "
+    "AND (last_used_at IS NULL OR last_used_at < v.t) FOR UPDATE) AS l) "
+    "UPDATE accounts_apikey AS k SET last_used_at = locked.t FROM locked "
+    "WHERE k.id = locked.id AND (k.last_used_at IS NULL OR k.last_used_at < locked.t)"
+)
 
 
 def touch_keys(last_used: dict[int, datetime]) -> None:
-    """Move ``ApiKey.last_used_at`` forward, one row per key, in id order."""
+    """Move ``ApiKey.last_used_at`` forward, in one statement."""
+    if not last_used:
+        return
     with _raw_cursor() as cur:
-        cur.executemany(
-            "UPDATE accounts_apikey SET last_used_at = %s "
-            "WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
-            [(t, k, t) for k, t in sorted(last_used.items())],
-        )
+        ordered = sorted(last_used.items())
+        cur.execute(TOUCH, [[k for k, _ in ordered], [t for _, t in ordered]], prepare=True)
