@@ -15,7 +15,7 @@ from accounts.actors import Actor
 from accounts.audit import audit_record
 from accounts.errors import Conflict, ValidationFailed
 from accounts.permissions import Perm
-from accounts.services._common import FieldErrors, changed
+from accounts.services._common import FieldErrors, changed, clean_unique_name
 from inference_node import health
 from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
 from inference_node.selectors import get_node, invalidate_routing_snapshot
@@ -139,18 +139,13 @@ def _clean(actor: Actor, data: dict, *, instance: Node | None = None) -> dict:
     errors = FieldErrors()
     out: dict = {}
     if "name" in data:
-        name = (data["name"] or "").strip()
-        if not name:
-            errors.add("name", "Enter a name.")
-        elif len(name) > 120:
-            errors.add("name", "Use at most 120 characters.")
-        else:
-            clash = Node.objects.filter(organization_id=actor.organization_id, name=name)
-            if instance is not None:
-                clash = clash.exclude(pk=instance.pk)
-            if clash.exists():
-                errors.add("name", f"A node named '{name}' already exists.")
-        out["name"] = name
+        out["name"] = clean_unique_name(
+            errors,
+            data["name"],
+            Node.objects.filter(organization_id=actor.organization_id),
+            noun="node",
+            instance=instance,
+        )
     if "base_url" in data:
         out["base_url"] = errors.run("base_url", clean_base_url, data["base_url"])
     if "token" in data:

@@ -98,3 +98,11 @@ def actor_for():
         return Actor(membership, ip)
 
     return make
+
+
+@pytest.fixture
+def browser_page():
+    """A headless Chromium page and its collected JavaScript errors."""
+    from tests.services import chromium_page
+
+    yield from chromium_page()

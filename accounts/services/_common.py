@@ -37,6 +37,25 @@ class FieldErrors:
             raise ValidationFailed.from_fields(self.errors)
 
 
+def clean_unique_name(
+    errors: FieldErrors, raw, siblings, *, noun: str, instance=None, max_length: int = 120
+) -> str:
+    """A stripped, non-empty name unique among ``siblings`` (a queryset of the
+    same organization's objects), adding a form error otherwise."""
+    name = (raw or "").strip()
+    if not name:
+        errors.add("name", "Enter a name.")
+    elif len(name) > max_length:
+        errors.add("name", f"Use at most {max_length} characters.")
+    else:
+        clash = siblings.filter(name=name)
+        if instance is not None:
+            clash = clash.exclude(pk=instance.pk)
+        if clash.exists():
+            errors.add("name", f"A {noun} named '{name}' already exists.")
+    return name
+
+
 def clean_limits(
     data: dict, errors: FieldErrors, *, ceiling=None, org_models: list[str] | None = None
 ) -> dict:

@@ -17,6 +17,7 @@ from accounts.services._common import (
     FieldErrors,
     changed,
     clean_limits,
+    clean_unique_name,
 )
 
 
@@ -24,18 +25,13 @@ def _clean(actor: Actor, data: dict, *, instance: SubAccount | None = None) -> d
     errors = FieldErrors()
     out = clean_limits(data, errors, org_models=actor.organization.allowed_models)
     if "name" in data:
-        name = (data["name"] or "").strip()
-        if not name:
-            errors.add("name", "Enter a name.")
-        elif len(name) > 120:
-            errors.add("name", "Use at most 120 characters.")
-        else:
-            clash = SubAccount.objects.filter(organization_id=actor.organization_id, name=name)
-            if instance is not None:
-                clash = clash.exclude(pk=instance.pk)
-            if clash.exists():
-                errors.add("name", f"A sub-account named '{name}' already exists.")
-        out["name"] = name
+        out["name"] = clean_unique_name(
+            errors,
+            data["name"],
+            SubAccount.objects.filter(organization_id=actor.organization_id),
+            noun="sub-account",
+            instance=instance,
+        )
     if "status" in data:
         if data["status"] not in SubAccountStatus.values:
             errors.add("status", "Choose active or suspended.")

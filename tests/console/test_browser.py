@@ -4,40 +4,15 @@ once, find the copy button, revoke the key."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from accounts.models import ApiKey, SubAccount
-from tests.services import CHROMIUM, require_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PASSWORD = "browser-pass-phrase-42"
-
-
-@pytest.fixture
-def browser_page():
-    require_chromium()
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs a loop
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
-        context = browser.new_context()
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
-        yield page, errors
-        context.close()
-        browser.close()
 
 
 def test_create_sub_account_and_key_then_revoke(live_server, owner, browser_page):

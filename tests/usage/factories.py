@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import factory
 
 from usage.events import SCHEMA_VERSION
+from usage.ingest.aggregate import SUM_COLUMNS
 from usage.models import CatalogModel, Price
 
 _request_ids = itertools.count(1)
@@ -121,25 +122,7 @@ def expected_rollups(organization_id: int) -> dict[tuple, dict]:
     return out
 
 
-SUMS = (
-    "calls",
-    "calls_2xx",
-    "calls_4xx",
-    "calls_429",
-    "calls_5xx",
-    "stream_calls",
-    "cache_hit_calls",
-    "unpriced_calls",
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "cost",
-    "latency_sum_us",
-    "ttft_count",
-    "ttft_sum_us",
-)
+SUMS = SUM_COLUMNS  # the rollup sums, recomputed below from the call records
 
 
 def stored_rollups(organization_id: int) -> dict[tuple, dict]:

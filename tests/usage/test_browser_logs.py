@@ -3,42 +3,17 @@ panel, and watch the live tail prepend a new call."""
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from accounts.models import Role
-from tests.services import CHROMIUM, require_chromium
 from tests.usage.log_fixtures import T0, call, mixed_calls, save, tenant
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PASSWORD = "browser-pass-phrase-42"
-
-
-@pytest.fixture
-def browser_page():
-    require_chromium()
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs a loop
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
-        context = browser.new_context()
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
-        yield page, errors
-        context.close()
-        browser.close()
 
 
 def test_filter_open_a_call_and_live_tail(live_server, browser_page):
