@@ -66,3 +66,23 @@ def other_key(other_org):
 @pytest.fixture
 def make_key():
     return _key
+
+
+@pytest.fixture
+def a():
+    """Organization "Acme" with a mix of calls (see tests/usage/log_fixtures.py)."""
+    from tests.usage.log_fixtures import mixed_calls, tenant
+
+    t = tenant("Acme", "acme")
+    mixed_calls(t)
+    return t
+
+
+@pytest.fixture
+def b():
+    """A second organization, "Globex", with its own calls and node."""
+    from tests.usage.log_fixtures import mixed_calls, tenant
+
+    t = tenant("Globex", "globex", node_name="gpu-b")
+    mixed_calls(t)
+    return t

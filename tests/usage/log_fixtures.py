@@ -115,3 +115,11 @@ def mixed_calls(t: Tenant, *, start: datetime = T0) -> list[CallRecord]:
         )
     t.calls = save(out)
     return out
+
+
+def login(client, t, role=None):
+    """``client`` logged in as the member of tenant ``t`` with ``role`` (owner by default)."""
+    from accounts.models import Role
+
+    client.force_login(t.members[role or Role.OWNER].user)
+    return client

@@ -11,29 +11,10 @@ from django.urls import reverse
 from accounts.actors import Actor
 from accounts.models import Role
 from accounts.services import personal_access_token_issue
-from tests.usage.log_fixtures import T0, call, mixed_calls, save, tenant
+from tests.usage.log_fixtures import T0, call, login, save
 
 pytestmark = pytest.mark.django_db
 LIST = "/api/v1/calls/"
-
-
-@pytest.fixture
-def a():
-    t = tenant("Acme", "acme")
-    mixed_calls(t)
-    return t
-
-
-@pytest.fixture
-def b():
-    t = tenant("Globex", "globex", node_name="gpu-b")
-    mixed_calls(t)
-    return t
-
-
-def api(client, t, role=Role.OWNER):
-    client.force_login(t.members[role].user)
-    return client
 
 
 def ids(body) -> list[str]:
@@ -41,7 +22,7 @@ def ids(body) -> list[str]:
 
 
 def test_list_returns_calls_newest_first_with_names(client, a):
-    response = api(client, a).get(LIST)
+    response = login(client, a).get(LIST)
     assert response.status_code == 200
     body = response.json()
     assert ids(body) == [c.request_id for c in reversed(a.calls)]
@@ -56,7 +37,7 @@ def test_list_returns_calls_newest_first_with_names(client, a):
 
 
 def test_list_accepts_the_page_filters(client, a):
-    c = api(client, a)
+    c = login(client, a)
     got = ids(c.get(LIST, {"status": "5xx", "model": "gpt-test"}).json())
     assert got == [x.request_id for x in reversed(a.calls)
                    if x.status_code >= 500 and x.model == "gpt-test"]  # fmt: skip
@@ -69,7 +50,7 @@ def test_list_accepts_the_page_filters(client, a):
 
 def test_cursor_pages_walk_everything_once(client, a):
     save([call(a.org, a.key, started_at=T0 + timedelta(hours=1)) for _ in range(7)])
-    c = api(client, a)
+    c = login(client, a)
     seen, url = [], f"{LIST}?limit=4&status=ok"
     while url:
         body = c.get(url).json()
@@ -95,7 +76,7 @@ def test_cursor_pages_walk_everything_once(client, a):
     ],
 )
 def test_invalid_filters_are_400_naming_the_field(client, a, params, field):
-    response = api(client, a).get(LIST, params)
+    response = login(client, a).get(LIST, params)
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "invalid"
@@ -104,15 +85,15 @@ def test_invalid_filters_are_400_naming_the_field(client, a, params, field):
 
 
 def test_another_organizations_key_is_an_invalid_choice(client, a, b):
-    response = api(client, a).get(LIST, {"key": b.key.pk})
+    response = login(client, a).get(LIST, {"key": b.key.pk})
     assert response.status_code == 400
     assert "valid choice" in response.json()["error"]["fields"]["key"][0]
-    response = api(client, a).get(LIST, {"sub_account": b.sub.pk})
+    response = login(client, a).get(LIST, {"sub_account": b.sub.pk})
     assert "sub_account" in response.json()["error"]["fields"]
 
 
 def test_developer_sees_only_their_own_keys(client, a):
-    c = api(client, a, Role.DEVELOPER)
+    c = login(client, a, Role.DEVELOPER)
     got = ids(c.get(LIST).json())
     assert set(got) == {x.request_id for x in a.calls if x.api_key_id == a.dev_key.pk}
     colleague = next(x for x in a.calls if x.api_key_id == a.key.pk)
@@ -122,7 +103,9 @@ def test_developer_sees_only_their_own_keys(client, a):
 
 def test_detail_returns_one_call(client, a):
     target = a.calls[3]
-    body = api(client, a, Role.FINANCE).get(reverse("call-detail", args=[target.request_id])).json()
+    body = (
+        login(client, a, Role.FINANCE).get(reverse("call-detail", args=[target.request_id])).json()
+    )
     assert body["request_id"] == target.request_id
     assert body["status_code"] == 500 and body["error_type"] == "upstream_error"
     assert body["upstream_us"] == target.upstream_us and body["priced"] is True
@@ -152,7 +135,7 @@ def test_anonymous_requests_are_refused(client, a):
 
 
 def test_another_organizations_calls_are_not_listed(client, a, b):
-    c = api(client, b)
+    c = login(client, b)
     assert set(ids(c.get(LIST).json())) == {x.request_id for x in b.calls}
     assert ids(c.get(LIST, {"request_id": a.calls[0].request_id}).json()) == []
 
@@ -160,13 +143,13 @@ def test_another_organizations_calls_are_not_listed(client, a, b):
 @pytest.mark.parametrize("method", ["get", "post", "patch", "delete"])
 def test_another_organizations_call_detail_is_404(client, a, b, method):
     url = reverse("call-detail", args=[a.calls[0].request_id])
-    response = getattr(api(client, b), method)(url, {}, content_type="application/json")
+    response = getattr(login(client, b), method)(url, {}, content_type="application/json")
     assert response.status_code in (404, 405)
     assert a.calls[0].request_id.encode() not in response.content
 
 
 def test_csv_through_the_api_is_scoped_too(client, a, b):
-    c = api(client, b)
+    c = login(client, b)
     for response in (c.get("/api/v1/calls/export.csv"), c.get(LIST, {"format": "csv"})):
         assert response.status_code == 200
         assert response["Content-Type"].startswith("text/csv")
@@ -176,9 +159,9 @@ def test_csv_through_the_api_is_scoped_too(client, a, b):
 
 
 def test_csv_export_errors_are_json(client, a):
-    response = api(client, a).get("/api/v1/calls/export.csv", {"status": "bad"})
+    response = login(client, a).get("/api/v1/calls/export.csv", {"status": "bad"})
     assert response.status_code == 400
     assert response.json()["error"]["fields"]["status"]
-    response = api(client, a).get(LIST, {"format": "csv", "limit": "0"})
+    response = login(client, a).get(LIST, {"format": "csv", "limit": "0"})
     assert response.status_code == 400
     assert "limit" in response.json()["error"]["fields"]

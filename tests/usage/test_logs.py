@@ -11,25 +11,11 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.errors import NotFound
 from accounts.models import Role
-from tests.usage.log_fixtures import T0, call, mixed_calls, save, tenant
+from tests.usage.log_fixtures import T0, call, save
 from usage import logs
 from usage.logs import CallFilters, Cursor
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def a():
-    t = tenant("Acme", "acme")
-    mixed_calls(t)
-    return t
-
-
-@pytest.fixture
-def b():
-    t = tenant("Globex", "globex", node_name="gpu-b")
-    mixed_calls(t)
-    return t
 
 
 def ids(qs) -> set[str]:

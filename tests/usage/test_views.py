@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from accounts.models import Role
 from tests.factories import UserFactory
-from tests.usage.log_fixtures import T0, call, mixed_calls, save, tenant
+from tests.usage.log_fixtures import T0, call, login, mixed_calls, save, tenant
 from usage.logs import Cursor
 
 pytestmark = pytest.mark.django_db
@@ -20,25 +20,6 @@ pytestmark = pytest.mark.django_db
 # Read by tests/test_route_isolation.py: the object routes this module (and
 # test_api.py, for the API ones) prove unreachable from another organization.
 ISOLATED_ROUTES = {"usage:call_detail", "call-detail"}
-
-
-@pytest.fixture
-def a():
-    t = tenant("Acme", "acme")
-    mixed_calls(t)
-    return t
-
-
-@pytest.fixture
-def b():
-    t = tenant("Globex", "globex", node_name="gpu-b")
-    mixed_calls(t)
-    return t
-
-
-def login(client, t, role=Role.OWNER):
-    client.force_login(t.members[role].user)
-    return client
 
 
 def shown_ids(response) -> list[str]:
