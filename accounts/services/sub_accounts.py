@@ -44,6 +44,14 @@ def _clean(actor: Actor, data: dict, *, instance: SubAccount | None = None) -> d
                 if new is not None and own is not None and own > new:
                     errors.add(field, f"Key '{key.name}' has a higher limit; lower it first.")
                     break
+            # An empty list allows every model; a key's own list must stay inside.
+            models = out.get("allowed_models", instance.allowed_models)
+            outside = sorted(set(key.allowed_models) - set(models)) if models else []
+            if outside:
+                errors.add(
+                    "allowed_models",
+                    f"Key '{key.name}' allows {', '.join(outside)}; narrow the key first.",
+                )
     errors.raise_if_any()
     return out
 

@@ -325,6 +325,22 @@ def test_sub_account_cannot_be_tightened_below_its_keys(admin_actor, sub):
     assert sub.rpm_limit == 80
 
 
+def test_sub_account_models_cannot_be_narrowed_below_its_keys(admin_actor, sub):
+    sub_account_update(actor=admin_actor, sub_account_id=sub.pk, allowed_models=[])
+    api_key_issue(
+        actor=admin_actor, name="k", sub_account_id=sub.pk, allowed_models=["m-a", "m-b"]
+    )
+    api_key_issue(actor=admin_actor, name="open", sub_account_id=sub.pk)  # inherits
+    with pytest.raises(ValidationFailed) as exc:
+        sub_account_update(actor=admin_actor, sub_account_id=sub.pk, allowed_models=["m-a"])
+    assert exc.value.fields["allowed_models"] == ["Key 'k' allows m-b; narrow the key first."]
+    sub.refresh_from_db()
+    assert sub.allowed_models == []
+    sub_account_update(actor=admin_actor, sub_account_id=sub.pk, allowed_models=["m-a", "m-b"])
+    sub.refresh_from_db()
+    assert sub.allowed_models == ["m-a", "m-b"]
+
+
 def test_sub_account_status_must_be_known(admin_actor, sub):
     with pytest.raises(ValidationFailed):
         sub_account_update(actor=admin_actor, sub_account_id=sub.pk, status="paused")
