@@ -327,9 +327,7 @@ def test_sub_account_cannot_be_tightened_below_its_keys(admin_actor, sub):
 
 def test_sub_account_models_cannot_be_narrowed_below_its_keys(admin_actor, sub):
     sub_account_update(actor=admin_actor, sub_account_id=sub.pk, allowed_models=[])
-    api_key_issue(
-        actor=admin_actor, name="k", sub_account_id=sub.pk, allowed_models=["m-a", "m-b"]
-    )
+    api_key_issue(actor=admin_actor, name="k", sub_account_id=sub.pk, allowed_models=["m-a", "m-b"])
     api_key_issue(actor=admin_actor, name="open", sub_account_id=sub.pk)  # inherits
     with pytest.raises(ValidationFailed) as exc:
         sub_account_update(actor=admin_actor, sub_account_id=sub.pk, allowed_models=["m-a"])
