@@ -1,0 +1,234 @@
+"""Batching usage events from the gateway to the ingest worker.
+
+``UsageEmitter.emit`` appends to an in-memory deque and returns: no lock
+held, no I/O, safe on an asyncio event loop. One background thread cuts
+batches (``max_batch`` events, or whatever is queued ``max_delay`` seconds
+after the first event), publishes each with ``send`` and, when ``send``
+raises, writes the batch to the durable ``Spool`` instead.
+
+Ordering: while the spool holds batches, new batches go to the spool too,
+and the spool is replayed (in order) every ``replay_interval`` seconds
+before any live batch is sent. Ingest is idempotent and keyed by
+``request_id``, so order does not matter for correctness; this keeps the
+spool bounded once the broker is back, and it means a broker outage costs
+one failed publish per interval, not one per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from gateway_bridge.spool import Spool
+
+logger = logging.getLogger(__name__)
+
+Send = Callable[[list[dict]], object]
+
+
+class CelerySend:
+    """Publishes a batch as the ``usage.ingest_batch`` task, with no retry
+    and a short broker connect timeout, so a broker outage fails fast into
+    the spool. Not thread-safe: one per emitter thread."""
+
+    def __init__(self, connect_timeout: float = 2.0):
+        self.connect_timeout = connect_timeout
+        self._conn = None
+
+    def _connection(self):
+        if self._conn is None:
+            from console.celery import app
+
+            options = {
+                **(app.conf.broker_transport_options or {}),
+                # Redis reads these; other transports ignore unknown options.
+                "socket_connect_timeout": self.connect_timeout,
+                "socket_timeout": self.connect_timeout,
+            }
+            self._conn = app.connection_for_write(
+                connect_timeout=self.connect_timeout, transport_options=options
+            )
+        return self._conn
+
+    def __call__(self, batch: list[dict]) -> None:
+        from usage.tasks import ingest_batch
+
+        try:
+            ingest_batch.apply_async(args=[batch], retry=False, connection=self._connection())
+        except Exception:
+            self.close()  # reconnect next time
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.release()
+            except Exception:  # a broken connection may fail to close, too
+                logger.debug("usage emitter: error releasing the broker connection", exc_info=True)
+
+
+class UsageEmitter:
+    """Counters (read them for metrics): ``emitted``, ``sent_batches``,
+    ``spooled_batches``, ``replayed_batches``, ``spool_pending``,
+    ``dropped_batches`` (neither the broker nor the disk took them)."""
+
+    def __init__(
+        self,
+        send: Send | None,
+        spool: Spool,
+        *,
+        max_batch: int = 500,
+        max_delay: float = 0.25,
+        replay_interval: float = 2.0,
+    ):
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        if max_delay <= 0 or replay_interval <= 0:
+            raise ValueError("max_delay and replay_interval must be positive")
+        self.send = send if send is not None else CelerySend()
+        self.spool = spool
+        self.max_batch = max_batch
+        self.max_delay = max_delay
+        self.replay_interval = replay_interval
+        self.sent_batches = 0
+        self.spooled_batches = 0
+        self.replayed_batches = 0
+        self.dropped_batches = 0
+        self._drained = 0
+        self._queue: deque[dict] = deque()
+        self._wake = threading.Event()
+        self._closing = False
+        self._next_replay = 0.0  # replay at once if a previous run left a spool
+        self._thread = threading.Thread(target=self._run, name="usage-emitter", daemon=True)
+        self._thread.start()
+
+    # --- caller side (the event loop) ----------------------------------
+
+    def emit(self, event: dict) -> None:
+        """Queue one event dict (``UsageEvent.to_dict()``). O(1), no I/O."""
+        if self._closing:
+            raise RuntimeError("UsageEmitter is closed")
+        q = self._queue
+        q.append(event)
+        n = len(q)
+        # Wake the thread when a batch starts (to time it) or fills.
+        if n == 1 or n >= self.max_batch:
+            self._wake.set()
+
+    @property
+    def emitted(self) -> int:
+        return self._drained + len(self._queue)
+
+    @property
+    def spool_pending(self) -> int:
+        return self.spool.pending().batches
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """Flush every queued event (to the broker or the spool) and stop the
+        thread. ``True`` when it finished within ``timeout``."""
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout)
+        finished = not self._thread.is_alive()
+        if finished and isinstance(self.send, CelerySend):
+            self.send.close()
+        return finished
+
+    # --- the background thread -----------------------------------------
+
+    def _run(self) -> None:
+        batch_started: float | None = None
+        while True:
+            now = time.monotonic()
+            if self._queue and batch_started is None:
+                batch_started = now
+            if self._queue:
+                wait = batch_started + self.max_delay - now
+            elif self.spool_pending:
+                wait = self._next_replay - now
+            else:
+                wait = None
+            if not self._closing and (wait is None or wait > 0):
+                self._wake.wait(wait)
+                self._wake.clear()
+            closing = self._closing
+            now = time.monotonic()
+            due = batch_started is not None and now - batch_started >= self.max_delay
+            try:
+                flushed = self._tick(closing, due)
+            except Exception:  # never let the thread die: events would pile up unseen
+                logger.exception("usage emitter: unexpected error")
+                flushed = 1
+            if flushed or not self._queue:
+                # What is left arrived during the flush: its own clock starts now.
+                batch_started = time.monotonic() if self._queue else None
+            if closing and not self._queue:
+                if self.spool_pending:
+                    self._replay(force=True)
+                return
+
+    def _tick(self, closing: bool, due: bool) -> int:
+        q = self._queue
+        flushed = 0
+        while len(q) >= self.max_batch or (q and (due or closing)):
+            n = min(len(q), self.max_batch)
+            batch = [q.popleft() for _ in range(n)]
+            self._drained += n
+            self._deliver(batch)
+            flushed += 1
+            due = False  # a partial batch only once per wake-up
+        if self.spool_pending and time.monotonic() >= self._next_replay:
+            self._replay()
+        return flushed
+
+    def _deliver(self, batch: list[dict]) -> None:
+        if self.spool_pending and not self._replay():
+            self._to_spool(batch)
+            return
+        try:
+            self.send(batch)
+        except Exception as exc:
+            logger.warning(
+                "usage emitter: publish failed (%s); spooling %d events", exc, len(batch)
+            )
+            self._next_replay = time.monotonic() + self.replay_interval
+            self._to_spool(batch)
+        else:
+            self.sent_batches += 1
+
+    def _to_spool(self, batch: list[dict]) -> None:
+        try:
+            self.spool.append(batch)
+        except Exception:
+            self.dropped_batches += 1
+            logger.exception("usage emitter: could not spool %d events; they are lost", len(batch))
+        else:
+            self.spooled_batches += 1
+
+    def _replay(self, force: bool = False) -> bool:
+        """Try the spool now if due (or ``force``); ``True`` if it is empty after."""
+        if not force and time.monotonic() < self._next_replay:
+            return False
+        counted = 0
+
+        def send(batch: list[dict]) -> None:
+            nonlocal counted
+            self.send(batch)
+            counted += 1
+
+        try:
+            self.spool.replay(send)
+        except Exception as exc:
+            logger.warning("usage emitter: spool replay stopped (%s)", exc)
+            self._next_replay = time.monotonic() + self.replay_interval
+            return False
+        finally:
+            self.replayed_batches += counted
+        if self.spool_pending:  # e.g. batches appended by another process meanwhile
+            self._next_replay = time.monotonic() + self.replay_interval
+            return False
+        return True
