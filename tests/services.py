@@ -81,3 +81,18 @@ def chromium_page():
         yield page, errors
         context.close()
         browser.close()
+
+
+def wait_for_worker(proc, condition, what: str, timeout: float = 45.0) -> None:
+    """Poll ``condition`` until it holds; fail with the worker's output if the
+    worker process dies, or after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"worker exited early:\n{proc.stdout.read()}")
+        if condition():
+            return
+        time.sleep(0.25)
+    pytest.fail(f"the worker did not {what} within {timeout:.0f} s")

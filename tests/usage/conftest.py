@@ -86,3 +86,20 @@ def b():
     t = tenant("Globex", "globex", node_name="gpu-b")
     mixed_calls(t)
     return t
+
+
+@pytest.fixture
+def worker():
+    """A real Celery worker on the configured broker and the test database."""
+    import subprocess
+    from pathlib import Path
+
+    from tests.services import start_celery_worker
+
+    proc = start_celery_worker(Path(__file__).resolve().parents[2])
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -4,43 +4,18 @@ a batch that first went to the spool while the broker refused it."""
 
 from __future__ import annotations
 
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from django.db.models import Sum
 
 from gateway_bridge.emitter import CelerySend, UsageEmitter
 from gateway_bridge.spool import Spool
-from tests.services import start_celery_worker
+from tests.services import wait_for_worker
 from tests.usage.factories import event
 from usage.models import CallRecord, Grain, Rollup
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.celery_worker]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def worker():
-    proc = start_celery_worker(ROOT)
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def _wait_for(proc, condition, what: str, timeout: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"worker exited early:\n{proc.stdout.read()}")
-        if condition():
-            return
-        time.sleep(0.25)
-    pytest.fail(f"the worker did not {what} within {timeout:.0f} s")
 
 
 def test_emitted_events_become_call_records_exactly_once(catalog, key, worker, tmp_path):
@@ -67,7 +42,7 @@ def test_emitted_events_become_call_records_exactly_once(catalog, key, worker, t
     assert emitter.sent_batches + emitter.replayed_batches == 4
 
     ids = {e["request_id"] for e in events}
-    _wait_for(worker, lambda: CallRecord.objects.count() >= 75, "store the emitted events")
+    wait_for_worker(worker, lambda: CallRecord.objects.count() >= 75, "store the emitted events")
     time.sleep(1)  # any duplicate publish would land by now
     assert set(CallRecord.objects.values_list("request_id", flat=True)) == ids
     org_rollup = Rollup.objects.filter(organization_id=key.organization_id, grain=Grain.ORG)

@@ -5,42 +5,15 @@ event is dead-lettered while the rest of its batch is stored."""
 
 from __future__ import annotations
 
-import subprocess
-import time
-from pathlib import Path
-
 import pytest
 from django.db.models import Sum
 
-from tests.services import start_celery_worker
+from tests.services import wait_for_worker
 from tests.usage.factories import event
 from usage.models import CallRecord, DeadLetter, Grain, Rollup
 from usage.tasks import ingest_batch
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.celery_worker]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def worker():
-    proc = start_celery_worker(ROOT)
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def _wait_for(proc, condition, what: str, timeout: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"worker exited early:\n{proc.stdout.read()}")
-        if condition():
-            return
-        time.sleep(0.25)
-    pytest.fail(f"the worker did not {what} within {timeout:.0f} s")
 
 
 def test_worker_ingests_batches_once_and_dead_letters_bad_events(catalog, key, worker):
@@ -49,12 +22,14 @@ def test_worker_ingests_batches_once_and_dead_letters_bad_events(catalog, key, w
     ingest_batch.apply_async(args=[[*batch, bad]])
     ingest_batch.apply_async(args=[batch])  # a redelivery of the same calls
 
-    _wait_for(worker, lambda: DeadLetter.objects.count() == 1, "dead-letter the bad event")
-    _wait_for(worker, lambda: CallRecord.objects.count() == 50, "store the batch")
+    wait_for_worker(worker, lambda: DeadLetter.objects.count() == 1, "dead-letter the bad event")
+    wait_for_worker(worker, lambda: CallRecord.objects.count() == 50, "store the batch")
     # Give the redelivered batch time to run, then nothing may be doubled.
     marker = event(key)
     ingest_batch.apply_async(args=[[marker]])
-    _wait_for(worker, lambda: CallRecord.objects.filter(pk=marker["request_id"]).exists(), "run")
+    wait_for_worker(
+        worker, lambda: CallRecord.objects.filter(pk=marker["request_id"]).exists(), "run"
+    )
 
     assert CallRecord.objects.count() == 51
     org_rollup = Rollup.objects.filter(organization_id=key.organization_id, grain=Grain.ORG)
