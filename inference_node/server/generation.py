@@ -85,6 +85,21 @@ class GenerationEndpoints:
         if seconds > 0:
             await asyncio.sleep(seconds)
 
+    def _draw_faults(self):
+        """This request's fault decision; an injected error status is raised here."""
+        decision = self.faults.decide()
+        if decision.status:
+            raise _fault_error(decision.status)
+        return decision
+
+    async def _prefill(self, decision, uncached_tokens: int, running: int) -> None:
+        """Sleep the prefill time of the uncached tokens (plus a drawn spike)."""
+        prefill = self.latency.prefill_seconds(uncached_tokens, running)
+        if decision.spike:
+            prefill += self.faults.spike_seconds(prefill)
+        if self.latency.sleeps or decision.spike:
+            await self._sleep(prefill)
+
     async def generation(self, request, conn, *, chat: bool) -> Response | None:
         body = protocol.load_json_object(request.body)
         req = protocol.parse_chat(body) if chat else protocol.parse_completion(body)
@@ -99,15 +114,12 @@ class GenerationEndpoints:
             max_tokens = req.max_tokens
             if prompt_len + max_tokens > context:
                 raise protocol.context_error(context, prompt_len, max_tokens, req.prompt_param)
-        decision = self.faults.decide()
-        if decision.status:
-            raise _fault_error(decision.status)
+        decision = self._draw_faults()
 
         loop = asyncio.get_running_loop()
         started = loop.time()
         scheduler = engine.scheduler
-        if not scheduler.try_acquire():
-            await scheduler.acquire()
+        await _batch_slot(scheduler)
         try:
             cached = engine.cache.admit(req.prompt_ids).cached_tokens
             engine.metrics.prompt_tokens += prompt_len
@@ -122,11 +134,7 @@ class GenerationEndpoints:
                 )
                 for i in range(req.n)
             ]
-            prefill = self.latency.prefill_seconds(prompt_len - cached, scheduler.running)
-            if decision.spike:
-                prefill += self.faults.spike_seconds(prefill)
-            if self.latency.sleeps or decision.spike:
-                await self._sleep(prefill)
+            await self._prefill(decision, prompt_len - cached, scheduler.running)
             meta = _Meta(chat, req.model, prompt_len, cached, started)
             if req.stream:
                 return await self._stream(conn, engine, req, gens, meta)
@@ -252,23 +260,16 @@ class GenerationEndpoints:
             raise protocol.invalid(
                 "dimensions", f"'dimensions' must be at most {spec.dims} for '{spec.name}'."
             )
-        decision = self.faults.decide()
-        if decision.status:
-            raise _fault_error(decision.status)
+        decision = self._draw_faults()
         loop = asyncio.get_running_loop()
         started = loop.time()
         scheduler = engine.scheduler
-        if not scheduler.try_acquire():
-            await scheduler.acquire()
+        await _batch_slot(scheduler)
         try:
             total = sum(len(ids) for ids in req.inputs)
             engine.cache.queries_tokens += total
             engine.metrics.prompt_tokens += total
-            prefill = self.latency.prefill_seconds(total, scheduler.running)
-            if decision.spike:
-                prefill += self.faults.spike_seconds(prefill)
-            if self.latency.sleeps or decision.spike:
-                await self._sleep(prefill)
+            await self._prefill(decision, total, scheduler.running)
         finally:
             scheduler.release()
         data = [
@@ -298,6 +299,13 @@ class _Meta:
         self.prompt = prompt
         self.cached = cached
         self.started = started
+
+
+async def _batch_slot(scheduler) -> None:
+    """Take a running-sequence slot, queueing when the batch is full (the
+    caller releases it)."""
+    if not scheduler.try_acquire():
+        await scheduler.acquire()
 
 
 def _id(prefix: str) -> str:
