@@ -81,6 +81,9 @@ class AuthenticatedKey:
     key_tpm: int | None
     sub_account_rpm: int | None
     sub_account_tpm: int | None
+    org_rpm: int | None = None
+    org_tpm: int | None = None
+    response_cache_seconds: int = 0
 
     def model_allowed(self, model: str) -> bool:
         return all(
@@ -164,4 +167,7 @@ def authenticated_view(key) -> AuthenticatedKey:
         key_tpm=key.tpm_limit,
         sub_account_rpm=sub.rpm_limit if sub else None,
         sub_account_tpm=sub.tpm_limit if sub else None,
+        org_rpm=org.rpm_limit,
+        org_tpm=org.tpm_limit,
+        response_cache_seconds=key.response_cache_seconds,
     )

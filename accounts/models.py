@@ -73,6 +73,9 @@ class Organization(models.Model):
     )
     # Models the organization may call; empty means every enabled model.
     allowed_models = models.JSONField(default=list, blank=True)
+    # Gateway rate limits for the whole organization (staff set them); null = none.
+    rpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    tpm_limit = models.PositiveIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=tz.now)
 
@@ -215,6 +218,9 @@ class ApiKey(Limits):
     previous_secret_hash = models.CharField(max_length=64, blank=True)
     previous_valid_until = models.DateTimeField(null=True, blank=True)
     ip_allowlist = models.JSONField(default=list, blank=True)
+    # Exact-match response cache for deterministic requests: how long an answer
+    # is reused, in seconds; 0 = off (the default).
+    response_cache_seconds = models.PositiveIntegerField(default=0)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
     expires_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(

@@ -1,5 +1,6 @@
-"""ASGI entry point: one port for the console, its API and (once mounted) the
-gateway bridge. Django answers every path that no faster app claims."""
+"""ASGI entry point: one port for the console, its API and the gateway bridge.
+The gateway owns the model-protocol paths (/v1/..., /v1beta/..., /metrics);
+Django answers the rest (see gateway_bridge.app)."""
 
 import os
 
@@ -8,4 +9,6 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django_application = get_asgi_application()
 
-application = django_application
+from gateway_bridge.app import Router  # noqa: E402 - needs Django set up first
+
+application = Router(django_application)

@@ -34,8 +34,9 @@ class CelerySend:
     and a short broker connect timeout, so a broker outage fails fast into
     the spool. Not thread-safe: one per emitter thread."""
 
-    def __init__(self, connect_timeout: float = 2.0):
+    def __init__(self, connect_timeout: float = 2.0, broker_url: str | None = None):
         self.connect_timeout = connect_timeout
+        self.broker_url = broker_url  # None: the configured broker
         self._conn = None
 
     def _connection(self):
@@ -49,7 +50,9 @@ class CelerySend:
                 "socket_timeout": self.connect_timeout,
             }
             self._conn = app.connection_for_write(
-                connect_timeout=self.connect_timeout, transport_options=options
+                url=self.broker_url,
+                connect_timeout=self.connect_timeout,
+                transport_options=options,
             )
         return self._conn
 

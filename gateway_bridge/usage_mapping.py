@@ -20,7 +20,7 @@ their fields include:
   too; tool-use prompt tokens are input. Stream chunks repeat the running
   totals: the last one wins.
 
-A usage object that is missing, malformed or negative maps to ``None``
+A usage object that is missing, malformed, negative or absurdly large maps to ``None``
 (the caller then counts tokens itself); a field that is merely absent
 counts as zero."""
 
@@ -48,11 +48,16 @@ class _Malformed(Exception):
     pass
 
 
+# More tokens than any call can have: a larger count is malformed (its sums
+# would overflow the 64-bit integers of JSON encoders and database columns).
+MAX_COUNT = 2**40
+
+
 def _count(obj: Mapping, key: str) -> int:
     value = obj.get(key)
     if value is None:
         return 0
-    if type(value) is not int or value < 0:
+    if type(value) is not int or value < 0 or value > MAX_COUNT:
         raise _Malformed(key)
     return value
 

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import psycopg
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
+
+# Django's wrappers, and psycopg's own for the raw COPY cursor of the ingest
+# (a PostgreSQL restart surfaces there unwrapped).
+TRANSIENT_DB_ERRORS = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
 
 
 @shared_task(
@@ -12,7 +22,7 @@ from django.db import InterfaceError, OperationalError
     reject_on_worker_lost=True,
     # A database that is briefly unreachable or a serialization failure can
     # succeed later; ingest is idempotent, so a retry never double-counts.
-    autoretry_for=(OperationalError, InterfaceError),
+    autoretry_for=TRANSIENT_DB_ERRORS,
     retry_backoff=True,
     retry_backoff_max=60,
     max_retries=10,

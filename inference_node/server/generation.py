@@ -26,7 +26,7 @@ from . import protocol
 from .config import CHAT, EMBEDDING
 from .http import Response
 from .protocol import ApiError
-from .text import Generation, generate, prompt_seed
+from .text import Generation, generate, generate_tool_call, prompt_seed, results_lead
 
 _DONE = b"data: [DONE]\n\n"
 
@@ -123,17 +123,7 @@ class GenerationEndpoints:
         try:
             cached = engine.cache.admit(req.prompt_ids).cached_tokens
             engine.metrics.prompt_tokens += prompt_len
-            gens = [
-                generate(
-                    req.prompt_ids,
-                    max_tokens=max_tokens,
-                    seed=req.seed,
-                    index=i,
-                    stop=req.stop,
-                    ignore_eos=req.ignore_eos,
-                )
-                for i in range(req.n)
-            ]
+            gens = [_choice(req, max_tokens, i) for i in range(req.n)]
             await self._prefill(decision, prompt_len - cached, scheduler.running)
             meta = _Meta(chat, req.model, prompt_len, cached, started)
             if req.stream:
@@ -165,7 +155,7 @@ class GenerationEndpoints:
             choices = [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": g.text, "tool_calls": []},
+                    "message": _message(g),
                     "logprobs": None,
                     "finish_reason": g.finish_reason,
                 }
@@ -185,8 +175,8 @@ class GenerationEndpoints:
         now = asyncio.get_running_loop().time()
         metrics = engine.metrics
         metrics.generation_tokens += completion
-        for g in gens:
-            metrics.success[g.finish_reason] += 1
+        for g in gens:  # the engine's reasons: a tool call is a "stop"
+            metrics.success["stop" if g.tool_call else g.finish_reason] += 1
         metrics.ttft.observe(first_token_at - meta.started)
         metrics.e2e.observe(now - meta.started)
 
@@ -205,7 +195,12 @@ class GenerationEndpoints:
 
         def content(index: int, text: str, finish=None) -> dict:
             if meta.chat:
-                delta = {"content": text} if text or finish is None else {}
+                if not text and finish is not None:
+                    delta = {}
+                elif gens[index].tool_call:
+                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+                else:
+                    delta = {"content": text}
                 return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
             return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
 
@@ -213,10 +208,9 @@ class GenerationEndpoints:
         first_token_at = loop.time()
         if meta.chat:
             roles = [
-                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                 "finish_reason": None}
-                for i in range(len(gens))
-            ]  # fmt: skip
+                {"index": i, "delta": _first_delta(g), "logprobs": None, "finish_reason": None}
+                for i, g in enumerate(gens)
+            ]
             await conn.write_chunk(chunk(roles))
         faults = self.faults.settings
         steps = max(len(g.deltas) for g in gens)
@@ -288,6 +282,55 @@ class GenerationEndpoints:
         usage["prompt_tokens_details"] = {"cached_tokens": 0}
         body = {"object": "list", "data": data, "model": req.model, "usage": usage}
         return Response(200, _dumps(body))
+
+
+def _choice(req, max_tokens: int, index: int) -> Generation:
+    """One choice: a tool call when the request's tools call for one, else text (which
+    reports the tool results the conversation ends with, if any)."""
+    plan = req.tools
+    if plan.call is not None:
+        return generate_tool_call(
+            req.prompt_ids,
+            plan.call,
+            words=plan.words,
+            max_tokens=max_tokens,
+            seed=req.seed,
+            index=index,
+        )
+    return generate(
+        req.prompt_ids,
+        max_tokens=max_tokens,
+        seed=req.seed,
+        index=index,
+        stop=req.stop,
+        ignore_eos=req.ignore_eos,
+        lead=results_lead(plan.results) if plan.results else "",
+    )
+
+
+def _message(g: Generation) -> dict:
+    if g.tool_call is None:
+        return {"role": "assistant", "content": g.text, "tool_calls": []}
+    call = {
+        "id": g.tool_call["id"],
+        "type": "function",
+        "function": {"name": g.tool_call["name"], "arguments": g.text},
+    }
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def _first_delta(g: Generation) -> dict:
+    """The role delta; for a tool call (as OpenAI streams one) also the call's id, type
+    and name, with the arguments to follow in the next deltas."""
+    if g.tool_call is None:
+        return {"role": "assistant", "content": ""}
+    call = {
+        "index": 0,
+        "id": g.tool_call["id"],
+        "type": "function",
+        "function": {"name": g.tool_call["name"], "arguments": ""},
+    }
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 class _Meta:

@@ -2,15 +2,21 @@
 
 Every user error becomes an ``ApiError`` rendered as OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``. Fields the simulator does
-not model (``temperature``, ``top_p``, ``logprobs``, ``tools``, ...) are
-accepted when well-typed and otherwise ignored; unknown fields are ignored, as
-vLLM does.
+not model (``temperature``, ``top_p``, ``logprobs``, ...) are accepted when
+well-typed and otherwise ignored; unknown fields are ignored, as vLLM does.
+
+Tools are checked as vLLM and OpenAI check them and decide the answer (see
+``ToolPlan``): with ``tools`` and a ``tool_choice`` other than ``"none"``, the
+answer is one call of a function when the choice is ``"required"`` or names
+it, or is ``"auto"`` (the default) and the last message is the user's; after
+tool results the answer is text that reports them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from . import tokenizer
 
@@ -106,6 +112,16 @@ class GenerationRequest:
     include_usage: bool
     ignore_eos: bool
     prompt_param: str
+    tools: ToolPlan = field(default_factory=lambda: ToolPlan())
+
+
+@dataclass
+class ToolPlan:
+    """What the tools of a chat request make of its answer."""
+
+    call: dict | None = None  # the function definition to call (``name``, ``parameters``)
+    words: str = ""  # the last user message: where string arguments come from
+    results: list[tuple[str | None, str]] = field(default_factory=list)  # (function, result)
 
 
 def _stop(body: dict) -> tuple[str, ...]:
@@ -154,6 +170,47 @@ def _common(body: dict, prompt_ids: list[int], prompt_param: str, max_name: str)
     )
 
 
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def template_messages(messages: list[dict], tools: list | None = None) -> list[dict]:
+    """The messages as the chat template renders them (``tokenizer.chat_prompt_tokens``
+    takes the result): the tool definitions, when there are any, as a leading message
+    of role ``tools`` whose content is their compact JSON, and an assistant's tool
+    calls as the compact JSON list of their ``{"name", "arguments"}`` after its text.
+    The gateway estimates prompt tokens with the same function."""
+    if not tools and not any(isinstance(m, dict) and m.get("tool_calls") for m in messages):
+        return messages
+    out: list[dict] = []
+    if tools:
+        out.append({"role": "tools", "content": _compact(tools)})
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if calls and isinstance(calls, list):
+            shown = [
+                {"name": fn.get("name"), "arguments": fn.get("arguments")}
+                for call in calls
+                if isinstance(call, dict) and isinstance(fn := call.get("function"), dict)
+            ]
+            text = _content_text(message.get("content")) + _compact(shown)
+            message = {**message, "content": text}
+        out.append(message)
+    return out
+
+
+def _compact(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
 def _check_content(index: int, message: dict) -> None:
     content = message.get("content")
     param = f"messages[{index}].content"
@@ -174,6 +231,150 @@ def _check_content(index: int, message: dict) -> None:
             raise invalid(f"{param}[{part_index}].text", "A text part needs a string 'text'.")
 
 
+def _check_tool_calls(index: int, message: dict) -> None:
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    param = f"messages[{index}].tool_calls"
+    if message["role"] != "assistant":
+        raise invalid(param, f"'{param}' is only allowed in assistant messages.")
+    if not isinstance(calls, list):
+        raise invalid(param, f"'{param}' must be a list of tool calls.")
+    for call_index, call in enumerate(calls):
+        where = f"{param}[{call_index}]"
+        if not isinstance(call, dict):
+            raise invalid(where, f"'{where}' must be an object.")
+        if not isinstance(call.get("id"), str):
+            raise invalid(f"{where}.id", f"'{where}.id' is required and must be a string.")
+        if call.get("type", "function") != "function":
+            raise invalid(f"{where}.type", f"'{where}.type' must be 'function'.")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            raise invalid(f"{where}.function", f"'{where}.function' must be an object.")
+        for key in ("name", "arguments"):
+            if not isinstance(fn.get(key), str):
+                raise invalid(
+                    f"{where}.function.{key}",
+                    f"'{where}.function.{key}' is required and must be a string.",
+                )
+
+
+_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _tools(body: dict) -> list[dict]:
+    """The function definitions of ``tools`` (checked), in order."""
+    tools = body.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise invalid("tools", "'tools' must be a list of tools.")
+    functions = []
+    for index, tool in enumerate(tools):
+        param = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            raise invalid(param, f"'{param}' must be an object.")
+        if tool.get("type") != "function":
+            raise invalid(f"{param}.type", f"'{param}.type' must be 'function'.")
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise invalid(f"{param}.function", f"'{param}.function' must be an object.")
+        name = fn.get("name")
+        if not isinstance(name, str) or not _FUNCTION_NAME.fullmatch(name):
+            raise invalid(
+                f"{param}.function.name",
+                f"'{param}.function.name' is required: 1 to 64 letters, digits, '_' or '-'.",
+            )
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise invalid(
+                f"{param}.function.description", f"'{param}.function.description' must be a string."
+            )
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise invalid(
+                f"{param}.function.parameters",
+                f"'{param}.function.parameters' must be a JSON schema object.",
+            )
+        functions.append(fn)
+    return functions
+
+
+def _tool_choice(body: dict, functions: list[dict]) -> str | dict:
+    """``"none"``, ``"auto"``, ``"required"``, or the named function's definition."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return "auto" if functions else "none"
+    if choice != "none" and not functions:
+        raise invalid("tool_choice", "When using 'tool_choice', 'tools' must be set.")
+    if choice in ("none", "auto", "required"):
+        return choice
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    if not isinstance(fn, dict) or choice.get("type") != "function":
+        raise invalid(
+            "tool_choice",
+            "'tool_choice' must be 'none', 'auto', 'required' or "
+            "{'type': 'function', 'function': {'name': ...}}.",
+        )
+    for definition in functions:
+        if definition["name"] == fn.get("name"):
+            return definition
+    raise invalid(
+        "tool_choice",
+        f"'tool_choice' names the function {fn.get('name')!r}, which is not in 'tools'.",
+    )
+
+
+_STOP_TEXT = (
+    "the and for with what who how when where which that this these from into are was "
+    "were can could would should will you your our get set please"
+)
+_STOP_WORDS = frozenset(_STOP_TEXT.split())  # not evidence of which function is meant
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.split(r"[^a-z0-9]+", text.lower()) if len(w) > 2 and w not in _STOP_WORDS}
+
+
+def _best_function(functions: list[dict], text: str) -> dict:
+    """The function whose name and description share the most words with ``text``
+    (the first one on a tie)."""
+    asked = _words(text)
+
+    def score(fn: dict) -> int:
+        own = _words(fn["name"].replace("_", " ") + " " + (fn.get("description") or ""))
+        return len(asked & own)
+
+    return max(functions, key=score)  # max keeps the first of equal scores
+
+
+def _tool_results(messages: list[dict]) -> list[tuple[str | None, str]]:
+    """The trailing tool messages' (function name, result text)."""
+    names: dict[str, str] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            names[call["id"]] = call["function"]["name"]
+    results = []
+    for message in reversed(messages):
+        if message["role"] != "tool":
+            break
+        name = names.get(message.get("tool_call_id")) or message.get("name")
+        results.append((name, _content_text(message.get("content"))))
+    return results[::-1]
+
+
+def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
+    choice = _tool_choice(body, functions)
+    _opt_bool(body, "parallel_tool_calls")  # accepted; the answer makes one call at most
+    user_text = next(
+        (_content_text(m.get("content")) for m in reversed(messages) if m["role"] == "user"), ""
+    )
+    plan = ToolPlan(words=user_text, results=_tool_results(messages))
+    if isinstance(choice, dict):
+        plan.call = choice
+    elif choice == "required" or (choice == "auto" and messages[-1]["role"] == "user"):
+        plan.call = _best_function(functions, user_text)
+    return plan
+
+
 def parse_chat(body: dict) -> GenerationRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -188,8 +389,16 @@ def parse_chat(body: dict) -> GenerationRequest:
                 f"'messages[{index}].role' must be one of {sorted(CHAT_ROLES)}.",
             )
         _check_content(index, message)
-    prompt_ids = tokenizer.chat_prompt_tokens(messages)
-    return _common(body, prompt_ids, "messages", "max_completion_tokens")
+        _check_tool_calls(index, message)
+        call_id = message.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise invalid(f"messages[{index}].tool_call_id", "'tool_call_id' must be a string.")
+    functions = _tools(body)
+    plan = _plan(body, messages, functions)
+    prompt_ids = tokenizer.chat_prompt_tokens(template_messages(messages, body.get("tools")))
+    request = _common(body, prompt_ids, "messages", "max_completion_tokens")
+    request.tools = plan
+    return request
 
 
 def _token_array(value: object) -> bool:

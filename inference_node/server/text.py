@@ -5,16 +5,24 @@ seeded with a stable hash of the prompt's token ids plus the request seed and
 the choice index, so the same request always yields the same text. Words are
 cut into pieces with the tokenizer's rule, so ``completion_tokens`` equals
 ``count_tokens(text)`` for an untruncated generation.
+
+A tool call (``generate_tool_call``) is as deterministic: its id and arguments
+come from the same kind of seed, the arguments from the function's JSON schema,
+and its tokens (the arguments' by the tokenizer) are the output. An answer to
+tool results starts by quoting them (``results_lead``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+import re
+import string
 from array import array
 from dataclasses import dataclass
 
-from .tokenizer import RUN_PIECE
+from .tokenizer import RUN_PIECE, pieces
 
 _WORD_TEXT = (
     "the a an of to in on for with by from as at and or but so if then that this these "
@@ -60,9 +68,9 @@ def natural_tokens(rng: random.Random) -> int:
     return rng.randint(NATURAL_MIN, NATURAL_MAX)
 
 
-def generate_pieces(rng: random.Random, limit: int) -> list[str]:
-    """Up to ``limit`` token strings of sentence-like text."""
-    out: list[str] = []
+def generate_pieces(rng: random.Random, limit: int, lead: list[str] | None = None) -> list[str]:
+    """Up to ``limit`` token strings of sentence-like text (after the ``lead`` pieces)."""
+    out: list[str] = list(lead or ())
     sentence_left = 0
     draw = rng.random
     count = len(_PIECES)
@@ -90,6 +98,8 @@ class Generation:
     deltas: list[str]
     completion_tokens: int
     finish_reason: str
+    # A tool call answer: {"id", "name"}; its arguments are the deltas.
+    tool_call: dict | None = None
 
     @property
     def text(self) -> str:
@@ -104,20 +114,174 @@ def generate(
     index: int = 0,
     stop: tuple[str, ...] = (),
     ignore_eos: bool = False,
+    lead: str = "",
 ) -> Generation:
-    """The choice's text for this prompt. Ends at ``max_tokens`` ("length"), at a stop
-    string ("stop", the stop text itself left out, as vLLM does) or at the natural end
-    ("stop")."""
+    """The choice's text for this prompt, starting with ``lead`` when given. Ends at
+    ``max_tokens`` ("length"), at a stop string ("stop", the stop text itself left out,
+    as vLLM does) or at the natural end ("stop")."""
     rng = random.Random(prompt_seed(prompt_ids, seed, index))  # noqa: S311 - reproducible text
     natural = natural_tokens(rng)
-    limit = max_tokens if ignore_eos else min(max_tokens, natural)
-    pieces = generate_pieces(rng, limit)
-    finish = "length" if len(pieces) >= max_tokens else "stop"
+    start = pieces(lead) if lead else []
+    limit = max_tokens if ignore_eos else min(max_tokens, max(natural, len(start) + 8))
+    pieces_out = generate_pieces(rng, limit, start)
+    finish = "length" if len(pieces_out) >= max_tokens else "stop"
     if stop:
-        cut = _apply_stop(pieces, stop)
+        cut = _apply_stop(pieces_out, stop)
         if cut is not None:
             return cut
-    return Generation(pieces, len(pieces), finish)
+    return Generation(pieces_out, len(pieces_out), finish)
+
+
+# -- tool calls ------------------------------------------------------------------------------
+
+RESULT_TOKENS = 24  # how much of each tool result the answer quotes
+
+
+def results_lead(results: list[tuple[str | None, str]]) -> str:
+    """The opening of an answer to tool results, quoting each (shortened)."""
+    parts = []
+    for name, result in results:
+        quoted = "".join(pieces(" ".join(result.split()))[:RESULT_TOKENS]).strip() or "nothing"
+        parts.append(f"the result of {name} is {quoted}" if name else f"the tool said {quoted}")
+    text = " and ".join(parts)
+    return text[:1].upper() + text[1:]
+
+
+_ID_CHARS = string.ascii_letters + string.digits
+_STOP_WORDS = frozenset(WORDS)
+MAX_SCHEMA_DEPTH = 8
+
+
+def generate_tool_call(
+    prompt_ids: list[int],
+    function: dict,
+    *,
+    words: str,
+    max_tokens: int,
+    seed: int | None = None,
+    index: int = 0,
+) -> Generation:
+    """One call of ``function`` with arguments built from its JSON schema: the required
+    properties (all of them when the schema lists none as required), strings drawn from
+    the words of ``words`` (the user's message; proper nouns first), small numbers, the
+    first value of an enum. The arguments' tokens are the output; past ``max_tokens``
+    they are cut ("length"), as a model's would be."""
+    rng = random.Random(prompt_seed(prompt_ids, seed, index) ^ 0x7001)  # noqa: S311
+    call_id = "call_" + "".join(rng.choice(_ID_CHARS) for _ in range(24))
+    schema = function.get("parameters") or {"type": "object", "properties": {}}
+    builder = _ArgumentBuilder(rng, schema, words)
+    arguments = builder.value(schema, 0)
+    if not isinstance(arguments, dict):
+        arguments = {}
+    text = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+    out = pieces(text)
+    finish = "tool_calls"
+    if len(out) > max_tokens:
+        out, finish = out[:max_tokens], "length"
+    return Generation(out, len(out), finish, {"id": call_id, "name": function["name"]})
+
+
+class _ArgumentBuilder:
+    def __init__(self, rng: random.Random, root: dict, words: str):
+        self.rng = rng
+        self.root = root
+        found = [w for w in re.findall(r"[^\W\d_][\w'-]*", words) if len(w) > 2]
+        found = [w for w in found if w.lower() not in _STOP_WORDS]
+        proper = [w for w in found if w[0].isupper()]
+        self.words = proper or found or list(WORDS[40:80])
+
+    def value(self, schema: object, depth: int):
+        if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
+            return None
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            return self.value(self._resolve(ref), depth + 1)
+        if "const" in schema:
+            return schema["const"]
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            return enum[0]
+        for key in ("anyOf", "oneOf", "allOf"):
+            options = schema.get(key)
+            if isinstance(options, list) and options:
+                usable = [
+                    o for o in options if not (isinstance(o, dict) and o.get("type") == "null")
+                ]
+                return self.value((usable or options)[0], depth + 1)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        if kind is None:
+            kind = (
+                "object" if "properties" in schema else "array" if "items" in schema else "string"
+            )
+        return getattr(self, "_" + kind, self._string)(schema, depth)
+
+    def _resolve(self, ref: str) -> object:
+        node: object = self.root
+        if not ref.startswith("#/"):
+            return None
+        for part in ref[2:].split("/"):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    def _object(self, schema: dict, depth: int) -> dict:
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            return {}
+        required = schema.get("required")
+        names = required if isinstance(required, list) else list(properties)
+        return {
+            name: self.value(properties.get(name, {}), depth + 1)
+            for name in names
+            if isinstance(name, str)
+        }
+
+    def _array(self, schema: dict, depth: int) -> list:
+        low = schema.get("minItems")
+        count = max(1, low if isinstance(low, int) else 1)
+        high = schema.get("maxItems")
+        if isinstance(high, int):
+            count = min(count, high)
+        return [
+            self.value(schema.get("items", {"type": "string"}), depth + 1) for _ in range(count)
+        ]
+
+    def _string(self, schema: dict, depth: int) -> str:
+        word = self.rng.choice(self.words)
+        fmt = schema.get("format")
+        if fmt == "date":
+            return "2025-01-15"
+        if fmt == "date-time":
+            return "2025-01-15T09:30:00Z"
+        if fmt == "email":
+            return f"{word.lower()}@example.com"
+        if fmt in ("uri", "url"):
+            return f"https://example.com/{word.lower()}"
+        return word
+
+    def _bounds(self, schema: dict, low: float, span: float) -> tuple[float, float]:
+        lo = schema.get("minimum", schema.get("exclusiveMinimum", low))
+        hi = schema.get("maximum", schema.get("exclusiveMaximum", lo + span))
+        lo = lo if isinstance(lo, int | float) else low
+        hi = hi if isinstance(hi, int | float) and hi >= lo else lo + span
+        return lo, hi
+
+    def _integer(self, schema: dict, depth: int) -> int:
+        lo, hi = self._bounds(schema, 1, 9)
+        lo = int(lo) + (1 if "exclusiveMinimum" in schema and "minimum" not in schema else 0)
+        hi = int(hi) - (1 if "exclusiveMaximum" in schema and "maximum" not in schema else 0)
+        return self.rng.randint(lo, max(lo, min(hi, lo + 9)))
+
+    def _number(self, schema: dict, depth: int) -> float:
+        lo, hi = self._bounds(schema, 0, 100)
+        return round(self.rng.uniform(lo, hi), 1)
+
+    def _boolean(self, schema: dict, depth: int) -> bool:
+        return self.rng.random() < 0.5
+
+    def _null(self, schema: dict, depth: int) -> None:
+        return None
 
 
 def _apply_stop(pieces: list[str], stop: tuple[str, ...]) -> Generation | None:

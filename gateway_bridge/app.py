@@ -1,0 +1,67 @@
+"""The ASGI router: the gateway owns the model-protocol paths, Django the rest.
+
+``/v1/...`` (OpenAI and Anthropic), ``/v1beta/...`` (Gemini) and ``/metrics``
+go to the gateway's hot path, which skips Django's middleware and sync ORM;
+everything else (console pages, the REST API, webhooks, static files) goes to
+Django. The router also answers ASGI lifespan events (Django does not), so
+the gateway starts with the server and flushes its usage buffer on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+GATEWAY_PREFIXES = ("/v1/", "/v1beta/")
+
+
+def owns(path: str) -> bool:
+    return path.startswith(GATEWAY_PREFIXES) or path in ("/v1", "/v1beta", "/metrics")
+
+
+class Router:
+    def __init__(self, django_app, gateway_factory=None):
+        self.django_app = django_app
+        self._factory = gateway_factory
+        self._gateway = None
+
+    @property
+    def gateway(self):
+        if self._gateway is None:
+            if self._factory is not None:
+                self._gateway = self._factory()
+            else:
+                from gateway_bridge.gateway import Gateway
+
+                self._gateway = Gateway()
+        return self._gateway
+
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        if kind == "http" and owns(scope["path"]):
+            await self.gateway.handle(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            await self.django_app(scope, receive, send)
+
+    async def _lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.gateway.start()
+                except Exception as exc:
+                    logger.exception("gateway failed to start")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._gateway is not None:
+                    try:
+                        await self._gateway.close()
+                    except Exception:
+                        logger.exception("gateway failed to close cleanly")
+                await send({"type": "lifespan.shutdown.complete"})
+                return

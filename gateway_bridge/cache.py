@@ -1,0 +1,115 @@
+"""The exact-match response cache: a deterministic request (temperature 0 or
+a seed, one choice) of an organization, byte-for-byte the same upstream body,
+is answered from the cache instead of a node.
+
+Opt-in: per key (``ApiKey.response_cache_seconds`` > 0) and per request with
+the ``x-gateway-cache: on`` header (``x-gateway-cache-ttl: <seconds>`` sets
+the time to live, default 300 s); ``x-gateway-cache: off`` skips it for one
+request. Entries live in Redis when configured (shared by every gateway
+process), else in a bounded in-process LRU.
+
+Billing rule for a hit (the price book's rule for such hits): the prompt's
+tokens are billed as cache reads and the output tokens as output, at the
+model's prices — the answer is delivered again, its prompt is not processed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import OrderedDict
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_REQUEST_TTL = 300
+MAX_TTL = 7 * 24 * 3600
+_VOLATILE = ("stream", "stream_options", "user", "metadata", "store", "service_tier")
+
+
+def cache_key(organization_id: int, model: str, endpoint: str, body: dict) -> str:
+    stable = {k: v for k, v in body.items() if k not in _VOLATILE and k != "model"}
+    material = json.dumps(
+        [organization_id, model, endpoint, stable], sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+class ResponseCache:
+    def __init__(self, max_entries: int | None = None):
+        self.max_entries = (
+            settings.GATEWAY_RESPONSE_CACHE_ENTRIES if max_entries is None else max_entries
+        )
+        self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._redis = None
+        if settings.REDIS_URL:
+            import redis.asyncio as aioredis
+
+            self._redis = aioredis.Redis.from_url(settings.REDIS_URL)
+        prefix = settings.CACHES["default"].get("KEY_PREFIX") or "console"
+        self._prefix = f"{prefix}:gateway:rc:"
+
+    async def get(self, key: str) -> dict | None:
+        raw = None
+        if self._redis is not None:
+            try:
+                raw = await self._redis.get(self._prefix + key)
+            except Exception:
+                logger.warning("gateway: response cache read failed", exc_info=True)
+                return None
+        else:
+            hit = self._local.get(key)
+            if hit is not None:
+                expires, raw = hit
+                if expires < time.monotonic():
+                    self._local.pop(key, None)
+                    raw = None
+                else:
+                    self._local.move_to_end(key)
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    async def put(self, key: str, value: dict, ttl: int) -> None:
+        ttl = max(1, min(int(ttl), MAX_TTL))
+        raw = json.dumps(value, separators=(",", ":")).encode()
+        if self._redis is not None:
+            try:
+                await self._redis.set(self._prefix + key, raw, ex=ttl)
+            except Exception:
+                logger.warning("gateway: response cache write failed", exc_info=True)
+            return
+        if self.max_entries <= 0:
+            return
+        self._local[key] = (time.monotonic() + ttl, raw)
+        self._local.move_to_end(key)
+        while len(self._local) > self.max_entries:
+            self._local.popitem(last=False)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            try:
+                await self._redis.aclose()
+            except Exception:
+                logger.debug("gateway: error closing the response cache", exc_info=True)
+
+
+def request_ttl(headers: dict[str, str], key_seconds: int) -> int:
+    """Seconds to cache this request's answer; 0 = do not use the cache."""
+    mode = headers.get("x-gateway-cache", "").strip().lower()
+    if mode in ("off", "no", "false", "0", "bypass"):
+        return 0
+    if mode in ("on", "yes", "true", "1"):
+        raw = headers.get("x-gateway-cache-ttl", "")
+        try:
+            ttl = int(raw) if raw else (key_seconds or DEFAULT_REQUEST_TTL)
+        except ValueError:
+            ttl = key_seconds or DEFAULT_REQUEST_TTL
+        return max(0, min(ttl, MAX_TTL))
+    return key_seconds

@@ -1,0 +1,178 @@
+"""Spend caps and the prepaid balance by reservation, and RPM/TPM: one
+interface (``LimitStore``), two stores (``MemoryLimitStore`` in process,
+``RedisLimitStore`` shared), ``plan`` to know a key's buckets and rules,
+``rebuild.seed_values`` to seed buckets from the database, and ``Limits``
+tying them together for the hot path.
+
+    limits = Limits(store)
+    admission = await limits.admit(auth, now, request_id, worst_case, tokens,
+                                   hold_seconds=total_timeout + 30)   # GatewayError on refusal
+    ... forward ...
+    await limits.store.settle(request_id, actual_cost, actual_tokens)  # or .release(request_id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Protocol
+
+from gateway_bridge.limits.base import (
+    Admission,
+    BucketsMissing,
+    CapBucket,
+    DuplicateReservation,
+    RateRule,
+    format_duration,
+)
+from gateway_bridge.limits.memory import MemoryLimitStore
+from gateway_bridge.limits.plan import plan
+from gateway_bridge.limits.redis_store import RedisLimitStore
+
+
+def balance_key(organization_id: int) -> str:
+    return f"bal:o:{organization_id}"
+
+
+def build_store() -> LimitStore:
+    """The store the settings ask for: Redis (shared by every gateway
+    process) or in-process memory."""
+    from django.conf import settings
+
+    if settings.GATEWAY_LIMITS_STORE == "redis":
+        return RedisLimitStore.from_url(settings.REDIS_URL)
+    return MemoryLimitStore()
+
+
+def credit_balance(organization_id: int, delta: int) -> None:
+    """A prepaid balance moved for a reason other than usage (sync; called by
+    invoicing after its ledger entry committed). With Redis the shared bucket
+    is credited once, here; with the in-process store, every gateway in this
+    process credits its own (``apply_local_credit``). A bucket not seeded yet
+    is left alone: its seed reads the ledger, this entry included."""
+    from django.conf import settings
+
+    if not delta:
+        return
+    if settings.GATEWAY_LIMITS_STORE == "redis":
+        import redis
+
+        from gateway_bridge.limits.redis_store import CREDIT
+
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+        try:
+            client.eval(CREDIT, 1, balance_key(organization_id), -int(delta))
+        finally:
+            client.close()
+        return
+    from gateway_bridge import notify
+
+    notify.deliver(f"balance:{organization_id}:{int(delta)}")
+
+
+def apply_local_credit(gateway, organization_id: int, delta: int) -> None:
+    """``balance:`` messages on a gateway with an in-process store."""
+    store = gateway.limits.store
+    if isinstance(store, MemoryLimitStore):
+        task = asyncio.ensure_future(store.credit(balance_key(organization_id), delta))
+        _pending.add(task)
+        task.add_done_callback(_pending.discard)
+
+
+_pending: set[asyncio.Future] = set()
+
+
+__all__ = [
+    "Admission",
+    "BucketsMissing",
+    "CapBucket",
+    "DuplicateReservation",
+    "LimitStore",
+    "Limits",
+    "MemoryLimitStore",
+    "RateRule",
+    "RedisLimitStore",
+    "apply_local_credit",
+    "balance_key",
+    "build_store",
+    "credit_balance",
+    "format_duration",
+    "plan",
+]
+
+
+class LimitStore(Protocol):
+    async def admit(
+        self,
+        reservation_id: str,
+        amount: int,
+        caps: list[CapBucket],
+        rates: list[RateRule],
+        tokens: int,
+        *,
+        hold_seconds: float,
+    ) -> Admission: ...
+    async def settle(self, reservation_id: str, cost: int, tokens: int) -> None: ...
+    async def release(self, reservation_id: str) -> None: ...
+    async def seed(self, key: str, used: int, ttl_seconds: int | None) -> bool: ...
+    async def credit(self, key: str, amount: int) -> None: ...
+    async def snapshot(self, key: str) -> tuple[int, int]: ...
+    async def close(self) -> None: ...
+
+
+class Limits:
+    """``plan`` + ``store.admit``, seeding missing buckets from the database
+    (in a thread, once per key at a time in this process) and trying again."""
+
+    def __init__(self, store: LimitStore, *, seeder=None):
+        self.store = store
+        self._seeder = seeder
+        self._seeding: dict[str, asyncio.Future] = {}
+
+    async def admit(
+        self,
+        auth,
+        now: datetime,
+        reservation_id: str,
+        amount: int,
+        tokens: int,
+        *,
+        hold_seconds: float,
+        planned: tuple[list[CapBucket], list[RateRule]] | None = None,
+    ) -> Admission:
+        caps, rates = planned if planned is not None else plan(auth, now)
+        for _ in range(3):
+            try:
+                return await self.store.admit(
+                    reservation_id, amount, caps, rates, tokens, hold_seconds=hold_seconds
+                )
+            except BucketsMissing as missing:
+                await self._seed(auth, now, caps, missing.keys)
+        raise RuntimeError("limit buckets vanished while seeding them")  # pragma: no cover
+
+    async def _seed(self, auth, now: datetime, caps: list[CapBucket], keys: list[str]) -> None:
+        mine = [k for k in keys if k not in self._seeding]
+        waits = [self._seeding[k] for k in keys if k in self._seeding]
+        if mine:
+            future = asyncio.get_running_loop().create_future()
+            for k in mine:
+                self._seeding[k] = future
+            try:
+                seeder = self._seeder
+                if seeder is None:
+                    from gateway_bridge.limits.rebuild import seed_values as seeder
+                values = await asyncio.to_thread(seeder, auth, now, set(mine))
+                ttl = {c.key: c.ttl_seconds for c in caps}
+                for k in mine:
+                    await self.store.seed(k, values.get(k, 0), ttl.get(k))
+                future.set_result(None)
+            except BaseException as exc:
+                future.set_exception(exc)
+                raise
+            finally:
+                for k in mine:
+                    self._seeding.pop(k, None)
+                if future.done() and not future.cancelled():
+                    future.exception()  # retrieved: no "never retrieved" warning
+        for w in waits:
+            await asyncio.shield(w)

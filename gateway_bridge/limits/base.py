@@ -1,0 +1,225 @@
+"""The limits interface shared by both stores: cap buckets, rate rules, the
+admission a caller gets back, header rendering and the errors of a refusal.
+
+Spend caps and the prepaid balance are **buckets** of integer micro-units:
+``used`` (settled spend) plus ``reserved`` (worst cases of calls in flight)
+plus a call's worst case must stay within ``limit``. The prepaid bucket has
+limit 0 and is seeded with ``used = -balance``.
+
+Rate limits are a **sliding window of fixed slots**: the window (60 s) is cut
+in ``slots`` slots (1 s each by default); a request counts, with its tokens,
+in the slot it was admitted in, and the slot stops counting ``slots + 1``
+slots later. The window therefore always covers at least the last 60 s, so
+no 60-second span ever holds more than the limit (a slot later than a pure
+60 s window at worst), and ``Retry-After`` is exact: the moment the oldest
+slots that must go are gone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gateway_bridge.protocols.base import PAYMENT_REQUIRED, RATE_LIMIT, GatewayError
+
+PREPAID_CODE = "prepaid_balance_exhausted"
+# Refusal kinds as the stores report them.
+REFUSED_CAP, REFUSED_RPM, REFUSED_TPM, REFUSED_TPM_NEVER = 1, 2, 3, 4
+
+
+@dataclass(frozen=True, slots=True)
+class CapBucket:
+    code: str  # error code when it refuses ("key_daily_cap_exceeded", ...)
+    key: str  # store key: "cap:k:42:d:2026-12-02", "cap:s:7:m:2026-12", "cap:k:42:life", "bal:o:3"
+    limit: int  # micro-units; the prepaid bucket has limit 0 and used = -balance
+    ttl_seconds: int | None
+    # For messages and Retry-After only: when the period ends (POSIX seconds;
+    # None for lifetime and prepaid) and the currency of the amounts.
+    resets_at: float | None = None
+    currency: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RateRule:
+    scope: str  # "key" | "sub_account" | "org"
+    key: str  # "rl:k:42"
+    rpm: int | None
+    tpm: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RuleState:
+    """A rate rule's window after an admission (or at a refusal)."""
+
+    requests: int  # requests counted in the window
+    tokens: int  # tokens counted in the window
+    reset_ms: int  # until the window is empty again, if nothing else comes
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An admitted call: settle or release ``reservation_id`` when it ends.
+    ``headers`` go on the response (the ``x-ratelimit-*`` of the most
+    constraining rule; empty when no rate rule applies)."""
+
+    reservation_id: str
+    headers: list[tuple[str, str]]
+
+
+class BucketsMissing(Exception):
+    """Some cap buckets are not in the store (first use, a new day, a flushed
+    Redis). Nothing was reserved: seed them (``rebuild.seed_values``) and try
+    again. Admitting against an unseeded bucket would forget what the
+    database already holds, so the stores never create one implicitly."""
+
+    def __init__(self, keys: list[str]):
+        super().__init__(", ".join(keys))
+        self.keys = list(keys)
+
+
+class DuplicateReservation(ValueError):
+    """``admit`` with a reservation id that is still live."""
+
+
+# --- headers ------------------------------------------------------------------
+
+
+def format_duration(ms: int) -> str:
+    """OpenAI's reset format (Go durations): "20ms", "1s", "1.5s", "6m0s", "1h2m3s"."""
+    ms = max(0, int(ms))
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    sec = f"{seconds}.{millis:03d}".rstrip("0").rstrip(".") if millis else str(seconds)
+    if hours:
+        return f"{hours}h{minutes}m{sec}s"
+    if minutes:
+        return f"{minutes}m{sec}s"
+    return f"{sec}s"
+
+
+def rate_headers(
+    rules: list[RateRule],
+    states: list[RuleState],
+    *,
+    forced: tuple[str, int] | None = None,
+) -> list[tuple[str, str]]:
+    """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the most
+    constraining rule per dimension (the least remaining); ``forced`` =
+    (dimension, rule index) names the rule that refused, which wins."""
+    out: list[tuple[str, str]] = []
+    for dim in ("requests", "tokens"):
+        best = None
+        for i, (rule, st) in enumerate(zip(rules, states, strict=True)):
+            limit = rule.rpm if dim == "requests" else rule.tpm
+            if limit is None:
+                continue
+            remaining = max(0, limit - (st.requests if dim == "requests" else st.tokens))
+            cand = (remaining, -st.reset_ms, limit, st.reset_ms)
+            if forced == (dim, i):
+                best = cand
+                break
+            if best is None or cand[:2] < best[:2]:
+                best = cand
+        if best is not None:
+            remaining, _, limit, reset_ms = best
+            out += [
+                (f"x-ratelimit-limit-{dim}", str(limit)),
+                (f"x-ratelimit-remaining-{dim}", str(remaining)),
+                (f"x-ratelimit-reset-{dim}", format_duration(reset_ms)),
+            ]
+    return out
+
+
+# --- refusals -----------------------------------------------------------------
+
+_SCOPE = {"key": "key", "sub_account": "sub-account", "org": "organization"}
+_PERIOD = {"daily": "daily", "monthly": "monthly", "lifetime": "lifetime"}
+
+
+def _money(micro: int, currency: str) -> str:
+    value = (Decimal(micro) / Decimal(1_000_000)).quantize(Decimal("0.000001"))
+    text = f"{value:f}".rstrip("0")
+    if text.endswith("."):
+        text += "00"
+    elif len(text.split(".")[-1]) < 2:
+        text += "0"
+    return f"{text} {currency}".strip()
+
+
+def _window_text(window_ms: int) -> str:
+    return "per minute" if window_ms == 60_000 else f"per {format_duration(window_ms)}"
+
+
+def cap_refusal(
+    bucket: CapBucket, used: int, reserved: int, amount: int, now: float, headers
+) -> GatewayError:
+    headers = list(headers)
+    if bucket.code == PREPAID_CODE:
+        message = (
+            f"The organization's prepaid balance is exhausted: balance "
+            f"{_money(-used, bucket.currency)}, {_money(reserved, bucket.currency)} held by "
+            f"calls in progress, and this call may cost up to "
+            f"{_money(amount, bucket.currency)}. Top up the balance to continue."
+        )
+        if used + amount <= bucket.limit:
+            headers.append(("retry-after", "1"))
+        return GatewayError(PAYMENT_REQUIRED, PREPAID_CODE, message, headers=headers)
+    scope, _, period = bucket.code.removesuffix("_cap_exceeded").rpartition("_")
+    message = (
+        f"The {_SCOPE.get(scope, scope)}'s {_PERIOD.get(period, period)} spend cap of "
+        f"{_money(bucket.limit, bucket.currency)} is reached: "
+        f"{_money(used, bucket.currency)} spent and {_money(reserved, bucket.currency)} held "
+        f"by calls in progress, and this call may cost up to "
+        f"{_money(amount, bucket.currency)}."
+    )
+    if used + amount <= bucket.limit:
+        # Only calls in flight stand in the way: they settle or release soon.
+        headers.append(("retry-after", "1"))
+    elif bucket.resets_at is not None:
+        headers.append(("retry-after", str(max(1, math.ceil(bucket.resets_at - now)))))
+        message += " It resets when the period ends."
+    return GatewayError(RATE_LIMIT, bucket.code, message, headers=headers)
+
+
+def rate_refusal(
+    kind: int,
+    rule: RateRule,
+    state: RuleState,
+    tokens: int,
+    retry_ms: int,
+    window_ms: int,
+    headers,
+) -> GatewayError:
+    headers = list(headers)
+    scope = _SCOPE.get(rule.scope, rule.scope)
+    per = _window_text(window_ms)
+    if kind == REFUSED_TPM_NEVER:
+        message = (
+            f"This request needs up to {tokens} tokens (prompt estimate plus output "
+            f"budget), more than the {scope}'s whole limit of {rule.tpm} tokens {per}, "
+            f"so it can never pass. Lower max_tokens or shorten the prompt."
+        )
+        return GatewayError(RATE_LIMIT, "tpm_limit_exceeded", message, headers=headers)
+    retry = max(1, math.ceil(retry_ms / 1000))
+    headers.append(("retry-after", str(retry)))
+    if kind == REFUSED_RPM:
+        message = (
+            f"Rate limit reached for the {scope}: {rule.rpm} requests {per}. Retry after {retry} s."
+        )
+        return GatewayError(RATE_LIMIT, "rpm_limit_exceeded", message, headers=headers)
+    message = (
+        f"Rate limit reached for the {scope}: {rule.tpm} tokens {per} "
+        f"({state.tokens} used in the window, this request needs up to {tokens}). "
+        f"Retry after {retry} s."
+    )
+    return GatewayError(RATE_LIMIT, "tpm_limit_exceeded", message, headers=headers)
+
+
+def check_args(amount: int, tokens: int, hold_seconds: float) -> None:
+    if amount < 0 or tokens < 0:
+        raise ValueError("amount and tokens cannot be negative")
+    if hold_seconds <= 0:
+        raise ValueError("hold_seconds must be positive")

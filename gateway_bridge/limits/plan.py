@@ -1,0 +1,100 @@
+"""Which buckets and rate rules one key's call goes through."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from gateway_bridge.limits.base import PREPAID_CODE, CapBucket, RateRule
+
+# A period's bucket outlives the period by this much, so a call admitted just
+# before midnight still settles into its own day (holds are minutes at most).
+PERIOD_MARGIN_SECONDS = 2 * 3600
+
+_UTC = ZoneInfo("UTC")
+
+
+def org_zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return _UTC
+
+
+def periods(tz_name: str, now: datetime) -> dict[str, tuple[datetime, datetime, str]]:
+    """The current day and month in the organization's timezone:
+    ``{"d": (start, end, "2026-12-02"), "m": (start, end, "2026-12")}``, start
+    and end aware datetimes (end exclusive)."""
+    tz = org_zone(tz_name)
+    local = now.astimezone(tz)
+    day = local.date()
+    next_day = day + timedelta(days=1)
+    month = day.replace(day=1)
+    next_month = (month + timedelta(days=32)).replace(day=1)
+
+    def at(d):  # local midnight of date d, DST-safe
+        return datetime(d.year, d.month, d.day, tzinfo=tz)
+
+    return {
+        "d": (at(day), at(next_day), day.isoformat()),
+        "m": (at(month), at(next_month), f"{day.year:04d}-{day.month:02d}"),
+    }
+
+
+def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
+    """Buckets (key caps, sub-account caps, prepaid balance) and rate rules
+    (key, sub-account, organization) for ``auth`` (an ``AuthenticatedKey``)
+    at ``now``; only the levels with a limit set."""
+    per = periods(auth.timezone, now)
+    caps: list[CapBucket] = []
+    levels = [("key", "k", auth.key_id, auth.key_caps)]
+    if auth.sub_account_id is not None:
+        levels.append(("sub_account", "s", auth.sub_account_id, auth.sub_account_caps))
+    for scope, letter, ident, (daily, monthly, lifetime) in levels:
+        for period, name, limit in (("d", "daily", daily), ("m", "monthly", monthly)):
+            if limit is None:
+                continue
+            _, end, label = per[period]
+            ttl = math.ceil((end - now).total_seconds()) + PERIOD_MARGIN_SECONDS
+            caps.append(
+                CapBucket(
+                    code=f"{scope}_{name}_cap_exceeded",
+                    key=f"cap:{letter}:{ident}:{period}:{label}",
+                    limit=int(limit),
+                    ttl_seconds=ttl,
+                    resets_at=end.timestamp(),
+                    currency=auth.currency,
+                )
+            )
+        if lifetime is not None:
+            caps.append(
+                CapBucket(
+                    code=f"{scope}_lifetime_cap_exceeded",
+                    key=f"cap:{letter}:{ident}:life",
+                    limit=int(lifetime),
+                    ttl_seconds=None,
+                    currency=auth.currency,
+                )
+            )
+    if auth.billing_mode == "prepaid":
+        caps.append(
+            CapBucket(
+                code=PREPAID_CODE,
+                key=f"bal:o:{auth.organization_id}",
+                limit=0,
+                ttl_seconds=None,
+                currency=auth.currency,
+            )
+        )
+    rates: list[RateRule] = []
+    for scope, key, rpm, tpm in (
+        ("key", f"rl:k:{auth.key_id}", auth.key_rpm, auth.key_tpm),
+        ("sub_account", f"rl:s:{auth.sub_account_id}", auth.sub_account_rpm, auth.sub_account_tpm),
+        ("org", f"rl:o:{auth.organization_id}", auth.org_rpm, auth.org_tpm),
+    ):
+        if scope == "sub_account" and auth.sub_account_id is None:
+            continue
+        if rpm is not None or tpm is not None:
+            rates.append(RateRule(scope=scope, key=key, rpm=rpm, tpm=tpm))
+    return caps, rates

@@ -1,0 +1,137 @@
+"""How the rest of the product tells running gateways that something they
+cache changed.
+
+Publishers (Django signal handlers, services) call ``publish`` after the
+change has committed. Every gateway in this process hears it at once through
+``subscribe``d callbacks; with Redis configured the message also goes to the
+``<prefix>:gateway:events`` channel, which every gateway process listens to
+(``gateway_bridge.state`` runs the listener), so a revoked key stops working
+everywhere within the pub/sub delay (milliseconds), and within
+``GATEWAY_KEY_CACHE_SECONDS`` even if a message is lost.
+
+Messages are short strings: ``key:<id>``, ``sub:<id>``, ``org:<id>``,
+``prices``, ``nodes``, ``balance:<org id>:<delta>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[str], None]
+_listeners: list[Listener] = []
+_lock = threading.Lock()
+_redis = None
+
+
+def channel() -> str:
+    prefix = settings.CACHES["default"].get("KEY_PREFIX") or "console"
+    return f"{prefix}:gateway:events"
+
+
+def subscribe(listener: Listener) -> Callable[[], None]:
+    """Call ``listener(message)`` for every message published in this process
+    (and, through the gateway's Redis listener, in others). Returns an
+    unsubscribe function."""
+    with _lock:
+        _listeners.append(listener)
+
+    def unsubscribe() -> None:
+        with _lock:
+            if listener in _listeners:
+                _listeners.remove(listener)
+
+    return unsubscribe
+
+
+def deliver(message: str) -> None:
+    """Hand ``message`` to this process's listeners (never raises)."""
+    for listener in list(_listeners):
+        try:
+            listener(message)
+        except Exception:
+            logger.exception("gateway listener failed on %r", message)
+
+
+def _redis_client():
+    global _redis
+    if _redis is None:
+        import redis
+
+        _redis = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+        )
+    return _redis
+
+
+def publish(message: str) -> None:
+    """Send ``message`` now: to this process's listeners and, with Redis, to
+    every gateway process. A Redis failure is logged, not raised: the cache
+    TTL is the safety net."""
+    deliver(message)
+    if settings.REDIS_URL:
+        try:
+            _redis_client().publish(channel(), message)
+        except Exception:
+            logger.warning("gateway: could not publish %r to Redis", message, exc_info=True)
+
+
+def publish_on_commit(message: str) -> None:
+    transaction.on_commit(lambda: publish(message))
+
+
+def balance_changed(organization_id: int, delta: int) -> None:
+    """A prepaid organization's balance moved by ``delta`` micro-units for a
+    reason other than usage (top-up, refund to balance, grant, adjustment).
+    Call it after the ledger entry committed."""
+    from gateway_bridge.limits import credit_balance
+
+    credit_balance(organization_id, delta)
+
+
+def key_changed(key_id: int) -> None:
+    """An API key changed (the signal handlers call this for every save)."""
+    publish_on_commit(f"key:{key_id}")
+
+
+def connect_signals() -> None:
+    """Wire the models the gateway caches to ``publish`` (AppConfig.ready)."""
+    from django.db.models.signals import post_delete, post_save
+
+    from accounts.models import ApiKey, Organization, SubAccount
+    from inference_node.models import Node, NodeModel
+    from usage.models import CatalogModel, Price
+
+    def on_key(sender, instance, **kwargs):
+        key_changed(instance.pk)
+
+    def on_sub(sender, instance, **kwargs):
+        publish_on_commit(f"sub:{instance.pk}")
+
+    def on_org(sender, instance, **kwargs):
+        publish_on_commit(f"org:{instance.pk}")
+
+    def on_prices(sender, instance, **kwargs):
+        publish_on_commit("prices")
+
+    def on_nodes(sender, instance, **kwargs):
+        publish_on_commit("nodes")
+
+    for model, handler in (
+        (ApiKey, on_key),
+        (SubAccount, on_sub),
+        (Organization, on_org),
+        (Price, on_prices),
+        (CatalogModel, on_prices),
+        (Node, on_nodes),
+        (NodeModel, on_nodes),
+    ):
+        uid = f"gateway-{model._meta.label_lower}"
+        post_save.connect(handler, sender=model, dispatch_uid=uid + "-save", weak=False)
+        post_delete.connect(handler, sender=model, dispatch_uid=uid + "-delete", weak=False)

@@ -1,0 +1,177 @@
+"""What every protocol adapter shares: the normalized call, the gateway's
+error and its rendering in each protocol's own error format.
+
+An adapter (``openai``, ``anthropic``, ``gemini``) turns a client request into
+a ``CallRequest`` — an OpenAI-protocol body for the node plus what the hot
+path needs to know before forwarding — and turns the node's OpenAI answer
+(plain or streamed) back into the client's protocol through a
+``ResponseAdapter``. Adapters are pure: no I/O, no Django, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway_bridge.usage_mapping import TokenUsage
+
+# Error kinds: the protocol-neutral category of a GatewayError. Each protocol
+# maps a kind to its own type name / status string.
+INVALID_REQUEST = "invalid_request"  # 400
+AUTHENTICATION = "authentication"  # 401
+PERMISSION = "permission"  # 403
+NOT_FOUND = "not_found"  # 404
+PAYMENT_REQUIRED = "payment_required"  # 402 (prepaid balance exhausted)
+REQUEST_TOO_LARGE = "request_too_large"  # 413
+UNSUPPORTED_MEDIA = "unsupported_media_type"  # 415
+RATE_LIMIT = "rate_limit"  # 429 (rate limits, spend caps, queue full)
+UPSTREAM = "upstream"  # 502 (node answered garbage or failed)
+OVERLOADED = "overloaded"  # 503 (no node can serve now, queue timeout)
+TIMEOUT = "timeout"  # 504
+INTERNAL = "internal"  # 500 (never expected; no trace leaks)
+
+KIND_STATUS = {
+    INVALID_REQUEST: 400,
+    AUTHENTICATION: 401,
+    PAYMENT_REQUIRED: 402,
+    PERMISSION: 403,
+    NOT_FOUND: 404,
+    REQUEST_TOO_LARGE: 413,
+    UNSUPPORTED_MEDIA: 415,
+    RATE_LIMIT: 429,
+    INTERNAL: 500,
+    UPSTREAM: 502,
+    OVERLOADED: 503,
+    TIMEOUT: 504,
+}
+
+
+class GatewayError(Exception):
+    """A call the gateway answers with an error. ``code`` is a stable,
+    machine-readable reason (``invalid_api_key``, ``model_not_found``,
+    ``key_daily_cap_exceeded``, ``rpm_limit_exceeded``, ...) that is also
+    recorded as the call's ``error_type``; ``param`` names the offending
+    request field when there is one."""
+
+    def __init__(
+        self,
+        kind: str,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int | None = None,
+        headers: list[tuple[str, str]] | None = None,
+    ):
+        super().__init__(message)
+        self.kind = kind
+        self.code = code
+        self.message = message
+        self.param = param
+        self.status = status or KIND_STATUS[kind]
+        self.headers = headers or []
+
+
+def invalid(
+    message: str, *, param: str | None = None, code: str = "invalid_request"
+) -> GatewayError:
+    return GatewayError(INVALID_REQUEST, code, message, param=param)
+
+
+@dataclass(slots=True)
+class CallRequest:
+    """One client call, normalized. The gateway sets ``body["model"]`` to the
+    chosen node's upstream model name and forces
+    ``body["stream_options"] = {"include_usage": True}`` on streams."""
+
+    protocol: str  # "openai" | "anthropic" | "gemini"
+    endpoint: str  # a usage.events.ENDPOINTS value, e.g. "chat.completions", "messages"
+    model: str  # the public model name the client asked for
+    upstream_path: str  # "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings"
+    body: dict[str, Any]  # OpenAI-protocol request body for the node
+    stream: bool
+    # Whether the client gets a usage report in the stream. OpenAI: only with
+    # stream_options.include_usage; Anthropic and Gemini streams always carry it.
+    client_wants_usage: bool
+    # The output budget the client asked for (max_tokens, max_completion_tokens,
+    # maxOutputTokens); None when it did not ask (the gateway then applies its
+    # configured default budget for reservations).
+    max_output_tokens: int | None
+    # Prompt tokens by the documented tokenizer rule
+    # (inference_node.server.tokenizer): for reservations, TPM and disconnect billing.
+    prompt_tokens_estimate: int
+    # The start of the prompt as the node sees it (system prompt and the first
+    # messages, rendered): prefix-affinity routing hashes its first blocks.
+    prefix_text: str
+    # True when the answer is a function of the request alone (temperature 0,
+    # or a seed, and a single choice): only then may the response cache answer.
+    deterministic: bool
+    # The adapter that renders the node's answer back in the client's protocol.
+    response: ResponseAdapter
+    # Anything else the adapter wants to remember (tool names, ...).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ResponseAdapter:
+    """Renders node (OpenAI-protocol) answers in the client's protocol.
+
+    Plain calls: ``render(upstream_json, usage, model)`` → body bytes.
+    Streams: ``stream_chunk`` for every upstream chunk (a parsed OpenAI
+    ``chat.completion.chunk`` / ``text_completion`` dict, usage chunks
+    included), then exactly one of ``stream_end`` (normal end) or
+    ``stream_error`` (the stream broke after bytes reached the client). Each
+    returns the bytes to send now (possibly ``b""``). ``model`` is the public
+    model name to show the client; ``usage`` the call's mapped usage (None when
+    the node sent none). The adapter decides whether usage reaches the client
+    (``CallRequest.client_wants_usage``)."""
+
+    #: Content type of a streamed answer ("text/event-stream", or
+    #: "application/json" for Gemini's streamGenerateContent without alt=sse).
+    stream_content_type = "text/event-stream"
+
+    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+        raise NotImplementedError
+
+    def stream_start(self, model: str) -> bytes:
+        return b""
+
+    def stream_chunk(self, chunk: dict, model: str) -> bytes:
+        raise NotImplementedError
+
+    def stream_end(self, usage: TokenUsage | None, model: str) -> bytes:
+        raise NotImplementedError
+
+    def stream_error(self, error: GatewayError) -> bytes:
+        raise NotImplementedError
+
+    def usage_of(self, upstream: dict) -> TokenUsage | None:
+        """The usage of a plain upstream answer (OpenAI fields; see usage_mapping)."""
+        from gateway_bridge.usage_mapping import from_openai
+
+        return from_openai(upstream.get("usage")) if isinstance(upstream, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A model as the model-list endpoints show it."""
+
+    name: str
+    display_name: str
+    context_window: int
+    kind: str  # "chat" | "embedding" | "completion"
+    created: int  # POSIX seconds
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj)
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One server-sent event frame."""
+    payload = data if isinstance(data, bytes | str) else dumps(data)
+    if isinstance(payload, str):
+        payload = payload.encode()
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + payload + b"\n\n"

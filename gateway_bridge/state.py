@@ -1,0 +1,409 @@
+"""What the hot path reads, kept in process: keys, the price book and
+catalogue, the routing snapshot. Everything here is read without I/O; loads
+run on a small thread pool (the Django ORM is synchronous) and the event
+loop never waits on the database except for the first sight of a key.
+
+Invalidation: ``gateway_bridge.notify`` messages (this process directly;
+other processes over Redis pub/sub, listened to here) drop cached keys and
+refresh prices and nodes; a key is also re-read after
+``GATEWAY_KEY_CACHE_SECONDS`` whatever happens, and its expiry is checked on
+every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from accounts.keys import AuthenticatedKey, keyed_hash
+from gateway_bridge.protocols.base import OVERLOADED, GatewayError
+
+logger = logging.getLogger(__name__)
+
+PRICE_REFRESH_SECONDS = 5.0
+NODE_REFRESH_SECONDS = 1.0
+NEGATIVE_CACHE_SECONDS = 1.0
+MAX_CACHED_KEYS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    auth: AuthenticatedKey
+    networks: tuple  # parsed allowlist (ip_network objects, IPv4 ranges also as mapped IPv6)
+    discount_ppm: int
+    expires_ts: float | None  # POSIX seconds
+    loaded_at: float  # monotonic
+
+    def ip_allowed(self, ip: str) -> bool:
+        if not self.networks:
+            return True
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        if addr.version == 6 and addr.ipv4_mapped:
+            addr = addr.ipv4_mapped
+        return any(addr.version == net.version and addr in net for net in self.networks)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogInfo:
+    name: str
+    display_name: str
+    kind: str
+    context_window: int
+    fallbacks: tuple[str, ...]
+    enabled: bool
+    created: int
+
+
+def _networks(allowlist) -> tuple:
+    nets = []
+    for raw in allowlist:
+        try:
+            net = ipaddress.ip_network(raw, strict=False)
+        except ValueError:
+            continue
+        if net.version == 6 and net.network_address.ipv4_mapped and net.prefixlen >= 96:
+            net = ipaddress.ip_network(f"{net.network_address.ipv4_mapped}/{net.prefixlen - 96}")
+        nets.append(net)
+    return tuple(nets)
+
+
+def _load_key(raw: str) -> KeyEntry | None:
+    from accounts.keys import api_key_authenticate
+    from accounts.models import Organization
+    from usage.rating import discount_ppm_for
+
+    close_old_connections()
+    try:
+        auth = api_key_authenticate(raw)
+        if auth is None:
+            return None
+        rate = (
+            Organization.objects.filter(pk=auth.organization_id)
+            .values_list("discount_rate", flat=True)
+            .first()
+        )
+        return KeyEntry(
+            auth=auth,
+            networks=_networks(auth.ip_allowlist),
+            discount_ppm=discount_ppm_for(rate if rate is not None else 1),
+            expires_ts=auth.expires_at.timestamp() if auth.expires_at else None,
+            loaded_at=time.monotonic(),
+        )
+    finally:
+        close_old_connections()
+
+
+def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
+    from usage.models import CatalogModel
+    from usage.prices import PriceBook
+
+    close_old_connections()
+    try:
+        book = PriceBook.load()
+        catalog = {
+            m.name: CatalogInfo(
+                name=m.name,
+                display_name=m.display_name,
+                kind=m.kind,
+                context_window=m.context_window,
+                fallbacks=tuple(str(f) for f in (m.fallbacks or ())),
+                enabled=m.enabled,
+                created=int(m.created_at.timestamp()),
+            )
+            for m in CatalogModel.objects.all()
+        }
+        return book, catalog
+    finally:
+        close_old_connections()
+
+
+def _load_nodes():
+    from inference_node.selectors import build_routing_snapshot
+
+    close_old_connections()
+    try:
+        return build_routing_snapshot()
+    finally:
+        close_old_connections()
+
+
+class GatewayState:
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-db")
+        self.key_ttl = settings.GATEWAY_KEY_CACHE_SECONDS
+        # keyed hash of the presented key -> (KeyEntry | None, loaded_at monotonic)
+        self._keys: dict[str, tuple[KeyEntry | None, float]] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+        # Key, sub-account and organization change messages heard (for /metrics).
+        self.key_invalidations = 0
+        self.last_key_invalidation = 0.0  # POSIX seconds
+        # ("k" | "s" | "o", id) of changes heard on another thread and not yet
+        # applied by the event loop: a cached entry they name is not trusted. A
+        # set's add and membership test are atomic, so the listener thread marks
+        # a key revoked at once, however busy the loop is.
+        self._tombstones: set[tuple[str, int]] = set()
+        self._listener: threading.Thread | None = None
+        self._listener_stop = threading.Event()
+        self.price_book = None
+        self.catalog: dict[str, CatalogInfo] = {}
+        self.nodes = None
+        self._prices_at = 0.0
+        self._nodes_at = 0.0
+        self._prices_dirty = True
+        self._nodes_dirty = True
+        self._tasks: list[asyncio.Task] = []
+        self._unsubscribe = None
+        self.on_message_hooks: list = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # --- lifecycle --------------------------------------------------------
+
+    async def start(self) -> None:
+        from gateway_bridge import notify
+
+        self.loop = asyncio.get_running_loop()
+        self._unsubscribe = notify.subscribe(self._threadsafe_message)
+        await self.refresh(force=True)
+        self._tasks.append(asyncio.create_task(self._refresher(), name="gateway-refresh"))
+        if settings.REDIS_URL:
+            self._listener_stop.clear()
+            self._listener = threading.Thread(
+                target=self._redis_listener, name="gateway-pubsub", daemon=True
+            )
+            self._listener.start()
+
+    async def close(self) -> None:
+        if self._unsubscribe:
+            self._unsubscribe()
+        self._listener_stop.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run_db(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    # --- keys -------------------------------------------------------------
+
+    async def key(self, raw: str) -> KeyEntry | None:
+        """The cached entry for a presented key; ``None`` if it is not usable."""
+        digest = keyed_hash(raw)
+        now = time.monotonic()
+        hit = self._keys.get(digest)
+        if hit is not None:
+            entry, loaded = hit
+            ttl = self.key_ttl if entry is not None else min(self.key_ttl, NEGATIVE_CACHE_SECONDS)
+            if now - loaded < ttl and not (self._tombstones and self._buried(entry)):
+                return entry
+            if self._tombstones and self._buried(entry):
+                hit = None  # changed: neither served nor kept for an outage
+        pending = self._loading.get(digest)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._loading[digest] = pending
+            try:
+                entry = await self.run_db(_load_key, raw)
+            except Exception as exc:
+                self._loading.pop(digest, None)
+                if hit is not None and hit[0] is not None:
+                    # The database is unreachable (a restart, a failover): the key was
+                    # valid a moment ago and a revocation still arrives by pub/sub, so
+                    # keep serving it rather than fail every call of every client.
+                    logger.warning("gateway: key reload failed (%s); using the cached entry", exc)
+                    pending.set_result(hit[0])
+                    return hit[0]
+                logger.warning("gateway: key lookup failed: %s", exc)
+                error = GatewayError(
+                    OVERLOADED,
+                    "auth_unavailable",
+                    "API keys cannot be checked right now; retry in a moment.",
+                    headers=[("retry-after", "1")],
+                )
+                pending.set_exception(error)
+                pending.exception()  # mark retrieved
+                raise error from None
+            except BaseException as exc:
+                self._loading.pop(digest, None)
+                pending.set_exception(exc)
+                pending.exception()  # mark retrieved
+                raise
+            if len(self._keys) >= MAX_CACHED_KEYS:
+                self._keys.clear()
+            self._keys[digest] = (entry, time.monotonic())
+            self._loading.pop(digest, None)
+            pending.set_result(entry)
+            return entry
+        return await asyncio.shield(pending)
+
+    def drop_keys(self, *, key_id=None, sub_id=None, org_id=None) -> int:
+        doomed = [
+            digest
+            for digest, (entry, _) in self._keys.items()
+            if entry is None
+            or (key_id is not None and entry.auth.key_id == key_id)
+            or (sub_id is not None and entry.auth.sub_account_id == sub_id)
+            or (org_id is not None and entry.auth.organization_id == org_id)
+        ]
+        for digest in doomed:
+            self._keys.pop(digest, None)
+        return len(doomed)
+
+    # --- messages ---------------------------------------------------------
+
+    def _buried(self, entry: KeyEntry | None) -> bool:
+        if entry is None:
+            return False
+        auth = entry.auth
+        t = self._tombstones
+        return (
+            ("k", auth.key_id) in t
+            or ("o", auth.organization_id) in t
+            or (auth.sub_account_id is not None and ("s", auth.sub_account_id) in t)
+        )
+
+    def _mark(self, message: str) -> None:
+        """A key, sub-account or organization change: recorded now, on any thread."""
+        kind, _, rest = message.partition(":")
+        letter = {"key": "k", "sub": "s", "org": "o"}.get(kind)
+        if letter is None:
+            return
+        try:
+            self._tombstones.add((letter, int(rest)))
+        except ValueError:
+            return
+        self.key_invalidations += 1
+        self.last_key_invalidation = time.time()
+
+    def _threadsafe_message(self, message: str) -> None:
+        self._mark(message)
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self.on_message(message)
+        else:
+            loop.call_soon_threadsafe(self.on_message, message)
+
+    def on_message(self, message: str) -> None:
+        kind, _, rest = message.partition(":")
+        try:
+            if kind == "key":
+                self.drop_keys(key_id=int(rest))
+                self._tombstones.discard(("k", int(rest)))
+            elif kind == "sub":
+                self.drop_keys(sub_id=int(rest))
+                self._tombstones.discard(("s", int(rest)))
+            elif kind == "org":
+                self.drop_keys(org_id=int(rest))
+                self._tombstones.discard(("o", int(rest)))
+            elif kind == "prices":
+                self._prices_dirty = True
+            elif kind == "nodes":
+                self._nodes_dirty = True
+        except ValueError:
+            logger.warning("gateway: ignoring malformed message %r", message)
+        for hook in self.on_message_hooks:
+            hook(kind, rest)
+
+    def _redis_listener(self) -> None:
+        """Runs on its own thread: a message is marked (``_mark``) the moment it
+        arrives, then handed to the event loop; a busy loop cannot delay a
+        revocation."""
+        import redis
+
+        from gateway_bridge import notify
+
+        while not self._listener_stop.is_set():
+            client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+            try:
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(notify.channel())
+                # Whatever changed while we were not listening: start clean.
+                self._call_in_loop(self._forget_everything)
+                while not self._listener_stop.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    data = message.get("data")
+                    if isinstance(data, bytes):
+                        self._threadsafe_message(data.decode("utf-8", "replace"))
+            except Exception:
+                if self._listener_stop.is_set():
+                    break
+                logger.warning("gateway: Redis listener lost; reconnecting", exc_info=True)
+                self._listener_stop.wait(1.0)
+            finally:
+                try:
+                    client.close()
+                except Exception:
+                    logger.debug("gateway: error closing the Redis listener", exc_info=True)
+
+    def _call_in_loop(self, fn) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(fn)
+
+    def _forget_everything(self) -> None:
+        self._keys.clear()
+        self._prices_dirty = self._nodes_dirty = True
+
+    # --- prices, catalogue, nodes ----------------------------------------
+
+    async def refresh(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        jobs = []
+        if force or self._prices_dirty or now - self._prices_at >= PRICE_REFRESH_SECONDS:
+            self._prices_dirty = False
+            jobs.append(("prices", _load_catalog))
+        if force or self._nodes_dirty or now - self._nodes_at >= NODE_REFRESH_SECONDS:
+            self._nodes_dirty = False
+            jobs.append(("nodes", _load_nodes))
+        for what, job in jobs:
+            try:
+                result = await self.run_db(job)
+            except Exception:
+                if force:
+                    raise
+                logger.warning("gateway: could not refresh %s; keeping the old ones", what)
+                continue
+            if what == "prices":
+                self.price_book, self.catalog = result
+                self._prices_at = time.monotonic()
+            else:
+                self.nodes = result
+                self._nodes_at = time.monotonic()
+
+    async def _refresher(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("gateway: refresh failed")
+
+    def price(self, model: str, currency: str, organization_id: int, ts: float):
+        book = self.price_book
+        return book.lookup(model, currency, organization_id, ts) if book else None

@@ -1,0 +1,161 @@
+"""The Gemini protocol end to end on raw HTTP (the forms the SDK does not
+use): keys in ``?key=`` and ``x-goog-api-key``, the JSON-array stream without
+``alt=sse``, function responses, model pages, and errors in Google's format
+with the call recorded under its error type."""
+
+from __future__ import annotations
+
+import json
+
+from google import genai
+from google.genai import types
+
+from tests.gateway_bridge.test_gateway_openai import raw_request
+from usage.ingest import ingest_events
+from usage.models import CallRecord
+
+BASE = "/v1beta/models/sim-chat-small"
+HELLO = {"contents": [{"role": "user", "parts": [{"text": "Hello there"}]}]}
+
+
+def post(gw, path, body, raw_key=None, headers=None, raw_body=None):
+    h = {"Content-Type": "application/json", **(headers or {})}
+    if raw_key:
+        h["x-goog-api-key"] = raw_key
+    status, resp_headers, data = raw_request(gw, "POST", path, body, h, raw_body=raw_body)
+    return status, resp_headers, data
+
+
+def test_key_in_query_string_and_header(gw, tenant):
+    status, headers, data = post(gw, f"{BASE}:generateContent?key={tenant.raw}", HELLO)
+    assert status == 200, data
+    body = json.loads(data)
+    assert body["candidates"][0]["content"]["role"] == "model"
+    assert body["usageMetadata"]["promptTokenCount"] > 0
+    assert headers["x-request-id"].startswith("req_")
+    status, _, _ = post(gw, f"{BASE}:generateContent", HELLO, raw_key=tenant.raw)
+    assert status == 200
+
+
+def test_json_array_stream_without_alt_sse(gw, tenant):
+    status, headers, data = post(gw, f"{BASE}:streamGenerateContent", HELLO, raw_key=tenant.raw)
+    assert status == 200
+    assert headers["content-type"].startswith("application/json")
+    chunks = json.loads(data)
+    assert len(chunks) >= 2
+    text = "".join(
+        p.get("text", "") for c in chunks for p in c["candidates"][0]["content"]["parts"]
+    )
+    assert text
+    [event] = gw.emitter.wait_for(1)
+    assert event["endpoint"] == "streamGenerateContent" and event["stream"] is True
+    assert event["output_tokens"] == chunks[-1]["usageMetadata"]["candidatesTokenCount"]
+
+
+def test_function_response_turn_through_the_sdk(gw, tenant):
+    client = genai.Client(
+        api_key=tenant.raw,
+        http_options=types.HttpOptions(base_url=gw.url, api_version="v1beta", timeout=20_000),
+    )
+    weather = types.Tool(
+        function_declarations=[
+            types.FunctionDeclaration(
+                name="get_weather",
+                description="Weather in a city",
+                parameters=types.Schema(
+                    type="OBJECT", properties={"city": types.Schema(type="STRING")}
+                ),
+            )
+        ]
+    )
+    config = types.GenerateContentConfig(
+        tools=[weather], automatic_function_calling={"disable": True}
+    )
+    question = types.Content(role="user", parts=[types.Part(text="Weather in Paris?")])
+    first = client.models.generate_content(
+        model="sim-chat-small", contents=[question], config=config
+    )
+    [call] = first.function_calls
+    answer = client.models.generate_content(
+        model="sim-chat-small",
+        contents=[
+            question,
+            first.candidates[0].content,
+            types.Content(
+                role="user",
+                parts=[types.Part.from_function_response(name=call.name, response={"temp_c": 21})],
+            ),
+        ],
+        config=config,
+    )
+    assert answer.text and not answer.function_calls
+
+
+def test_models_list_and_one_model(gw, tenant):
+    status, _, data = raw_request(
+        gw, "GET", "/v1beta/models", headers={"x-goog-api-key": tenant.raw}
+    )
+    assert status == 200
+    names = {m["name"] for m in json.loads(data)["models"]}
+    assert {"models/sim-chat-small", "models/sim-embed"} <= names
+    status, _, data = raw_request(
+        gw, "GET", "/v1beta/models/sim-embed", headers={"x-goog-api-key": tenant.raw}
+    )
+    assert status == 200 and json.loads(data)["name"] == "models/sim-embed"
+    status, _, data = raw_request(
+        gw, "GET", "/v1beta/models/nope", headers={"x-goog-api-key": tenant.raw}
+    )
+    assert status == 404 and json.loads(data)["error"]["status"] == "NOT_FOUND"
+
+
+def test_batch_embed_and_count_tokens_raw(gw, tenant):
+    body = {
+        "requests": [
+            {"model": "models/sim-embed", "content": {"parts": [{"text": t}]}} for t in ("a", "b")
+        ]
+    }
+    status, _, data = post(
+        gw, "/v1beta/models/sim-embed:batchEmbedContents", body, raw_key=tenant.raw
+    )
+    assert status == 200
+    embeddings = json.loads(data)["embeddings"]
+    assert len(embeddings) == 2 and all(e["values"] for e in embeddings)
+    status, _, data = post(gw, f"{BASE}:countTokens", HELLO, raw_key=tenant.raw)
+    assert status == 200 and json.loads(data)["totalTokens"] > 0
+
+
+def test_errors_in_googles_format_and_recorded(gw, tenant):
+    cases = [
+        # (path, body, key, raw body, status, google status)
+        (f"{BASE}:generateContent", HELLO, None, None, 401, "UNAUTHENTICATED"),
+        (f"{BASE}:generateContent", HELLO, "sk-bogus_key", None, 401, "UNAUTHENTICATED"),
+        (f"{BASE}:generateContent", None, tenant.raw, b"{not json", 400, "INVALID_ARGUMENT"),
+        (
+            f"{BASE}:generateContent",
+            {"contents": [], "foo": 1},
+            tenant.raw,
+            None,
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            "/v1beta/models/no-such-model:generateContent",
+            HELLO,
+            tenant.raw,
+            None,
+            404,
+            "NOT_FOUND",
+        ),
+        ("/v1beta/models/x:frobnicate", HELLO, tenant.raw, None, 404, "NOT_FOUND"),
+    ]
+    for path, body, key, raw_body, status, google in cases:
+        got, _, data = post(gw, path, body, raw_key=key, raw_body=raw_body)
+        error = json.loads(data)["error"]
+        assert (got, error["status"], error["code"]) == (status, google, status), (path, data)
+        assert "Traceback" not in error["message"]
+    # calls made with a valid key are recorded with their error type
+    events = gw.emitter.wait_for(3)
+    ingest_events(events)
+    codes = sorted(r.status_code for r in CallRecord.objects.all())
+    assert codes == [400, 400, 404]
+    assert all(r.protocol == "gemini" and r.error_type for r in CallRecord.objects.all())
