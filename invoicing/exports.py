@@ -1,0 +1,324 @@
+"""Finance CSV exports: invoices, invoice lines, credit notes, payments and
+ledger entries of one organization, filtered by period and status.
+
+UTF-8 with a byte-order mark (so spreadsheets read it as UTF-8) and a header
+row. Amounts are currency units with the currency's decimals, converted by
+``invoicing.money`` in integers and ``Decimal`` (never a float): micro-unit
+amounts with ``micro_to_currency`` (half away from zero, the invoice's rule),
+minor-unit ones with ``minor_to_decimal``. Prices per million tokens keep
+all six decimals (a price is not an amount to pay, and rounding it to cents
+would lose it). Text cells go through the call logs' formula-injection
+guard (``usage.logs.csv_text``). Large tables (payments, ledger) are read in
+keyset chunks on ``(created_at, id)``, so memory stays flat."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q, QuerySet
+
+from console.money import micro_to_decimal
+from invoicing import selectors
+from invoicing.money import micro_to_currency, minor_to_decimal
+from invoicing.services._common import period_bounds
+from usage.logs import csv_text
+
+CHUNK = 2000
+
+
+@dataclass(frozen=True)
+class ExportFilters:
+    """``period`` is "YYYY-MM" (None: every period); ``status`` is the
+    export's own status (invoice status, payment status, ledger kind)."""
+
+    period: str | None = None
+    status: str | None = None
+
+
+def _when(value: datetime | None, tzinfo) -> str:
+    return value.astimezone(tzinfo).isoformat(timespec="seconds") if value else ""
+
+
+def _money(micro: int, currency: str) -> str:
+    return str(micro_to_currency(micro, currency))
+
+
+def _minor(minor: int, currency: str) -> str:
+    return str(minor_to_decimal(minor, currency))
+
+
+def _price(micro: int | None) -> str:
+    return "" if micro is None else f"{micro_to_decimal(micro):.6f}"
+
+
+class _Echo:
+    """A file-like object for ``csv.writer`` that hands back each line."""
+
+    def write(self, text: str) -> str:
+        return text
+
+
+def _lines(header: Iterable[str], rows: Iterable[list]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield "\ufeff" + writer.writerow(list(header))
+    for row in rows:
+        yield writer.writerow(row)
+
+
+def _keyset(qs: QuerySet, chunk_size: int = CHUNK) -> Iterator:
+    """``qs`` (ordered newest first on created_at, id) in chunks by keyset."""
+    last = None
+    while True:
+        page = qs
+        if last is not None:
+            page = qs.filter(
+                Q(created_at__lt=last.created_at) | Q(created_at=last.created_at, id__lt=last.id)
+            )
+        chunk = list(page.order_by("-created_at", "-id")[:chunk_size])
+        yield from chunk
+        if len(chunk) < chunk_size:
+            return
+        last = chunk[-1]
+
+
+def _period_window(actor, period: str | None):
+    if not period:
+        return None, None
+    return period_bounds(period, actor.organization.timezone)
+
+
+# --- invoices ------------------------------------------------------------------
+
+INVOICE_COLUMNS = (
+    "number", "organization", "period", "status", "subtotal", "discount", "tax", "total",
+    "paid", "currency", "credits_applied", "credited", "amount_due", "calls", "issued_at",
+    "due_at", "paid_at",
+)  # fmt: skip
+
+
+def _invoices(actor, filters: ExportFilters):
+    return selectors.invoice_list(actor=actor, period=filters.period, status=filters.status)
+
+
+def invoice_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
+    org_name = csv_text(actor.organization.name)
+    for inv in _invoices(actor, filters).iterator(chunk_size=CHUNK):
+        cur = inv.currency
+        yield [
+            csv_text(inv.number or ""),
+            org_name,
+            inv.period,
+            inv.status,
+            _money(inv.subtotal, cur),
+            _money(inv.discount_amount, cur),
+            _money(inv.tax_amount, cur),
+            _money(inv.total, cur),
+            _minor(inv.paid_minor, cur),
+            cur,
+            _money(inv.credits_applied, cur),
+            _minor(inv.credited_minor, cur),
+            _minor(inv.amount_due_minor, cur),
+            inv.calls,
+            _when(inv.issued_at, tzinfo),
+            _when(inv.due_at, tzinfo),
+            _when(inv.paid_at, tzinfo),
+        ]
+
+
+# --- invoice lines ---------------------------------------------------------------
+
+LINE_COLUMNS = (
+    "invoice_number", "invoice_status", "period", "position", "kind", "description", "model",
+    "token_class", "quantity", "unit_price_per_mtok", "amount", "currency",
+)  # fmt: skip
+
+
+def line_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
+    from invoicing.models import InvoiceLine
+
+    invoices = _invoices(actor, filters)
+    lines = (
+        InvoiceLine.objects.filter(invoice__in=invoices.values("pk"))
+        .select_related("invoice")
+        .only(
+            "position",
+            "kind",
+            "description",
+            "model",
+            "token_class",
+            "quantity",
+            "unit_price_per_mtok",
+            "amount",
+            "invoice__number",
+            "invoice__status",
+            "invoice__period",
+            "invoice__currency",
+            "invoice__period_start",
+        )
+        .order_by("-invoice__period_start", "-invoice_id", "position")
+    )
+    for line in lines.iterator(chunk_size=CHUNK):
+        inv = line.invoice
+        yield [
+            csv_text(inv.number or ""),
+            inv.status,
+            inv.period,
+            line.position,
+            line.kind,
+            csv_text(line.description),
+            csv_text(line.model),
+            line.token_class,
+            line.quantity,
+            _price(line.unit_price_per_mtok),
+            _money(line.amount, inv.currency),
+            inv.currency,
+        ]
+
+
+# --- credit notes ------------------------------------------------------------------
+
+CREDIT_NOTE_COLUMNS = (
+    "number", "invoice_number", "period", "created_at", "amount", "due_reduction", "refund",
+    "currency", "effect", "reason", "created_by",
+)  # fmt: skip
+
+
+def credit_note_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
+    """Credit notes of the invoices of ``period``; ``status`` is the invoice's."""
+    qs = selectors.credit_note_list(actor=actor, period=filters.period)
+    if filters.status:
+        qs = qs.filter(invoice__status=filters.status)
+    for note in qs.iterator(chunk_size=CHUNK):
+        cur = note.currency
+        yield [
+            csv_text(note.number),
+            csv_text(note.invoice.number or ""),
+            note.invoice.period,
+            _when(note.created_at, tzinfo),
+            _minor(note.amount_minor, cur),
+            _minor(note.due_reduction_minor, cur),
+            _minor(note.refund_minor, cur),
+            cur,
+            note.effect,
+            csv_text(note.reason),
+            csv_text(note.created_by.email if note.created_by else ""),
+        ]
+
+
+# --- payments -------------------------------------------------------------------------
+
+PAYMENT_COLUMNS = (
+    "id", "created_at", "kind", "method", "status", "invoice_number", "credit_note_number",
+    "reference", "amount", "currency", "failure_message", "created_by",
+)  # fmt: skip
+
+
+def payment_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
+    """Payments made in ``period`` (by creation time, in the organization's time zone)."""
+    since, until = _period_window(actor, filters.period)
+    qs = selectors.payment_list(actor=actor, status=filters.status, since=since, until=until)
+    for p in _keyset(qs):
+        yield [
+            p.pk,
+            _when(p.created_at, tzinfo),
+            p.kind,
+            p.method,
+            p.status,
+            csv_text(p.invoice.number if p.invoice and p.invoice.number else ""),
+            csv_text(p.credit_note.number if p.credit_note else ""),
+            csv_text(p.reference),
+            _minor(p.amount_minor, p.currency),
+            p.currency,
+            csv_text(p.failure_message),
+            csv_text(p.created_by.email if p.created_by else ""),
+        ]
+
+
+# --- ledger -------------------------------------------------------------------------
+
+LEDGER_COLUMNS = (
+    "id", "created_at", "kind", "amount", "amount_exact", "currency", "reference", "reason",
+    "created_by",
+)  # fmt: skip
+
+
+def ledger_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
+    """Ledger entries of ``period``; ``status`` is the entry's kind. ``amount``
+    has the currency's decimals; ``amount_exact`` all six, so the column
+    sums to the balance exactly (usage debits are fractions of a cent)."""
+    since, until = _period_window(actor, filters.period)
+    qs = selectors.ledger_entries(actor=actor, kind=filters.status, since=since, until=until)
+    for e in _keyset(qs):
+        yield [
+            e.pk,
+            _when(e.created_at, tzinfo),
+            e.kind,
+            _money(e.amount, e.currency),
+            f"{micro_to_decimal(e.amount):.6f}",
+            e.currency,
+            csv_text(e.reference),
+            csv_text(e.reason),
+            csv_text(e.created_by.email if e.created_by else ""),
+        ]
+
+
+# --- the registry the views and the API use -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Export:
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    rows: Callable[..., Iterator[list]]
+    statuses: tuple[str, ...]  # what ``status`` may be; empty: no status filter
+    status_label: str = "status"
+
+    @property
+    def url_name(self) -> str:
+        return f"invoicing:export_{self.name.replace('-', '_')}"
+
+
+def _exports() -> dict[str, Export]:
+    from invoicing.models import InvoiceStatus, LedgerKind, PaymentStatus
+
+    return {
+        e.name: e
+        for e in (
+            Export("invoices", "Invoices", INVOICE_COLUMNS, invoice_rows, tuple(InvoiceStatus)),
+            Export("invoice-lines", "Invoice lines", LINE_COLUMNS, line_rows, tuple(InvoiceStatus)),
+            Export(
+                "credit-notes",
+                "Credit notes",
+                CREDIT_NOTE_COLUMNS,
+                credit_note_rows,
+                tuple(InvoiceStatus),
+                "invoice status",
+            ),
+            Export("payments", "Payments", PAYMENT_COLUMNS, payment_rows, tuple(PaymentStatus)),
+            Export(
+                "ledger", "Ledger entries", LEDGER_COLUMNS, ledger_rows, tuple(LedgerKind), "kind"
+            ),
+        )
+    }
+
+
+EXPORTS = _exports()
+
+
+def csv_lines(*, export: Export, actor, filters: ExportFilters, tzinfo) -> Iterator[str]:
+    """The export as lines of text, produced lazily. The permission is checked
+    here, before the first line, so a refusal is an error, not a broken file."""
+    selectors.require_billing_view(actor)
+    rows = export.rows(actor=actor, filters=filters, tzinfo=tzinfo)
+    return _lines(export.columns, rows)
+
+
+def csv_filename(*, export: Export, org_slug: str, filters: ExportFilters) -> str:
+    parts = [export.name, org_slug, filters.period or "all"]
+    if filters.status:
+        parts.append(filters.status)
+    return "-".join(parts) + ".csv"

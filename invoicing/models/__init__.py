@@ -1,0 +1,48 @@
+"""Invoicing: the prepaid ledger, billing profiles, invoices and their lines,
+credit notes, payments and Stripe events. Money is integer micro-units of the
+organization's currency throughout; only the ``*_minor`` columns hold the
+currency's minor unit (cents), converted once (see ``invoicing.money``)."""
+
+from invoicing.models.invoices import (
+    CreditNote,
+    CreditNoteEffect,
+    CreditNoteLine,
+    Invoice,
+    InvoiceEvent,
+    InvoiceLine,
+    InvoiceRun,
+    InvoiceSequence,
+    InvoiceStatus,
+    LineKind,
+    Payment,
+    PaymentKind,
+    PaymentMethod,
+    PaymentStatus,
+    RunStatus,
+    StripeEvent,
+    TokenClass,
+)
+from invoicing.models.ledger import BillingProfile, LedgerEntry, LedgerKind
+
+__all__ = [
+    "BillingProfile",
+    "CreditNote",
+    "CreditNoteEffect",
+    "CreditNoteLine",
+    "Invoice",
+    "InvoiceEvent",
+    "InvoiceLine",
+    "InvoiceRun",
+    "InvoiceSequence",
+    "InvoiceStatus",
+    "LedgerEntry",
+    "LedgerKind",
+    "LineKind",
+    "Payment",
+    "PaymentKind",
+    "PaymentMethod",
+    "PaymentStatus",
+    "RunStatus",
+    "StripeEvent",
+    "TokenClass",
+]

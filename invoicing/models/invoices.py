@@ -1,0 +1,318 @@
+"""Invoices, their lines, credit notes, payments and the monthly run.
+
+Money columns are integer micro-units of ``currency`` except the ``*_minor``
+columns, which hold the currency's minor unit (cents), produced once by
+``invoicing.money.to_minor``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone as tz
+
+
+class InvoiceStatus(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    FINALIZED = "finalized", "Finalized"
+    PAID = "paid", "Paid"
+    VOID = "void", "Void"
+    UNCOLLECTIBLE = "uncollectible", "Uncollectible"
+
+
+class InvoiceSequence(models.Model):
+    """The last invoice number taken in a year; locked (``select_for_update``)
+    by finalization, so numbers are gapless and never shared."""
+
+    year = models.PositiveSmallIntegerField(unique=True)
+    last_number = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.year}: {self.last_number}"
+
+
+class Invoice(models.Model):
+    organization = models.ForeignKey(
+        "accounts.Organization", on_delete=models.PROTECT, related_name="invoices"
+    )
+    # The calendar month in the organization's time zone, as "YYYY-MM", and its bounds.
+    period = models.CharField(max_length=7)
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    currency = models.CharField(max_length=3)
+    status = models.CharField(
+        max_length=16, choices=InvoiceStatus.choices, default=InvoiceStatus.DRAFT
+    )
+    number = models.CharField(max_length=32, unique=True, null=True, blank=True)
+    usage_amount = models.BigIntegerField(default=0)
+    adjustment_amount = models.BigIntegerField(default=0)
+    subtotal = models.BigIntegerField(default=0)
+    discount_amount = models.BigIntegerField(default=0)
+    tax_amount = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+    # Paid from the prepaid balance (prepaid organizations' usage was debited per batch).
+    credits_applied = models.BigIntegerField(default=0)
+    # What the customer owes before credit notes and payments: total - credits applied.
+    amount_due_initial = models.BigIntegerField(default=0)
+    amount_due_initial_minor = models.BigIntegerField(default=0)
+    # Sum of credit notes (micro and minor, kept under the invoice's row lock).
+    credited = models.BigIntegerField(default=0)
+    credited_minor = models.BigIntegerField(default=0)
+    # The part of the credit notes that reduced what was due (the rest was refunded).
+    due_reduced_minor = models.BigIntegerField(default=0)
+    # Sum of succeeded payments, in minor units (refunds are credit notes' business).
+    paid_minor = models.BigIntegerField(default=0)
+    tax_rate_ppm = models.PositiveIntegerField(default=0)
+    discount_ppm = models.PositiveIntegerField(default=0)
+    # The buyer as it was at finalization (immutable afterwards).
+    buyer = models.JSONField(default=dict, blank=True)
+    calls = models.BigIntegerField(default=0)
+    issued_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+    voided_at = models.DateTimeField(null=True, blank=True)
+    refreshed_at = models.DateTimeField(default=tz.now)
+    created_at = models.DateTimeField(default=tz.now)
+    pdf = models.BinaryField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ("-period_start", "-id")
+        constraints = [
+            # One live invoice per organization and month; a voided one can be re-issued.
+            models.UniqueConstraint(
+                fields=["organization", "period"],
+                condition=~Q(status="void"),
+                name="invoicing_invoice_one_live_per_period",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["organization", "-period_start"]),
+            models.Index(fields=["status", "period"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.number or f"draft {self.organization_id} {self.period}"
+
+    @property
+    def is_finalized(self) -> bool:
+        return self.status != InvoiceStatus.DRAFT
+
+    @property
+    def amount_due_minor(self) -> int:
+        """What is still to be paid, in minor units (never below zero)."""
+        if self.status in (InvoiceStatus.VOID, InvoiceStatus.UNCOLLECTIBLE):
+            return 0
+        return max(0, self.amount_due_initial_minor - self.due_reduced_minor - self.paid_minor)
+
+
+class LineKind(models.TextChoices):
+    USAGE = "usage", "Usage"
+    ADJUSTMENT = "adjustment", "Re-rating adjustment"
+    DISCOUNT = "discount", "Discount"
+    TAX = "tax", "Tax"
+    CREDITS = "credits", "Credits applied"
+
+
+class TokenClass(models.TextChoices):
+    INPUT = "input", "Input"
+    CACHE_READ = "cache_read", "Cache read"
+    CACHE_WRITE = "cache_write", "Cache write"
+    OUTPUT = "output", "Output"
+
+
+class InvoiceLine(models.Model):
+    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    position = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=LineKind.choices)
+    description = models.CharField(max_length=255)
+    model = models.CharField(max_length=128, blank=True)
+    token_class = models.CharField(max_length=16, choices=TokenClass.choices, blank=True)
+    price_id = models.BigIntegerField(null=True, blank=True)
+    quantity = models.BigIntegerField(default=0)
+    # Effective price per million tokens (list price times the discount it was rated with).
+    unit_price_per_mtok = models.BigIntegerField(null=True, blank=True)
+    amount = models.BigIntegerField()
+    # The re-rating adjustments this line bills (ids), for adjustment lines.
+    adjustment_ids = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ("invoice", "position")
+        constraints = [
+            models.UniqueConstraint(fields=["invoice", "position"], name="invoicing_line_position")
+        ]
+
+    def __str__(self) -> str:
+        return self.description
+
+
+class InvoiceEvent(models.Model):
+    """Everything that happened to an invoice that a customer or auditor may ask about."""
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=32)
+    params = models.JSONField(default=dict, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        ordering = ("created_at", "id")
+
+    def __str__(self) -> str:
+        return f"{self.invoice_id} {self.type}"
+
+
+class RunStatus(models.TextChoices):
+    IN_PROGRESS = "in_progress", "In progress"
+    DONE = "done", "Done"
+
+
+class InvoiceRun(models.Model):
+    """The monthly drafting of every organization's invoice. Organizations are
+    processed in id order, one transaction each; ``processed_through`` is the
+    last organization id done, so a rerun after a crash continues there."""
+
+    period = models.CharField(max_length=7, unique=True)
+    status = models.CharField(
+        max_length=16, choices=RunStatus.choices, default=RunStatus.IN_PROGRESS
+    )
+    processed_through = models.BigIntegerField(default=0)
+    drafted = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(default=tz.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"run {self.period} ({self.status})"
+
+
+class PaymentMethod(models.TextChoices):
+    STRIPE = "stripe", "Card (Stripe)"
+    BANK_TRANSFER = "bank_transfer", "Bank transfer"
+    PREPAID = "prepaid_balance", "Prepaid balance"
+    OTHER = "other", "Other"
+
+
+class PaymentKind(models.TextChoices):
+    INVOICE = "invoice", "Invoice payment"
+    TOP_UP = "top_up", "Top-up"
+    REFUND = "refund", "Refund"
+
+
+class PaymentStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    DISPUTED = "disputed", "Disputed"
+
+
+class Payment(models.Model):
+    """Money that moved, or is meant to: an invoice payment, a top-up or a
+    refund. Amounts are in the currency's minor unit (what Stripe moves)."""
+
+    organization = models.ForeignKey(
+        "accounts.Organization", on_delete=models.PROTECT, related_name="payments"
+    )
+    invoice = models.ForeignKey(
+        Invoice, null=True, blank=True, on_delete=models.PROTECT, related_name="payments"
+    )
+    credit_note = models.ForeignKey(
+        "invoicing.CreditNote",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="payments",
+    )
+    kind = models.CharField(max_length=16, choices=PaymentKind.choices)
+    method = models.CharField(max_length=16, choices=PaymentMethod.choices)
+    status = models.CharField(
+        max_length=16, choices=PaymentStatus.choices, default=PaymentStatus.PENDING
+    )
+    currency = models.CharField(max_length=3)
+    amount_minor = models.BigIntegerField()
+    reference = models.CharField(max_length=128, blank=True)
+    stripe_payment_intent_id = models.CharField(max_length=64, blank=True, db_index=True)
+    stripe_refund_id = models.CharField(max_length=64, blank=True)
+    failure_message = models.CharField(max_length=255, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=tz.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        indexes = [models.Index(fields=["organization", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount_minor} {self.currency} ({self.status})"
+
+
+class CreditNoteEffect(models.TextChoices):
+    REDUCE_DUE = "reduce_due", "Reduces the amount due"
+    REFUND_CARD = "refund_card", "Refunded to the card"
+    REFUND_BALANCE = "refund_balance", "Credited to the prepaid balance"
+    REFUND_MANUAL = "refund_manual", "Refund to be paid by hand"
+
+
+class CreditNote(models.Model):
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="credit_notes")
+    organization = models.ForeignKey(
+        "accounts.Organization", on_delete=models.PROTECT, related_name="credit_notes"
+    )
+    number = models.CharField(max_length=40, unique=True)
+    sequence = models.PositiveSmallIntegerField()
+    currency = models.CharField(max_length=3)
+    amount = models.BigIntegerField()
+    amount_minor = models.BigIntegerField()
+    # Of the minor amount: how much reduced what was due, how much is refunded.
+    due_reduction_minor = models.BigIntegerField(default=0)
+    refund_minor = models.BigIntegerField(default=0)
+    effect = models.CharField(max_length=16, choices=CreditNoteEffect.choices)
+    reason = models.TextField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        constraints = [
+            models.UniqueConstraint(fields=["invoice", "sequence"], name="invoicing_cn_sequence"),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="invoicing_cn_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.number
+
+
+class CreditNoteLine(models.Model):
+    credit_note = models.ForeignKey(CreditNote, on_delete=models.CASCADE, related_name="lines")
+    invoice_line = models.ForeignKey(
+        InvoiceLine, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    description = models.CharField(max_length=255)
+    amount = models.BigIntegerField()
+    # For an incident credit: the calls it covers.
+    request_ids = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return self.description
+
+
+class StripeEvent(models.Model):
+    """Every Stripe webhook event received, by id: a replay finds it and does nothing."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    type = models.CharField(max_length=64)
+    payload = models.JSONField()
+    handled = models.BooleanField(default=False)
+    outcome = models.CharField(max_length=255, blank=True)
+    received_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        ordering = ("-received_at",)
+
+    def __str__(self) -> str:
+        return f"{self.event_id} {self.type}"

@@ -1,0 +1,201 @@
+"""Reads of the invoicing app. Other apps (the gateway, the console) import
+from here, never from ``invoicing.models``."""
+
+from __future__ import annotations
+
+from django.db.models import Q, Sum
+
+from accounts.errors import NotFound
+from accounts.permissions import Perm
+from inference_node.models import Node
+from invoicing.models import (
+    BillingProfile,
+    CreditNote,
+    Invoice,
+    InvoiceStatus,
+    LedgerEntry,
+    Payment,
+)
+
+
+def prepaid_balance(organization_id: int) -> int:
+    """The organization's prepaid balance in micro-units: the sum of its ledger."""
+    total = LedgerEntry.objects.filter(organization_id=organization_id).aggregate(s=Sum("amount"))
+    return int(total["s"] or 0)
+
+
+def prepaid_balances(organization_ids) -> dict[int, int]:
+    """Balances of several organizations in one query (absent ones are 0)."""
+    ids = list(organization_ids)
+    out = dict.fromkeys(ids, 0)
+    rows = (
+        LedgerEntry.objects.filter(organization_id__in=ids)
+        .values_list("organization_id")
+        .annotate(s=Sum("amount"))
+    )
+    for org_id, total in rows:
+        out[org_id] = int(total or 0)
+    return out
+
+
+def ledger_entry_list(*, organization_id: int, kind: str | None = None):
+    qs = LedgerEntry.objects.filter(organization_id=organization_id).select_related("created_by")
+    if kind:
+        qs = qs.filter(kind=kind)
+    return qs.order_by("-created_at", "-id")
+
+
+# --- the finance console and API ---------------------------------------------
+# Everything below is scoped to the actor's organization and needs
+# ``Perm.BILLING_VIEW``; another organization's ids are "not found".
+
+
+def require_billing_view(actor) -> None:
+    actor.require(Perm.BILLING_VIEW)
+
+
+def parse_id(value) -> int | None:
+    try:
+        pk = int(value)
+    except (TypeError, ValueError):
+        return None
+    return pk if 0 < pk < 2**63 else None
+
+
+def invoice_list(*, actor, period: str | None = None, status: str | None = None):
+    """The organization's invoices, newest period first (void ones included)."""
+    require_billing_view(actor)
+    qs = Invoice.objects.filter(organization_id=actor.organization_id).defer("pdf")
+    if period:
+        qs = qs.filter(period=period)
+    if status:
+        qs = qs.filter(status=status)
+    return qs.order_by("-period_start", "-id")
+
+
+def invoice_get(*, actor, invoice_id):
+    """One invoice of the actor's organization (its PDF column deferred)."""
+    require_billing_view(actor)
+    pk = parse_id(invoice_id)
+    invoice = (
+        Invoice.objects.filter(organization_id=actor.organization_id, pk=pk).defer("pdf").first()
+        if pk
+        else None
+    )
+    if invoice is None:
+        raise NotFound("No such invoice in this organization.")
+    return invoice
+
+
+def invoice_pdf_bytes(*, actor, invoice_id) -> tuple[object, bytes]:
+    """``(invoice, PDF)``: the stored PDF of a finalized invoice, a fresh one
+    (marked DRAFT) for a draft or an invoice finalized before PDFs were kept."""
+    from invoicing.pdf import invoice_pdf
+
+    invoice = invoice_get(actor=actor, invoice_id=invoice_id)
+    stored = Invoice.objects.filter(pk=invoice.pk).values_list("pdf", flat=True).first()
+    if invoice.status != InvoiceStatus.DRAFT and stored:
+        return invoice, bytes(stored)
+    return invoice, invoice_pdf(invoice)
+
+
+def invoice_lines(*, invoice):
+    return list(invoice.lines.order_by("position"))
+
+
+def credit_note_list(*, actor, invoice_id=None, period: str | None = None):
+    require_billing_view(actor)
+    qs = (
+        CreditNote.objects.filter(organization_id=actor.organization_id)
+        .select_related("invoice", "created_by")
+        .defer("invoice__pdf")
+    )
+    if invoice_id is not None:
+        qs = qs.filter(invoice_id=invoice_id)
+    if period:
+        qs = qs.filter(invoice__period=period)
+    return qs.order_by("-created_at", "-id")
+
+
+def credit_note_get(*, actor, credit_note_id):
+    require_billing_view(actor)
+    pk = parse_id(credit_note_id)
+    note = (
+        CreditNote.objects.filter(organization_id=actor.organization_id, pk=pk)
+        .select_related("invoice")
+        .defer("invoice__pdf")
+        .first()
+        if pk
+        else None
+    )
+    if note is None:
+        raise NotFound("No such credit note in this organization.")
+    return note
+
+
+def payment_list(
+    *,
+    actor,
+    invoice_id=None,
+    kind: str | None = None,
+    status: str | None = None,
+    since=None,
+    until=None,
+):
+    require_billing_view(actor)
+    qs = (
+        Payment.objects.filter(organization_id=actor.organization_id)
+        .select_related("invoice", "credit_note", "created_by")
+        .defer("invoice__pdf")
+    )
+    if invoice_id is not None:
+        qs = qs.filter(invoice_id=invoice_id)
+    if kind:
+        qs = qs.filter(kind=kind)
+    if status:
+        qs = qs.filter(status=status)
+    if since is not None:
+        qs = qs.filter(created_at__gte=since)
+    if until is not None:
+        qs = qs.filter(created_at__lt=until)
+    return qs.order_by("-created_at", "-id")
+
+
+def ledger_entries(*, actor, kind: str | None = None, since=None, until=None):
+    """The actor's organization's ledger, newest first."""
+    require_billing_view(actor)
+    qs = ledger_entry_list(organization_id=actor.organization_id, kind=kind)
+    if since is not None:
+        qs = qs.filter(created_at__gte=since)
+    if until is not None:
+        qs = qs.filter(created_at__lt=until)
+    return qs
+
+
+def balance_get(*, actor) -> int:
+    require_billing_view(actor)
+    return prepaid_balance(actor.organization_id)
+
+
+def billing_profile_get(*, actor):
+    """The organization's billing profile, or an unsaved default one."""
+    require_billing_view(actor)
+    profile = BillingProfile.objects.filter(organization_id=actor.organization_id).first()
+    return profile or BillingProfile(organization_id=actor.organization_id)
+
+
+def incident_nodes(*, actor):
+    """Nodes an incident credit may name: the organization's own and the shared ones."""
+    require_billing_view(actor)
+    return Node.objects.filter(
+        Q(organization_id=actor.organization_id) | Q(organization__isnull=True)
+    ).order_by("name", "id")
+
+
+def finalize_blocker(invoice, now=None) -> str | None:
+    """Why a draft may not be finalized yet, or None: the rule
+    ``invoice_finalize`` enforces (one function, shared), for the page to
+    say why its button is disabled."""
+    from invoicing.services.invoices import finalize_blocker as rule
+
+    return rule(invoice, now)

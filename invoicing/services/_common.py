@@ -1,0 +1,58 @@
+"""Helpers the invoicing services share."""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from accounts.errors import ValidationFailed
+from invoicing.models import InvoiceEvent
+
+_PERIOD = re.compile(r"(\d{4})-(\d{2})\Z")
+
+
+def parse_period(period: str) -> tuple[int, int]:
+    m = _PERIOD.match(period or "")
+    if not m or not 1 <= int(m.group(2)) <= 12 or int(m.group(1)) < 2000:
+        raise ValidationFailed.from_fields({"period": "Give the month as YYYY-MM."})
+    return int(m.group(1)), int(m.group(2))
+
+
+def org_zone(timezone_name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(timezone_name or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def period_bounds(period: str, timezone_name: str) -> tuple[datetime, datetime]:
+    """The calendar month ``YYYY-MM`` in the organization's time zone, as UTC instants."""
+    year, month = parse_period(period)
+    zone = org_zone(timezone_name)
+    start = datetime(year, month, 1, tzinfo=zone)
+    ny, nm = (year + 1, 1) if month == 12 else (year, month + 1)
+    end = datetime(ny, nm, 1, tzinfo=zone)
+    return start.astimezone(UTC), end.astimezone(UTC)
+
+
+def period_of(when: datetime, timezone_name: str) -> str:
+    local = when.astimezone(org_zone(timezone_name))
+    return f"{local.year:04d}-{local.month:02d}"
+
+
+def previous_period(period: str) -> str:
+    year, month = parse_period(period)
+    return f"{year - 1:04d}-12" if month == 1 else f"{year:04d}-{month - 1:02d}"
+
+
+def month_days(period: str) -> int:
+    year, month = parse_period(period)
+    return calendar.monthrange(year, month)[1]
+
+
+def event(invoice, type_: str, actor=None, **params) -> None:
+    InvoiceEvent.objects.create(
+        invoice=invoice, type=type_, params=params, actor=getattr(actor, "user", actor)
+    )

@@ -1,0 +1,331 @@
+"""Credit notes: the only correction of a finalized invoice.
+
+Full or partial, by line, by amount, or for an incident's calls; the sum of
+an invoice's credit notes never exceeds its total (checked under the
+invoice's row lock). Effect, in the order applied: what is still due is
+reduced first; anything beyond that was paid, and is refunded — to the card
+through Stripe when it was paid by card, to the prepaid balance for prepaid
+organizations, otherwise recorded as a refund finance pays by hand.
+
+Line and incident credits are net amounts (before the invoice's discount
+and tax); the note adds the invoice's discount and tax on them as lines of
+its own, so crediting every line credits the whole total."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone as tz
+
+from accounts.audit import audit_record
+from accounts.errors import Conflict, NotFound, ValidationFailed
+from accounts.models import BillingMode
+from accounts.permissions import Perm
+from invoicing.models import (
+    CreditNote,
+    CreditNoteEffect,
+    CreditNoteLine,
+    Invoice,
+    InvoiceStatus,
+    LedgerKind,
+    LineKind,
+    Payment,
+    PaymentKind,
+    PaymentMethod,
+    PaymentStatus,
+)
+from invoicing.money import PPM, div_round, from_minor, micro_text, to_minor
+from invoicing.services._common import event
+from usage.models import CallRecord
+
+logger = logging.getLogger(__name__)
+
+CREDITABLE = (InvoiceStatus.FINALIZED, InvoiceStatus.PAID, InvoiceStatus.UNCOLLECTIBLE)
+MAX_NOTES = 99
+
+
+def _lock_invoice(invoice_id: int, actor) -> Invoice:
+    invoice = Invoice.objects.select_for_update().filter(pk=invoice_id).first()
+    if invoice is None or (actor is not None and invoice.organization_id != actor.organization_id):
+        raise NotFound("No such invoice.")
+    if invoice.status not in CREDITABLE:
+        raise ValidationFailed.from_fields(
+            {"__all__": f"A {invoice.get_status_display().lower()} invoice takes no credit note."}
+        )
+    return invoice
+
+
+def _grossed(invoice: Invoice, net: int) -> list[tuple[str, int]]:
+    """The invoice's discount and tax on a net credit, as extra note lines."""
+    out = []
+    discount = div_round(net * invoice.discount_ppm, PPM)
+    if discount:
+        out.append(("Discount on the credited amount", -discount))
+    tax = div_round((net - discount) * invoice.tax_rate_ppm, PPM)
+    if tax:
+        out.append((f"Tax {invoice.tax_rate_ppm / 10_000:g} % on the credited amount", tax))
+    return out
+
+
+def _stripe_refundable_minor(invoice: Invoice) -> tuple[int, Payment | None]:
+    """How much of the invoice's card payments is not refunded yet, and the payment."""
+    paid = list(
+        invoice.payments.filter(
+            kind=PaymentKind.INVOICE, method=PaymentMethod.STRIPE, status=PaymentStatus.SUCCEEDED
+        ).order_by("-amount_minor")
+    )
+    if not paid:
+        return 0, None
+    refunded = (
+        Payment.objects.filter(
+            invoice=invoice, kind=PaymentKind.REFUND, method=PaymentMethod.STRIPE
+        )
+        .exclude(status=PaymentStatus.FAILED)
+        .aggregate(s=Sum("amount_minor"))["s"]
+        or 0
+    )
+    return sum(p.amount_minor for p in paid) - refunded, paid[0]
+
+
+def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> CreditNote:
+    """``lines``: (description, net amount, invoice line or None, request ids)."""
+    from invoicing.services.ledger import ledger_entry_create
+
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationFailed.from_fields({"reason": "Give a reason for the credit note."})
+    amount = sum(a for _, a, _, _ in lines)
+    remaining = invoice.total - invoice.credited
+    cur = invoice.currency
+    if amount <= 0:
+        raise ValidationFailed.from_fields({"amount": "A credit note must credit something."})
+    if amount > remaining:
+        raise ValidationFailed.from_fields(
+            {"amount": f"That is more than the {micro_text(remaining, cur)} left to credit."}
+        )
+    seq = invoice.credit_notes.count() + 1
+    if seq > MAX_NOTES:
+        raise Conflict("This invoice has as many credit notes as it can take.")
+    minor = to_minor(invoice.credited + amount, cur) - to_minor(invoice.credited, cur)
+    due_reduction = min(minor, invoice.amount_due_minor)
+    refund = minor - due_reduction
+    effect = CreditNoteEffect.REDUCE_DUE
+    card_payment = None
+    if refund:
+        refundable, card_payment = _stripe_refundable_minor(invoice)
+        if card_payment is not None and refundable >= refund:
+            effect = CreditNoteEffect.REFUND_CARD
+        elif invoice.organization.billing_mode == BillingMode.PREPAID or invoice.credits_applied:
+            effect = CreditNoteEffect.REFUND_BALANCE
+        else:
+            effect = CreditNoteEffect.REFUND_MANUAL
+    note = CreditNote.objects.create(
+        invoice=invoice,
+        organization_id=invoice.organization_id,
+        number=f"{invoice.number}-CN{seq:02d}",
+        sequence=seq,
+        currency=cur,
+        amount=amount,
+        amount_minor=minor,
+        due_reduction_minor=due_reduction,
+        refund_minor=refund,
+        effect=effect,
+        reason=reason,
+        created_by=getattr(actor, "user", None),
+    )
+    CreditNoteLine.objects.bulk_create(
+        [
+            CreditNoteLine(
+                credit_note=note,
+                description=d[:255],
+                amount=a,
+                invoice_line=line,
+                request_ids=ids or [],
+            )
+            for d, a, line, ids in lines
+        ]
+    )
+    invoice.credited += amount
+    invoice.credited_minor += minor
+    invoice.due_reduced_minor += due_reduction
+    fields = ["credited", "credited_minor", "due_reduced_minor"]
+    if invoice.status == InvoiceStatus.FINALIZED and invoice.amount_due_minor == 0:
+        invoice.status, invoice.paid_at = InvoiceStatus.PAID, tz.now()
+        fields += ["status", "paid_at"]
+    invoice.save(update_fields=fields)
+    if effect == CreditNoteEffect.REFUND_BALANCE:
+        ledger_entry_create(
+            organization_id=invoice.organization_id,
+            kind=LedgerKind.CREDIT_NOTE,
+            amount=from_minor(refund, cur),
+            reference=note.number,
+            reason=f"Credit note {note.number}: {reason}"[:500],
+            created_by=getattr(actor, "user", None),
+            currency=cur,
+        )
+    elif refund:
+        payment = Payment.objects.create(
+            organization_id=invoice.organization_id,
+            invoice=invoice,
+            credit_note=note,
+            kind=PaymentKind.REFUND,
+            method=PaymentMethod.STRIPE
+            if effect == CreditNoteEffect.REFUND_CARD
+            else PaymentMethod.BANK_TRANSFER,
+            status=PaymentStatus.PENDING,
+            currency=cur,
+            amount_minor=refund,
+            reference=note.number,
+            stripe_payment_intent_id=card_payment.stripe_payment_intent_id
+            if effect == CreditNoteEffect.REFUND_CARD
+            else "",
+            created_by=getattr(actor, "user", None),
+        )
+        if effect == CreditNoteEffect.REFUND_CARD:
+            pid = payment.pk
+            transaction.on_commit(lambda: _enqueue_refund(pid))
+    event(invoice, "credit_note", actor, number=note.number, amount=amount, effect=effect)
+    if actor is not None:
+        audit_record(
+            actor=actor,
+            action="credit_note.create",
+            target=note,
+            params={"invoice": invoice.number, "amount": amount, "reason": reason},
+        )
+    return note
+
+
+def _enqueue_refund(payment_id: int) -> None:
+    """After the credit note commits: the refund goes to a Celery task
+    (``invoicing.execute_refund``), never to Stripe inside the request. A
+    broker that cannot take it leaves the refund pending for the beat retry."""
+    from invoicing import stripe_adapter
+
+    if not stripe_adapter.enabled():
+        return
+    from invoicing.tasks import execute_refund
+
+    try:
+        execute_refund.delay(payment_id)
+    except Exception:  # the note is committed; payments_retry_pending sends it later
+        logger.exception("could not enqueue refund %s; the beat retry will send it", payment_id)
+
+
+def credit_note_create(
+    *,
+    invoice_id: int,
+    actor=None,
+    reason: str,
+    amount: int | None = None,
+    line_amounts: dict[int, int] | None = None,
+    full: bool = False,
+) -> CreditNote:
+    """One credit note: ``full`` (everything not yet credited), ``amount``
+    (micro-units, gross), or ``line_amounts`` ({invoice line id: net micro-units})."""
+    if actor is not None:
+        actor.require(Perm.BILLING_MANAGE)
+    if sum(x is not None and x is not False for x in (amount, line_amounts or None, full)) != 1:
+        raise ValidationFailed.from_fields(
+            {"__all__": "Credit the full invoice, an amount, or chosen lines (one of them)."}
+        )
+    with transaction.atomic():
+        invoice = _lock_invoice(invoice_id, actor)
+        if full:
+            remaining = invoice.total - invoice.credited
+            lines = [("Full credit of the invoice", remaining, None, None)]
+        elif amount is not None:
+            if type(amount) is not int:
+                raise ValidationFailed.from_fields({"amount": "Amounts are micro-units."})
+            lines = [("Credit", amount, None, None)]
+        else:
+            lines = _line_credits(invoice, line_amounts)
+        return _issue(invoice, actor=actor, reason=reason, lines=lines)
+
+
+def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]:
+    by_id = {
+        line.pk: line
+        for line in invoice.lines.filter(kind__in=[LineKind.USAGE, LineKind.ADJUSTMENT])
+    }
+    credited = dict(
+        CreditNoteLine.objects.filter(invoice_line_id__in=list(by_id))
+        .values_list("invoice_line_id")
+        .annotate(s=Sum("amount"))
+    )
+    out, net = [], 0
+    errors = {}
+    for line_id, value in sorted(line_amounts.items()):
+        line = by_id.get(int(line_id))
+        if line is None:
+            errors[f"line_{line_id}"] = "No such usage line on this invoice."
+            continue
+        left = line.amount - credited.get(line.pk, 0)
+        if type(value) is not int or value <= 0 or value > left:
+            most = micro_text(left, invoice.currency)
+            errors[f"line_{line_id}"] = f"Credit at most {most} on this line (more than zero)."
+            continue
+        out.append((f"Credit: {line.description}", value, line, None))
+        net += value
+    if errors:
+        raise ValidationFailed.from_fields(errors)
+    return out + [(d, a, None, None) for d, a in _grossed(invoice, net)]
+
+
+def credit_note_for_incident(
+    *,
+    invoice_id: int,
+    actor=None,
+    reason: str,
+    start: datetime,
+    end: datetime,
+    node_id: int | None = None,
+    status_min: int = 500,
+    status_max: int = 599,
+    model: str | None = None,
+) -> CreditNote:
+    """Credit every call of the invoice's period that matches the incident
+    (node, status range, time window, model) and has not been credited yet,
+    in one credit note that lists the calls."""
+    if actor is not None:
+        actor.require(Perm.BILLING_MANAGE)
+    if start >= end:
+        raise ValidationFailed.from_fields({"end": "The window must end after it starts."})
+    with transaction.atomic():
+        invoice = _lock_invoice(invoice_id, actor)
+        calls = CallRecord.objects.filter(
+            organization_id=invoice.organization_id,
+            currency=invoice.currency,
+            started_at__gte=max(start, invoice.period_start),
+            started_at__lt=min(end, invoice.period_end),
+            status_code__gte=status_min,
+            status_code__lte=status_max,
+            cost__gt=0,
+        )
+        if node_id is not None:
+            calls = calls.filter(node_id=node_id)
+        if model:
+            calls = calls.filter(model=model)
+        done = set()
+        for ids in CreditNoteLine.objects.filter(credit_note__invoice=invoice).values_list(
+            "request_ids", flat=True
+        ):
+            done.update(ids or [])
+        found = [
+            (rid, cost) for rid, cost in calls.values_list("request_id", "cost") if rid not in done
+        ]
+        if not found:
+            raise ValidationFailed.from_fields(
+                {"__all__": "No uncredited calls with a cost match this incident."}
+            )
+        net = sum(c for _, c in found)
+        where = f"node {node_id}" if node_id is not None else "all nodes"
+        desc = (
+            f"Incident credit: {len(found)} calls, status {status_min}-{status_max}, {where}, "
+            f"{start.astimezone(UTC):%Y-%m-%d %H:%M} to {end.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+        )
+        lines = [(desc, net, None, sorted(r for r, _ in found))]
+        lines += [(d, a, None, None) for d, a in _grossed(invoice, net)]
+        return _issue(invoice, actor=actor, reason=reason, lines=lines)

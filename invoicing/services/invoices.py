@@ -1,0 +1,446 @@
+"""Invoice lifecycle: draft → finalized (numbered, immutable, PDF) → paid,
+void or uncollectible; and the monthly run that drafts every organization.
+
+Locks are always taken in one order — the invoice row, then the year's
+sequence row, then adjustment rows — so two workers cannot deadlock."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone as tz
+
+from accounts.audit import audit_record
+from accounts.errors import Conflict, NotFound, ValidationFailed
+from accounts.models import Organization
+from accounts.permissions import Perm
+from invoicing.models import (
+    BillingProfile,
+    Invoice,
+    InvoiceLine,
+    InvoiceRun,
+    InvoiceSequence,
+    InvoiceStatus,
+    Payment,
+    PaymentKind,
+    PaymentMethod,
+    PaymentStatus,
+    RunStatus,
+)
+from invoicing.money import minor_text
+from invoicing.services._common import event, org_zone, period_bounds, period_of, previous_period
+from invoicing.services.compute import Computed, compute_invoice
+from usage.models import Adjustment, CallRecord, PeriodClose
+
+logger = logging.getLogger(__name__)
+
+
+def _check_actor(actor, organization_id: int) -> None:
+    if actor is None:
+        return
+    actor.require(Perm.BILLING_MANAGE)
+    if actor.organization_id != organization_id:
+        raise NotFound("No such invoice.")
+
+
+def _write(invoice: Invoice, computed: Computed) -> None:
+    for name in (
+        "calls",
+        "usage_amount",
+        "adjustment_amount",
+        "subtotal",
+        "discount_ppm",
+        "discount_amount",
+        "tax_rate_ppm",
+        "tax_amount",
+        "total",
+        "credits_applied",
+        "amount_due_initial",
+        "amount_due_initial_minor",
+    ):
+        setattr(invoice, name, getattr(computed, name))
+    invoice.currency = computed.currency
+    invoice.refreshed_at = tz.now()
+    invoice.save()
+    invoice.lines.all().delete()
+    InvoiceLine.objects.bulk_create(
+        [
+            InvoiceLine(
+                invoice=invoice,
+                position=i,
+                kind=line.kind,
+                description=line.description[:255],
+                model=line.model,
+                token_class=line.token_class,
+                price_id=line.price_id,
+                quantity=line.quantity,
+                unit_price_per_mtok=line.unit_price_per_mtok,
+                amount=line.amount,
+                adjustment_ids=line.adjustment_ids,
+            )
+            for i, line in enumerate(computed.lines, start=1)
+        ]
+    )
+
+
+def invoice_preview(*, organization_id: int, period: str | None = None) -> Computed:
+    """The invoice a month would get, computed now and stored nowhere (the
+    running month by default)."""
+    org = Organization.objects.get(pk=organization_id)
+    period = period or period_of(tz.now(), org.timezone)
+    start, end = period_bounds(period, org.timezone)
+    return compute_invoice(org, start, end)
+
+
+def invoice_draft(*, organization_id: int, period: str, actor=None) -> Invoice:
+    """The organization's live invoice for ``period``: created as a draft, or
+    refreshed if it is a draft already; a finalized one is returned as is."""
+    _check_actor(actor, organization_id)
+    org = Organization.objects.get(pk=organization_id)
+    start, end = period_bounds(period, org.timezone)
+    for _ in range(2):
+        with transaction.atomic():
+            invoice = (
+                Invoice.objects.select_for_update()
+                .filter(organization=org, period=period)
+                .exclude(status=InvoiceStatus.VOID)
+                .first()
+            )
+            if invoice is not None and invoice.status != InvoiceStatus.DRAFT:
+                return invoice
+            computed = compute_invoice(org, start, end)
+            if invoice is None:
+                try:
+                    with transaction.atomic():
+                        invoice = Invoice.objects.create(
+                            organization=org,
+                            period=period,
+                            period_start=start,
+                            period_end=end,
+                            currency=org.currency,
+                        )
+                except IntegrityError:
+                    continue  # another worker created it: lock theirs and refresh
+                event(invoice, "drafted", actor)
+            _write(invoice, computed)
+            return invoice
+    raise Conflict("The invoice is being drafted by another worker; try again.")
+
+
+def _locked(invoice_id: int, actor=None) -> Invoice:
+    invoice = Invoice.objects.select_for_update().filter(pk=invoice_id).first()
+    if invoice is None:
+        raise NotFound("No such invoice.")
+    _check_actor(actor, invoice.organization_id)
+    return invoice
+
+
+def _name(invoice: Invoice) -> str:
+    """How a message names an invoice: its number, or its month while it has none."""
+    return invoice.number or f"the {invoice.period} draft"
+
+
+def invoice_refresh(*, invoice_id: int, actor=None) -> Invoice:
+    with transaction.atomic():
+        invoice = _locked(invoice_id, actor)
+        if invoice.status == InvoiceStatus.VOID:
+            raise Conflict(
+                f"This invoice ({_name(invoice)}) is void; draft {invoice.period} again instead."
+            )
+        if invoice.status != InvoiceStatus.DRAFT:
+            raise Conflict(
+                f"Invoice {_name(invoice)} is {invoice.status}; correct it with a credit note."
+            )
+        org = invoice.organization
+        _write(invoice, compute_invoice(org, invoice.period_start, invoice.period_end))
+        event(invoice, "refreshed", actor)
+    return invoice
+
+
+def _next_number(year: int) -> str:
+    # Create the year's row if missing without failing a concurrent creator,
+    # then lock it: whoever holds it takes the next number, the rest wait.
+    InvoiceSequence.objects.bulk_create([InvoiceSequence(year=year)], ignore_conflicts=True)
+    seq = InvoiceSequence.objects.select_for_update().get(year=year)
+    seq.last_number += 1
+    seq.save(update_fields=["last_number"])
+    return f"INV-{year:04d}-{seq.last_number:06d}"
+
+
+def _buyer(org: Organization) -> dict:
+    profile = BillingProfile.objects.filter(organization=org).first()
+    return {
+        "name": org.name,
+        "legal_name": (profile.legal_name if profile else "") or org.name,
+        "address": profile.address if profile else "",
+        "tax_id": profile.tax_id if profile else "",
+        "email": profile.billing_email if profile else "",
+    }
+
+
+def finalize_blocker(invoice: Invoice, now=None) -> str | None:
+    """Why a draft may not be finalized yet, or None. Finalizing closes the
+    month for good (later calls of that month would never be billed), so it
+    waits until the month has ended in the organization's time zone and the
+    grace period for late usage events has passed, as the monthly run does.
+    ``invoice_finalize`` enforces it; the console asks it to explain a
+    disabled button."""
+    if invoice.status != InvoiceStatus.DRAFT:
+        return None
+    ready = invoice.period_end + timedelta(hours=settings.INVOICING_GRACE_HOURS)
+    if (now or tz.now()) < ready:
+        return (
+            f"The {invoice.period} month is still collecting usage until "
+            f"{ready.astimezone(UTC):%Y-%m-%d %H:%M} UTC; finalize it after that."
+        )
+    return None
+
+
+def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
+    """Refresh the draft one last time, number it (gapless per year, under
+    the sequence row's lock), close its period for re-rating, mark the
+    adjustments it bills, and make its PDF. From here on it is immutable.
+
+    Only once the month has ended plus the grace period (``finalize_blocker``):
+    before that it raises ``Conflict`` (code ``period_open``)."""
+    from invoicing.pdf import invoice_pdf
+
+    with transaction.atomic():
+        invoice = _locked(invoice_id, actor)
+        if invoice.status != InvoiceStatus.DRAFT:
+            raise Conflict(f"This invoice is already {invoice.status} ({_name(invoice)}).")
+        blocker = finalize_blocker(invoice)
+        if blocker:
+            raise Conflict(blocker, code="period_open")
+        org = invoice.organization
+        computed = compute_invoice(org, invoice.period_start, invoice.period_end)
+        _write(invoice, computed)
+        if computed.adjustment_ids:
+            locked = list(
+                Adjustment.objects.select_for_update()
+                .filter(pk__in=computed.adjustment_ids, billed_reference="")
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            if len(locked) != len(computed.adjustment_ids):
+                raise Conflict("Some adjustments were billed meanwhile; refresh the draft.")
+        now = tz.now()
+        local = now.astimezone(org_zone(org.timezone))
+        invoice.number = _next_number(local.year)
+        if computed.adjustment_ids:
+            Adjustment.objects.filter(pk__in=computed.adjustment_ids).update(
+                billed_reference=invoice.number
+            )
+        profile = BillingProfile.objects.filter(organization=org).first()
+        terms = profile.payment_terms_days if profile else 14
+        invoice.status = InvoiceStatus.FINALIZED
+        invoice.issued_at = now
+        invoice.due_at = now + timedelta(days=terms)
+        invoice.buyer = _buyer(org)
+        if invoice.amount_due_minor == 0:
+            invoice.status = InvoiceStatus.PAID
+            invoice.paid_at = now
+        invoice.save()
+        PeriodClose.objects.create(
+            organization=org,
+            period_start=invoice.period_start,
+            period_end=invoice.period_end,
+            reference=invoice.number,
+        )
+        invoice.pdf = invoice_pdf(invoice)
+        invoice.save(update_fields=["pdf"])
+        event(invoice, "finalized", actor, number=invoice.number, total=invoice.total)
+        if actor is not None:
+            audit_record(
+                actor=actor,
+                action="invoice.finalize",
+                target=invoice,
+                params={"total": invoice.total},
+            )
+        if invoice.status == InvoiceStatus.FINALIZED and invoice.amount_due_minor > 0:
+            invoice_id_ = invoice.pk
+            transaction.on_commit(lambda: _enqueue_collection(invoice_id_))
+    return invoice
+
+
+def _enqueue_collection(invoice_id: int) -> None:
+    """Charge the card on file when Stripe is on (a Stripe outage leaves the
+    invoice finalized; the task retries). A broker that cannot take the task
+    leaves it to the beat retry, which collects finalized invoices that have
+    no payment yet (``payments_retry_pending``)."""
+    from invoicing import stripe_adapter
+
+    if not stripe_adapter.enabled():
+        return
+    from invoicing.tasks import collect_invoice
+
+    try:
+        collect_invoice.delay(invoice_id)
+    except Exception:  # the invoice is committed; the beat retry collects it later
+        logger.exception("could not enqueue collection of invoice %s", invoice_id)
+
+
+def invoice_void(*, invoice_id: int, actor=None, reason: str = "") -> Invoice:
+    """Void a draft or an unpaid, uncredited finalized invoice. Its number stays
+    used (gapless); the adjustments it billed are released for the re-issue."""
+    with transaction.atomic():
+        invoice = _locked(invoice_id, actor)
+        if invoice.status in (InvoiceStatus.VOID, InvoiceStatus.PAID):
+            raise Conflict(f"A {invoice.status} invoice cannot be voided; issue a credit note.")
+        if invoice.paid_minor or invoice.credit_notes.exists():
+            raise Conflict("This invoice has payments or credit notes; issue a credit note.")
+        if invoice.payments.filter(status=PaymentStatus.PENDING).exists():
+            raise Conflict("A payment is in progress for this invoice; wait for it to settle.")
+        if invoice.number:
+            Adjustment.objects.filter(billed_reference=invoice.number).update(billed_reference="")
+        invoice.status = InvoiceStatus.VOID
+        invoice.voided_at = tz.now()
+        invoice.save(update_fields=["status", "voided_at"])
+        event(invoice, "voided", actor, reason=reason)
+        if actor is not None:
+            audit_record(
+                actor=actor, action="invoice.void", target=invoice, params={"reason": reason}
+            )
+    return invoice
+
+
+def invoice_mark_uncollectible(*, invoice_id: int, actor=None, reason: str = "") -> Invoice:
+    with transaction.atomic():
+        invoice = _locked(invoice_id, actor)
+        if invoice.status != InvoiceStatus.FINALIZED:
+            raise Conflict(f"Only an open invoice can be marked uncollectible ({invoice.status}).")
+        invoice.status = InvoiceStatus.UNCOLLECTIBLE
+        invoice.save(update_fields=["status"])
+        event(invoice, "uncollectible", actor, reason=reason)
+        if actor is not None:
+            audit_record(
+                actor=actor,
+                action="invoice.mark_uncollectible",
+                target=invoice,
+                params={"reason": reason, "amount_due_minor": invoice.amount_due_minor},
+            )
+    return invoice
+
+
+def _apply_payment(invoice: Invoice, amount_minor: int) -> None:
+    invoice.paid_minor += amount_minor
+    if invoice.amount_due_minor == 0 and invoice.status in (
+        InvoiceStatus.FINALIZED,
+        InvoiceStatus.UNCOLLECTIBLE,
+    ):
+        invoice.status = InvoiceStatus.PAID
+        invoice.paid_at = tz.now()
+    invoice.save(update_fields=["paid_minor", "status", "paid_at"])
+
+
+def invoice_mark_paid(
+    *,
+    invoice_id: int,
+    actor=None,
+    reference: str,
+    method: str = PaymentMethod.BANK_TRANSFER,
+    amount_minor: int | None = None,
+) -> Payment:
+    """Record a payment finance received by hand (bank transfer, with its reference)."""
+    reference = (reference or "").strip()
+    if not reference:
+        raise ValidationFailed.from_fields({"reference": "Give the transfer's reference."})
+    if method not in (PaymentMethod.BANK_TRANSFER, PaymentMethod.OTHER):
+        raise ValidationFailed.from_fields({"method": "Record bank transfers or other payments."})
+    with transaction.atomic():
+        invoice = _locked(invoice_id, actor)
+        if invoice.status not in (InvoiceStatus.FINALIZED, InvoiceStatus.UNCOLLECTIBLE):
+            raise Conflict(f"A {invoice.status} invoice takes no payment.")
+        due = invoice.amount_due_minor
+        amount = due if amount_minor is None else amount_minor
+        if amount <= 0 or amount > due:
+            owed = minor_text(due, invoice.currency)
+            raise ValidationFailed.from_fields(
+                {"amount": f"Enter an amount above zero and at most what is due ({owed})."}
+            )
+        payment = Payment.objects.create(
+            organization_id=invoice.organization_id,
+            invoice=invoice,
+            kind=PaymentKind.INVOICE,
+            method=method,
+            status=PaymentStatus.SUCCEEDED,
+            currency=invoice.currency,
+            amount_minor=amount,
+            reference=reference[:128],
+            created_by=getattr(actor, "user", None),
+        )
+        _apply_payment(invoice, amount)
+        event(invoice, "payment_recorded", actor, amount_minor=amount, reference=reference)
+        if actor is not None:
+            audit_record(
+                actor=actor,
+                action="invoice.mark_paid",
+                target=invoice,
+                params={"amount_minor": amount, "reference": reference},
+            )
+    return payment
+
+
+# --- the monthly run ------------------------------------------------------
+
+
+def run_period_due(now=None) -> str | None:
+    """The month (UTC calendar) the run may draft now: the one just ended,
+    once every time zone's month has ended (UTC-12 ends 12 h after UTC; 14 h
+    covers them all) plus the grace period for late usage events."""
+    now = now or tz.now()
+    grace = timedelta(hours=settings.INVOICING_GRACE_HOURS)
+    period = previous_period(period_of(now, "UTC"))
+    _, end = period_bounds(period, "UTC")
+    return period if now >= end + timedelta(hours=14) + grace else None
+
+
+def _billable(org: Organization, period: str) -> bool:
+    start, end = period_bounds(period, org.timezone)
+    return (
+        CallRecord.objects.filter(
+            organization_id=org.pk, started_at__gte=start, started_at__lt=end
+        ).exists()
+        or Adjustment.objects.filter(
+            organization_id=org.pk, billed_reference="", created_at__lt=end
+        ).exists()
+    )
+
+
+def invoice_run_month(*, period: str | None = None, now=None) -> InvoiceRun | None:
+    """Draft every active organization's invoice for ``period`` (default: the
+    month due now). Organizations go in id order, each in its own
+    transaction that also moves the run's cursor, so a worker killed
+    halfway leaves every organization either fully drafted or untouched,
+    and the rerun continues after the last one done."""
+    period = period or run_period_due(now)
+    if period is None:
+        return None
+    run, _ = InvoiceRun.objects.get_or_create(period=period)
+    if run.status == RunStatus.DONE:
+        return run
+    while True:
+        org = (
+            Organization.objects.filter(is_active=True, pk__gt=run.processed_through)
+            .order_by("pk")
+            .first()
+        )
+        if org is None:
+            break
+        with transaction.atomic():
+            run = InvoiceRun.objects.select_for_update().get(pk=run.pk)
+            if run.processed_through >= org.pk:
+                continue  # another worker did this one
+            if _billable(org, period):
+                invoice_draft(organization_id=org.pk, period=period)
+                run.drafted += 1
+            run.processed_through = org.pk
+            run.save(update_fields=["processed_through", "drafted"])
+    run.status = RunStatus.DONE
+    run.finished_at = tz.now()
+    run.save(update_fields=["status", "finished_at"])
+    logger.info("invoice run %s: %s drafts", period, run.drafted)
+    return run

@@ -1,0 +1,267 @@
+"""Writing the prepaid ledger.
+
+Every movement is a new ``LedgerEntry`` keyed by (organization, kind,
+reference), so a retried or redelivered write is a no-op. After a
+non-usage movement commits, running gateways are told
+(``gateway_bridge.notify.balance_changed``); usage debits are the gateway's
+own settled reservations, so it already knows them."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.utils import timezone as tz
+
+from accounts.errors import ValidationFailed
+from accounts.models import BillingMode, Membership, Organization, Role
+from console.money import format_amount
+from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
+
+logger = logging.getLogger(__name__)
+
+# Callers that are not usage ingest must pass an explicit, human-meaningful reason.
+_NEEDS_REASON = {LedgerKind.ADJUSTMENT, LedgerKind.GRANT}
+# No single movement is larger than this (a typo guard: 10 million currency units).
+MAX_ENTRY = 10_000_000 * 1_000_000
+
+
+def _notify_balance_changed(organization_id: int, delta: int) -> None:
+    from gateway_bridge import notify
+
+    try:
+        notify.balance_changed(organization_id, delta)
+    except Exception:  # the ledger has committed; a gateway refresh will catch up
+        logger.exception("balance_changed notification failed for org %s", organization_id)
+
+
+def ledger_entry_create(
+    *,
+    organization_id: int,
+    kind: str,
+    amount: int,
+    reference: str,
+    reason: str = "",
+    created_by=None,
+    currency: str | None = None,
+) -> tuple[LedgerEntry, bool]:
+    """Append one entry; ``(entry, created)``. An entry with the same
+    (organization, kind, reference) already stored is returned unchanged."""
+    if kind not in LedgerKind.values:
+        raise ValidationFailed.from_fields({"kind": f"Unknown ledger entry kind {kind!r}."})
+    if type(amount) is not int:
+        raise ValidationFailed.from_fields({"amount": "Amounts are integer micro-units."})
+    if amount == 0:
+        raise ValidationFailed.from_fields({"amount": "A ledger entry cannot be zero."})
+    if abs(amount) > MAX_ENTRY:
+        raise ValidationFailed.from_fields({"amount": "That amount is too large."})
+    if not reference or len(reference) > 128:
+        raise ValidationFailed.from_fields({"reference": "A reference of 1-128 characters."})
+    if kind in _NEEDS_REASON and not reason.strip():
+        raise ValidationFailed.from_fields({"reason": "Give a reason for this entry."})
+    with transaction.atomic():
+        existing = LedgerEntry.objects.filter(
+            organization_id=organization_id, kind=kind, reference=reference
+        ).first()
+        if existing is not None:
+            return existing, False
+        if currency is None:
+            currency = Organization.objects.values_list("currency", flat=True).get(
+                pk=organization_id
+            )
+        try:
+            with transaction.atomic():
+                entry = LedgerEntry.objects.create(
+                    organization_id=organization_id,
+                    kind=kind,
+                    amount=amount,
+                    currency=currency,
+                    reference=reference,
+                    reason=reason,
+                    created_by=created_by,
+                )
+        except IntegrityError:
+            # A concurrent writer stored the same reference first.
+            return LedgerEntry.objects.get(
+                organization_id=organization_id, kind=kind, reference=reference
+            ), False
+        if kind != LedgerKind.USAGE:
+            transaction.on_commit(lambda: _notify_balance_changed(organization_id, amount))
+        transaction.on_commit(lambda: low_balance_check(organization_id=organization_id))
+    return entry, True
+
+
+# A manual entry without a reference of its own repeats an identical one
+# (same member, kind, amount and reason) only after this long: sooner, it is
+# a double submit or a retried request, and the first entry is returned.
+MANUAL_REPEAT_WINDOW = timedelta(minutes=10)
+
+
+def _manual_reference(*, actor, kind: str, amount: int, reason: str) -> tuple[str, str]:
+    """``(prefix, reference)`` for a manual entry that came without one: the
+    prefix is a digest of what was asked, the suffix the time."""
+    asked = f"{actor.membership.pk}\n{kind}\n{amount}\n{reason.strip()}"
+    prefix = f"manual:{hashlib.sha256(asked.encode()).hexdigest()[:32]}:"
+    return prefix, f"{prefix}{tz.now().timestamp():.6f}"
+
+
+def prepaid_adjust(
+    *,
+    actor,
+    amount: int,
+    reason: str,
+    kind: str = LedgerKind.ADJUSTMENT,
+    reference: str | None = None,
+) -> LedgerEntry:
+    """A finance member's manual grant or adjustment, with a reason (audited).
+
+    Idempotent: ``reference`` (the console form sends a one-time token) makes
+    a resubmitted form one entry. Without one, the same member asking for the
+    same kind, amount and reason again within ``MANUAL_REPEAT_WINDOW`` gets
+    the first entry back instead of a second one."""
+    from accounts.audit import audit_record
+    from accounts.permissions import Perm
+
+    actor.require(Perm.BILLING_MANAGE)
+    if kind not in (LedgerKind.ADJUSTMENT, LedgerKind.GRANT):
+        raise ValidationFailed.from_fields({"kind": "Only grants and adjustments are manual."})
+    with transaction.atomic():
+        ref = reference
+        if not ref:
+            # The organization's row serializes two submits of the same form.
+            Organization.objects.select_for_update().filter(pk=actor.organization_id).first()
+            prefix, ref = _manual_reference(actor=actor, kind=kind, amount=amount, reason=reason)
+            repeat = (
+                LedgerEntry.objects.filter(
+                    organization_id=actor.organization_id,
+                    kind=kind,
+                    reference__startswith=prefix,
+                    created_at__gte=tz.now() - MANUAL_REPEAT_WINDOW,
+                )
+                .order_by("-created_at", "-id")
+                .first()
+            )
+            if repeat is not None:
+                return repeat
+        entry, created = ledger_entry_create(
+            organization_id=actor.organization_id,
+            kind=kind,
+            amount=amount,
+            reference=ref,
+            reason=reason,
+            created_by=actor.user,
+        )
+        if created:
+            audit_record(
+                actor=actor,
+                action=f"ledger.{kind}",
+                target=entry,
+                params={"amount": amount, "reason": reason},
+            )
+    return entry
+
+
+def _batch_reference(request_ids: list[str]) -> str:
+    digest = hashlib.sha256("\n".join(sorted(request_ids)).encode()).hexdigest()
+    return f"ingest:{digest[:48]}"
+
+
+def ledger_usage_debit(rows: list[tuple]) -> int:
+    """Called by usage ingest inside its transaction with the call rows it has
+    just inserted (``usage.ingest.CALL_COLUMNS`` layout): one negative usage
+    entry per prepaid organization, the sum of the calls' costs. The
+    reference is a digest of the calls' request ids, so the same calls can
+    never be debited twice (a redelivered batch inserts nothing and does not
+    get here). Returns the number of entries written."""
+    if not rows:
+        return 0
+    per_org: dict[int, list] = defaultdict(lambda: [0, []])
+    for row in rows:
+        acc = per_org[row[3]]
+        acc[0] += row[27]
+        acc[1].append(row[0])
+    prepaid = dict(
+        Organization.objects.filter(
+            pk__in=list(per_org), billing_mode=BillingMode.PREPAID
+        ).values_list("pk", "currency")
+    )
+    entries = [
+        LedgerEntry(
+            organization_id=org_id,
+            kind=LedgerKind.USAGE,
+            amount=-cost,
+            currency=prepaid[org_id],
+            reference=_batch_reference(ids),
+            reason=f"{len(ids)} calls",
+        )
+        for org_id, (cost, ids) in sorted(per_org.items())
+        if org_id in prepaid and cost
+    ]
+    if entries:
+        LedgerEntry.objects.bulk_create(entries, ignore_conflicts=True)
+        watched = set(
+            BillingProfile.objects.filter(
+                organization_id__in=[e.organization_id for e in entries],
+                low_balance_threshold__isnull=False,
+                low_balance_notified_at__isnull=True,
+            ).values_list("organization_id", flat=True)
+        )
+        for org_id in sorted(watched):
+            transaction.on_commit(lambda o=org_id: low_balance_check(organization_id=o))
+    return len(entries)
+
+
+def _recipients(organization_id: int, profile: BillingProfile) -> list[str]:
+    if profile.billing_email:
+        return [profile.billing_email]
+    return sorted(
+        Membership.objects.filter(
+            organization_id=organization_id,
+            role__in=[Role.OWNER, Role.ADMIN, Role.FINANCE],
+            user__is_active=True,
+        ).values_list("user__email", flat=True)
+    )
+
+
+def low_balance_check(*, organization_id: int) -> bool:
+    """Send the low-balance notice once per crossing below the threshold;
+    re-arm when the balance is back at or above it. True when a notice went."""
+    from invoicing.selectors import prepaid_balance
+
+    with transaction.atomic():
+        profile = (
+            BillingProfile.objects.select_for_update()
+            .filter(organization_id=organization_id, low_balance_threshold__isnull=False)
+            .select_related("organization")
+            .first()
+        )
+        if profile is None:
+            return False
+        balance = prepaid_balance(organization_id)
+        below = balance < profile.low_balance_threshold
+        if not below:
+            if profile.low_balance_notified_at is not None:
+                profile.low_balance_notified_at = None
+                profile.save(update_fields=["low_balance_notified_at", "updated_at"])
+            return False
+        if profile.low_balance_notified_at is not None:
+            return False
+        profile.low_balance_notified_at = tz.now()
+        profile.save(update_fields=["low_balance_notified_at", "updated_at"])
+        org = profile.organization
+        to = _recipients(organization_id, profile)
+        subject = f"{org.name}: prepaid balance is low"
+        threshold = format_amount(profile.low_balance_threshold, org.currency)
+        body = (
+            f"The prepaid balance of {org.name} is {format_amount(balance, org.currency)}, "
+            f"below your threshold of {threshold}.\n"
+            f"Top up at {settings.CONSOLE_BASE_URL}/billing/balance/ to keep calls flowing.\n"
+        )
+        if to:
+            transaction.on_commit(lambda: send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, to))
+    return True

@@ -1,0 +1,66 @@
+"""Celery tasks: thin calls into the services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(name="invoicing.run_monthly", acks_late=True, reject_on_worker_lost=True)
+def run_monthly(period: str | None = None) -> int:
+    from invoicing.services.invoices import invoice_run_month
+
+    run = invoice_run_month(period=period)
+    return run.drafted if run else 0
+
+
+@shared_task(
+    name="invoicing.collect_invoice",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=8,
+)
+def collect_invoice(self, invoice_id: int) -> str:
+    from invoicing import stripe_adapter
+    from invoicing.services.payments import invoice_collect
+
+    try:
+        return invoice_collect(invoice_id=invoice_id)
+    except stripe_adapter.StripeUnavailable as exc:
+        raise self.retry(exc=exc, countdown=min(3600, 30 * 2**self.request.retries)) from exc
+
+
+@shared_task(
+    name="invoicing.execute_refund",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=8,
+)
+def execute_refund(self, payment_id: int) -> str:
+    """Send a pending card refund (a credit note on a card-paid invoice) to
+    Stripe; an outage retries with a backoff, and the beat retry
+    (``retry_pending_payments``) picks up whatever is still pending."""
+    from invoicing import stripe_adapter
+    from invoicing.services.payments import refund_execute
+
+    try:
+        return refund_execute(payment_id=payment_id)
+    except stripe_adapter.StripeUnavailable as exc:
+        raise self.retry(exc=exc, countdown=min(3600, 30 * 2**self.request.retries)) from exc
+
+
+@shared_task(
+    name="invoicing.retry_pending_payments",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=600,
+    time_limit=660,
+)
+def retry_pending_payments() -> dict:
+    """Beat: card refunds, collections and top-ups an outage or a lost
+    webhook left pending, and finalized invoices whose collection task was
+    lost before it started (a no-op while Stripe is off)."""
+    from invoicing.services.payments import payments_retry_pending
+
+    return payments_retry_pending()
