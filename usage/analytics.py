@@ -5,8 +5,17 @@ calls it made. Latency percentiles come from merging the rows' histograms
 
 ``filters`` may hold ``sub_account_id``, ``api_key_id``, ``model`` and
 ``node_id`` (``None`` values are ignored; ``sub_account_id=0`` means keys
-without a sub-account, ``node_id=0`` calls no node served). Hours are UTC;
-``start`` is rounded down to its hour and ``end`` is exclusive.
+without a sub-account, ``node_id=0`` calls no node served). A value may also
+be a list, tuple or set, meaning any of them (a developer's own keys, say; an
+empty one matches nothing). Hours are UTC; ``start`` is rounded down to its
+hour and ``end`` is exclusive.
+
+``series`` is the general read behind the console's charts: sums (every
+column of ``usage.ingest.aggregate.SUM_COLUMNS``, so the time, cache and
+refusal breakdowns too) and percentiles per time bucket (an hour, a day in
+the organization's time zone, or the whole range), optionally one series per
+model, key, sub-account or node. ``cache_savings`` prices the cache-read
+tokens of the same rows with the one rating function.
 """
 
 from __future__ import annotations
@@ -15,11 +24,13 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
 from itertools import accumulate
 
-from django.db.models import Sum
-from django.db.models.functions import TruncDay
+from django.db import connection
+from django.db.models import BigIntegerField, Sum
+from django.db.models.functions import Cast, Extract, TruncDay
 
 from usage.ingest.aggregate import SUM_COLUMNS
 from usage.models import Grain, Rollup
@@ -66,13 +77,90 @@ def _floor_hour(t: datetime) -> datetime:
 def _rows(organization_id: int, start: datetime, end: datetime, filters, group_by=None):
     filters = _clean_filters(filters)
     grain = choose_grain(filters, group_by)
+    lookups = {
+        (f"{dim}__in" if isinstance(value, list | tuple | set | frozenset) else dim): value
+        for dim, value in filters.items()
+    }
     return Rollup.objects.filter(
         organization_id=organization_id,
         grain=grain,
         hour__gte=_floor_hour(start),
         hour__lt=end,
-        **filters,
+        **lookups,
     ).order_by()
+
+
+_BODY = 1 + _HEADER.size
+_ITEMSIZE = {ord(code): array(code).itemsize for code in "BHIQ"}
+_LIMIT = {ord(code): 256 ** array(code).itemsize - 1 for code in "BHIQ"}
+# Array types wide enough for a merged count, narrowest first: (code, width, limit).
+_FIELDS = tuple((c, array(c).itemsize, 256 ** array(c).itemsize - 1) for c in "BHIQ")
+
+
+def _dense(blob: bytes) -> tuple[int, int, array]:
+    lo, zero = _HEADER.unpack_from(blob, 1)
+    counts = array(chr(blob[0]))
+    counts.frombytes(blob[1 + _HEADER.size :])
+    if sys.byteorder == "big":
+        counts.byteswap()
+    return lo, zero, counts
+
+
+def _merged_dense(blobs: list[bytes]) -> tuple[int, int, array | list]:
+    """The dense counts of the merge of several encodings. Each one's counts
+    are spread into fixed-width fields of one big integer (strided byte
+    copies), added up per first bucket, then shifted into place and added:
+    the additions of every bucket happen in C, with no per-bucket Python
+    loop. The fields are as narrow as the largest possible sum allows (the
+    sum of each encoding's array type limit), so none can overflow."""
+    bound = sum(_LIMIT[b[0]] for b in blobs)
+    fitting = [(c, w) for c, w, limit in _FIELDS if bound <= limit]
+    if not fitting:  # counts near 2**64: add them up as Python integers
+        return _merged_slowly(blobs)
+    code, width = fitting[0]
+    bits = 8 * width
+    zero = 0
+    lo_min = hi_max = None
+    by_lo: dict[int, int] = {}  # encodings starting at the same bucket, added unshifted
+    get = by_lo.get
+    unpack = _HEADER.unpack_from
+    for b in blobs:
+        lo, z = unpack(b, 1)
+        zero += z
+        size = _ITEMSIZE[b[0]]
+        n = (len(b) - _BODY) // size
+        if not n:
+            continue
+        if lo_min is None or lo < lo_min:
+            lo_min = lo
+        if hi_max is None or lo + n > hi_max:
+            hi_max = lo + n
+        data = memoryview(b)[_BODY:]
+        if size == width:
+            field = data
+        else:
+            field = bytearray(width * n)
+            for k in range(size):
+                # Encodings are little-endian: byte k of a count goes to byte k of its field.
+                field[k::width] = data[k::size]
+        by_lo[lo] = get(lo, 0) + int.from_bytes(field, "little")
+    if lo_min is None:
+        return 0, zero, array(code)
+    total = 0
+    for lo, part in by_lo.items():
+        total += part << (bits * (lo - lo_min))
+    counts = array(code)
+    counts.frombytes(total.to_bytes(width * (hi_max - lo_min), "little"))
+    if sys.byteorder == "big":
+        counts.byteswap()
+    return lo_min, zero, counts
+
+
+def _merged_slowly(blobs: list[bytes]) -> tuple[int, int, list[int]]:
+    hist = merge_encoded(blobs)
+    lo = min(hist.bins) if hist.bins else 0
+    hi = max(hist.bins) + 1 if hist.bins else 0
+    return lo, hist.zero_count, [hist.bins.get(k, 0) for k in range(lo, hi)]
 
 
 def encoded_quantiles(encoded: list, quantiles) -> dict:
@@ -84,17 +172,9 @@ def encoded_quantiles(encoded: list, quantiles) -> dict:
     if not blobs:
         return dict.fromkeys(quantiles)
     if len(blobs) == 1:
-        b = blobs[0]
-        lo, zero = _HEADER.unpack_from(b, 1)
-        counts = array(chr(b[0]))
-        counts.frombytes(b[1 + _HEADER.size :])
-        if sys.byteorder == "big":
-            counts.byteswap()
+        lo, zero, counts = _dense(blobs[0])
     else:
-        hist = merge_encoded(blobs)
-        zero, bins = hist.zero_count, hist.bins
-        lo = min(bins) if bins else 0
-        counts = [bins.get(k, 0) for k in range(lo, max(bins) + 1)] if bins else []
+        lo, zero, counts = _merged_dense(blobs)
     cumulative = list(accumulate(counts, initial=zero))
     total = cumulative[-1]
     out = {}
@@ -181,10 +261,13 @@ def totals(
     filters: dict | None = None,
     group_by: str | None = None,
 ) -> dict | list[dict]:
-    """Sums of calls (by status class: 2xx, 4xx including 429, 429, 5xx),
-    stream and cache-hit calls, unpriced calls, tokens per class and cost
-    (micro-units). One dict for ``group_by=None``; otherwise a list of dicts,
-    each with the group's value under the ``group_by`` name (days are UTC)."""
+    """Every ``SUM_COLUMNS`` sum: calls (by status class: 2xx, 4xx including
+    429, 429, 5xx), stream and cache-hit calls (response-cache hits also on
+    their own), unpriced calls, tokens per class, cost (micro-units), latency,
+    TTFT, queue, overhead and upstream time (us), and refusals by cause (rate
+    limit, spend cap or balance, queue). One dict for ``group_by=None``;
+    otherwise a list of dicts, each with the group's value under the
+    ``group_by`` name (days are UTC)."""
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(str(g) for g in GROUP_BY)}")
     qs = _rows(organization_id, start, end, filters, group_by)
@@ -196,3 +279,213 @@ def totals(
         qs = qs.annotate(day=TruncDay("hour", tzinfo=UTC))
     rows = qs.values(group_by).annotate(**sums).order_by(group_by)
     return [{group_by: r[group_by], **{c: r[c] or 0 for c in SUM_COLUMNS}} for r in rows]
+
+
+# --- series for charts -------------------------------------------------------
+
+SERIES_GROUP_BY = (None, "model", "api_key_id", "sub_account_id", "node_id")
+BUCKETS = ("hour", "day", None)
+
+
+@dataclass
+class Series:
+    """Per-bucket sums (and percentiles when asked for) of one range.
+
+    ``buckets`` are the buckets' starts (aware, in the time zone asked for;
+    the first one may start before ``start`` for days); ``groups`` maps each
+    group value (``None`` without grouping) to one dict per bucket with every
+    ``SUM_COLUMNS`` sum and, with quantiles, ``latency_ms`` and ``ttft_ms``.
+    Groups are ordered by their calls, busiest first."""
+
+    buckets: list[datetime]
+    groups: dict = field(default_factory=dict)
+
+    def total(self, column: str) -> int:
+        return sum(p[column] for points in self.groups.values() for p in points)
+
+
+def bucket_starts(start: datetime, end: datetime, bucket: str | None, tz=UTC) -> list[datetime]:
+    """Starts of the buckets covering ``[start, end)``: UTC hours, local
+    days (``tz``; a day is 23 or 25 hours at a DST change), or one bucket."""
+    first = _floor_hour(start)
+    if bucket is None:
+        return [first.astimezone(tz)]
+    if bucket == "hour":
+        out, hour = [], first
+        while hour < end:
+            out.append(hour.astimezone(tz))
+            hour += HOUR
+        return out
+    if bucket == "day":
+        day = first.astimezone(tz).date()
+        last = (end - timedelta(microseconds=1)).astimezone(tz).date()
+        out = []
+        while day <= last:
+            out.append(datetime.combine(day, time.min, tzinfo=tz))
+            day += timedelta(days=1)
+        return out
+    raise ValueError(f"bucket must be one of {', '.join(str(b) for b in BUCKETS)}")
+
+
+def _hour_key(qs):
+    """The query with the hour to read, and how to key an aware hour the same
+    way: POSIX seconds on PostgreSQL (parsing a month of hours per group as
+    timestamps costs more than merging their histograms), else the datetime."""
+    if connection.vendor == "postgresql":
+        epoch = Cast(Extract("hour", "epoch", tzinfo=UTC), BigIntegerField())
+        return qs.annotate(hour_s=epoch), "hour_s", lambda t: int(t.timestamp())
+    return qs, "hour", lambda t: t
+
+
+def _hour_index(start: datetime, end: datetime, bucket: str | None, tz) -> dict[datetime, int]:
+    """Each UTC hour of the range to its bucket's position."""
+    starts = bucket_starts(start, end, bucket, tz)
+    out = {}
+    hour, i = _floor_hour(start), 0
+    while hour < end:
+        while i + 1 < len(starts) and starts[i + 1] <= hour:
+            i += 1
+        out[hour] = i
+        hour += HOUR
+    return out
+
+
+def series(
+    organization_id: int,
+    start: datetime,
+    end: datetime,
+    *,
+    filters: dict | None = None,
+    group_by: str | None = None,
+    bucket: str | None = "hour",
+    tz=UTC,
+    quantiles: tuple[float, ...] | None = None,
+    hists: tuple[str, ...] = ("latency", "ttft"),
+) -> Series:
+    """Sums (and, with ``quantiles``, percentiles of the ``hists`` asked
+    for: ``latency_ms``, ``ttft_ms``) per bucket and group, read from the
+    narrowest grain that answers the filters and the grouping: the database
+    adds the sums up per bucket and group; with quantiles a second query
+    reads just the histograms, and each bucket's are merged once."""
+    if group_by not in SERIES_GROUP_BY:
+        raise ValueError(f"group_by must be one of {', '.join(str(g) for g in SERIES_GROUP_BY)}")
+    starts = bucket_starts(start, end, bucket, tz)
+    n_sums = len(SUM_COLUMNS)
+    qs = _rows(organization_id, start, end, filters, group_by)
+    group_col = [group_by] if group_by else []
+    wanted = [h for h in ("latency", "ttft") if h in hists] if quantiles else []
+    # The sums, added up by the database per bucket and group.
+    cells: dict = {}
+    sums = {c: Sum(c) for c in SUM_COLUMNS}
+    sum_qs = qs
+    if bucket == "hour":
+        index = {t.astimezone(UTC): i for i, t in enumerate(starts)}
+        time_col = ["hour"]
+    elif bucket == "day":
+        index = {t.date(): i for i, t in enumerate(starts)}
+        sum_qs = qs.annotate(bucket_day=TruncDay("hour", tzinfo=tz))
+        time_col = ["bucket_day"]
+    else:
+        index, time_col = None, []
+    rows = (
+        sum_qs.values_list(*time_col, *group_col)
+        .annotate(**sums)
+        .values_list(*time_col, *group_col, *SUM_COLUMNS)
+    )
+    for row in rows:
+        if bucket is None:
+            i = 0
+        elif bucket == "day":
+            i = index.get(row[0].astimezone(tz).date())
+        else:
+            i = index.get(row[0])
+        if i is None:
+            continue
+        group = row[len(time_col)] if group_by else None
+        vals = [v or 0 for v in row[len(time_col) + len(group_col) :]]
+        acc = cells.get((group, i))
+        if acc is None:
+            cells[(group, i)] = [vals, *([] for _ in wanted)]
+        else:
+            acc[0] = list(map(int.__add__, acc[0], vals))
+    # The histograms, each bucket's merged once in Python.
+    if wanted:
+        qs, hour_col, key = _hour_key(qs)
+        hour_index = {key(h): i for h, i in _hour_index(start, end, bucket, tz).items()}
+        columns = [hour_col, *group_col, *(f"{h}_hist" for h in wanted)]
+        first_hist = 1 + len(group_col)
+        for row in qs.values_list(*columns):
+            acc = cells.get((row[1] if group_by else None, hour_index.get(row[0])))
+            if acc is None:
+                continue
+            for j in range(len(wanted)):
+                blob = row[first_hist + j]
+                if blob:
+                    acc[1 + j].append(bytes(blob))
+    busy: dict = defaultdict(int)
+    for (group, _i), acc in cells.items():
+        busy[group] += acc[0][0]
+    if group_by is None:
+        busy.setdefault(None, 0)
+    out = Series(buckets=starts)
+    empty = [0] * n_sums
+    for group in sorted(busy, key=lambda g: (-busy[g], str(g))):
+        points = []
+        for i, t in enumerate(starts):
+            acc = cells.get((group, i))
+            point = {"start": t, **dict(zip(SUM_COLUMNS, acc[0] if acc else empty, strict=True))}
+            for j, h in enumerate(wanted):
+                point[f"{h}_ms"] = encoded_quantiles(acc[1 + j] if acc else [], quantiles)
+            points.append(point)
+        out.groups[group] = points
+    return out
+
+
+def cache_savings(
+    organization_id: int,
+    start: datetime,
+    end: datetime,
+    *,
+    discount_ppm: int,
+    filters: dict | None = None,
+    bucket: str | None = "hour",
+    tz=UTC,
+) -> dict[str, list[dict]]:
+    """What cache-read tokens saved against paying the input price for them,
+    per model and bucket, in micro-units: for each model and hour, the price
+    row in effect then (``usage.prices``, a negotiated one first) rated with
+    ``usage.rating.rate`` for the tokens as input minus as cache reads.
+    ``{model: [{"start", "cache_read_tokens", "saved", "unpriced_tokens"}]}``."""
+    from usage.prices import get_price_book
+    from usage.rating import discount_for, rate
+
+    book = get_price_book()
+    starts = bucket_starts(start, end, bucket, tz)
+    index = _hour_index(start, end, bucket, tz)
+    out: dict[str, list[dict]] = {}
+    rows = (
+        _rows(organization_id, start, end, filters, "model")
+        .filter(cache_read_tokens__gt=0)
+        .values_list("hour", "model", "currency")
+        .annotate(tokens=Sum("cache_read_tokens"))
+    )
+    for hour, model, currency, tokens in rows:
+        i = index.get(hour)
+        if i is None:
+            continue
+        points = out.get(model)
+        if points is None:
+            points = out[model] = [
+                {"start": t, "cache_read_tokens": 0, "saved": 0, "unpriced_tokens": 0}
+                for t in starts
+            ]
+        point = points[i]
+        point["cache_read_tokens"] += tokens
+        price = book.price_for(model, currency, organization_id, hour)
+        if price is None:
+            point["unpriced_tokens"] += tokens
+            continue
+        disc = discount_for(price, discount_ppm)
+        as_input = rate((tokens, 0, 0, 0), price, disc)
+        point["saved"] += as_input - rate((0, tokens, 0, 0), price, disc)
+    return dict(sorted(out.items(), key=lambda kv: -sum(p["saved"] for p in kv[1])))

@@ -27,7 +27,27 @@ class KeyChoiceField(forms.ModelChoiceField):
         return f"{obj.prefix} {obj.name}"
 
 
-class CallFilterForm(forms.Form):
+class OrganizationFilterMixin:
+    """What the call-log and analytics filter forms share: the key, sub-account
+    and node options read once, and times typed without an offset read in the
+    organization's time zone (``self.tz``)."""
+
+    def prepare_choices(self) -> None:
+        """Read the key, sub-account and node options once, with plain
+        queries (a ModelChoiceField re-reads them through a server-side
+        cursor for every rendering). Only pages that show the form need it."""
+        for name in ("key", "sub_account", "node"):
+            field = self.fields[name]
+            field.widget.choices = [("", field.empty_label)] + [
+                (obj.pk, field.label_from_instance(obj)) for obj in field.queryset
+            ]
+
+    def full_clean(self):
+        with timezone.override(self.tz):
+            super().full_clean()
+
+
+class CallFilterForm(OrganizationFilterMixin, forms.Form):
     """Query parameters of the call logs. ``from``/``to`` are declared below
     the class because ``from`` is a Python keyword."""
 
@@ -88,21 +108,6 @@ class CallFilterForm(forms.Form):
         ).order_by("name", "pk")
         for name in ("from", "to"):
             self.fields[name].help_text = f"ISO 8601; without an offset, {self.tz.key} time"
-
-    def prepare_choices(self) -> None:
-        """Read the key, sub-account and node options once, with plain
-        queries (a ModelChoiceField re-reads them through a server-side
-        cursor for every rendering). Only pages that show the form need it."""
-        for name in ("key", "sub_account", "node"):
-            field = self.fields[name]
-            field.widget.choices = [("", field.empty_label)] + [
-                (obj.pk, field.label_from_instance(obj)) for obj in field.queryset
-            ]
-
-    def full_clean(self):
-        # Times typed without an offset mean the organization's local time.
-        with timezone.override(self.tz):
-            super().full_clean()
 
     def clean_status(self):
         value = self.cleaned_data["status"].strip().lower()

@@ -195,6 +195,19 @@ class Rollup(models.Model):
     latency_sum_us = models.BigIntegerField(default=0)
     ttft_count = models.BigIntegerField(default=0)
     ttft_sum_us = models.BigIntegerField(default=0)
+    # Added later: db_default keeps the column's DEFAULT, so a worker still
+    # running the previous code (a rolling deploy) can insert rows without it.
+    # Where time goes, summed over the calls that report each (a missing one adds 0).
+    queue_sum_us = models.BigIntegerField(default=0, db_default=0)
+    overhead_sum_us = models.BigIntegerField(default=0, db_default=0)
+    upstream_sum_us = models.BigIntegerField(default=0, db_default=0)
+    # Answered from the response cache (these count in cache_hit_calls too).
+    response_cache_calls = models.BigIntegerField(default=0, db_default=0)
+    # Refused by a rate limit (rpm/tpm), a spend cap or the prepaid balance,
+    # or the queue (full or timed out): ``usage.ingest.aggregate``'s codes.
+    rate_limited_calls = models.BigIntegerField(default=0, db_default=0)
+    cap_refused_calls = models.BigIntegerField(default=0, db_default=0)
+    queue_refused_calls = models.BigIntegerField(default=0, db_default=0)
     latency_hist = models.BinaryField(default=b"")
     ttft_hist = models.BinaryField(default=b"")
     updated_at = models.DateTimeField(default=tz.now)

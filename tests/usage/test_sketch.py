@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import pytest
 
@@ -97,19 +96,23 @@ def test_adding_counts_to_an_encoding_equals_merging():
     assert LogHistogram.from_bytes(encoded) == base
 
 
-def test_decoding_and_merging_720_hourly_histograms_is_fast():
+def test_merging_720_hourly_histograms_equals_one_histogram_of_everything():
+    # A 30-day hourly series merges 720 encoded rows; its speed is measured by
+    # bench_analytics, its result here.
     rng = random.Random(1)
     encoded = []
+    whole = LogHistogram()
     for _ in range(720):
         h = LogHistogram()
         for _ in range(300):
-            h.add(int(rng.lognormvariate(math.log(400_000), 1.2)) + 1)
+            value = int(rng.lognormvariate(math.log(400_000), 1.2)) + 1
+            h.add(value)
+            whole.add(value)
         encoded.append(h.to_bytes())
-    began = time.perf_counter()
     merged = merge_encoded(encoded)
-    elapsed = time.perf_counter() - began
-    assert merged.count == 720 * 300
-    assert elapsed < 0.05, f"took {elapsed * 1000:.1f} ms"
+    assert merged.count == whole.count == 720 * 300
+    for q in (0.5, 0.9, 0.99, 0.999):
+        assert merged.quantile(q) == whole.quantile(q)
 
 
 def test_quantile_rejects_out_of_range():

@@ -14,6 +14,7 @@ from operator import itemgetter
 from django.db import connection, transaction
 from django.utils import timezone as tz
 
+from invoicing.services.ledger import ledger_usage_debit
 from usage.events import InvalidEvent, latest_start, parse
 from usage.ingest import generic, pg
 from usage.ingest.aggregate import all_grains, sum_calls
@@ -264,6 +265,7 @@ def _ingest_postgresql(raw_events: list) -> IngestResult:
         if rows:
             pg.apply_rollups(arrays, batch.currencies)
             pg.touch_keys(_last_used(rows))
+            ledger_usage_debit(rows)  # prepaid organizations: one debit per batch
         if batch.dead:
             _store_dead_letters(batch.dead, now)
     return _result(batch, len(rows))
@@ -283,6 +285,7 @@ def _ingest_generic(raw_events: list) -> IngestResult:
             if rows:
                 generic.apply_rollups(all_grains(sum_calls(rows, hours)), batch.currencies)
                 generic.touch_keys(_last_used(rows))
+                ledger_usage_debit(rows)  # prepaid organizations: one debit per batch
         if batch.dead:
             _store_dead_letters(batch.dead, now)
     return _result(batch, len(rows))

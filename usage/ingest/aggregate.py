@@ -17,9 +17,9 @@ from usage.sketch import _INV_LOG_GAMMA
 
 # Columns of a call row (see ``usage.ingest.CALL_COLUMNS``).
 R_ORG, R_SUB, R_KEY, R_MODEL, R_NODE = 3, 4, 5, 6, 7
-R_STREAM, R_STATUS = 10, 11
+R_STREAM, R_STATUS, R_ERROR = 10, 11, 12
 R_INPUT, R_CACHE_READ, R_CACHE_WRITE, R_OUTPUT, R_REASONING = 13, 14, 15, 16, 17
-R_TTFT, R_LATENCY = 18, 19
+R_TTFT, R_LATENCY, R_UPSTREAM, R_OVERHEAD, R_QUEUE = 18, 19, 20, 21, 22
 R_CACHE_STATUS, R_COST, R_PRICED = 25, 27, 28
 
 # Sums kept per cell, in this order, then the two bucket lists.
@@ -41,10 +41,50 @@ SUM_COLUMNS = (
     "latency_sum_us",
     "ttft_count",
     "ttft_sum_us",
+    # Where time goes: sums over the calls that report them (a missing one adds 0).
+    "queue_sum_us",
+    "overhead_sum_us",
+    "upstream_sum_us",
+    # Calls answered from the gateway's response cache (also in cache_hit_calls).
+    "response_cache_calls",
+    # Refusals by cause, from the gateway's error code (see below).
+    "rate_limited_calls",
+    "cap_refused_calls",
+    "queue_refused_calls",
 )
 N_SUMS = len(SUM_COLUMNS)
 LAT_BINS = N_SUMS
 TTFT_BINS = N_SUMS + 1
+(
+    _QUEUE,
+    _OVERHEAD,
+    _UPSTREAM,
+    _RESPONSE_CACHE,
+    _RATE_LIMITED,
+    _CAP_REFUSED,
+    _QUEUE_REFUSED,
+) = range(SUM_COLUMNS.index("queue_sum_us"), N_SUMS)
+
+# The gateway's refusal codes (``gateway_bridge.limits``, ``gateway_bridge.gateway``).
+RATE_LIMIT_CODES = frozenset({"rpm_limit_exceeded", "tpm_limit_exceeded"})
+CAP_SUFFIX = "_cap_exceeded"  # key_daily_cap_exceeded, sub_account_monthly_cap_exceeded, ...
+PREPAID_CODE = "prepaid_balance_exhausted"  # 402
+QUEUE_CODES = frozenset({"queue_timeout", "queue_full"})  # 503, 429
+# Spend caps and the prepaid balance (402). Any other code ending in
+# CAP_SUFFIX is a cap too (a new cap period, say); these are listed only so
+# the common ones cost one dict lookup.
+CAP_CODES = frozenset(
+    [f"{scope}_{period}{CAP_SUFFIX}" for scope in ("key", "sub_account")
+     for period in ("daily", "monthly", "lifetime")] + [PREPAID_CODE]
+)  # fmt: skip
+# Error code to the refusal sum it counts in.
+_REFUSAL_SLOT = {
+    **dict.fromkeys(RATE_LIMIT_CODES, _RATE_LIMITED),
+    **dict.fromkeys(CAP_CODES, _CAP_REFUSED),
+    **dict.fromkeys(QUEUE_CODES, _QUEUE_REFUSED),
+}
+
+
 # Bucket index standing for a zero duration (below any real bucket: 1 us is 0).
 ZERO = -(2**31)
 
@@ -55,6 +95,7 @@ def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
     log = math.log
     ceil = math.ceil
     inv = _INV_LOG_GAMMA
+    slots = _REFUSAL_SLOT
     for row, hour in zip(rows, hours, strict=True):
         key = (row[R_ORG], row[R_SUB] or 0, row[R_KEY], row[R_MODEL], row[R_NODE] or 0, hour)
         a = cells.get(key)
@@ -72,8 +113,11 @@ def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
             a[4] += 1
         if row[R_STREAM]:
             a[5] += 1
-        if row[R_CACHE_STATUS] != "miss":
+        cache = row[R_CACHE_STATUS]
+        if cache != "miss":
             a[6] += 1
+            if cache == "response_hit":
+                a[_RESPONSE_CACHE] += 1
         if not row[R_PRICED]:
             a[7] += 1
         a[8] += row[R_INPUT]
@@ -90,6 +134,22 @@ def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
             a[15] += 1
             a[16] += ttft
             a[TTFT_BINS].append(ceil(log(ttft) * inv) if ttft else ZERO)
+        t = row[R_QUEUE]
+        if t:
+            a[_QUEUE] += t
+        t = row[R_OVERHEAD]
+        if t:
+            a[_OVERHEAD] += t
+        t = row[R_UPSTREAM]
+        if t:
+            a[_UPSTREAM] += t
+        err = row[R_ERROR]
+        if err:
+            slot = slots.get(err)
+            if slot is None and err.endswith(CAP_SUFFIX):
+                slot = _CAP_REFUSED
+            if slot is not None:
+                a[slot] += 1
     return cells
 
 

@@ -1,0 +1,19 @@
+"""Analytics pages of the console: latency, cache, spend, errors, nodes and
+billing charts, and the usage tiles of the overview.
+
+- ``forms.py`` parses every page's and partial's query string (presets and
+  custom ranges in the organization's time zone, dimensions, how to split);
+  ``query.py`` turns a valid form into a ``Query``: the range and bucket
+  (hours up to 72 hours, local days beyond), the filters narrowed to a
+  developer's own keys, display names and one colour per model.
+- ``figures.py`` builds each chart from ``usage.analytics.series`` (the hourly
+  rollups, never call records; billing reads invoicing's invoices, payments
+  and credit notes) as a Plotly figure plus the rows of its CSV;
+  ``breakdowns.py`` the charts that split a total by cause (where time goes,
+  refusals by cause) the same way.
+- ``views.py`` renders a page with one htmx placeholder per chart; each chart
+  is its own partial (``analytics/charts/<name>/``, ``?format=csv`` for its
+  numbers), so pages answer at once and charts load side by side.
+
+What the rollups cannot answer is said on the pages rather than guessed: they
+have no stream dimension, so there is no stream filter."""

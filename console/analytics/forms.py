@@ -1,0 +1,170 @@
+"""The analytics filter form: time range (presets or custom, in the
+organization's time zone), dimensions, and how to split the charts. Every
+page and chart partial parses its query string with it, so a shared URL
+shows the same thing and bad input is a form error, never a server error."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import UTC, datetime, time, timedelta
+
+from django import forms
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.actors import Actor
+from accounts.models import SubAccount
+from usage import logs
+from usage.forms import KeyChoiceField, OrganizationFilterMixin
+
+RANGES = [
+    ("1h", "Last hour"),
+    ("24h", "Last 24 hours"),
+    ("7d", "Last 7 days"),
+    ("30d", "Last 30 days"),
+    ("month", "This month"),
+    ("custom", "Custom range"),
+]
+DEFAULT_RANGE = "24h"
+MAX_RANGE = timedelta(days=93)
+# Ranges up to this long are drawn per hour; longer ones per day.
+HOURLY_UP_TO = timedelta(hours=72)
+PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
+COMPARE = [("", "Nothing (all calls)"), ("model", "Model"), ("node", "Node")]
+CACHE_COMPARE = [*COMPARE, ("key", "API key")]
+STACK = [("model", "Model"), ("sub_account", "Sub-account"), ("key", "API key")]
+# Form values to ``usage.analytics`` group-by columns.
+GROUP_COLUMN = {"model": "model", "node": "node_id", "key": "api_key_id",
+                "sub_account": "sub_account_id"}  # fmt: skip
+
+
+def zone(name: str) -> zoneinfo.ZoneInfo:
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zoneinfo.ZoneInfo("UTC")
+
+
+class AnalyticsForm(OrganizationFilterMixin, forms.Form):
+    range = forms.ChoiceField(required=False, choices=RANGES, label="Time range")
+    model = forms.CharField(
+        required=False,
+        max_length=128,
+        widget=forms.TextInput(attrs={"list": "model-options", "placeholder": "all models"}),
+    )
+    node = forms.ModelChoiceField(queryset=None, required=False, empty_label="All nodes")
+    key = KeyChoiceField(queryset=None, required=False, empty_label="All keys", label="API key")
+    sub_account = forms.ModelChoiceField(
+        queryset=None, required=False, label="Sub-account", empty_label="All sub-accounts"
+    )
+    compare = forms.ChoiceField(required=False, choices=CACHE_COMPARE, label="Compare by")
+    pct = forms.ChoiceField(
+        required=False,
+        choices=[(k, k) for k in PERCENTILES],
+        label="Percentile compared",
+    )
+    stack = forms.ChoiceField(required=False, choices=STACK, label="Stack spend by")
+    refresh = forms.ChoiceField(
+        required=False, choices=[("", "Off"), ("1", "Every 60 s")], label="Auto-refresh"
+    )
+
+    # Shown selected when the query string leaves them out (and left out of links).
+    DEFAULTS = {"range": DEFAULT_RANGE, "pct": "p90"}
+
+    def __init__(self, data=None, *, actor: Actor, now: datetime | None = None, **kwargs):
+        given = data
+        if data is not None:
+            data = data.copy()
+            for name, value in self.DEFAULTS.items():
+                if not data.get(name) and not (
+                    name == "range" and (data.get("from") or data.get("to"))
+                ):
+                    data[name] = value
+        super().__init__(data, **kwargs)
+        self.given = given if given is not None else {}
+        self.actor = actor
+        self.tz = zone(actor.organization.timezone)
+        self.now = now or timezone.now()
+        self.fields["key"].queryset = logs.visible_keys(actor=actor).order_by("name", "pk")
+        self.fields["sub_account"].queryset = SubAccount.objects.filter(
+            organization_id=actor.organization_id
+        ).order_by("name")
+        from inference_node.models import Node
+
+        self.fields["node"].queryset = Node.objects.filter(
+            Q(organization_id__isnull=True) | Q(organization_id=actor.organization_id)
+        ).order_by("name", "pk")
+        for name in ("from", "to"):
+            self.fields[name].help_text = f"{self.tz.key} time"
+            self.fields[name].widget = forms.DateTimeInput(
+                attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"
+            )
+
+    def clean_model(self):
+        return self.cleaned_data["model"].strip()
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        start, end = data.get("from"), data.get("to")
+        preset = data.get("range") or ("custom" if start or end else DEFAULT_RANGE)
+        data["range"] = preset
+        if preset == "custom":
+            if start is None:
+                self.add_error("from", "Give the start of a custom range.")
+                return data
+            end = end or self.now
+            if start >= end:
+                self.add_error("to", "The end of the time range must be after its start.")
+                return data
+            if end - start > MAX_RANGE:
+                self.add_error("to", "A range can be at most 93 days; narrow it.")
+                return data
+        else:
+            start, end = self._preset(preset)
+        data["start"], data["end"] = start, end
+        data["bucket"] = "hour" if end - start <= HOURLY_UP_TO else "day"
+        return data
+
+    def _preset(self, preset: str) -> tuple[datetime, datetime]:
+        now = self.now.astimezone(UTC)
+        end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        local = now.astimezone(self.tz)
+        if preset == "1h":
+            return now - timedelta(hours=1), end
+        if preset == "24h":
+            return end - timedelta(hours=24), end
+        if preset == "month":
+            first = datetime.combine(local.date().replace(day=1), time.min, tzinfo=self.tz)
+            return first, end
+        days = 7 if preset == "7d" else 30
+        day = (local - timedelta(days=days - 1)).date()
+        return datetime.combine(day, time.min, tzinfo=self.tz), end
+
+    # --- results, once valid -------------------------------------------------
+
+    def dimension_filters(self) -> dict:
+        d = self.cleaned_data
+        return {
+            "model": d.get("model") or None,
+            "node_id": d["node"].pk if d.get("node") else None,
+            "api_key_id": d["key"].pk if d.get("key") else None,
+            "sub_account_id": d["sub_account"].pk if d.get("sub_account") else None,
+        }
+
+    def params(self) -> dict[str, str]:
+        """The filters as submitted, for links and chart URLs that keep them."""
+        if not self.is_bound:
+            return {}
+        keep = ("range", "from", "to", "model", "node", "key", "sub_account", "compare", "pct",
+                "stack", "refresh")  # fmt: skip
+        return {k: self.given[k] for k in keep if self.given.get(k)}
+
+
+AnalyticsForm.base_fields = {
+    **{k: v for k, v in AnalyticsForm.base_fields.items() if k == "range"},
+    "from": forms.DateTimeField(required=False, label="From"),
+    "to": forms.DateTimeField(required=False, label="To"),
+    **{k: v for k, v in AnalyticsForm.base_fields.items() if k != "range"},
+}

@@ -1,0 +1,175 @@
+"""The Nodes tab's registry charts: each node's health over the range (from the
+health prober's audit events, one per flip) and its load as last probed.
+They read the node registry and the audit trail, never call records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import plotly.graph_objects as go
+from django.db.models import Q
+from django.utils import timezone as tz
+
+from accounts.models import AuditEvent
+from console.analytics.figures import Chart, _iso
+from console.analytics.query import Query
+from inference_node.models import Node
+
+HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b7c3"}
+FLIPS = ("node.healthy", "node.unhealthy")
+
+
+def _nodes(q: Query) -> list[Node]:
+    """The organization's own nodes and the shared ones, as the Nodes page lists
+    them (narrowed by the node filter when one is set)."""
+    nodes = Node.objects.filter(
+        Q(organization_id=q.organization_id) | Q(organization__isnull=True)
+    ).order_by("name", "id")
+    wanted = q.filters.get("node_id")
+    if wanted:
+        ids = wanted if isinstance(wanted, list | tuple | set) else [wanted]
+        nodes = nodes.filter(pk__in=ids)
+    return list(nodes[:50])
+
+
+def health_segments(node: Node, flips: list[tuple[datetime, str, str]], start, end):
+    """[(from, to, state)] covering ``start``..``end`` for one node: the state at
+    ``start`` is the ``from`` of the first flip after it (or the node's current
+    health when it never flipped in the range)."""
+    inside = [(t, before, after) for t, before, after in flips if start < t < end]
+    earlier = [after for t, _b, after in flips if t <= start]
+    if earlier:
+        state = earlier[-1]
+    elif inside:
+        state = inside[0][1]
+    else:
+        state = node.health
+    out, cursor = [], start
+    for t, _before, after in inside:
+        out.append((cursor, t, state))
+        cursor, state = t, after
+    out.append((cursor, end, state))
+    return [s for s in out if s[1] > s[0]]
+
+
+def node_health(q: Query) -> Chart:
+    chart = Chart(
+        "node_health",
+        "Health of each node",
+        columns=["node", "from", "to", "state", "seconds"],
+        note="From the health prober: a node turns unhealthy after NODE_UNHEALTHY_AFTER "
+        "failed probes in a row and healthy again after NODE_HEALTHY_AFTER good ones; "
+        "unhealthy nodes get no calls.",
+    )
+    nodes = _nodes(q)
+    if not nodes:
+        chart.empty = "No nodes yet. Register one under Nodes, or use the shared ones."
+        return chart
+    end = min(q.end, tz.now())
+    start = min(q.start, end)
+    events = (
+        AuditEvent.objects.filter(
+            Q(organization_id=q.organization_id) | Q(organization__isnull=True),
+            action__in=FLIPS,
+            target_type="node",
+            target_id__in=[str(n.pk) for n in nodes],
+            created_at__lt=end,
+        )
+        .order_by("created_at", "id")
+        .values_list("target_id", "created_at", "params")
+    )
+    flips: dict[str, list] = {}
+    for target, at, params in events:
+        flips.setdefault(target, []).append(
+            (at, (params or {}).get("from", "unknown"), (params or {}).get("to", "unknown"))
+        )
+    traces = {}
+    for node in nodes:
+        for seg_from, seg_to, state in health_segments(
+            node, flips.get(str(node.pk), []), start, end
+        ):
+            seconds = (seg_to - seg_from).total_seconds()
+            chart.rows.append(
+                [node.name, _iso(seg_from, q.tz), _iso(seg_to, q.tz), state, round(seconds)]
+            )
+            t = traces.setdefault(state, {"x": [], "y": [], "base": []})
+            t["x"].append(seconds * 1000)
+            t["y"].append(node.name)
+            t["base"].append(seg_from.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
+    data = [
+        go.Bar(
+            name=state,
+            orientation="h",
+            marker={"color": HEALTH_COLOURS.get(state, "#b0b7c3")},
+            hovertemplate="%{y}: " + state + " from %{base}<extra></extra>",
+        )
+        for state in traces
+    ]
+    layout = go.Layout(
+        template="none",
+        height=max(140, 48 + 36 * len(nodes)),
+        margin={"l": 140, "r": 16, "t": 12, "b": 48},
+        barmode="overlay",
+        legend={"orientation": "h", "y": -0.3, "x": 0},
+        xaxis={"type": "date", "title": {"text": f"Time ({q.tz.key})"}},
+        yaxis={"autorange": "reversed"},
+    )
+    fig = go.Figure(data=data, layout=layout).to_plotly_json()
+    # Plain lists set after serializing (as figures.figure does): no typed arrays.
+    for trace, arrays in zip(fig["data"], traces.values(), strict=True):
+        trace.update(arrays)
+    chart.figure = fig
+    return chart
+
+
+def node_load(q: Query) -> Chart:
+    chart = Chart(
+        "node_load",
+        "Load as last probed",
+        columns=[
+            "node",
+            "status",
+            "health",
+            "running",
+            "waiting",
+            "kv_cache_usage_pct",
+            "prefix_cache_hit_rate_pct",
+            "last_probe",
+        ],
+    )
+    nodes = _nodes(q)
+    if not nodes:
+        chart.empty = "No nodes yet. Register one under Nodes, or use the shared ones."
+        return chart
+
+    def pct(v):
+        return None if v is None else round(v * 100, 1)
+
+    rows = []
+    for n in nodes:
+        kv, hit = pct(n.kv_cache_usage), pct(n.prefix_cache_hit_rate)
+        probed = _iso(n.last_probe_at, q.tz) if n.last_probe_at else None
+        chart.rows.append([n.name, n.status, n.health, n.running, n.waiting, kv, hit, probed])
+
+        def text(v, unit=""):
+            return "—" if v is None else f"{v:,}{unit}"
+
+        rows.append(
+            [
+                (n.name, None),
+                (n.get_status_display(), None),
+                (n.get_health_display(), None),
+                (text(n.running), None),
+                (text(n.waiting), None),
+                (text(kv, " %"), None),
+                (text(hit, " %"), None),
+                (probed[:19].replace("T", " ") if probed else "never", None),
+            ]
+        )
+    chart.table = {
+        "headers": ["Node", "Status", "Health", "Running", "Waiting", "KV cache", "Cache hit",
+                    "Last probe"],
+        "numeric": [False, False, False, True, True, True, True, False],
+        "rows": rows,
+    }  # fmt: skip
+    return chart

@@ -1,0 +1,299 @@
+"""Analytics pages and their chart partials.
+
+A page renders the filter form and one placeholder per chart; htmx loads
+each chart from its own partial URL (``analytics/charts/<name>/``, with the
+page's query string), so the page itself answers quickly and a slow chart
+never holds up the others. A chart's ``?format=csv`` is the numbers behind
+it. Changing a filter swaps the form and the placeholders (``#analytics``)
+and pushes the new URL, so every view can be shared as a link."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlencode
+
+import orjson
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from accounts.decorators import org_view
+from accounts.permissions import Perm
+from console.analytics import breakdowns, figures, nodes
+from console.analytics.forms import CACHE_COMPARE, COMPARE, AnalyticsForm
+from console.analytics.query import Query
+from usage.models import CatalogModel
+
+USAGE = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
+BILLING = (Perm.BILLING_VIEW,)
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    build: object
+    perms: tuple[Perm, ...] = USAGE
+    kind: str = "figure"  # figure, table or kpis
+
+
+CHARTS: dict[str, ChartSpec] = {
+    "latency": ChartSpec(figures.latency),
+    "ttft": ChartSpec(figures.ttft),
+    "time_breakdown": ChartSpec(breakdowns.time_breakdown),
+    "cache_hit": ChartSpec(figures.cache_hit),
+    "cache_savings": ChartSpec(figures.cache_savings),
+    "spend": ChartSpec(figures.spend),
+    "tokens": ChartSpec(figures.tokens),
+    "top_spenders": ChartSpec(figures.top_spenders, kind="table"),
+    "error_rate": ChartSpec(figures.error_rate),
+    "status_counts": ChartSpec(figures.status_counts),
+    "refusals": ChartSpec(breakdowns.refusals),
+    "node_table": ChartSpec(figures.node_table, kind="table"),
+    "node_latency": ChartSpec(figures.node_latency),
+    "node_cache": ChartSpec(figures.node_cache),
+    "node_health": ChartSpec(nodes.node_health),
+    "node_load": ChartSpec(nodes.node_load, kind="table"),
+    "billing": ChartSpec(figures.billing, perms=BILLING),
+    "overview_kpis": ChartSpec(figures.overview_kpis, kind="kpis"),
+    "overview_top": ChartSpec(figures.overview_top, kind="tables"),
+}
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    title: str
+    charts: tuple[str, ...]
+    fields: tuple[str, ...]
+    perms: tuple[Perm, ...] = USAGE
+    intro: str = ""
+    notes: tuple[str, ...] = ()
+    compare: tuple = ()
+
+
+_DIMS = ("model", "node", "key", "sub_account")
+_RANGE = ("range", "from", "to")
+PAGES: dict[str, PageSpec] = {
+    "latency": PageSpec(
+        "Latency",
+        ("latency", "ttft", "time_breakdown"),
+        (*_RANGE, *_DIMS, "compare", "pct", "refresh"),
+        intro="Percentiles of total latency and of time to first token, from the hourly "
+        "latency sketches (within 1 % of the exact values), and where the time of a call "
+        "goes: queue, gateway overhead, upstream to first token and decode.",
+        notes=(
+            "Streamed and non-streamed calls cannot be told apart here: the hourly rollups "
+            "count streamed calls but do not keep them as a separate dimension.",
+        ),
+        compare=COMPARE,
+    ),
+    "cache": PageSpec(
+        "Cache",
+        ("cache_hit", "cache_savings"),
+        (*_RANGE, *_DIMS, "compare", "refresh"),
+        intro="Prefix-cache hit rate (cached prompt tokens over all prompt tokens, and the "
+        "share of calls with a prefix-cache hit), the share of calls answered from the "
+        "response cache, and what caching saved at your price-book rates.",
+        notes=(
+            "A response-cache hit bills its whole prompt as cache reads, so it counts in the "
+            "share of prompt tokens served from cache (and in what caching saved) too.",
+        ),
+        compare=CACHE_COMPARE,
+    ),
+    "spend": PageSpec(
+        "Spend",
+        ("spend", "tokens", "top_spenders"),
+        (*_RANGE, *_DIMS, "stack", "refresh"),
+        intro="Spend as rated at ingest, stacked by model, sub-account or key; token volume "
+        "by billed class; and the keys that spent most, linked to their calls.",
+    ),
+    "errors": PageSpec(
+        "Errors",
+        ("error_rate", "status_counts", "refusals"),
+        (*_RANGE, *_DIMS, "refresh"),
+        intro="Share of calls per status class in each time bucket, and the calls the "
+        "gateway refused by cause: a rate limit, a spend cap or the prepaid balance, or a "
+        "full queue.",
+    ),
+    "nodes": PageSpec(
+        "Nodes",
+        ("node_load", "node_health", "node_table", "node_latency", "node_cache"),
+        (*_RANGE, "model", "key", "sub_account", "pct", "refresh"),
+        intro="Each inference node's load as last probed, its health over the range, and "
+        "its latency percentiles and prefix-cache hit rate.",
+    ),
+    "billing": PageSpec(
+        "Billing",
+        ("billing",),
+        (*_RANGE,),
+        perms=BILLING,
+        intro="Invoiced, paid and refunded per month, for the twelve months up to the end "
+        "of the range. Read-only; invoices and refunds are managed under Billing.",
+    ),
+}
+
+
+def _form(request) -> AnalyticsForm:
+    return AnalyticsForm(request.GET, actor=request.actor, now=timezone.now())
+
+
+def _tabs(actor) -> list[tuple[str, str, str]]:
+    return [
+        (name, spec.title, reverse(f"analytics:{name}"))
+        for name, spec in PAGES.items()
+        if any(actor.can(p) for p in spec.perms)
+    ]
+
+
+def _page(request, name: str):
+    spec = PAGES[name]
+    form = _form(request)
+    valid = form.is_valid()
+    form.prepare_choices()
+    if spec.compare:
+        form.fields["compare"].choices = spec.compare
+    params = form.params()
+    query = f"?{urlencode(params)}" if params else ""
+    charts = []
+    if valid:
+        for chart in spec.charts:
+            if any(request.actor.can(p) for p in CHARTS[chart].perms):
+                charts.append({"name": chart, "url": reverse(f"analytics:chart_{chart}") + query})
+    context = {
+        "page": name,
+        "spec": spec,
+        "form": form,
+        "fields": [form[f] for f in spec.fields],
+        "charts": charts,
+        "params": params,
+        "query": query,
+        "tabs": _tabs(request.actor),
+        "refresh": params.get("refresh") == "1",
+        "model_names": CatalogModel.objects.order_by("name").values_list("name", flat=True),
+        "range_text": (_months_text(form) if name == "billing" else _range_text(form))
+        if valid
+        else "",
+        "sees_all": request.actor.can(Perm.USAGE_VIEW_ALL),
+    }
+    template = "console/analytics/page.html"
+    if request.htmx and request.htmx.target == "analytics":
+        template = "console/analytics/_body.html"
+    return render(request, template, context)
+
+
+def _range_text(form: AnalyticsForm) -> str:
+    d = form.cleaned_data
+    tz = form.tz
+    fmt = "%Y-%m-%d %H:%M"
+    per = "per hour" if d["bucket"] == "hour" else "per day"
+    return (
+        f"{d['start'].astimezone(tz).strftime(fmt)} to {d['end'].astimezone(tz).strftime(fmt)} "
+        f"({tz.key}), {per}"
+    )
+
+
+def _months_text(form: AnalyticsForm) -> str:
+    end = form.cleaned_data["end"] - timedelta(microseconds=1)
+    return f"Twelve months to {end.astimezone(form.tz).strftime('%Y-%m')} ({form.tz.key})"
+
+
+def _page_view(name: str):
+    spec = PAGES[name]
+
+    @require_GET
+    @vary_on_headers("HX-Request", "HX-Target")
+    @org_view(*spec.perms, any_of=True)
+    def view(request):
+        return _page(request, name)
+
+    view.__name__ = f"{name}_page"
+    return view
+
+
+@require_GET
+@org_view(*USAGE, *BILLING, any_of=True)
+def index(request):
+    first = _tabs(request.actor)
+    return redirect(first[0][2] if first else reverse("console:overview"))
+
+
+def _json_for_script(data) -> str:
+    """JSON safe inside ``<script type="application/json">``."""
+    raw = orjson.dumps(data).decode()
+    return raw.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _csv_cell(value) -> str:
+    text = "" if value is None else str(value)
+    # Spreadsheets run cells that start with these as formulas.
+    return "'" + text if text[:1] in ("=", "+", "-", "@") and not _is_number(text) else text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _csv_response(chart: figures.Chart, request) -> HttpResponse:
+    out = io.StringIO()
+    out.write("\ufeff")
+    writer = csv.writer(out)
+    writer.writerow(chart.columns)
+    for row in chart.rows:
+        writer.writerow([_csv_cell(v) for v in row])
+    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    slug = request.actor.organization.slug
+    response["Content-Disposition"] = f'attachment; filename="{slug}-{chart.name}-{stamp}.csv"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _chart_view(name: str):
+    spec = CHARTS[name]
+
+    @require_GET
+    @org_view(*spec.perms, any_of=True)
+    def view(request):
+        form = _form(request)
+        if not form.is_valid():
+            errors = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            return render(
+                request,
+                "console/analytics/_chart_error.html",
+                {"name": name, "errors": errors},
+                status=400,
+            )
+        chart = spec.build(Query.of(request.actor, form))
+        if request.GET.get("format") == "csv":
+            return _csv_response(chart, request)
+        params = form.params()
+        url = reverse(f"analytics:chart_{name}")
+        query = urlencode(params)
+        context = {
+            "chart": chart,
+            "kind": spec.kind,
+            "url": f"{url}?{query}" if query else url,
+            "csv_url": f"{url}?{urlencode({**params, 'format': 'csv'})}",
+            "refresh": params.get("refresh") == "1",
+            "figure_json": _json_for_script(chart.figure) if chart.figure else "",
+            "kpis": [
+                {**p, "tiles": [{**t, "json": _json_for_script(t["figure"])} for t in p["tiles"]]}
+                for p in (chart.kpis or [])
+            ],
+        }
+        return render(request, "console/analytics/_chart.html", context)
+
+    view.__name__ = f"chart_{name}"
+    return view
+
+
+PAGE_VIEWS = {name: _page_view(name) for name in PAGES}
+CHART_VIEWS = {name: _chart_view(name) for name in CHARTS}
