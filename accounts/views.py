@@ -3,9 +3,13 @@ service or selector, and renders the page (or, for htmx, just the partial)."""
 
 from __future__ import annotations
 
+import hashlib
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -26,15 +30,57 @@ from accounts.forms import (
     SubAccountForm,
     TokenForm,
 )
-from accounts.middleware import SESSION_KEY
+from accounts.middleware import SESSION_KEY, client_ip
 from accounts.models import ApiKeyStatus, Membership
 from accounts.permissions import Perm, can_view_keys
 from console.money import micro_to_decimal
 
 
+def _login_failures_key(request) -> str:
+    """One counter per e-mail address and client address (the e-mail hashed:
+    cache keys must not carry what a person typed)."""
+    email = (request.POST.get("username") or "").strip().lower()
+    digest = hashlib.sha256(f"{email}|{client_ip(request)}".encode()).hexdigest()
+    return f"login-failures:{digest}"
+
+
 class LoginView(auth_views.LoginView):
+    """Django's login, with failed attempts counted per e-mail and address:
+    after ``LOGIN_MAX_FAILURES`` within ``LOGIN_FAILURE_WINDOW_SECONDS`` the
+    form answers 429 without checking the password until the window ends."""
+
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+
+    def post(self, request, *args, **kwargs):
+        key = _login_failures_key(request)
+        if (cache.get(key) or 0) >= settings.LOGIN_MAX_FAILURES:
+            # An unbound form: the password is not even checked.
+            form = self.form_class(request, initial={"username": request.POST.get("username")})
+            minutes = max(1, round(settings.LOGIN_FAILURE_WINDOW_SECONDS / 60))
+            locked = (
+                "Too many failed sign-in attempts for this e-mail address. "
+                f"Try again in {minutes} minute{'s' if minutes != 1 else ''}."
+            )
+            context = self.get_context_data(form=form, locked=locked)
+            response = self.render_to_response(context, status=429)
+            response["Retry-After"] = str(settings.LOGIN_FAILURE_WINDOW_SECONDS)
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        key = _login_failures_key(self.request)
+        window = settings.LOGIN_FAILURE_WINDOW_SECONDS
+        cache.add(key, 0, timeout=window)  # the window starts at the first failure
+        try:
+            cache.incr(key)
+        except ValueError:  # expired in between
+            cache.set(key, 1, timeout=window)
+        return super().form_invalid(form)
+
+    def form_valid(self, form):
+        cache.delete(_login_failures_key(self.request))
+        return super().form_valid(form)
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
@@ -49,6 +95,14 @@ def _page(request, qs, per_page=50):
     return Paginator(qs, per_page).get_page(request.GET.get("page"))
 
 
+def _object_id(value) -> int | None:
+    """A posted id: a positive integer that fits the 64-bit id columns, else None."""
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    number = int(value)
+    return number if 0 < number < 2**63 else None
+
+
 def _flash_error(request, exc: DomainError) -> None:
     messages.error(request, exc.message)
 
@@ -59,13 +113,16 @@ def _flash_error(request, exc: DomainError) -> None:
 @require_POST
 @org_view()
 def organization_switch(request):
-    org_id = request.POST.get("organization")
-    if not Membership.objects.filter(
-        user=request.user, organization_id=org_id, organization__is_active=True
-    ).exists():
+    org_id = _object_id(request.POST.get("organization"))
+    if (
+        org_id is None
+        or not Membership.objects.filter(
+            user=request.user, organization_id=org_id, organization__is_active=True
+        ).exists()
+    ):
         messages.error(request, "You are not a member of that organization.")
     else:
-        request.session[SESSION_KEY] = int(org_id)
+        request.session[SESSION_KEY] = org_id
     return redirect("console:overview")
 
 
@@ -277,7 +334,7 @@ def sub_account_detail(request, sub_account_id: int):
             )
         try:
             if "members" in request.POST or request.POST.get("action") == "members":
-                ids = [int(i) for i in request.POST.getlist("members") if i.isdigit()]
+                ids = [i for i in map(_object_id, request.POST.getlist("members")) if i]
                 services.sub_account_set_members(
                     actor=actor, sub_account_id=sub.pk, membership_ids=ids
                 )

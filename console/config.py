@@ -47,6 +47,21 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below its minimum of {minimum}")
+    return value
+
+
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
@@ -105,7 +120,10 @@ def parse_database_url(url: str, *, pool: bool, pool_max_size: int) -> dict:
             "HOST": parts.hostname or "",
             "PORT": str(port or ""),
             "CONN_MAX_AGE": 0 if pool else 60,
-            "CONN_HEALTH_CHECKS": not pool,
+            # Pooled: psycopg's pool checks a connection before handing it out (so a
+            # PostgreSQL restart or failover costs no request a dead connection);
+            # unpooled: Django checks a persistent connection before reusing it.
+            "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
         }
     if scheme == "sqlite":

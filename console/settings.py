@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "accounts",
     "inference_node",
     "usage",
+    "invoicing",
+    "gateway_bridge",
 ]
 
 MIDDLEWARE = [
@@ -131,6 +133,13 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "polling_interval": 0.2,
     }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # A task taken by a worker that dies (SIGKILL, OOM, a lost machine) goes back to
+    # the queue after this many seconds (RabbitMQ does it at once when the
+    # connection drops). It must exceed the longest task (CELERY_TASK_TIME_LIMIT).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": config.env_int("CELERY_VISIBILITY_TIMEOUT_SECONDS", 900, minimum=10),
+    }
 CELERY_TASK_DEFAULT_QUEUE = config.env_str("CELERY_QUEUE", "console")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -157,6 +166,42 @@ USAGE_MAX_FUTURE_SKEW_SECONDS = config.env_int("USAGE_MAX_FUTURE_SKEW_SECONDS", 
 # How long the ingest worker trusts its cached price book, organizations and keys.
 USAGE_PRICEBOOK_TTL_SECONDS = config.env_int("USAGE_PRICEBOOK_TTL_SECONDS", 30, minimum=0)
 
+# --- invoicing ------------------------------------------------------------
+# Hours after every time zone's month has ended before beat drafts its invoices
+# (late usage events still arrive in that window).
+INVOICING_GRACE_HOURS = config.env_int("INVOICING_GRACE_HOURS", 6, minimum=0)
+# Who issues the invoices (printed on every invoice and credit note).
+INVOICING_SELLER = {
+    "name": config.env_str("INVOICING_SELLER_NAME", "Token Billing Console"),
+    "address": config.env_str("INVOICING_SELLER_ADDRESS").replace("\\n", "\n"),
+    "tax_id": config.env_str("INVOICING_SELLER_TAX_ID"),
+}
+# Largest single top-up, in currency units (a typo guard).
+INVOICING_MAX_TOP_UP = config.env_int("INVOICING_MAX_TOP_UP", 100_000, minimum=1)
+# Stripe is off unless a secret key is set; without it finance records payments by hand.
+STRIPE_SECRET_KEY = config.env_str("STRIPE_SECRET_KEY")
+STRIPE_PUBLISHABLE_KEY = config.env_str("STRIPE_PUBLISHABLE_KEY")
+STRIPE_WEBHOOK_SECRET = config.env_str("STRIPE_WEBHOOK_SECRET")
+# Point stripe-python elsewhere (localstripe in tests); empty = api.stripe.com.
+STRIPE_API_BASE = config.env_str("STRIPE_API_BASE")
+# Webhook signatures older than this are refused (Stripe's default tolerance).
+STRIPE_WEBHOOK_TOLERANCE_SECONDS = config.env_int(
+    "STRIPE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1
+)
+if PRODUCTION and STRIPE_SECRET_KEY and not STRIPE_WEBHOOK_SECRET:
+    raise ImproperlyConfigured("STRIPE_SECRET_KEY is set but STRIPE_WEBHOOK_SECRET is missing")
+CELERY_BEAT_SCHEDULE["invoicing-run-monthly"] = {
+    "task": "invoicing.run_monthly",
+    "schedule": 3600.0,
+    "options": {"expires": 3000.0},
+}
+# Card refunds, collections and top-ups left pending by a Stripe outage or a lost webhook.
+CELERY_BEAT_SCHEDULE["invoicing-retry-pending-payments"] = {
+    "task": "invoicing.retry_pending_payments",
+    "schedule": 900.0,
+    "options": {"expires": 800.0},
+}
+
 # --- inference nodes ------------------------------------------------------
 # How often beat probes every active and draining node, how long one request
 # of a probe may take, and how many probes in a row flip a node's health.
@@ -165,12 +210,65 @@ NODE_PROBE_TIMEOUT_SECONDS = config.env_int("NODE_PROBE_TIMEOUT_SECONDS", 2, min
 NODE_UNHEALTHY_AFTER = config.env_int("NODE_UNHEALTHY_AFTER", 3, minimum=1)
 NODE_HEALTHY_AFTER = config.env_int("NODE_HEALTHY_AFTER", 2, minimum=1)
 NODE_PROBE_CONCURRENCY = config.env_int("NODE_PROBE_CONCURRENCY", 50, minimum=1)
+# Whether organizations may register nodes on private, loopback or link-local
+# addresses (the gateway and the prober would call them from inside this network).
+NODE_ALLOW_PRIVATE_URLS = config.env_bool("NODE_ALLOW_PRIVATE_URLS", not PRODUCTION)
 CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
     "task": "inference_node.probe_nodes",
     "schedule": float(NODE_PROBE_INTERVAL_SECONDS),
     # A round nobody picked up in time is stale; the next one replaces it.
     "options": {"expires": float(NODE_PROBE_INTERVAL_SECONDS)},
 }
+
+# --- gateway bridge ---------------------------------------------------------
+# Requests bigger than this get 413 before they are parsed.
+GATEWAY_MAX_BODY_BYTES = config.env_int("GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Peers (IPs or CIDRs) whose X-Forwarded-For is believed; everyone else's is ignored.
+GATEWAY_TRUSTED_PROXIES = config.env_list("GATEWAY_TRUSTED_PROXIES")
+# Upstream timeouts, seconds: connect, response head, gap between stream events, whole call.
+GATEWAY_CONNECT_TIMEOUT = config.env_float("GATEWAY_CONNECT_TIMEOUT", 2.0, minimum=0.01)
+GATEWAY_FIRST_BYTE_TIMEOUT = config.env_float("GATEWAY_FIRST_BYTE_TIMEOUT", 60.0, minimum=0.01)
+GATEWAY_IDLE_TIMEOUT = config.env_float("GATEWAY_IDLE_TIMEOUT", 30.0, minimum=0.01)
+GATEWAY_TOTAL_TIMEOUT = config.env_float("GATEWAY_TOTAL_TIMEOUT", 600.0, minimum=0.01)
+# Retries before the first byte reached the client (connect errors, timeouts, 429, 5xx).
+GATEWAY_RETRIES = config.env_int("GATEWAY_RETRIES", 2, minimum=0)
+GATEWAY_RETRY_BACKOFF_SECONDS = config.env_float("GATEWAY_RETRY_BACKOFF_SECONDS", 0.05, minimum=0)
+# Output budget of a call that sets no max_tokens: it is reserved, and sent to the node.
+GATEWAY_DEFAULT_MAX_TOKENS = config.env_int("GATEWAY_DEFAULT_MAX_TOKENS", 4096, minimum=1)
+# How long a call waits for a free node slot before 503.
+GATEWAY_QUEUE_TIMEOUT = config.env_float("GATEWAY_QUEUE_TIMEOUT", 10.0, minimum=0)
+GATEWAY_QUEUE_MAX_DEPTH = config.env_int("GATEWAY_QUEUE_MAX_DEPTH", 1000, minimum=0)
+# Routing: prefix_affinity | round_robin | least_outstanding, and per-model overrides
+# as "model=policy" pairs.
+GATEWAY_ROUTING_POLICY = config.env_str("GATEWAY_ROUTING_POLICY", "prefix_affinity")
+GATEWAY_ROUTING_OVERRIDES = dict(
+    item.split("=", 1) for item in config.env_list("GATEWAY_ROUTING_OVERRIDES") if "=" in item
+)
+GATEWAY_LOAD_FACTOR = config.env_float("GATEWAY_LOAD_FACTOR", 1.25, minimum=1.0)
+GATEWAY_AFFINITY_PREFIX_CHARS = config.env_int("GATEWAY_AFFINITY_PREFIX_CHARS", 256, minimum=1)
+# Circuit breaker per node.
+GATEWAY_BREAKER_ERROR_RATE = config.env_float("GATEWAY_BREAKER_ERROR_RATE", 0.15, minimum=0)
+GATEWAY_BREAKER_MIN_CALLS = config.env_int("GATEWAY_BREAKER_MIN_CALLS", 100, minimum=1)
+GATEWAY_BREAKER_WINDOW_SECONDS = config.env_int("GATEWAY_BREAKER_WINDOW_SECONDS", 60, minimum=1)
+GATEWAY_BREAKER_OPEN_SECONDS = config.env_float("GATEWAY_BREAKER_OPEN_SECONDS", 30.0, minimum=0)
+# How long a process trusts a cached key; Redis pub/sub invalidates sooner.
+GATEWAY_KEY_CACHE_SECONDS = config.env_float(
+    "GATEWAY_KEY_CACHE_SECONDS", 60.0 if REDIS_URL else 1.0, minimum=0
+)
+# Limits store: "redis" (shared by every gateway process) or "memory" (this process).
+GATEWAY_LIMITS_STORE = config.env_str("GATEWAY_LIMITS_STORE", "redis" if REDIS_URL else "memory")
+if GATEWAY_LIMITS_STORE not in ("redis", "memory"):
+    raise ImproperlyConfigured("GATEWAY_LIMITS_STORE must be redis or memory")
+if GATEWAY_LIMITS_STORE == "redis" and not REDIS_URL:
+    raise ImproperlyConfigured("GATEWAY_LIMITS_STORE=redis needs REDIS_URL")
+# Usage events: batch size and delay, and the spool directory for broker outages.
+GATEWAY_EMIT_MAX_BATCH = config.env_int("GATEWAY_EMIT_MAX_BATCH", 500, minimum=1)
+GATEWAY_EMIT_MAX_DELAY = config.env_float("GATEWAY_EMIT_MAX_DELAY", 0.25, minimum=0.001)
+GATEWAY_SPOOL_DIR = Path(config.env_str("GATEWAY_SPOOL_DIR") or VAR_DIR / "spool")
+# Response cache entries kept in process when there is no Redis.
+GATEWAY_RESPONSE_CACHE_ENTRIES = config.env_int("GATEWAY_RESPONSE_CACHE_ENTRIES", 10_000, minimum=0)
+# When set, /metrics needs "Authorization: Bearer <token>".
+GATEWAY_METRICS_TOKEN = config.env_str("GATEWAY_METRICS_TOKEN")
 
 # --- auth -----------------------------------------------------------------
 AUTH_USER_MODEL = "accounts.User"
@@ -186,6 +284,10 @@ AUTH_PASSWORD_VALIDATORS = [
 if config.env_bool("CONSOLE_FAST_PASSWORD_HASHER", False):
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 INVITATION_TTL_HOURS = config.env_int("INVITATION_TTL_HOURS", 72, minimum=1)
+# Failed sign-ins allowed per e-mail address and client address within the window;
+# then the login form answers 429 until the window (from the first failure) ends.
+LOGIN_MAX_FAILURES = config.env_int("LOGIN_MAX_FAILURES", 5, minimum=1)
+LOGIN_FAILURE_WINDOW_SECONDS = config.env_int("LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1)
 
 # --- e-mail ---------------------------------------------------------------
 EMAIL_BACKEND = config.env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -232,12 +334,19 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two models' "status" choices; named here so `check --deploy` stays clean.
+    "ENUM_NAME_OVERRIDES": {
+        "SubAccountStatusEnum": "accounts.models.SubAccountStatus",
+        "NodeStatusEnum": "inference_node.models.NodeStatus",
+    },
 }
 
 # --- security -------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+# Pages and htmx take the token from the page (base.html), so no script needs the cookie.
+CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -249,6 +358,9 @@ if PRODUCTION:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # "__Host-": the browser keeps them only if Secure, for this host and path "/".
+    SESSION_COOKIE_NAME = "__Host-sessionid"
+    CSRF_COOKIE_NAME = "__Host-csrftoken"
 
 LOGGING = {
     "version": 1,

@@ -6,8 +6,12 @@ urlpatterns = [
     path("", include("accounts.urls")),
     path("", include("inference_node.urls")),
     path("", include("usage.urls")),
+    path("", include("console.analytics.urls")),
+    path("", include("invoicing.webhook_urls")),
+    path("", include("invoicing.urls")),
     path("api/v1/", include("accounts.api_urls")),
     path("api/v1/", include("inference_node.api_urls")),
     path("api/v1/", include("usage.api_urls")),
+    path("api/v1/", include("invoicing.api_urls")),
     path("django-admin/", admin.site.urls),
 ]

@@ -21,6 +21,9 @@ def overview(request):
         keys = api_key_list(actor=actor)
         context["active_key_count"] = keys.filter(status=ApiKeyStatus.ACTIVE).count()
         context["recent_keys"] = keys[:5]
+    # Usage today and this month, and the top models and keys: chart partials
+    # of the analytics pages, loaded by htmx so this page never waits on them.
+    context["show_usage"] = actor.can(Perm.USAGE_VIEW_ALL) or actor.can(Perm.USAGE_VIEW_OWN)
     return render(request, "console/overview.html", context)
 
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from accounts.actors import Actor
@@ -40,7 +41,9 @@ class ModelSpec:
 # --- validation -------------------------------------------------------------------------
 
 
-def clean_base_url(value) -> str:
+def clean_base_url(value, *, allow_private: bool = True) -> str:
+    """A node's base URL, normalized. ``allow_private=False`` (a tenant's node
+    when the operator says so) also refuses non-public addresses."""
     url = (value or "").strip()
     if not url:
         raise ValueError("Enter the node's base URL.")
@@ -62,7 +65,34 @@ def clean_base_url(value) -> str:
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         raise ValueError("Give the server's root without /v1; the gateway adds it.")
+    if not allow_private:
+        _refuse_internal_host(parts.hostname)
     return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def _refuse_internal_host(host: str) -> None:
+    """A tenant's node must be on the public internet (unless the operator allows
+    private addresses): otherwise the gateway and the health prober would reach,
+    on the tenant's behalf, whatever listens on this deployment's own network
+    (metadata services, Redis, the database)."""
+    import ipaddress
+    import socket
+
+    try:
+        addresses = {ipaddress.ip_address(host)}
+    except ValueError:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except OSError:
+            raise ValueError(f"The host name {host!r} does not resolve.") from None
+        addresses = {ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos}
+    for address in addresses:
+        mapped = getattr(address, "ipv4_mapped", None) or address
+        if not mapped.is_global or mapped.is_multicast:
+            raise ValueError(
+                f"{host} is a private, loopback or reserved address ({mapped}); tenant nodes "
+                "must be reachable on the public internet."
+            )
 
 
 def _clean_int(value, label: str, maximum: int) -> int:
@@ -147,7 +177,11 @@ def _clean(actor: Actor, data: dict, *, instance: Node | None = None) -> dict:
             instance=instance,
         )
     if "base_url" in data:
-        out["base_url"] = errors.run("base_url", clean_base_url, data["base_url"])
+        out["base_url"] = errors.run(
+            "base_url",
+            lambda url: clean_base_url(url, allow_private=settings.NODE_ALLOW_PRIVATE_URLS),
+            data["base_url"],
+        )
     if "token" in data:
         token = (data["token"] or "").strip()
         if len(token) > 500:

@@ -11,6 +11,7 @@ APP_TEST_MODULES = [
     "tests.accounts.test_views",
     "tests.inference_node.test_views",
     "tests.usage.test_views",
+    "tests.invoicing.test_views",
 ]
 
 

@@ -21,7 +21,7 @@ def test_postgres_url_pooled():
     assert db["HOST"] == "db.internal"
     assert db["PORT"] == "6543"
     assert db["CONN_MAX_AGE"] == 0
-    assert db["CONN_HEALTH_CHECKS"] is False
+    assert db["CONN_HEALTH_CHECKS"] is True  # the pool checks connections
     assert db["OPTIONS"] == {
         "sslmode": "require",
         "application_name": "console",

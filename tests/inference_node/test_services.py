@@ -82,6 +82,35 @@ def test_base_url_must_be_a_plain_http_url(actor, url, message):
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9001",
+        "http://10.0.0.5:8000",
+        "http://192.168.1.20",
+        "http://169.254.169.254",  # cloud metadata
+        "http://[::1]:8000",
+        "http://[::ffff:10.0.0.5]:8000",
+        "http://0.0.0.0:8000",
+        "http://localhost:8000",
+    ],
+)
+def test_private_addresses_are_refused_when_the_operator_says_so(actor, settings, url):
+    settings.NODE_ALLOW_PRIVATE_URLS = False
+    before = _counts()
+    with pytest.raises(ValidationFailed) as exc:
+        _create(actor, base_url=url)
+    assert "public internet" in exc.value.fields["base_url"][0]
+    assert _counts() == before
+
+
+def test_public_and_allowed_private_addresses_are_accepted(actor, settings):
+    settings.NODE_ALLOW_PRIVATE_URLS = False
+    assert _create(actor, base_url="http://93.184.216.34:8000", name="public").base_url
+    settings.NODE_ALLOW_PRIVATE_URLS = True  # the embedded default: a simulator on loopback
+    assert _create(actor, base_url="http://127.0.0.1:9001", name="local").base_url
+
+
+@pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("weight", 0, "between 1 and"),

@@ -187,8 +187,11 @@ class Command(BaseCommand):
                     "--port",
                     str(port),
                     "--lifespan",
-                    "off",
+                    "on",
                     "--no-access-log",
+                    # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1;
+                    # the gateway's GATEWAY_TRUSTED_PROXIES decides that.
+                    "--no-proxy-headers",
                 ],
             )
             sup.start(

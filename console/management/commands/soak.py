@@ -1,0 +1,381 @@
+"""``python manage.py soak [--minutes 5]``: the whole product under load and
+faults, then proof that nothing was lost, nothing overspent, and every
+micro-unit reconciles. Prints one JSON report; exits 1 when a check fails.
+
+Needs PostgreSQL (``DATABASE_URL``) and Redis (``REDIS_URL``) running; it
+checks both first. It starts, on loopback: a private Redis as the Celery
+broker, three simulator nodes (realistic profile), two gateway processes
+(clients alternate between them), two Celery workers and beat. Traffic comes
+in steps of concurrent clients (50, 100, 200, 400 by default), while these
+faults happen, at fixed shares of the run:
+
+    10 %  node 2 answers every call with a 500 (until 35 %): its circuit opens
+    20 %  node 3 is killed (SIGKILL); restarted at 30 %
+    40 %  the broker is stopped for 30 s (15 s in runs under 2 minutes)
+    55 %  worker 1 is killed with SIGKILL (mid-batch under this load); restarted
+    65 %  PostgreSQL is restarted (fast mode: every connection cut)
+    75 %  a key in use is revoked; both gateways are probed until they refuse it
+    85 %  a burst of 100 concurrent calls against a nearly exhausted cap
+    all   5 % of streamed calls hang up after the first event
+
+Then it waits for the pipeline to drain and checks (see console.soak.checks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, connections, transaction
+
+from console.soak import checks
+from console.soak import scenario as scenarios
+from console.soak.cluster import Cluster, local_postgres_cluster, restart_postgres
+from console.soak.traffic import Traffic
+
+PROBE_MODEL = "soak-probe-no-such-model"  # answered without a node: a fast probe
+
+
+def _db(fn, *args, **kwargs):
+    """Run ORM work in a worker thread on a fresh connection (PostgreSQL may
+    have been restarted under a cached one)."""
+
+    def run():
+        connections.close_all()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return asyncio.to_thread(run)
+
+
+class Command(BaseCommand):
+    help = "Soak the product under load and faults, then reconcile (JSON report)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--minutes", type=float, default=5.0)
+        parser.add_argument("--steps", default="50,100,200,400", help="concurrent clients")
+        parser.add_argument("--drain-timeout", type=float, default=240.0)
+        parser.add_argument(
+            "--no-postgres-restart",
+            action="store_true",
+            help="skip the PostgreSQL restart (for a database this soak may not restart)",
+        )
+        parser.add_argument("--prepaid-balance", type=int, default=None, help="micro-units")
+        parser.add_argument("--keep", action="store_true", help="keep the work directory")
+        parser.add_argument("--out", help="also write the report to this file")
+
+    def log(self, message: str) -> None:
+        elapsed = time.monotonic() - self.t_start
+        print(f"[soak {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    # --- preconditions ---------------------------------------------------------
+
+    def _check_services(self) -> tuple[str, str]:
+        if connection.vendor != "postgresql":
+            raise CommandError("the soak needs PostgreSQL: set DATABASE_URL=postgres://...")
+        if not settings.REDIS_URL:
+            raise CommandError("the soak needs Redis: set REDIS_URL=redis://...")
+        try:
+            connection.ensure_connection()
+        except Exception as exc:
+            raise CommandError(f"PostgreSQL is not reachable: {exc}") from exc
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2).ping()
+        except Exception as exc:
+            raise CommandError(f"Redis is not reachable at REDIS_URL: {exc}") from exc
+        db = settings.DATABASES["default"]
+        auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+        url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        return url, settings.REDIS_URL
+
+    # --- the run ---------------------------------------------------------------
+
+    def handle(self, *args, **opts):
+        self.t_start = time.monotonic()
+        steps = [int(s) for s in opts["steps"].split(",") if s.strip()]
+        if not steps or min(steps) < 1:
+            raise CommandError("--steps needs positive numbers, e.g. 50,100,200,400")
+        seconds = max(20.0, opts["minutes"] * 60)
+        database_url, redis_url = self._check_services()
+        call_command("migrate", verbosity=0)
+        pg = None if opts["no_postgres_restart"] else local_postgres_cluster(database_url)
+        workdir = Path(tempfile.mkdtemp(prefix="soak-"))
+        cluster = Cluster(workdir, database_url, redis_url, log=self.log)
+        report: dict = {}
+        ok = False
+        try:
+            self.log(f"starting processes (logs in {workdir})")
+            balance = opts["prepaid_balance"] or int(250 * seconds)
+            made = {}
+
+            def make_scenario():
+                made["scenario"] = scenarios.create(
+                    [cluster.node_url(i) for i in range(len(cluster.nodes))],
+                    prepaid_balance=balance,
+                )
+
+            cluster.start(before_gateways=make_scenario)
+            scenario = made["scenario"]
+            self.log(f"scenario {scenario.run}: 3 organizations, {len(scenario.keys)} keys")
+            connections.close_all()
+            report = asyncio.run(self.drive(cluster, scenario, steps, seconds, pg))
+            died = cluster.dead()
+            report["processes_died"] = died
+            self.log("waiting for the pipeline to drain")
+            results = report.pop("_results")
+            report["drain"] = checks.wait_drained(scenario, results, opts["drain_timeout"])
+            report["checks"] = {
+                "records": checks.records(scenario, results),
+                "money": checks.money(scenario),
+                "caps": checks.caps(scenario),
+                "server_errors": checks.server_errors(results),
+                "disconnects": checks.disconnects(scenario, results),
+                "burst": checks.burst(scenario, results),
+                "revocation": checks.revocation(
+                    results,
+                    "a-revoked",
+                    report["faults"].get("revoked_at"),
+                    report["faults"].get("revocation_seconds", {}),
+                ),
+            }
+            ok = all(c["ok"] for c in report["checks"].values()) and not died
+            report["ok"] = ok
+        finally:
+            self.log("stopping processes")
+            cluster.stop()
+            if ok and not opts["keep"]:
+                shutil.rmtree(workdir, ignore_errors=True)
+            else:
+                report["workdir"] = str(workdir)
+        text = json.dumps(report, indent=2, default=str)
+        self.stdout.write(text)
+        if opts["out"]:
+            Path(opts["out"]).write_text(text + "\n")
+        if not ok:
+            raise CommandError("the soak found a problem (see the report)")
+
+    async def drive(self, cluster: Cluster, scenario, steps, seconds, pg) -> dict:
+        self._cluster = cluster
+        gateways = [cluster.gateway_url(i) for i in range(len(cluster.gateways))]
+        traffic = Traffic(gateways, scenario.traffic_keys())
+        await traffic.open(connections=max(steps) + 64)
+        faults: dict = {"timeline": []}
+        try:
+            await self.warm(traffic, scenario)
+            stop = asyncio.Event()
+            active = [0]
+            clients: list[asyncio.Task] = []
+            t0 = time.time()
+            fault_task = asyncio.create_task(
+                self.faults(cluster, traffic, scenario, seconds, pg, faults, t0)
+            )
+            windows = []
+            step_seconds = seconds / len(steps)
+            for index, n in enumerate(steps, 1):
+                traffic.step = index
+                active[0] = n
+                while len(clients) < n:
+                    clients.append(asyncio.create_task(traffic.client(len(clients), active, stop)))
+                start = time.time()
+                self.log(f"step {index}: {n} clients")
+                await asyncio.sleep(step_seconds)
+                windows.append((index, n, start, time.time()))
+            stop.set()
+            await asyncio.gather(*clients)
+            await fault_task
+        finally:
+            await traffic.close()
+        return {
+            "seconds": round(seconds, 1),
+            "gateways": len(gateways),
+            "nodes": len(cluster.nodes),
+            "workers": len(cluster.workers),
+            "steps": checks.steps(traffic.results, windows),
+            "faults": faults,
+            "calls": len(traffic.results),
+            "_results": traffic.results,
+        }
+
+    async def warm(self, traffic: Traffic, scenario) -> None:
+        """One call per key on each gateway: keys cached, connections open, nodes
+        seen (and the first calls wait for the routing snapshot)."""
+        deadline = time.monotonic() + 60
+        for key in scenario.keys.values():
+            for gw in range(len(traffic.gateway_urls)):
+                while True:
+                    r = await traffic.call(key, "openai", False, gateway=gw)
+                    if r.status != 503 or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.5)
+
+    async def faults(self, cluster, traffic, scenario, seconds, pg, out, t0) -> None:
+        def at(share: float) -> float:
+            return t0 + share * seconds
+
+        async def until(when: float) -> None:
+            await asyncio.sleep(max(0.0, when - time.time()))
+
+        def note(event: str, **data) -> None:
+            out["timeline"].append({"t": round(time.time() - t0, 1), "event": event, **data})
+            self.log(event)
+
+        outage = 30.0 if seconds >= 120 else 15.0
+
+        await until(at(0.10))
+        await asyncio.to_thread(cluster.node_faults, 1, fault_500_rate=1.0)
+        note("node-2 answers 500")
+        await until(at(0.20))
+        await asyncio.to_thread(cluster.kill_node, 2)
+        note("node-3 killed (SIGKILL)")
+        await until(at(0.30))
+        await asyncio.to_thread(cluster.restart_node, 2)
+        note("node-3 restarted")
+        await until(at(0.35))
+        openings = await asyncio.to_thread(self._circuit_openings, cluster)
+        out["circuit_openings_by_gateway"] = openings
+        await asyncio.to_thread(cluster.node_faults, 1, fault_500_rate=0.0)
+        note("node-2 healthy again", circuit_openings=openings)
+
+        await until(at(0.40))
+        await asyncio.to_thread(cluster.stop_broker)
+        note(f"broker stopped for {outage:.0f} s")
+        await asyncio.sleep(min(5.0, outage / 2))
+        out["spooled_batches_during_outage"] = await asyncio.to_thread(self._spooled, cluster)
+        await asyncio.sleep(max(0.0, outage - min(5.0, outage / 2)))
+        await asyncio.to_thread(cluster.start_broker)
+        note("broker started", spooled=out["spooled_batches_during_outage"])
+
+        await until(at(0.55))
+        await asyncio.to_thread(cluster.kill_worker, 0)
+        note("worker-1 killed (SIGKILL)")
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(cluster.restart_worker, 0)
+        note("worker-1 restarted")
+
+        await until(at(0.65))
+        if pg is None:
+            out["postgres_restart"] = "skipped (not a local Debian cluster, or disabled)"
+            note("PostgreSQL restart skipped")
+        else:
+            took = await asyncio.to_thread(restart_postgres, pg)
+            out["postgres_restart_seconds"] = round(took, 2)
+            note(f"PostgreSQL restarted in {took:.1f} s")
+
+        await until(at(0.75))
+        await self.revoke(traffic, scenario, out)
+        note("key revoked", seconds=out.get("revocation_seconds"))
+
+        await until(at(0.85))
+        key = scenario.keys["c-burst"]
+        results = await traffic.burst(key, 100)
+        note(
+            "burst against a nearly exhausted cap",
+            admitted=sum(1 for r in results if r.status == 200),
+            refused=sum(1 for r in results if r.status == 429),
+        )
+
+    async def revoke(self, traffic: Traffic, scenario, out: dict) -> None:
+        """Revoke a key that is in use, then measure, per gateway process, when
+        it heard the change (its own clock, from /metrics: what the check
+        judges) and when a client first saw a refusal (an upper bound that
+        also holds the queueing of a loaded machine)."""
+        from accounts.services import api_key_revoke
+
+        key = scenario.keys["a-revoked"]
+        probe = scenarios.KeySpec(key.label, key.org, key.raw, key.key_id, model=PROBE_MODEL)
+        n = len(traffic.gateway_urls)
+        cluster = self._cluster
+        before = await asyncio.to_thread(lambda: [self._invalidation(cluster, i) for i in range(n)])
+        committed: list[float] = []
+
+        def revoke() -> None:
+            with transaction.atomic():
+                # Registered first, so it runs first after the commit: the instant
+                # the revocation is the truth, before anyone has been told.
+                transaction.on_commit(lambda: committed.append(time.time()))
+                api_key_revoke(actor=scenario.actors["a"], key_id=key.key_id)
+
+        called = time.time()
+        await _db(revoke)
+        revoked_at = committed[0]
+        out["revoked_at"] = revoked_at
+        out["revoke_commit_seconds"] = round(revoked_at - called, 3)
+
+        async def refused(gw: int) -> float | None:
+            while time.time() - revoked_at < 15:
+                r = await traffic.call(probe, "openai", False, gateway=gw)
+                if r.status == 401:
+                    return round(max(0.0, r.t1 - revoked_at), 3)
+                await asyncio.sleep(0.01)
+            return None
+
+        async def heard(gw: int) -> float | None:
+            while time.time() - revoked_at < 15:
+                count, ts = await asyncio.to_thread(self._invalidation, cluster, gw)
+                if count > before[gw][0]:
+                    return round(max(0.0, ts - revoked_at), 3)
+                await asyncio.sleep(0.05)
+            return None
+
+        seen = await asyncio.gather(*(heard(gw) for gw in range(n)))
+        first = await asyncio.gather(*(refused(gw) for gw in range(n)))
+        names = [f"gateway-{i + 1}" for i in range(n)]
+        out["revocation_seconds"] = {
+            name: (s if s is not None else 999.0) for name, s in zip(names, seen, strict=True)
+        }
+        out["first_refusal_seconds"] = dict(zip(names, first, strict=True))
+
+    @staticmethod
+    def _invalidation(cluster: Cluster, i: int) -> tuple[float, float]:
+        count = ts = 0.0
+        try:
+            text = cluster.metrics(i)
+        except OSError:
+            return count, ts
+        for line in text.splitlines():
+            if line.startswith("gateway_key_invalidations "):
+                count = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("gateway_last_key_invalidation_timestamp_seconds "):
+                ts = float(line.rsplit(" ", 1)[1])
+        return count, ts
+
+    @staticmethod
+    def _circuit_openings(cluster: Cluster) -> dict:
+        out = {}
+        for i in range(len(cluster.gateways)):
+            try:
+                text = cluster.metrics(i)
+            except OSError:
+                out[f"gateway-{i + 1}"] = None
+                continue
+            total = 0.0
+            for line in text.splitlines():
+                if line.startswith("gateway_circuit_openings"):
+                    total += float(line.rsplit(" ", 1)[1])
+            out[f"gateway-{i + 1}"] = int(total)
+        return out
+
+    @staticmethod
+    def _spooled(cluster: Cluster) -> int:
+        total = 0.0
+        for i in range(len(cluster.gateways)):
+            try:
+                text = cluster.metrics(i)
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if line.startswith("gateway_spool_batches"):
+                    total += float(line.rsplit(" ", 1)[1])
+        return int(total)

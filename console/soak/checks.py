@@ -1,0 +1,281 @@
+"""What the soak proves once the pipeline has drained. Each check returns a
+dict with ``ok`` and the numbers behind it; the report is their union."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from django.db import close_old_connections
+from django.db.models import Count, Q, Sum
+
+from console.soak.scenario import Scenario
+from console.soak.traffic import MAX_TOKENS, Result
+
+#: Answers that create no call record: the key was refused before the gateway knew
+#: whose call it was (unknown, revoked).
+UNRECORDED = {401}
+
+
+def expected_ids(results: list[Result]) -> set[str]:
+    return {r.request_id for r in results if r.request_id and r.status not in UNRECORDED}
+
+
+def _stored_ids(scenario: Scenario) -> set[str]:
+    from usage.models import CallRecord
+
+    org_ids = [o.id for o in scenario.orgs.values()]
+    return set(
+        CallRecord.objects.filter(organization_id__in=org_ids).values_list("request_id", flat=True)
+    )
+
+
+def wait_drained(scenario: Scenario, results: list[Result], timeout: float) -> dict:
+    """Poll until every answered call has its record (or ``timeout``)."""
+    want = expected_ids(results)
+    t0 = time.monotonic()
+    missing = want
+    while True:
+        close_old_connections()
+        try:
+            missing = want - _stored_ids(scenario)
+        except Exception:  # the database may still be coming back
+            missing = want
+        if not missing or time.monotonic() - t0 > timeout:
+            break
+        time.sleep(1.0)
+    return {"seconds": round(time.monotonic() - t0, 1), "missing": len(missing)}
+
+
+def records(scenario: Scenario, results: list[Result]) -> dict:
+    """Every answered call has exactly one record; no record without a call."""
+    from usage.models import CallRecord
+
+    want = expected_ids(results)
+    seen = {r.request_id for r in results if r.request_id}
+    stored = _stored_ids(scenario)
+    org_ids = [o.id for o in scenario.orgs.values()]
+    duplicates = (
+        CallRecord.objects.filter(organization_id__in=org_ids)
+        .values("request_id")
+        .annotate(n=Count("request_id"))
+        .filter(n__gt=1)
+        .count()
+    )
+    missing = sorted(want - stored)
+    unknown = sorted(stored - seen)
+    transport = sum(1 for r in results if r.status == 0)
+    return {
+        "ok": not missing and not unknown and not duplicates,
+        "answered_calls": len(want),
+        "call_records": len(stored),
+        "missing": len(missing),
+        "missing_sample": missing[:5],
+        "records_without_a_call": len(unknown),
+        "duplicates": duplicates,
+        "transport_errors": transport,
+    }
+
+
+def money(scenario: Scenario) -> dict:
+    """Per organization: sum of call costs = rollups = invoice preview = ledger debits."""
+    from invoicing.models import LedgerEntry, LedgerKind
+    from invoicing.services import invoice_preview
+    from usage.models import CallRecord, Grain, Rollup
+
+    out, ok = {}, True
+    for label, org in scenario.orgs.items():
+        calls = CallRecord.objects.filter(organization_id=org.id).aggregate(
+            cost=Sum("cost"), n=Count("request_id")
+        )
+        cost = calls["cost"] or 0
+        rollup = (
+            Rollup.objects.filter(organization_id=org.id, grain=Grain.ORG).aggregate(
+                cost=Sum("cost")
+            )["cost"]
+            or 0
+        )
+        preview = invoice_preview(organization_id=org.id).usage_amount
+        row = {
+            "calls": calls["n"],
+            "call_costs": cost,
+            "rollups": rollup,
+            "invoice_preview": preview,
+        }
+        equal = cost == rollup == preview
+        if org.billing_mode == "prepaid":
+            debits = -(
+                LedgerEntry.objects.filter(organization_id=org.id, kind=LedgerKind.USAGE).aggregate(
+                    s=Sum("amount")
+                )["s"]
+                or 0
+            )
+            row["ledger_debits"] = debits
+            equal = equal and debits == cost
+        row["equal"] = equal
+        ok = ok and equal
+        out[label] = row
+    return {"ok": ok, "organizations": out}
+
+
+def caps(scenario: Scenario) -> dict:
+    """No spend cap and no prepaid balance was exceeded."""
+    from invoicing.models import LedgerEntry
+    from usage.models import CallRecord
+
+    rows, ok = [], True
+    for key in scenario.keys.values():
+        if not key.caps:
+            continue
+        spent = CallRecord.objects.filter(api_key_id=key.key_id).aggregate(s=Sum("cost"))["s"] or 0
+        cap = min(key.caps.values())
+        rows.append({"key": key.label, "spent": spent, "cap": cap, "ok": spent <= cap})
+        ok = ok and spent <= cap
+    for label, sub in scenario.subs.items():
+        cap = sub.spend_cap_daily or sub.spend_cap_monthly or sub.spend_cap_lifetime
+        if not cap:
+            continue
+        spent = CallRecord.objects.filter(sub_account_id=sub.id).aggregate(s=Sum("cost"))["s"] or 0
+        rows.append({"sub_account": label, "spent": spent, "cap": cap, "ok": spent <= cap})
+        ok = ok and spent <= cap
+    b = scenario.orgs["b"]
+    spent = CallRecord.objects.filter(organization_id=b.id).aggregate(s=Sum("cost"))["s"] or 0
+    balance = LedgerEntry.objects.filter(organization_id=b.id).aggregate(s=Sum("amount"))["s"] or 0
+    prepaid_ok = spent <= scenario.prepaid_balance and balance >= 0
+    rows.append(
+        {
+            "prepaid": "b",
+            "opening_balance": scenario.prepaid_balance,
+            "spent": spent,
+            "closing_balance": balance,
+            "ok": prepaid_ok,
+        }
+    )
+    return {"ok": ok and prepaid_ok, "limits": rows}
+
+
+def server_errors(results: list[Result]) -> dict:
+    """No 5xx reached a client (before a stream started): three nodes, and at most
+    one was broken or dead at a time, so a healthy node always existed."""
+    bad = [r for r in results if r.status >= 500 and not r.started]
+    codes: dict[str, int] = {}
+    for r in bad:
+        codes[f"{r.status} {r.code}"] = codes.get(f"{r.status} {r.code}", 0) + 1
+    broken_streams = sum(1 for r in results if r.status == 200 and r.code)
+    samples = [
+        {"request_id": r.request_id, "t": r.t0, "gateway": r.gateway + 1, "code": r.code}
+        for r in bad[:10]
+    ]
+    return {
+        "ok": not bad,
+        "count": len(bad),
+        "by_code": codes,
+        "samples": samples,
+        "broken_streams": broken_streams,
+    }
+
+
+def disconnects(scenario: Scenario, results: list[Result]) -> dict:
+    """Hung-up streams are billed what was generated: never zero, never the budget."""
+    from usage.models import CallRecord
+
+    ids = [r.request_id for r in results if r.disconnected and r.request_id]
+    rows = CallRecord.objects.filter(request_id__in=ids)
+    zero = rows.filter(Q(cost=0) & Q(input_tokens=0) & Q(cache_read_tokens=0)).count()
+    over = rows.filter(output_tokens__gt=MAX_TOKENS).count()
+    by_status = dict(rows.values_list("status_code").annotate(n=Count("request_id")))
+    return {
+        "ok": zero == 0 and over == 0,
+        "client_hang_ups": len(ids),
+        "records_by_status": {str(k): v for k, v in by_status.items()},
+        "billed_zero": zero,
+        "billed_over_budget": over,
+    }
+
+
+def burst(scenario: Scenario, results: list[Result]) -> dict:
+    """The burst against a nearly exhausted cap: refused calls never reached a node."""
+    from usage.models import CallRecord
+
+    key = scenario.keys["c-burst"]
+    mine = [r for r in results if r.key == key.label]
+    admitted = sum(1 for r in mine if r.status == 200)
+    refused = [r for r in mine if r.status == 429]
+    refused_at_node = CallRecord.objects.filter(
+        request_id__in=[r.request_id for r in refused], node_id__isnull=False
+    ).count()
+    spent = CallRecord.objects.filter(api_key_id=key.key_id).aggregate(s=Sum("cost"))["s"] or 0
+    cap = key.caps["spend_cap_lifetime"]
+    return {
+        "ok": spent <= cap and refused_at_node == 0 and len(mine) > 0,
+        "calls": len(mine),
+        "admitted": admitted,
+        "refused": len(refused),
+        "refused_that_reached_a_node": refused_at_node,
+        "spent": spent,
+        "cap": cap,
+    }
+
+
+def revocation(results: list[Result], revoked_key: str, revoked_at: float | None, probe: dict):
+    """The revoked key stopped within one second in both gateway processes."""
+    if revoked_at is None:
+        return {"ok": False, "error": "the key was never revoked"}
+    late = [
+        r for r in results if r.key == revoked_key and r.status == 200 and r.t0 > revoked_at + 1.0
+    ]
+    slowest = max(probe.values()) if probe else None
+    return {
+        "ok": not late and slowest is not None and slowest <= 1.0,
+        "seconds_to_refuse_by_gateway": probe,
+        "served_later_than_1s": len(late),
+    }
+
+
+def _q(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def steps(results: list[Result], windows: list[tuple[int, int, float, float]]) -> list[dict]:
+    """Per step: requests/s, p50/p99 latency of successful calls, error rate."""
+    out = []
+    for step, clients, start, end in windows:
+        mine = [r for r in results if r.step == step and start <= r.t1 <= end]
+        ok = [r.latency * 1000 for r in mine if r.status == 200]
+        ttft = [r.ttft * 1000 for r in mine if r.status == 200 and r.stream and r.ttft]
+        errors = sum(1 for r in mine if r.status != 200)
+        seconds = max(end - start, 1e-9)
+        out.append(
+            {
+                "clients": clients,
+                "seconds": round(seconds, 1),
+                "requests": len(mine),
+                "requests_per_second": round(len(mine) / seconds, 1),
+                "p50_ms": _round(_q(ok, 0.50)),
+                "p99_ms": _round(_q(ok, 0.99)),
+                "ttft_p50_ms": _round(_q(ttft, 0.50)),
+                "error_rate": round(errors / len(mine), 4) if mine else None,
+                "errors_by_status": _by_status(mine),
+            }
+        )
+    return out
+
+
+def _by_status(results: list[Result]) -> dict:
+    counts: dict[str, int] = {}
+    for r in results:
+        if r.status != 200:
+            name = f"{r.status} {r.code}".strip()
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
