@@ -20,6 +20,18 @@ def _test_settings(settings):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Django's cache outlives a test (and, in Redis, the whole run): a login
+    failure counted or a probe lock taken by one test must not reach the next
+    test, nor the next run that reuses the same factory e-mail addresses."""
+    from tests.services import clear_cache
+
+    clear_cache()
+    yield
+    clear_cache()
+
+
+@pytest.fixture(autouse=True)
 def invitation_email_delay():
     """No broker in unit tests: the Celery ``delay`` is a mock."""
     with mock.patch("accounts.tasks.send_invitation_email.delay") as delay:

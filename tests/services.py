@@ -23,6 +23,27 @@ def require_chromium() -> None:
     require(os.path.exists(CHROMIUM), f"{CHROMIUM} is not installed (apt-get install chromium)")
 
 
+def clear_cache() -> None:
+    """Empty Django's default cache. In Redis only the cache's own keys go:
+    the same database may hold the Celery broker's queues and bindings."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    if not settings.CACHES["default"]["BACKEND"].endswith("RedisCache"):
+        cache.clear()
+        return
+    import redis
+
+    prefix = settings.CACHES["default"].get("KEY_PREFIX", "")
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        names = list(client.scan_iter(f"{prefix}:*", count=1000))
+        if names:
+            client.delete(*names)
+    finally:
+        client.close()
+
+
 def database_url_for_children() -> str:
     """The test database as a DATABASE_URL, for worker processes a test starts."""
     from django.conf import settings

@@ -241,10 +241,8 @@ def test_security_headers_on_every_answer(client, db, settings):
 def login_user(db, settings):
     settings.LOGIN_MAX_FAILURES = 3
     settings.LOGIN_FAILURE_WINDOW_SECONDS = 600
-    cache.clear()
     membership = MembershipFactory(organization=OrganizationFactory(), role=Role.OWNER)
-    yield membership.user
-    cache.clear()
+    return membership.user
 
 
 def _login(client, email, password, ip="198.51.100.7"):
