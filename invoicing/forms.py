@@ -425,6 +425,20 @@ class TopUpForm(forms.Form):
         return minor
 
 
+class CardTopUpForm(TopUpForm):
+    """A top-up charged to the card on file. ``request_key`` is a one-time
+    token rendered with the form, so a double submit charges once."""
+
+    request_key = forms.CharField(max_length=64, required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            import secrets
+
+            self.initial["request_key"] = secrets.token_urlsafe(24)
+
+
 class ManualTopUpForm(TopUpForm):
     """A top-up paid by bank transfer, recorded by finance once the money is in."""
 

@@ -199,3 +199,25 @@ def finalize_blocker(invoice, now=None) -> str | None:
     from invoicing.services.invoices import finalize_blocker as rule
 
     return rule(invoice, now)
+
+
+def card_on_file(*, actor):
+    """The card invoices and top-ups of the actor's organization would be
+    charged to (a ``stripe_adapter.Card``: brand, last 4, expiry), or None.
+    Asked of Stripe, which is the authority (a card removed in Stripe's
+    dashboard is gone here too); no Stripe customer yet means no card, and no
+    call. Raises ``StripeError`` when Stripe cannot answer."""
+    from invoicing import stripe_adapter
+
+    require_billing_view(actor)
+    if not stripe_adapter.enabled():
+        return None
+    customer = (
+        BillingProfile.objects.filter(organization_id=actor.organization_id)
+        .values_list("stripe_customer_id", flat=True)
+        .first()
+    )
+    if not customer:
+        return None
+    method = stripe_adapter.customer_default_payment_method(customer_id=customer)
+    return stripe_adapter.payment_method_retrieve(method) if method else None

@@ -234,10 +234,14 @@ def payment_intent_create(
     metadata: dict[str, str],
     payment_method: str | None = None,
     off_session: bool = False,
+    confirm: bool = False,
 ) -> Intent:
     """A PaymentIntent. With ``off_session`` it is confirmed at once against
-    ``payment_method`` (charging a card on file, nobody present); without,
-    the page confirms it with the client secret (a top-up)."""
+    ``payment_method`` (charging a card on file, nobody present); with
+    ``confirm`` it is confirmed at once with the cardholder present (a top-up
+    from the console: Stripe may answer ``requires_action``, and the page
+    finishes 3-D Secure with the client secret); with neither, the page
+    confirms it with the client secret."""
     if type(amount_minor) is not int or amount_minor <= 0:
         raise ValueError("amount_minor must be a positive int")
     params: dict = {
@@ -251,6 +255,9 @@ def payment_intent_create(
     if off_session:
         params["confirm"] = True
         params["off_session"] = True
+    elif confirm:
+        params["confirm"] = True
+        params["payment_method_types"] = ["card"]  # no redirect methods: no return_url
     return Intent.from_stripe(
         _call(
             client().v1.payment_intents.create,
@@ -329,3 +336,116 @@ def refund_find(*, payment_intent_id: str, metadata_key: str, value: str) -> Ref
 def charge_payment_intent(charge_id: str) -> str:
     """The PaymentIntent a charge belongs to ('' if none)."""
     return _id(_call(client().v1.charges.retrieve, charge_id).get("payment_intent"))
+
+
+# --- cards on file: SetupIntents and payment methods ---------------------------
+
+
+@dataclass(frozen=True)
+class SetupIntent:
+    id: str
+    status: str
+    customer: str = ""
+    payment_method: str = ""
+    usage: str = ""
+    client_secret: str = ""
+    metadata: dict = field(default_factory=dict)
+    failure_message: str = ""
+
+    @classmethod
+    def from_stripe(cls, data: dict) -> SetupIntent:
+        error = data.get("last_setup_error") or {}
+        return cls(
+            id=data["id"],
+            status=data.get("status") or "",
+            customer=_id(data.get("customer")),
+            payment_method=_id(data.get("payment_method")),
+            usage=data.get("usage") or "",
+            client_secret=data.get("client_secret") or "",
+            metadata=dict(data.get("metadata") or {}),
+            failure_message=(error.get("message") or error.get("code") or "")[:255],
+        )
+
+
+@dataclass(frozen=True)
+class Card:
+    """A card payment method: what a page may show of it, and whose it is."""
+
+    id: str
+    brand: str = ""
+    last4: str = ""
+    exp_month: int = 0
+    exp_year: int = 0
+    customer: str = ""
+
+    @classmethod
+    def from_stripe(cls, data: dict) -> Card:
+        card = data.get("card") or {}
+        return cls(
+            id=data["id"],
+            brand=(card.get("brand") or "").lower(),
+            last4=card.get("last4") or "",
+            exp_month=int(card.get("exp_month") or 0),
+            exp_year=int(card.get("exp_year") or 0),
+            customer=_id(data.get("customer")),
+        )
+
+
+def setup_intent_create(
+    *, customer_id: str, idempotency_key: str, metadata: dict[str, str]
+) -> SetupIntent:
+    """A SetupIntent that saves a card for later off-session charges; the
+    page confirms it with its client secret (``stripe.confirmCardSetup``)."""
+    return SetupIntent.from_stripe(
+        _call(
+            client().v1.setup_intents.create,
+            params={
+                "customer": customer_id,
+                "usage": "off_session",
+                "payment_method_types": ["card"],
+                "metadata": {k: str(v) for k, v in metadata.items()},
+            },
+            options={"idempotency_key": idempotency_key},
+        )
+    )
+
+
+def setup_intent_retrieve(setup_intent_id: str) -> SetupIntent:
+    return SetupIntent.from_stripe(_call(client().v1.setup_intents.retrieve, setup_intent_id))
+
+
+def payment_method_retrieve(payment_method_id: str) -> Card:
+    return Card.from_stripe(_call(client().v1.payment_methods.retrieve, payment_method_id))
+
+
+def payment_method_attach(
+    *, payment_method_id: str, customer_id: str, idempotency_key: str
+) -> Card:
+    """Attach a card to the customer (a confirmed SetupIntent with a customer
+    attaches it already; then this is skipped by the caller)."""
+    return Card.from_stripe(
+        _call(
+            client().v1.payment_methods.attach,
+            payment_method_id,
+            params={"customer": customer_id},
+            options={"idempotency_key": idempotency_key},
+        )
+    )
+
+
+def payment_method_detach(payment_method_id: str) -> Card:
+    return Card.from_stripe(_call(client().v1.payment_methods.detach, payment_method_id))
+
+
+def customer_default_payment_method_set(
+    *, customer_id: str, payment_method_id: str, idempotency_key: str | None = None
+) -> None:
+    """Make ``payment_method_id`` the card invoices and top-ups charge
+    (``invoice_settings.default_payment_method``); ``""`` clears it."""
+    options = {"idempotency_key": idempotency_key} if idempotency_key else {}
+    _call(
+        client().v1.customers.update,
+        customer_id,
+        params={"invoice_settings": {"default_payment_method": payment_method_id}},
+        options=options,
+    )

@@ -25,6 +25,7 @@ urlpatterns = [
     path(
         "billing/invoices/<int:invoice_id>/payment/", views.invoice_payment, name="invoice_payment"
     ),
+    path("billing/invoices/<int:invoice_id>/pay/", views.invoice_pay, name="invoice_pay"),
     path("billing/invoices/<int:invoice_id>/print/", views.invoice_print, name="invoice_print"),
     path("billing/invoices/<int:invoice_id>/pdf", views.invoice_pdf, name="invoice_pdf"),
     path(
@@ -46,6 +47,7 @@ urlpatterns = [
     path("billing/balance/adjust/", views.balance_adjust, name="balance_adjust"),
     path("billing/settings/", views.billing_settings, name="billing_settings"),
     path("billing/top-up/", views.topup, name="topup"),
+    path("billing/payment-method/", views.payment_method, name="payment_method"),
     *[
         path(
             f"billing/exports/{export.name}.csv",

@@ -1,6 +1,7 @@
 """The finance console: invoices (with the running month's preview), their
-actions, printable pages and PDFs, credit notes, the prepaid balance and
-its ledger, top-ups and the CSV exports.
+actions (paying one now with the card on file among them), printable pages
+and PDFs, credit notes, the prepaid balance and its ledger, top-ups, the
+card on file and the CSV exports.
 
 Every page needs ``Perm.BILLING_VIEW`` and every action
 ``Perm.BILLING_MANAGE`` (finance, owners, admins); everything is read
@@ -16,6 +17,8 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.decorators import apply_errors, org_view
@@ -25,6 +28,7 @@ from invoicing import exports, selectors, services
 from invoicing.forms import (
     AdjustmentForm,
     BillingProfileForm,
+    CardTopUpForm,
     CreditNoteForm,
     DraftForm,
     IncidentCreditForm,
@@ -32,7 +36,6 @@ from invoicing.forms import (
     PaymentForm,
     PeriodStatusForm,
     ReasonForm,
-    TopUpForm,
 )
 from invoicing.models import InvoiceStatus, PaymentKind
 from invoicing.money import from_minor
@@ -153,6 +156,10 @@ def _detail_context(request, invoice):
         in (InvoiceStatus.FINALIZED, InvoiceStatus.PAID, InvoiceStatus.UNCOLLECTIBLE),
         "remaining": invoice.total - invoice.credited,
         "finalize_blocker": selectors.finalize_blocker(invoice),
+        "pay_now": actor.can(MANAGE)
+        and invoice.status == InvoiceStatus.FINALIZED
+        and invoice.amount_due_minor > 0
+        and _stripe_enabled(),
     }
     return context
 
@@ -161,7 +168,60 @@ def _detail_context(request, invoice):
 @org_view(VIEW)
 def invoice_detail(request, invoice_id: int):
     invoice = _invoice(request, invoice_id)
-    return render(request, "invoicing/invoice_detail.html", _detail_context(request, invoice))
+    context = _detail_context(request, invoice)
+    if request.GET.get("authenticate") and context["pay_now"]:
+        # "Pay now" met 3-D Secure: the page finishes it with Stripe.js.
+        try:
+            secret = services.invoice_payment_client_secret(
+                actor=request.actor, invoice_id=invoice.pk
+            )
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            secret = ""
+        if secret:
+            context.update(_stripe_js_context(), client_secret=secret)
+    return render(request, "invoicing/invoice_detail.html", context)
+
+
+PAY_NOW_MESSAGES = {
+    "not_open": "This invoice is not open any more; nothing was charged.",
+    "nothing_due": "Nothing is due on this invoice; nothing was charged.",
+    "already_succeeded": "This invoice is paid already; nothing was charged again.",
+    "processing": "The card payment is processing; the invoice is paid once Stripe confirms it.",
+}
+
+
+@require_POST
+@org_view(MANAGE)
+def invoice_pay(request, invoice_id: int):
+    """ "Pay now with the card on file": the invoice's collection, run now.
+    A second press finds the invoice paid (or its pending payment): one charge."""
+    invoice = _invoice(request, invoice_id)
+    try:
+        outcome = services.invoice_pay_now(actor=request.actor, invoice_id=invoice.pk)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return _detail(invoice)
+    if outcome == "succeeded":
+        messages.success(request, "Paid with the card on file.")
+    elif outcome == "no_payment_method":
+        messages.error(
+            request,
+            format_html(
+                'No card on file: <a href="{}">add a card</a>, or pay by bank transfer.',
+                reverse("invoicing:payment_method"),
+            ),
+        )
+    elif outcome == "failed":
+        payment = selectors.payment_list(actor=request.actor, invoice_id=invoice.pk).first()
+        reason = payment.failure_message if payment is not None else ""
+        messages.error(request, f"The card was not charged: {reason or 'declined'}")
+    elif outcome == "requires_action":
+        messages.info(request, "The bank asks the cardholder to confirm this payment.")
+        return redirect(reverse("invoicing:invoice_detail", args=[invoice.pk]) + "?authenticate=1")
+    else:
+        messages.info(request, PAY_NOW_MESSAGES.get(outcome, f"Card payment: {outcome}."))
+    return _detail(invoice)
 
 
 def _button(request, invoice, action, success: str):
@@ -457,19 +517,49 @@ def _stripe_enabled() -> bool:
     return stripe_adapter.enabled()
 
 
+def _stripe_js_context() -> dict:
+    """What a page that runs Stripe.js needs: its URL and our publishable key."""
+    from django.conf import settings
+
+    return {
+        "stripe_js_url": settings.STRIPE_JS_URL,
+        "publishable_key": settings.STRIPE_PUBLISHABLE_KEY,
+    }
+
+
+def _card_on_file(actor):
+    """(card, error message): the card on file, or why Stripe could not say."""
+    from invoicing.stripe_adapter import StripeError
+
+    try:
+        return selectors.card_on_file(actor=actor), ""
+    except StripeError as exc:
+        return None, f"The card on file cannot be shown just now: {exc.message}"
+
+
+def _fresh_key(form):
+    """A bound form rendered again gets a new one-time token (the one it
+    carried may name a payment already)."""
+    import secrets
+
+    form.data = form.data.copy()
+    form.data["request_key"] = secrets.token_urlsafe(24)
+    return form
+
+
 @org_view(VIEW)
 def topup(request):
-    """Card top-ups through Stripe when it is on; a bank transfer received is
-    recorded by finance by hand (credited at once). Never a fake payment:
-    a card top-up stays pending until Stripe says it succeeded."""
+    """Card top-ups charge the card on file (Stripe on); a bank transfer
+    received is recorded by finance by hand (credited at once). Never a fake
+    payment: a card top-up stays pending until Stripe says it succeeded."""
     actor = request.actor
     if request.method == "GET" and "payment" in request.GET:
         return _topup_status(request)
     currency = actor.organization.currency
     stripe_on = _stripe_enabled()
-    form = TopUpForm(currency=currency)
+    form = CardTopUpForm(currency=currency)
     manual_form = ManualTopUpForm(currency=currency, prefix="manual")
-    payment = client_secret = None
+    payment = None
     if request.method == "POST":
         if not actor.can(MANAGE):
             return render(
@@ -484,19 +574,20 @@ def topup(request):
             messages.error(request, "Card top-ups are off; record a bank transfer instead.")
             return redirect("invoicing:topup")
         else:
-            form = TopUpForm(request.POST, currency=currency)
-            payment = _topup_card(request, form)
-            if payment is not None:
-                client_secret = getattr(payment, "client_secret", None)
+            posted = CardTopUpForm(request.POST, currency=currency)
+            payment = _topup_card(request, posted)
+            if payment is None:
+                form = _fresh_key(posted)
+            else:
                 _with_micro(payment, "amount_minor")
-                form = TopUpForm(currency=currency)
+    card, card_error = _card_on_file(actor) if stripe_on and actor.can(MANAGE) else (None, "")
     context = {
         "form": form,
         "manual_form": manual_form,
         "stripe_on": stripe_on,
         "payment": payment,
-        "client_secret": client_secret,
-        "publishable_key": _publishable_key() if stripe_on else "",
+        "card": card,
+        "card_error": card_error,
         "balance": selectors.balance_get(actor=actor),
         "recent": [
             _with_micro(p, "amount_minor")
@@ -505,6 +596,8 @@ def topup(request):
         "may_manage": actor.can(MANAGE),
         "prepaid": actor.organization.billing_mode == "prepaid",
     }
+    if payment is not None and getattr(payment, "requires_action", False):
+        context.update(_stripe_js_context(), client_secret=payment.client_secret)
     return render(request, "invoicing/topup.html", context)
 
 
@@ -521,23 +614,36 @@ def _topup_status(request):
     )
     if payment is None:
         raise Http404("No such top-up in this organization.")
-    return render(request, "invoicing/_topup_status.html", {"payment": payment})
+    context = {"payment": payment}
+    if request.htmx:  # the page's balance follows the poll
+        context["oob_balance"] = selectors.balance_get(actor=request.actor)
+    return render(request, "invoicing/_topup_status.html", context)
 
 
 def _topup_card(request, form):
-    """A pending card top-up (``topup_create``), or None with the form's errors."""
+    """A card top-up charged to the card on file (``topup_charge_card``), or
+    None with the form's errors."""
+    from invoicing.stripe_adapter import StripeUnavailable
+
     if not form.is_valid():
         return None
     try:
-        from invoicing.services.payments import topup_create
-    except ImportError:
-        form.add_error(None, "Card top-ups are not available on this installation yet.")
+        payment = services.topup_charge_card(
+            actor=request.actor,
+            amount_minor=form.cleaned_data["amount"],
+            request_key=form.cleaned_data.get("request_key") or "",
+        )
+    except StripeUnavailable as exc:
+        form.add_error(None, f"{exc.message} Nothing was charged; try again in a moment.")
         return None
-    try:
-        return topup_create(actor=request.actor, amount_minor=form.cleaned_data["amount"])
     except DomainError as exc:
         apply_errors(form, exc)
         return None
+    if getattr(payment, "duplicate", False):
+        messages.info(request, "This top-up was submitted already; it was charged once.")
+    elif payment.status == "failed":
+        messages.error(request, f"The card was not charged: {payment.failure_message}")
+    return payment
 
 
 def _topup_manual(request, form):
@@ -562,10 +668,74 @@ def _topup_manual(request, form):
     return redirect("invoicing:topup")
 
 
-def _publishable_key() -> str:
-    from django.conf import settings
+# --- the card on file --------------------------------------------------------------------------
 
-    return settings.STRIPE_PUBLISHABLE_KEY
+
+@org_view(VIEW)
+def payment_method(request):
+    """The card on file (brand, last 4, expiry). Billing managers add one
+    (a SetupIntent confirmed on the page by Stripe.js, then checked here
+    with Stripe), replace it or remove it."""
+    actor = request.actor
+    stripe_on = _stripe_enabled()
+    setup = None
+    if request.method == "POST":
+        if not actor.can(MANAGE):
+            return render(
+                request, "403.html", {"reason": "Your role cannot change the card."}, status=403
+            )
+        if not stripe_on:
+            messages.error(request, "Card payments are not set up; pay by bank transfer.")
+            return redirect("invoicing:payment_method")
+        action = request.POST.get("action")
+        try:
+            if action == "start":
+                setup = services.card_setup_start(actor=actor)
+            elif action == "confirm":
+                return _card_confirmed(request)
+            elif action == "remove":
+                removed = services.card_remove(actor=actor)
+                messages.success(
+                    request, "Card removed." if removed else "There was no card on file."
+                )
+                return redirect("invoicing:payment_method")
+            else:
+                messages.error(request, "Unknown action.")
+                return redirect("invoicing:payment_method")
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            return redirect("invoicing:payment_method")
+    card, card_error = _card_on_file(actor) if stripe_on else (None, "")
+    context = {
+        "stripe_on": stripe_on,
+        "card": card,
+        "card_error": card_error,
+        "setup": setup,
+        "may_manage": actor.can(MANAGE),
+    }
+    if setup is not None:
+        context.update(_stripe_js_context(), client_secret=setup.client_secret)
+    return render(request, "invoicing/payment_method.html", context)
+
+
+def _card_confirmed(request):
+    """The page's Stripe.js confirmed a SetupIntent: Stripe is asked, not the page."""
+    try:
+        outcome = services.card_setup_complete(
+            actor=request.actor, setup_intent_id=request.POST.get("setup_intent", "")
+        )
+    except NotFound:
+        raise Http404("No such card setup in this organization.") from None
+    except DomainError as exc:
+        messages.error(request, f"The card was not saved: {exc.message}")
+        return redirect("invoicing:payment_method")
+    if outcome in ("succeeded", "already_succeeded"):
+        messages.success(request, "Card saved: invoices and top-ups are charged to it.")
+    elif outcome == "superseded":
+        messages.info(request, "A card saved since is the one on file.")
+    else:
+        messages.info(request, f"The card is not confirmed yet (Stripe says {outcome}).")
+    return redirect("invoicing:payment_method")
 
 
 # --- CSV exports -------------------------------------------------------------------------------

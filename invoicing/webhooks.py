@@ -7,8 +7,9 @@
 2. The event id is stored (``StripeEvent``, unique) in the same transaction
    as its effect, so a replay finds it and changes nothing (200), and a
    handler that crashes stores nothing (500: Stripe sends it again).
-3. One handler per type, each a call into ``invoicing.services.payments``,
-   which checks the object against our own rows before anything moves.
+3. One handler per type, each a call into ``invoicing.services.payments``
+   (``.cards`` for ``setup_intent.*``: a card saved on file), which checks
+   the object against our own rows before anything moves.
    Other types, and objects that are not ours, are acknowledged (200) and
    change nothing.
 """
@@ -26,8 +27,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from invoicing.models import StripeEvent
-from invoicing.services import payments
-from invoicing.stripe_adapter import Intent, Refund
+from invoicing.services import cards, payments
+from invoicing.stripe_adapter import Intent, Refund, SetupIntent
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,10 @@ def _error(status: int, code: str, message: str) -> JsonResponse:
 
 def _payment_intent(obj: dict) -> str:
     return payments.payment_intent_apply(intent=Intent.from_stripe(obj))
+
+
+def _setup_intent(obj: dict) -> str:
+    return cards.card_setup_apply(setup_intent=SetupIntent.from_stripe(obj))
 
 
 def _refund(obj: dict) -> str:
@@ -81,6 +86,8 @@ HANDLERS = {
     "refund.updated": _refund,
     "refund.failed": _refund,
     "charge.dispute.created": _dispute,
+    "setup_intent.succeeded": _setup_intent,
+    "setup_intent.setup_failed": _setup_intent,
 }
 
 

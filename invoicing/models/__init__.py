@@ -3,6 +3,7 @@ credit notes, payments and Stripe events. Money is integer micro-units of the
 organization's currency throughout; only the ``*_minor`` columns hold the
 currency's minor unit (cents), converted once (see ``invoicing.money``)."""
 
+from invoicing.models.cards import CardSetup, CardSetupStatus
 from invoicing.models.invoices import (
     CreditNote,
     CreditNoteEffect,
@@ -26,6 +27,8 @@ from invoicing.models.ledger import BillingProfile, LedgerEntry, LedgerKind
 
 __all__ = [
     "BillingProfile",
+    "CardSetup",
+    "CardSetupStatus",
     "CreditNote",
     "CreditNoteEffect",
     "CreditNoteLine",

@@ -235,6 +235,10 @@ class Payment(models.Model):
     stripe_refund_id = models.CharField(max_length=64, blank=True)
     failure_message = models.CharField(max_length=255, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # The console form's one-time token for a card top-up: a second submit
+    # of the same form (a double click) finds this payment instead of
+    # charging the card again.
+    request_key = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -244,6 +248,13 @@ class Payment(models.Model):
     class Meta:
         ordering = ("-created_at", "-id")
         indexes = [models.Index(fields=["organization", "-created_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "request_key"],
+                condition=~Q(request_key=""),
+                name="invoicing_payment_request_key_unique",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.amount_minor} {self.currency} ({self.status})"

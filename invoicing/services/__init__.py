@@ -2,6 +2,15 @@
 runs in one transaction. Other apps import from here."""
 
 from invoicing.services.billing_profile import billing_profile_update
+from invoicing.services.cards import (
+    card_remove,
+    card_setup_apply,
+    card_setup_complete,
+    card_setup_start,
+    invoice_pay_now,
+    invoice_payment_client_secret,
+    topup_charge_card,
+)
 from invoicing.services.credit_notes import credit_note_create, credit_note_for_incident
 from invoicing.services.invoices import (
     invoice_draft,
@@ -34,6 +43,10 @@ from invoicing.services.payments import (
 
 __all__ = [
     "billing_profile_update",
+    "card_remove",
+    "card_setup_apply",
+    "card_setup_complete",
+    "card_setup_start",
     "credit_note_create",
     "credit_note_for_incident",
     "dispute_apply",
@@ -42,6 +55,8 @@ __all__ = [
     "invoice_finalize",
     "invoice_mark_paid",
     "invoice_mark_uncollectible",
+    "invoice_pay_now",
+    "invoice_payment_client_secret",
     "invoice_preview",
     "invoice_refresh",
     "invoice_run_month",
@@ -55,6 +70,7 @@ __all__ = [
     "prepaid_adjust",
     "refund_apply",
     "refund_execute",
+    "topup_charge_card",
     "topup_client_secret",
     "topup_create",
     "topup_record_manual",

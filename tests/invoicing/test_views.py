@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -39,6 +40,7 @@ CONSOLE_OBJECT_ROUTES = {
     "invoicing:invoice_void": lambda o: [o.invoice.pk],
     "invoicing:invoice_uncollectible": lambda o: [o.invoice.pk],
     "invoicing:invoice_payment": lambda o: [o.invoice.pk],
+    "invoicing:invoice_pay": lambda o: [o.invoice.pk],
     "invoicing:invoice_print": lambda o: [o.invoice.pk],
     "invoicing:invoice_pdf": lambda o: [o.invoice.pk],
     "invoicing:credit_note_create": lambda o: [o.invoice.pk],
@@ -63,6 +65,7 @@ PAGES = [
     "invoicing:invoice_list",
     "invoicing:balance",
     "invoicing:topup",
+    "invoicing:payment_method",
     "invoicing:export_invoices",
     "invoicing:export_invoice_lines",
     "invoicing:export_credit_notes",
@@ -557,43 +560,81 @@ def test_topup_without_stripe_says_finance_records_it(client, members, settings)
     assert not Payment.objects.exists() and not LedgerEntry.objects.exists()
 
 
+VISA = SimpleNamespace(id="pm_1", brand="visa", last4="4242", exp_month=12, exp_year=2034)
+
+
 def test_topup_with_stripe_creates_a_pending_payment(client, members, org, settings):
     settings.STRIPE_SECRET_KEY = "sk_test_x"
     c = as_member(client, members[Role.FINANCE])
-    assert 'id="topup-form"' in html(c.get("/billing/top-up/"))
     created = []
 
-    def fake_topup_create(*, actor, amount_minor):
+    def fake_topup_charge_card(*, actor, amount_minor, request_key):
         payment = Payment.objects.create(
             organization_id=actor.organization_id, kind="top_up", method="stripe",
             currency="USD", amount_minor=amount_minor, stripe_payment_intent_id="pi_1",
+            request_key=request_key,
         )  # fmt: skip
         payment.client_secret = "pi_1_secret_abc"
+        payment.requires_action = True
         created.append(amount_minor)
         return payment
 
-    module = mock.MagicMock(topup_create=fake_topup_create)
-    with mock.patch.dict("sys.modules", {"invoicing.services.payments": module}):
+    with (
+        mock.patch("invoicing.selectors.card_on_file", return_value=VISA),
+        mock.patch("invoicing.services.topup_charge_card", fake_topup_charge_card),
+    ):
+        page = html(c.get("/billing/top-up/"))
+        assert 'id="topup-form"' in page and "Visa •••• 4242" in page
+        key = re.search(r'name="request_key" value="([^"]+)"', page).group(1)
         bad = c.post("/billing/top-up/", {"action": "card", "amount": "12.345"})
         assert bad.status_code == 200 and "at most 2 decimal places" in html(bad)
         big = c.post("/billing/top-up/", {"action": "card", "amount": "100000.01"})
         assert big.status_code == 200 and "at most 100,000 USD" in html(big)
-        response = c.post("/billing/top-up/", {"action": "card", "amount": "50"})
+        response = c.post("/billing/top-up/", {"action": "card", "amount": "50", "request_key": key})
     page = html(response)
     assert response.status_code == 200 and created == [5000]
+    assert Payment.objects.get().request_key == key
     assert 'id="topup-status"' in page and "Pending" in page
     assert "balance rises when the payment succeeds" in page
-    assert "pi_1_secret_abc" in page
+    # 3-D Secure: the page gets the client secret and Stripe.js (from the setting) to finish it.
+    assert 'data-client-secret="pi_1_secret_abc"' in page and "data-confirm-payment" in page
+    assert f'<script src="{settings.STRIPE_JS_URL}">' in page
     assert prepaid_balance(org.pk) == 0  # nothing until Stripe says it succeeded
     # The page polls the payment's status while it is pending.
     payment = Payment.objects.get()
     assert f'hx-get="/billing/top-up/?payment={payment.pk}"' in page
     poll = html(c.get("/billing/top-up/", {"payment": payment.pk}, HTTP_HX_REQUEST="true"))
     assert "Pending" in poll and 'hx-trigger="every 3s"' in poll
+    assert 'id="balance" hx-swap-oob="true"' in poll  # the balance follows the poll
     Payment.objects.filter(pk=payment.pk).update(status=PaymentStatus.SUCCEEDED)
     poll = html(c.get("/billing/top-up/", {"payment": payment.pk}))
     assert "Succeeded" in poll and "hx-trigger" not in poll
     assert c.get("/billing/top-up/", {"payment": "x"}).status_code == 404
+
+
+def test_topup_without_a_card_on_file_links_to_the_payment_method_page(
+    client, members, settings
+):
+    settings.STRIPE_SECRET_KEY = "sk_test_x"
+    c = as_member(client, members[Role.FINANCE])
+    with mock.patch("invoicing.selectors.card_on_file", return_value=None):
+        page = html(c.get("/billing/top-up/"))
+    assert 'id="topup-form"' not in page and 'id="topup-no-card"' in page
+    assert 'href="/billing/payment-method/"' in page and "add a card" in page
+    assert "js.stripe.com" not in page  # Stripe.js only where a card is entered or confirmed
+
+
+def test_topup_page_survives_stripe_being_down(client, members, settings):
+    from invoicing.stripe_adapter import StripeUnavailable
+
+    settings.STRIPE_SECRET_KEY = "sk_test_x"
+    c = as_member(client, members[Role.FINANCE])
+    down = StripeUnavailable("Stripe is unreachable just now: boom")
+    with mock.patch("invoicing.selectors.card_on_file", side_effect=down):
+        response = c.get("/billing/top-up/")
+    assert response.status_code == 200
+    assert "Stripe is unreachable just now" in html(response)
+    assert 'id="topup-form"' not in html(response)
 
 
 def test_topup_service_errors_are_on_the_form(client, members, settings):
@@ -601,15 +642,19 @@ def test_topup_service_errors_are_on_the_form(client, members, settings):
 
     settings.STRIPE_SECRET_KEY = "sk_test_x"
 
-    def refuse(*, actor, amount_minor):
+    def refuse(*, actor, amount_minor, request_key):
         raise ValidationFailed.from_fields({"amount": "A top-up is at least 5.00 USD."})
 
-    module = mock.MagicMock(topup_create=refuse)
-    with mock.patch.dict("sys.modules", {"invoicing.services.payments": module}):
+    with (
+        mock.patch("invoicing.selectors.card_on_file", return_value=VISA),
+        mock.patch("invoicing.services.topup_charge_card", refuse),
+    ):
         response = as_member(client, members[Role.FINANCE]).post(
-            "/billing/top-up/", {"amount": "1"}
+            "/billing/top-up/", {"action": "card", "amount": "1", "request_key": "k1"}
         )
     assert response.status_code == 200 and "at least 5.00 USD" in html(response)
+    # The form comes back with a new one-time token.
+    assert 'name="request_key" value="k1"' not in html(response)
 
 
 def test_manual_bank_transfer_top_up(client, members, prepaid, settings):
@@ -643,20 +688,31 @@ def test_postpaid_organizations_are_told_top_ups_are_for_prepaid(client, members
 
 
 def test_card_top_up_against_localstripe(client, members, prepaid, stripe_on):
-    # Given Stripe on (localstripe) and a prepaid organization
+    # Given Stripe on (localstripe), a prepaid organization and no card on file
     c = as_member(client, members[Role.FINANCE])
-    assert 'id="topup-form"' in html(c.get("/billing/top-up/"))
-    # When finance tops up 25.00 by card
-    response = c.post("/billing/top-up/", {"action": "card", "amount": "25"})
+    page = html(c.get("/billing/top-up/"))
+    assert 'id="topup-no-card"' in page and 'id="topup-form"' not in page
+    refused = c.post("/billing/top-up/", {"action": "card", "amount": "25"})
+    assert "No card on file" in html(refused) and not Payment.objects.exists()
+    # When a card is on file and finance tops up 25.00 by card
+    stripe_on.card_for(prepaid)
+    page = html(c.get("/billing/top-up/"))
+    assert 'id="topup-form"' in page and "Visa •••• 4242" in page
+    key = re.search(r'name="request_key" value="([^"]+)"', page).group(1)
+    response = c.post("/billing/top-up/", {"action": "card", "amount": "25", "request_key": key})
     page = html(response)
-    # Then a pending payment with its intent, and no money yet
+    # Then the card is charged (Stripe says succeeded), but no money until the webhook
     payment = Payment.objects.get()
     assert payment.status == PaymentStatus.PENDING and payment.amount_minor == 2500
-    assert payment.stripe_payment_intent_id
+    assert stripe_on.intent(payment.stripe_payment_intent_id)["status"] == "succeeded"
     assert 'id="topup-status"' in page and "Pending" in page
     assert "balance rises when the payment succeeds" in page
-    assert 'data-client-secret="' in page
+    assert "data-client-secret" not in page  # no 3-D Secure: nothing for Stripe.js to do
     assert prepaid_balance(prepaid.pk) == 0
+    # The same form sent again (a double click) charges nothing more
+    again = c.post("/billing/top-up/", {"action": "card", "amount": "25", "request_key": key})
+    assert "submitted already" in html(again)
+    assert Payment.objects.count() == 1 and len(stripe_on.payment_intents(prepaid)) == 1
 
 
 # --- another organization ---------------------------------------------------------------------------
