@@ -181,6 +181,8 @@ INVOICING_MAX_TOP_UP = config.env_int("INVOICING_MAX_TOP_UP", 100_000, minimum=1
 # Stripe is off unless a secret key is set; without it finance records payments by hand.
 STRIPE_SECRET_KEY = config.env_str("STRIPE_SECRET_KEY")
 STRIPE_PUBLISHABLE_KEY = config.env_str("STRIPE_PUBLISHABLE_KEY")
+# Stripe.js for the card pages; Stripe requires it from js.stripe.com (never vendored).
+STRIPE_JS_URL = config.env_str("STRIPE_JS_URL", "https://js.stripe.com/v3/")
 STRIPE_WEBHOOK_SECRET = config.env_str("STRIPE_WEBHOOK_SECRET")
 # Point stripe-python elsewhere (localstripe in tests); empty = api.stripe.com.
 STRIPE_API_BASE = config.env_str("STRIPE_API_BASE")

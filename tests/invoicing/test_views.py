@@ -590,7 +590,9 @@ def test_topup_with_stripe_creates_a_pending_payment(client, members, org, setti
         assert bad.status_code == 200 and "at most 2 decimal places" in html(bad)
         big = c.post("/billing/top-up/", {"action": "card", "amount": "100000.01"})
         assert big.status_code == 200 and "at most 100,000 USD" in html(big)
-        response = c.post("/billing/top-up/", {"action": "card", "amount": "50", "request_key": key})
+        response = c.post(
+            "/billing/top-up/", {"action": "card", "amount": "50", "request_key": key}
+        )
     page = html(response)
     assert response.status_code == 200 and created == [5000]
     assert Payment.objects.get().request_key == key
@@ -612,9 +614,7 @@ def test_topup_with_stripe_creates_a_pending_payment(client, members, org, setti
     assert c.get("/billing/top-up/", {"payment": "x"}).status_code == 404
 
 
-def test_topup_without_a_card_on_file_links_to_the_payment_method_page(
-    client, members, settings
-):
+def test_topup_without_a_card_on_file_links_to_the_payment_method_page(client, members, settings):
     settings.STRIPE_SECRET_KEY = "sk_test_x"
     c = as_member(client, members[Role.FINANCE])
     with mock.patch("invoicing.selectors.card_on_file", return_value=None):
