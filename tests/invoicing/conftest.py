@@ -216,6 +216,36 @@ class StripeKit:
         v1.payment_intents.update(payment_intent_id, params={"payment_method": pm.id})
         return v1.payment_intents.confirm(payment_intent_id).to_dict()
 
+    def confirm_setup(self, setup_intent_id: str, number: str = "4242424242424242") -> dict:
+        """What ``stripe.confirmCardSetup`` does on the payment-method page:
+        the card's details go to Stripe with the SetupIntent's confirmation."""
+        card = {"number": number, "exp_month": "12", "exp_year": "2034", "cvc": "123"}
+        return self.client.v1.setup_intents.confirm(
+            setup_intent_id, params={"payment_method_data": {"type": "card", "card": card}}
+        ).to_dict()
+
+    def authenticate(self, payment_intent_id: str, *, success: bool = True) -> dict:
+        """What ``stripe.confirmCardPayment`` does for 3-D Secure (localstripe's
+        own endpoint, as its Stripe.js calls it)."""
+        import requests
+
+        secret = self.intent(payment_intent_id)["client_secret"]
+        response = requests.post(
+            f"{self.url}/v1/payment_intents/{payment_intent_id}/_authenticate",
+            json={"key": "pk_test_helper_stripe", "client_secret": secret, "success": success},
+            timeout=10,
+        )
+        response.raise_for_status()
+        return response.json()
+
+    def customer(self, organization) -> dict:
+        organization.billing_profile.refresh_from_db()
+        customer = organization.billing_profile.stripe_customer_id
+        return self.client.v1.customers.retrieve(customer).to_dict()
+
+    def payment_method(self, payment_method_id: str) -> dict:
+        return self.client.v1.payment_methods.retrieve(payment_method_id).to_dict()
+
     def intent(self, payment_intent_id: str) -> dict:
         return self.client.v1.payment_intents.retrieve(payment_intent_id).to_dict()
 
