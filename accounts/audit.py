@@ -16,6 +16,7 @@ def audit_record(
     params: dict | None = None,
     organization=None,
     label: str | None = None,
+    at=None,
 ) -> AuditEvent:
     org = organization if organization is not None else getattr(actor, "organization", None)
     user = getattr(actor, "user", None)
@@ -31,4 +32,5 @@ def audit_record(
         else (str(target)[:254] if target is not None else ""),
         params=params or {},
         ip=getattr(actor, "ip", None),
+        **({"created_at": at} if at is not None else {}),
     )

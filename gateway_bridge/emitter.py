@@ -30,13 +30,20 @@ Send = Callable[[list[dict]], object]
 
 
 class CelerySend:
-    """Publishes a batch as the ``usage.ingest_batch`` task, with no retry
-    and a short broker connect timeout, so a broker outage fails fast into
-    the spool. Not thread-safe: one per emitter thread."""
+    """Publishes a batch as one Celery task (``usage.ingest_batch`` unless
+    told otherwise), with no retry and a short broker connect timeout, so a
+    broker outage fails fast into the caller's fallback (the spool). Not
+    thread-safe: one per sending thread."""
 
-    def __init__(self, connect_timeout: float = 2.0, broker_url: str | None = None):
+    def __init__(
+        self,
+        connect_timeout: float = 2.0,
+        broker_url: str | None = None,
+        task: str = "usage.ingest_batch",
+    ):
         self.connect_timeout = connect_timeout
         self.broker_url = broker_url  # None: the configured broker
+        self.task = task
         self._conn = None
 
     def _connection(self):
@@ -57,10 +64,10 @@ class CelerySend:
         return self._conn
 
     def __call__(self, batch: list[dict]) -> None:
-        from usage.tasks import ingest_batch
+        from console.celery import app
 
         try:
-            ingest_batch.apply_async(args=[batch], retry=False, connection=self._connection())
+            app.send_task(self.task, args=[batch], retry=False, connection=self._connection())
         except Exception:
             self.close()  # reconnect next time
             raise

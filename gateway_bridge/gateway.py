@@ -203,7 +203,8 @@ def _open_spool():
 
 
 class Gateway:
-    def __init__(self, *, emitter=None, limits=None):
+    def __init__(self, *, emitter=None, limits=None, circuits=None):
+        from gateway_bridge.circuits import CircuitReporter
         from gateway_bridge.limits import Limits, build_store
         from gateway_bridge.routing import Router, RouterConfig
         from gateway_bridge.upstream import UpstreamPool
@@ -224,6 +225,9 @@ class Gateway:
                 max_queue_depth=settings.GATEWAY_QUEUE_MAX_DEPTH,
             )
         )
+        # Circuit openings and closings go to the audit trail (the Errors page).
+        self.circuits = circuits if circuits is not None else CircuitReporter()
+        self.router.on_transition = self.circuits.report
         self.pool = UpstreamPool()
         self.limits = Limits(limits if limits is not None else build_store())
         self._emitter = emitter
@@ -280,8 +284,10 @@ class Gateway:
         await self.pool.close()
         await self.cache.close()
         await self.limits.store.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.circuits.close)
         if self._emitter is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._emitter.close)
+            await loop.run_in_executor(None, self._emitter.close)
         if self._spool_lock_fd is not None:
             os.close(self._spool_lock_fd)
             self._spool_lock_fd = None

@@ -34,11 +34,14 @@ import enum
 import hashlib
 import heapq
 import itertools
+import logging
 import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
 
 POLICIES = ("prefix_affinity", "round_robin", "least_outstanding")
 PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
@@ -91,6 +94,9 @@ class Breaker:
         "min_calls",
         "open_seconds",
         "opened_at",
+        "opened_calls",
+        "opened_errors",
+        "opened_reason",
         "openings",
         "probes",
         "rate",
@@ -111,6 +117,10 @@ class Breaker:
         self.opened_at = 0.0
         self.probes = 0
         self.openings = 0
+        # What the window held when the circuit last opened (for the audit trail).
+        self.opened_calls = 0
+        self.opened_errors = 0
+        self.opened_reason = ""
 
     def _expire(self, now: float) -> None:
         horizon = int(now) - self.window
@@ -146,7 +156,7 @@ class Breaker:
                 self.buckets.clear()
                 self.calls = self.errors = 0
             elif outcome is Outcome.FAILURE:
-                self._open(now)
+                self._open(now, "probe_failed")
             return
         if self.state != "closed" or outcome is Outcome.NEUTRAL:
             return
@@ -162,12 +172,13 @@ class Breaker:
             self.errors += 1
         self._expire(now)
         if self.calls >= self.min_calls and self.errors >= self.rate * self.calls:
-            self._open(now)
+            self._open(now, "error_rate")
 
-    def _open(self, now: float) -> None:
+    def _open(self, now: float, reason: str) -> None:
         self.state = "open"
         self.opened_at = now
         self.openings += 1
+        self.opened_calls, self.opened_errors, self.opened_reason = self.calls, self.errors, reason
         self.buckets.clear()
         self.calls = self.errors = 0
 
@@ -226,6 +237,9 @@ class Router:
         self._rr: dict[str, dict[int, int]] = {}
         self._queues: dict[str, list[_Waiter]] = {}
         self._seq = itertools.count()
+        # Called as ``on_transition(node, breaker)`` when a circuit opens or closes
+        # (not on open → half-open, which only lets probes through).
+        self.on_transition: Callable[[object, Breaker], None] | None = None
 
     # --- public -------------------------------------------------------------
 
@@ -383,7 +397,14 @@ class Router:
             self.in_flight[node.node_id] = left
         else:
             self.in_flight.pop(node.node_id, None)
-        self.breaker(node).record(outcome, self.now(), lease.probe)
+        breaker = self.breaker(node)
+        before = breaker.state
+        breaker.record(outcome, self.now(), lease.probe)
+        if breaker.state != before and self.on_transition is not None:
+            try:
+                self.on_transition(node, breaker)
+            except Exception:  # reporting must never break routing
+                logger.exception("circuit transition listener failed")
         self._wake_for(frozenset((node.node_id,)))
 
     def _wake_for(self, node_ids: frozenset[int]) -> None:

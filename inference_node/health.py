@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import aiohttp
 from django.conf import settings
@@ -24,6 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.audit import audit_record
+from accounts.models import AuditEvent
 from inference_node.metrics import NodeLoad, node_load, recent_hit_rate
 from inference_node.models import Node, NodeHealth, NodeStatus
 
@@ -332,3 +333,51 @@ def probe_nodes(nodes: Iterable[Node] | None = None) -> ProbeRound:
         if change is not None:
             changes.append(change)
     return ProbeRound(results=tuple(results), changes=tuple(changes))
+
+
+# --- circuit breakers (reported by the gateways) ---------------------------------------
+
+CIRCUIT_ACTIONS = {"open": "node.circuit_opened", "closed": "node.circuit_closed"}
+
+
+def record_circuit_events(transitions: list[dict]) -> int:
+    """Store the circuit-breaker transitions a gateway reported (see
+    ``gateway_bridge.circuits``) as audit events ``node.circuit_opened`` /
+    ``node.circuit_closed`` by "system", dated when the gateway saw them.
+    A transition already stored (same id: a redelivered batch), of a deleted
+    node, or malformed is skipped. Returns how many were stored."""
+    stored = 0
+    for t in transitions:
+        try:
+            action = CIRCUIT_ACTIONS[t["state"]]
+            node_id = int(t["node_id"])
+            event_id = str(t["id"])[:64]
+            at = datetime.fromtimestamp(float(t["at"]), tz=UTC)
+        except (KeyError, TypeError, ValueError):
+            logger.warning("circuit transition skipped: malformed %r", t)
+            continue
+        node = Node.objects.filter(pk=node_id).first()
+        if node is None:
+            continue
+        with transaction.atomic():
+            seen = AuditEvent.objects.filter(
+                action=action, target_type="node", target_id=str(node.pk), params__id=event_id
+            )
+            if seen.exists():
+                continue
+            audit_record(
+                actor=None,
+                action=action,
+                target=node,
+                organization=node.organization,
+                at=at,
+                params={
+                    "id": event_id,
+                    "gateway": str(t.get("gateway", ""))[:200],
+                    "reason": str(t.get("reason", ""))[:40],
+                    "calls": int(t.get("calls") or 0),
+                    "errors": int(t.get("errors") or 0),
+                },
+            )
+        stored += 1
+    return stored

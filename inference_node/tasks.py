@@ -39,3 +39,9 @@ def probe_nodes() -> int:
             "node %s (%s): %s -> %s", change.name, change.node_id, change.before, change.after
         )
     return round_.ok
+
+
+@shared_task(name="inference_node.record_circuit_events", ignore_result=True)
+def record_circuit_events(transitions: list[dict]) -> int:
+    """Circuit openings and closings a gateway saw, into the audit trail."""
+    return health.record_circuit_events(transitions)

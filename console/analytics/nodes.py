@@ -173,3 +173,122 @@ def node_load(q: Query) -> Chart:
         "rows": rows,
     }  # fmt: skip
     return chart
+
+
+CIRCUIT_OPENED, CIRCUIT_CLOSED = "node.circuit_opened", "node.circuit_closed"
+REASONS = {
+    "error_rate": ("Error rate over the window", "#c0362c"),
+    "probe_failed": ("Half-open probe failed", "#E69F00"),
+}
+
+
+def circuit_openings(q: Query) -> Chart:
+    """Each time a gateway opened a node's circuit in the range, from the
+    transitions the gateways report (``gateway_bridge.circuits``): one marker
+    per opening, with how long the circuit stayed open."""
+    from django.conf import settings
+
+    rate, least = settings.GATEWAY_BREAKER_ERROR_RATE, settings.GATEWAY_BREAKER_MIN_CALLS
+    window, wait = settings.GATEWAY_BREAKER_WINDOW_SECONDS, settings.GATEWAY_BREAKER_OPEN_SECONDS
+    chart = Chart(
+        "circuit_openings",
+        "Circuit-breaker openings",
+        columns=[
+            "opened_at",
+            "node",
+            "gateway",
+            "reason",
+            "calls",
+            "errors",
+            "error_rate_pct",
+            "closed_at",
+            "seconds_open",
+        ],
+        note=f"A gateway stops sending calls to a node when at least {rate:.0%} of at "
+        f"least {least} calls in {window} s failed, and tries it again {wait} s later. Each "
+        "gateway process keeps its own circuits; the model, key and sub-account filters do "
+        "not apply here.",
+    )
+    nodes = {str(n.pk): n for n in _nodes(q)}
+    end = min(q.end, tz.now())
+    start = min(q.start, end)
+    events = (
+        AuditEvent.objects.filter(
+            Q(organization_id=q.organization_id) | Q(organization__isnull=True),
+            action__in=(CIRCUIT_OPENED, CIRCUIT_CLOSED),
+            target_type="node",
+            target_id__in=list(nodes),
+            created_at__gte=start,
+        )
+        .order_by("created_at", "id")
+        .values_list("action", "target_id", "created_at", "params")
+    )
+    openings: list[dict] = []
+    open_now: dict[tuple[str, str], dict] = {}  # (node, gateway) -> its last opening
+    for action, target, at, params in events:
+        params = params or {}
+        slot = (target, params.get("gateway", ""))
+        if action == CIRCUIT_CLOSED:
+            opening = open_now.pop(slot, None)
+            if opening is not None:
+                opening["closed_at"] = at
+            continue
+        if at >= end:
+            continue
+        opening = {"node": nodes[target].name, "at": at, "closed_at": None, **params}
+        openings.append(opening)
+        open_now[slot] = opening
+    if not openings:
+        chart.empty = (
+            f"No circuit opened between {start.astimezone(q.tz):%Y-%m-%d %H:%M} and "
+            f"{end.astimezone(q.tz):%Y-%m-%d %H:%M} ({q.tz.key}): every node answered well "
+            "enough to keep its calls."
+        )
+        return chart
+    traces: dict[str, dict] = {}
+    for o in openings:
+        calls, errors = int(o.get("calls") or 0), int(o.get("errors") or 0)
+        rate = round(100.0 * errors / calls, 1) if calls else None
+        closed = o["closed_at"]
+        seconds = round((closed - o["at"]).total_seconds(), 1) if closed else None
+        chart.rows.append(
+            [_iso(o["at"], q.tz), o["node"], o.get("gateway", ""), o.get("reason", ""), calls,
+             errors, rate, _iso(closed, q.tz) if closed else None, seconds]
+        )  # fmt: skip
+        t = traces.setdefault(o.get("reason", ""), {"x": [], "y": [], "text": []})
+        t["x"].append(o["at"].astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
+        t["y"].append(o["node"])
+        detail = f"{errors} of {calls} calls failed" if calls else "a probe failed"
+        still = f"open for {seconds:g} s" if seconds is not None else "still open"
+        t["text"].append(f"{o.get('gateway', '')}: {detail}; {still}")
+    data = [
+        go.Scatter(
+            name=REASONS.get(reason, (reason or "unknown", "#1d2330"))[0],
+            mode="markers",
+            marker={
+                "color": REASONS.get(reason, ("", "#1d2330"))[1],
+                "size": 11,
+                "symbol": "x-thin-open",
+                "line": {"width": 2},
+            },
+            hovertemplate="%{y} at %{x}<br>%{text}<extra></extra>",
+        )
+        for reason in traces
+    ]
+    names = sorted({o["node"] for o in openings})
+    layout = go.Layout(
+        template="none",
+        height=max(160, 72 + 36 * len(names)),
+        margin={"l": 140, "r": 16, "t": 12, "b": 56},
+        legend={"orientation": "h", "y": -0.35, "x": 0},
+        xaxis={"type": "date", "title": {"text": f"Time ({q.tz.key})"},
+               "range": [start.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"),
+                         end.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S")]},
+        yaxis={"type": "category", "categoryorder": "array", "categoryarray": names,
+               "autorange": "reversed"},
+    )  # fmt: skip
+    fig = go.Figure(data=data, layout=layout).to_plotly_json()
+    for trace, arrays in zip(fig["data"], traces.values(), strict=True):
+        trace.update(arrays)
+    chart.figure = fig
+    return chart

@@ -58,6 +58,7 @@ CHARTS: dict[str, ChartSpec] = {
     "node_cache": ChartSpec(figures.node_cache),
     "node_health": ChartSpec(nodes.node_health),
     "node_load": ChartSpec(nodes.node_load, kind="table"),
+    "circuit_openings": ChartSpec(nodes.circuit_openings),
     "billing": ChartSpec(figures.billing, perms=BILLING),
     "overview_kpis": ChartSpec(figures.overview_kpis, kind="kpis"),
     "overview_top": ChartSpec(figures.overview_top, kind="tables"),
@@ -113,11 +114,11 @@ PAGES: dict[str, PageSpec] = {
     ),
     "errors": PageSpec(
         "Errors",
-        ("error_rate", "status_counts", "refusals"),
+        ("error_rate", "status_counts", "refusals", "circuit_openings"),
         (*_RANGE, *_DIMS, "refresh"),
-        intro="Share of calls per status class in each time bucket, and the calls the "
-        "gateway refused by cause: a rate limit, a spend cap or the prepaid balance, or a "
-        "full queue.",
+        intro="Share of calls per status class in each time bucket, the calls the "
+        "gateway refused by cause (a rate limit, a spend cap or the prepaid balance, or a "
+        "full queue), and each time a gateway opened a node's circuit breaker.",
     ),
     "nodes": PageSpec(
         "Nodes",

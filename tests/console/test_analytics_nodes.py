@@ -91,3 +91,74 @@ def test_health_timeline_and_load_show_own_and_shared_nodes_only(client, data, o
     assert by_node["shared-gpu"]["kv_cache_usage_pct"] == "25.0"
     html = client.get(url, RANGE).content.decode()
     assert "own-gpu" in html and "their-gpu" not in html
+
+
+# --- circuit-breaker openings (Errors page) ---------------------------------------------
+
+
+def transition(node, at, state, *, gateway="gw-1:100", calls=120, errors=40, reason="error_rate"):
+    from inference_node.health import record_circuit_events
+
+    record_circuit_events(
+        [
+            {
+                "id": f"{node.pk}-{state}-{at.timestamp()}-{gateway}",
+                "node_id": node.pk,
+                "node": node.name,
+                "state": state,
+                "reason": reason if state == "open" else "probe_succeeded",
+                "calls": calls if state == "open" else 0,
+                "errors": errors if state == "open" else 0,
+                "gateway": gateway,
+                "at": at.timestamp(),
+            }
+        ]
+    )
+
+
+def test_circuit_openings_show_own_and_shared_nodes_with_how_long_they_stayed_open(
+    client, data, other
+):
+    own = NodeFactory(organization=data.org, name="own-gpu")
+    shared = NodeFactory(organization=None, name="shared-gpu")
+    theirs = NodeFactory(organization=other.org, name="their-gpu")
+    transition(own, T0 + timedelta(hours=5), "open")
+    transition(own, T0 + timedelta(hours=5, seconds=30), "closed")
+    # Another gateway process opened the same node's circuit at the same time.
+    transition(own, T0 + timedelta(hours=5, seconds=2), "open", gateway="gw-2:7", calls=100)
+    transition(shared, T0 + timedelta(hours=30), "open", reason="probe_failed", calls=0)
+    transition(theirs, T0 + timedelta(hours=5), "open")
+    transition(own, T0 - timedelta(hours=1), "open")  # before the range
+    login(client, data, Role.VIEWER)
+
+    url = reverse("analytics:chart_circuit_openings")
+    fig = figure_of(client.get(url, RANGE))
+    drawn = sorted((t["name"], y) for t in fig["data"] for y in t["y"])
+    assert drawn == [
+        ("Error rate over the window", "own-gpu"),
+        ("Error rate over the window", "own-gpu"),
+        ("Half-open probe failed", "shared-gpu"),
+    ]
+    rows = list(
+        csv.DictReader(
+            io.StringIO(client.get(url, {**RANGE, "format": "csv"}).content.decode("utf-8-sig"))
+        )
+    )
+    got = [(r["node"], r["gateway"], r["error_rate_pct"], r["seconds_open"]) for r in rows]
+    assert got == [
+        ("own-gpu", "gw-1:100", "33.3", "30.0"),
+        ("own-gpu", "gw-2:7", "40.0", ""),  # still open: its gateway never closed it
+        ("shared-gpu", "gw-1:100", "", ""),
+    ]
+    # The page carries the chart; another organization's node is never named.
+    page = client.get(reverse("analytics:errors"), RANGE).content.decode()
+    assert reverse("analytics:chart_circuit_openings") in page
+    assert "their-gpu" not in client.get(url, {**RANGE, "format": "csv"}).content.decode()
+
+
+def test_no_openings_says_so(client, data):
+    NodeFactory(organization=data.org, name="own-gpu")
+    login(client, data, Role.DEVELOPER)
+    r = client.get(reverse("analytics:chart_circuit_openings"), RANGE)
+    assert r.status_code == 200
+    assert "No circuit opened between" in r.content.decode()

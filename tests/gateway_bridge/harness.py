@@ -56,6 +56,20 @@ class ListEmitter:
         return {e["request_id"]: e for e in self.events}
 
 
+class ListSend:
+    """Collects the batches a ``CircuitReporter`` would publish (no broker)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[dict]] = []
+
+    def __call__(self, batch: list[dict]) -> None:
+        self.batches.append(batch)
+
+    @property
+    def transitions(self) -> list[dict]:
+        return [t for batch in self.batches for t in batch]
+
+
 @dataclass
 class RunningGateway:
     host: str
@@ -82,9 +96,11 @@ def running_gateway(emitter=None, **gateway_kwargs) -> Iterator[RunningGateway]:
     """The gateway (and Django, behind the router) on a free port."""
     from django.core.asgi import get_asgi_application
 
+    from gateway_bridge.circuits import CircuitReporter
     from gateway_bridge.gateway import Gateway
 
     emitter = emitter if emitter is not None else ListEmitter()
+    gateway_kwargs.setdefault("circuits", CircuitReporter(ListSend(), gateway="test-gateway"))
     gateway = Gateway(emitter=emitter, **gateway_kwargs)
     app = Router(get_asgi_application(), gateway_factory=lambda: gateway)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

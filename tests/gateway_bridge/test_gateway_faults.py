@@ -84,6 +84,9 @@ def test_failing_node_is_retried_elsewhere_and_its_circuit_opens(
 ):
     settings.GATEWAY_BREAKER_MIN_CALLS = 10
     settings.GATEWAY_RETRIES = 2
+    # Round robin: with prefix affinity every call (the same prompt) would go to
+    # whichever node its hash ranks first, which depends on the node ids.
+    settings.GATEWAY_ROUTING_POLICY = "round_robin"
     register_node(failing_node.base_url, name="bad", weight=5)
     gw = start_gateway()
     c = client(gw, tenant.raw)
@@ -96,6 +99,14 @@ def test_failing_node_is_retried_elsewhere_and_its_circuit_opens(
     assert 10 <= failures < 40  # once open, the bad node gets no more calls
     events = gw.emitter.wait_for(40)
     assert all(e["status_code"] == 200 and e["node_id"] == tenant.node.id for e in events)
+    # The opening was reported (for the Errors page), with what the window held.
+    sent = gw.gateway.circuits.send
+    deadline = time.monotonic() + 5
+    while not sent.transitions and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (opened,) = sent.transitions
+    assert (opened["node"], opened["state"], opened["reason"]) == ("bad", "open", "error_rate")
+    assert opened["calls"] >= 10 and opened["errors"] >= 0.15 * opened["calls"]
 
 
 def test_a_dead_node_is_retried_and_a_lone_dead_node_is_a_clear_502(

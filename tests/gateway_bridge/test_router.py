@@ -239,3 +239,37 @@ def test_slots_never_leak_under_cancellation():
     asyncio.run(run())
     assert r.in_flight == {}
     assert r.stats()["queues"] == {}
+
+
+def test_circuit_transitions_are_told_to_the_listener():
+    r, clock = router(breaker_min_calls=10, breaker_error_rate=0.5, breaker_open_seconds=30)
+    heard = []
+    r.on_transition = lambda n, b: heard.append(
+        (n.name, b.state, b.opened_reason, b.opened_calls, b.opened_errors)
+    )
+    one = [node(1)]
+    fail(r, one, 4, Outcome.SUCCESS)
+    fail(r, one, 6, Outcome.FAILURE)
+    assert heard == [("n1", "open", "error_rate", 10, 6)]
+    clock.t += 30
+    take(r, one).release(Outcome.FAILURE)  # the half-open probe fails
+    clock.t += 30
+    take(r, one).release(Outcome.SUCCESS)  # and the next one closes it
+    assert heard[1:] == [
+        ("n1", "open", "probe_failed", 0, 0),
+        ("n1", "closed", "probe_failed", 0, 0),
+    ]
+    # Open → half-open is not a transition worth telling: it only lets probes through.
+    assert len(heard) == 3
+
+
+def test_a_failing_listener_does_not_break_routing():
+    r, _ = router(breaker_min_calls=2)
+
+    def broken(n, b):
+        raise RuntimeError("listener bug")
+
+    r.on_transition = broken
+    fail(r, [node(1)], 2, Outcome.FAILURE)
+    assert r.stats()["nodes"]["n1"]["state"] == "open"
+    assert r.in_flight == {}

@@ -47,3 +47,31 @@ def test_emitted_events_become_call_records_exactly_once(catalog, key, worker, t
     assert set(CallRecord.objects.values_list("request_id", flat=True)) == ids
     org_rollup = Rollup.objects.filter(organization_id=key.organization_id, grain=Grain.ORG)
     assert org_rollup.aggregate(calls=Sum("calls"))["calls"] == 75
+
+
+def test_circuit_transitions_reach_the_audit_trail_through_a_real_worker(org, worker):
+    """The gateway's circuit reporter publishes on the same broker; the worker
+    records the opening against the node."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from accounts.models import AuditEvent
+    from gateway_bridge.circuits import CircuitReporter
+    from tests.inference_node.factories import NodeFactory
+
+    node = NodeFactory(organization=org, name="gpu-flaky")
+    reporter = CircuitReporter(gateway="gw-test:1")
+    window = SimpleNamespace(
+        state="open", opened_reason="error_rate", opened_calls=100, opened_errors=20
+    )
+
+    async def report():
+        reporter.report(SimpleNamespace(node_id=node.pk, name=node.name), window)
+        while reporter.sent < 1:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(report(), 10))
+    reporter.close()
+    opened = AuditEvent.objects.filter(action="node.circuit_opened", target_id=str(node.pk))
+    wait_for_worker(worker, opened.exists, "record the circuit opening")
+    assert opened.get().params["gateway"] == "gw-test:1"
