@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 
 from accounts import selectors, services
 from accounts.decorators import apply_errors, org_view
-from accounts.errors import DomainError
+from accounts.errors import DomainError, NotFound
 from accounts.forms import (
     AcceptNewUserForm,
     ApiKeyEditForm,
@@ -183,9 +183,13 @@ def member_list(request):
 
 
 def _run_action(request, action, success, redirect_to: str):
-    """Run one service call for a POST button; report the outcome as a message."""
+    """Run one service call for a POST button; report the outcome as a message.
+    An object that is not there, or not this organization's, is a 404 like
+    every other page's (nothing says whether it exists elsewhere)."""
     try:
         result = action()
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
     except DomainError as exc:
         _flash_error(request, exc)
     else:
@@ -196,6 +200,10 @@ def _run_action(request, action, success, redirect_to: str):
 @require_POST
 @org_view(Perm.MEMBERS_MANAGE)
 def member_role(request, membership_id: int):
+    if not Membership.objects.filter(
+        pk=membership_id, organization_id=request.actor.organization_id
+    ).exists():
+        raise Http404
     form = RoleForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose one of the listed roles.")
