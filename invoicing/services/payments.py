@@ -508,9 +508,10 @@ def topup_create(*, actor, amount_minor: int) -> Payment:
     PaymentIntent (idempotency key ``topup-{payment.id}-pi``).
 
     The returned payment carries ``client_secret`` (not stored: Stripe.js
-    confirms the card with it on the page); later, ``topup_client_secret``
-    fetches it again. The balance rises only when the
-    ``payment_intent.succeeded`` webhook arrives."""
+    confirms a card entered on the page with it); later,
+    ``topup_client_secret`` fetches it again. The console charges the card
+    on file instead (``services.cards.topup_charge_card``). The balance rises
+    only when the ``payment_intent.succeeded`` webhook arrives."""
     org = _topup_checks(actor, amount_minor)
     if not stripe_adapter.enabled():
         raise ValidationFailed.from_fields(
