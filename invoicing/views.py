@@ -194,7 +194,7 @@ PAY_NOW_MESSAGES = {
 @require_POST
 @org_view(MANAGE)
 def invoice_pay(request, invoice_id: int):
-    """ "Pay now with the card on file": the invoice's collection, run now.
+    """The "Pay now with the card on file" button: the invoice's collection, run now.
     A second press finds the invoice paid (or its pending payment): one charge."""
     invoice = _invoice(request, invoice_id)
     try:
