@@ -194,7 +194,9 @@ class GatewayState:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        # Wait for a load already running (a refresh that began just before): it
+        # must not still be reading the database once the gateway is gone.
+        await asyncio.to_thread(self.executor.shutdown, wait=True, cancel_futures=True)
 
     async def run_db(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)

@@ -125,6 +125,9 @@ def running_gateway(emitter=None, **gateway_kwargs) -> Iterator[RunningGateway]:
         asyncio.set_event_loop(loop)
         holder["loop"] = loop
         loop.run_until_complete(server.serve(sockets=[sock]))
+        # As asyncio.run does: no worker thread (a limit seeding cut short) may
+        # still be reading the database when the test's teardown flushes it.
+        loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
 
     thread = threading.Thread(target=target, name="test-gateway", daemon=True)
