@@ -44,7 +44,12 @@ from invoicing.models import (
     PaymentMethod,
     PaymentStatus,
 )
-from invoicing.services.payments import _topup_checks, invoice_collect
+from invoicing.services.payments import (
+    _new_topup,
+    _topup_checks,
+    _topup_intent,
+    invoice_collect,
+)
 from invoicing.stripe_adapter import SetupIntent, StripeDeclined, StripeRejected
 
 logger = logging.getLogger(__name__)
@@ -335,42 +340,14 @@ def topup_charge_card(*, actor, amount_minor: int, request_key: str = "") -> Pay
             return existing
         try:
             with transaction.atomic():
-                payment = Payment.objects.create(
-                    organization=org,
-                    kind=PaymentKind.TOP_UP,
-                    method=PaymentMethod.STRIPE,
-                    status=PaymentStatus.PENDING,
-                    currency=org.currency,
-                    amount_minor=amount_minor,
-                    attempts=1,
-                    request_key=request_key,
-                    created_by=actor.user,
-                )
+                payment = _new_topup(org, actor, amount_minor, request_key=request_key, card=True)
         except IntegrityError as exc:  # pragma: no cover - the org lock serializes these
             raise Conflict("This top-up was submitted already.") from exc
-        audit_record(
-            actor=actor,
-            action="topup.create",
-            target=payment,
-            params={"amount_minor": amount_minor, "currency": org.currency, "card": True},
-        )
     payment.client_secret = ""
     payment.requires_action = False
     payment.duplicate = False
     try:
-        intent = stripe_adapter.payment_intent_create(
-            amount_minor=amount_minor,
-            currency=org.currency,
-            customer_id=customer_id,
-            payment_method=method,
-            confirm=True,
-            idempotency_key=f"topup-{payment.pk}-pi",
-            metadata={
-                "kind": PaymentKind.TOP_UP.value,
-                "payment_id": payment.pk,
-                "organization_id": org.pk,
-            },
-        )
+        intent = _topup_intent(payment, customer_id, payment_method=method, confirm=True)
     except (StripeDeclined, StripeRejected) as exc:
         payment.stripe_payment_intent_id = exc.payment_intent_id
         payment.status = PaymentStatus.FAILED

@@ -502,6 +502,46 @@ def _topup_checks(actor, amount_minor) -> Organization:
     return org
 
 
+def _new_topup(org, actor, amount_minor: int, *, request_key: str = "", **audit) -> Payment:
+    """A pending card top-up (its row committed before Stripe hears of it)
+    and its audit event."""
+    payment = Payment.objects.create(
+        organization=org,
+        kind=PaymentKind.TOP_UP,
+        method=PaymentMethod.STRIPE,
+        status=PaymentStatus.PENDING,
+        currency=org.currency,
+        amount_minor=amount_minor,
+        attempts=1,
+        request_key=request_key,
+        created_by=actor.user,
+    )
+    audit_record(
+        actor=actor,
+        action="topup.create",
+        target=payment,
+        params={"amount_minor": amount_minor, "currency": org.currency, **audit},
+    )
+    return payment
+
+
+def _topup_intent(payment: Payment, customer_id: str, **options) -> Intent:
+    """The top-up's PaymentIntent (idempotency key ``topup-{payment.id}-pi``,
+    the metadata a webhook finds the row by)."""
+    return stripe_adapter.payment_intent_create(
+        amount_minor=payment.amount_minor,
+        currency=payment.currency,
+        customer_id=customer_id,
+        idempotency_key=f"topup-{payment.pk}-pi",
+        metadata={
+            "kind": PaymentKind.TOP_UP.value,
+            "payment_id": payment.pk,
+            "organization_id": payment.organization_id,
+        },
+        **options,
+    )
+
+
 def topup_create(*, actor, amount_minor: int) -> Payment:
     """Start a card top-up of ``amount_minor`` (the currency's minor unit) for
     the actor's prepaid organization: a pending ``TOP_UP`` payment and its
@@ -519,35 +559,10 @@ def topup_create(*, actor, amount_minor: int) -> Payment:
         )
     customer_id = stripe_adapter.customer_ensure(organization_id=org.pk)
     with transaction.atomic():
-        payment = Payment.objects.create(
-            organization=org,
-            kind=PaymentKind.TOP_UP,
-            method=PaymentMethod.STRIPE,
-            status=PaymentStatus.PENDING,
-            currency=org.currency,
-            amount_minor=amount_minor,
-            attempts=1,
-            created_by=actor.user,
-        )
-        intent = stripe_adapter.payment_intent_create(
-            amount_minor=amount_minor,
-            currency=org.currency,
-            customer_id=customer_id,
-            idempotency_key=f"topup-{payment.pk}-pi",
-            metadata={
-                "kind": PaymentKind.TOP_UP.value,
-                "payment_id": payment.pk,
-                "organization_id": org.pk,
-            },
-        )
+        payment = _new_topup(org, actor, amount_minor)
+        intent = _topup_intent(payment, customer_id)
         payment.stripe_payment_intent_id = intent.id
         payment.save(update_fields=["stripe_payment_intent_id"])
-        audit_record(
-            actor=actor,
-            action="topup.create",
-            target=payment,
-            params={"amount_minor": amount_minor, "currency": org.currency},
-        )
     payment.client_secret = intent.client_secret
     return payment
 
