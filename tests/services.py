@@ -104,6 +104,21 @@ def chromium_page():
         browser.close()
 
 
+BROWSER_PASSWORD = "browser-pass-phrase-42"  # a test user's
+
+
+def sign_in(page, base_url: str, user, password: str = BROWSER_PASSWORD) -> None:
+    """Give ``user`` this password and sign in through the login form, as a
+    person would; returns on the overview page."""
+    user.set_password(password)
+    user.save()
+    page.goto(f"{base_url}/login/")
+    page.fill("#id_username", user.email)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base_url}/")
+
+
 def wait_for_worker(proc, condition, what: str, timeout: float = 45.0) -> None:
     """Poll ``condition`` until it holds; fail with the worker's output if the
     worker process dies, or after ``timeout`` seconds."""

@@ -14,12 +14,12 @@ import pytest
 
 from accounts.models import Role
 from tests.console.test_analytics_data import RANGE, exact_ms
+from tests.services import sign_in
 from usage.models import CallRecord
 
 pytest_plugins = ["tests.console.test_analytics_data"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PASSWORD = "browser-pass-phrase-42"
 PAGE_CHARTS = {
     "latency": "latency",
     "cache": "cache_hit",
@@ -43,19 +43,13 @@ def plot_data(page, chart: str) -> list[dict]:
 def test_analytics_pages_draw_the_rollups(live_server, browser_page, data):
     page, errors = browser_page
     user = data.members[Role.OWNER].user
-    user.set_password(PASSWORD)
-    user.save()
     ARTIFACTS.mkdir(exist_ok=True)
     calls = list(CallRecord.objects.filter(organization_id=data.org.pk))
     hours = defaultdict(list)
     for c in calls:
         hours[c.started_at.strftime("%Y-%m-%d %H:00")].append(c)
 
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.email)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    sign_in(page, live_server.url, user)
     page.click("nav.sidebar >> text=Analytics")
     page.wait_for_url("**/analytics/latency/**")
 
@@ -181,14 +175,8 @@ def calls_today(dataset) -> list:
 def test_a_developer_sees_their_own_keys_drawn(live_server, browser_page, data):
     page, errors = browser_page
     user = data.members[Role.DEVELOPER].user
-    user.set_password(PASSWORD)
-    user.save()
     mine = list(CallRecord.objects.filter(api_key_id=data.dev_key.pk))
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.email)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    sign_in(page, live_server.url, user)
     page.goto(f"{live_server.url}/analytics/errors/?{urlencode(RANGE)}")
     bars = plot_data(page, "status_counts")
     assert sum(y for t in bars for y in t["y"]) == len(mine)

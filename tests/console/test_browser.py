@@ -9,24 +9,18 @@ from pathlib import Path
 import pytest
 
 from accounts.models import ApiKey, SubAccount
+from tests.services import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PASSWORD = "browser-pass-phrase-42"
 
 
 def test_create_sub_account_and_key_then_revoke(live_server, owner, browser_page):
     page, errors = browser_page
-    owner.user.set_password(PASSWORD)
-    owner.user.save()
     ARTIFACTS.mkdir(exist_ok=True)
 
     # Log in with the owner's e-mail and password.
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", owner.user.email)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    sign_in(page, live_server.url, owner.user)
     assert owner.organization.name in page.content()
 
     # Create a sub-account.

@@ -12,25 +12,19 @@ from pathlib import Path
 import pytest
 
 from invoicing.models import CreditNote, Invoice, InvoiceStatus
+from tests.services import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PASSWORD = "finance-browser-pass-42"
 
 
 def test_finance_finalizes_downloads_and_credits(live_server, finance, draft, browser_page):
     page, errors = browser_page
-    finance.user.set_password(PASSWORD)
-    finance.user.save()
     ARTIFACTS.mkdir(exist_ok=True)
     base = live_server.url
 
     # Log in as finance; the Billing entry is in the nav.
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", finance.user.email)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
+    sign_in(page, base, finance.user)
     page.click("nav.sidebar >> text=Billing")
     page.wait_for_selector("h1:has-text('Invoices')")
     assert page.locator("#preview").is_visible()

@@ -12,10 +12,10 @@ import pytest
 
 from invoicing.models import CardSetup, Payment, PaymentStatus
 from invoicing.selectors import prepaid_balance
+from tests.services import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PASSWORD = "cards-browser-pass-42"
 
 
 def test_manager_saves_a_card_and_tops_up_with_it(
@@ -23,17 +23,11 @@ def test_manager_saves_a_card_and_tops_up_with_it(
 ):
     page, errors = browser_page
     stripe_on.settings.STRIPE_JS_URL = f"{localstripe_url}/js.stripe.com/v3/"
-    finance.user.set_password(PASSWORD)
-    finance.user.save()
     ARTIFACTS.mkdir(exist_ok=True)
     base = live_server.url
 
     # Log in as a billing manager and open the payment-method page.
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", finance.user.email)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
+    sign_in(page, base, finance.user)
     page.goto(f"{base}/billing/top-up/")
     page.click("#add-card-link")
     page.wait_for_selector("#no-card")

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from accounts.models import Role
+from tests.services import sign_in
 from tests.usage.log_fixtures import T0, call, mixed_calls, save, tenant
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PASSWORD = "browser-pass-phrase-42"
 
 
 def test_filter_open_a_call_and_live_tail(live_server, browser_page):
@@ -21,15 +21,9 @@ def test_filter_open_a_call_and_live_tail(live_server, browser_page):
     t = tenant("Acme", "acme")
     mixed_calls(t)
     user = t.members[Role.OWNER].user
-    user.set_password(PASSWORD)
-    user.save()
     ARTIFACTS.mkdir(exist_ok=True)
 
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.email)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    sign_in(page, live_server.url, user)
 
     # Filter to errors: only the four failed calls are listed.
     page.goto(f"{live_server.url}/usage/calls/")
