@@ -31,6 +31,7 @@ from urllib.parse import parse_qs
 import orjson
 from django.conf import settings
 
+from gateway_bridge import answers
 from gateway_bridge import cache as response_cache
 from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.protocols import anthropic, openai
@@ -43,7 +44,6 @@ from gateway_bridge.protocols.base import (
     PERMISSION,
     RATE_LIMIT,
     REQUEST_TOO_LARGE,
-    TIMEOUT,
     UNSUPPORTED_MEDIA,
     UPSTREAM,
     CallRequest,
@@ -53,6 +53,7 @@ from gateway_bridge.protocols.base import (
 from gateway_bridge.state import GatewayState
 from gateway_bridge.usage_mapping import TokenUsage, from_openai
 from inference_node.server.tokenizer import count_tokens
+from usage.events import ENDPOINTS as _ENDPOINTS
 from usage.rating import rate
 
 logger = logging.getLogger(__name__)
@@ -891,7 +892,7 @@ class Gateway:
         # Replay the cached answer as a stream: one delta per choice, then the end.
         await self._start_stream(call, adapter, send)
         parts = [adapter.stream_start(req.model)]
-        for chunk in _chunks_of(upstream, req.endpoint):
+        for chunk in answers.chunks_of(upstream, req.endpoint):
             parts.append(adapter.stream_chunk(chunk, req.model))
         call.ttft = time.perf_counter() - call.t0
         usage_chunk = {
@@ -977,11 +978,11 @@ class Gateway:
                 try:
                     if resp.status == 429 or resp.status >= 500:
                         raw = await resp.read()
-                        retry_error = _upstream_status_error(resp.status, raw)
+                        retry_error = answers.upstream_status_error(resp.status, raw)
                     elif resp.status >= 400:
                         raw = await resp.read()
                         outcome = Outcome.NEUTRAL
-                        raise _upstream_client_error(resp.status, raw)
+                        raise answers.upstream_client_error(resp.status, raw)
                     elif req.stream:
                         done = await self._stream(
                             call, req, resp, receive, send, t_up, ckey, cache_ttl
@@ -991,7 +992,7 @@ class Gateway:
                     else:
                         raw = await resp.read()
                         call.upstream_s = time.perf_counter() - t_up
-                        obj = _json_object(raw)
+                        obj = answers.json_object(raw)
                         if obj is None:
                             retry_error = GatewayError(
                                 UPSTREAM, "upstream_invalid_response",
@@ -1010,7 +1011,7 @@ class Gateway:
             except _Retry as retry:
                 retry_error = retry.error
             except UpstreamError as exc:
-                retry_error = _upstream_exception_error(exc)
+                retry_error = answers.upstream_exception_error(exc)
             finally:
                 lease.release(outcome)
                 self.metrics.node_outcomes[(node.name, outcome.name.lower())] += 1
@@ -1030,7 +1031,7 @@ class Gateway:
         adapter = req.response
         usage = adapter.usage_of(obj)
         if usage is None:
-            usage = TokenUsage(input=req.prompt_tokens_estimate, output=_output_tokens(obj))
+            usage = TokenUsage(input=req.prompt_tokens_estimate, output=answers.output_tokens(obj))
         call.usage = usage
         if usage.cache_read:
             call.cache_status = "prefix_hit"
@@ -1071,7 +1072,7 @@ class Gateway:
                     UPSTREAM, "upstream_empty_stream", "The node ended the stream at once."
                 )
             )
-        chunk = _json_object(first)
+        chunk = answers.json_object(first)
         if chunk is None:
             raise _Retry(
                 GatewayError(
@@ -1105,7 +1106,7 @@ class Gateway:
                     choices = chunk.get("choices")
                     if choices:
                         for choice in choices:
-                            _collect_text(choice, texts)
+                            answers.collect_text(choice, texts)
                         if call.ttft is None:
                             call.ttft = time.perf_counter() - call.t0
                     if collected is not None:
@@ -1119,7 +1120,7 @@ class Gateway:
                     data = await events.__anext__()
                     if data == b"[DONE]":
                         break
-                    chunk = _json_object(data)
+                    chunk = answers.json_object(data)
                     if chunk is None:
                         raise GatewayError(
                             UPSTREAM,
@@ -1136,7 +1137,9 @@ class Gateway:
                     call.status = 499
                     call.error_type = "client_disconnected"
                     raise _StreamStarted(node_fault=False) from None
-                err = exc if isinstance(exc, GatewayError) else _upstream_exception_error(exc)
+                err = (
+                    exc if isinstance(exc, GatewayError) else answers.upstream_exception_error(exc)
+                )
                 self._bill_partial(call, req, usage, texts)
                 call.status = err.status
                 call.error_type = err.code
@@ -1171,7 +1174,7 @@ class Gateway:
                 await self.cache.put(
                     ckey,
                     {
-                        "response": _assemble(collected, req.endpoint),
+                        "response": answers.assemble(collected, req.endpoint),
                         "usage": {"prompt": usage.prompt_total, "output": usage.output},
                     },
                     cache_ttl,
@@ -1292,194 +1295,3 @@ class _Retry(Exception):
 class _StreamStarted(Exception):
     def __init__(self, node_fault: bool):
         self.node_fault = node_fault
-
-
-from usage.events import ENDPOINTS as _ENDPOINTS  # noqa: E402
-
-
-def _json_object(raw: bytes):
-    try:
-        obj = orjson.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _collect_text(choice: dict, texts: list[str]) -> None:
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        content = delta.get("content")
-        if isinstance(content, str):
-            texts.append(content)
-        for call in delta.get("tool_calls") or ():
-            fn = call.get("function") if isinstance(call, dict) else None
-            # The node counts a tool call's arguments as its output tokens.
-            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                texts.append(fn["arguments"])
-    else:
-        text = choice.get("text")
-        if isinstance(text, str):
-            texts.append(text)
-
-
-def _output_tokens(obj: dict) -> int:
-    texts: list[str] = []
-    for choice in obj.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        message = choice.get("message")
-        if isinstance(message, dict):
-            _collect_text({"delta": message}, texts)
-        else:
-            _collect_text(choice, texts)
-    return count_tokens("".join(texts))
-
-
-def _chunks_of(upstream: dict, endpoint: str):
-    """A cached plain answer as stream chunks (for a streamed cache hit)."""
-    base = {
-        "id": upstream.get("id", ""),
-        "created": upstream.get("created", 0),
-        "model": upstream.get("model", ""),
-    }
-    for choice in upstream.get("choices") or ():
-        if endpoint == "completions":
-            yield {
-                **base,
-                "object": "text_completion",
-                "choices": [
-                    {
-                        "index": choice.get("index", 0),
-                        "text": choice.get("text", ""),
-                        "finish_reason": choice.get("finish_reason"),
-                    }
-                ],
-            }
-            continue
-        message = dict(choice.get("message") or {})
-        delta = {"role": "assistant", "content": message.get("content")}
-        if message.get("tool_calls"):
-            delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(message["tool_calls"])]
-        yield {
-            **base,
-            "object": "chat.completion.chunk",
-            "choices": [{"index": choice.get("index", 0), "delta": delta, "finish_reason": None}],
-        }
-        yield {
-            **base,
-            "object": "chat.completion.chunk",
-            "choices": [
-                {
-                    "index": choice.get("index", 0),
-                    "delta": {},
-                    "finish_reason": choice.get("finish_reason"),
-                }
-            ],
-        }
-
-
-def _assemble(chunks: list[dict], endpoint: str) -> dict:
-    """A streamed answer's chunks as the equivalent plain answer (for the cache)."""
-    first = chunks[0] if chunks else {}
-    by_index: dict[int, dict] = {}
-    usage = None
-    for chunk in chunks:
-        if chunk.get("usage"):
-            usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            i = choice.get("index", 0)
-            slot = by_index.setdefault(i, {"text": [], "tools": {}, "finish": None})
-            if choice.get("finish_reason"):
-                slot["finish"] = choice["finish_reason"]
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                if isinstance(delta.get("content"), str):
-                    slot["text"].append(delta["content"])
-                for tc in delta.get("tool_calls") or ():
-                    t = slot["tools"].setdefault(
-                        tc.get("index", 0),
-                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                    )
-                    t["id"] = tc.get("id") or t["id"]
-                    fn = tc.get("function") or {}
-                    t["function"]["name"] += fn.get("name") or ""
-                    t["function"]["arguments"] += fn.get("arguments") or ""
-            elif isinstance(choice.get("text"), str):
-                slot["text"].append(choice["text"])
-    choices = []
-    for i, slot in sorted(by_index.items()):
-        text = "".join(slot["text"])
-        if endpoint == "completions":
-            choices.append({"index": i, "text": text, "finish_reason": slot["finish"]})
-            continue
-        message = {"role": "assistant", "content": text or None}
-        if slot["tools"]:
-            message["tool_calls"] = [slot["tools"][k] for k in sorted(slot["tools"])]
-        choices.append({"index": i, "message": message, "finish_reason": slot["finish"]})
-    return {
-        "id": first.get("id", ""),
-        "object": "text_completion" if endpoint == "completions" else "chat.completion",
-        "created": first.get("created", 0),
-        "model": first.get("model", ""),
-        "choices": choices,
-        "usage": usage,
-    }
-
-
-def _upstream_message(raw: bytes) -> tuple[str | None, str | None]:
-    obj = _json_object(raw)
-    if obj is None:
-        return None, None
-    err = obj.get("error")
-    if isinstance(err, dict):
-        message = err.get("message")
-        code = err.get("code") or err.get("type")
-        return (str(message) if message else None), (str(code) if code else None)
-    if isinstance(obj.get("message"), str):
-        return obj["message"], None
-    return None, None
-
-
-def _upstream_status_error(status: int, raw: bytes) -> GatewayError:
-    message, _ = _upstream_message(raw)
-    if status == 429:
-        return GatewayError(
-            RATE_LIMIT,
-            "upstream_rate_limited",
-            "The node is rate limiting; retry shortly." + (f" ({message})" if message else ""),
-            headers=[("retry-after", "1")],
-        )
-    return GatewayError(
-        UPSTREAM,
-        "upstream_error",
-        f"The node failed with HTTP {status}." + (f" ({message})" if message else ""),
-    )
-
-
-def _upstream_client_error(status: int, raw: bytes) -> GatewayError:
-    message, code = _upstream_message(raw)
-    kind = {401: UPSTREAM, 403: UPSTREAM, 404: NOT_FOUND, 413: REQUEST_TOO_LARGE}.get(
-        status, INVALID_REQUEST
-    )
-    if status in (401, 403):
-        # The node refused our credentials: the operator's problem, not the caller's.
-        return GatewayError(UPSTREAM, "upstream_auth_failed", "The node refused the gateway.")
-    return GatewayError(
-        kind,
-        code if code and code.replace("_", "").isalnum() else "upstream_rejected",
-        message or f"The node rejected the request (HTTP {status}).",
-        status=400 if kind == INVALID_REQUEST else None,
-    )
-
-
-def _upstream_exception_error(exc) -> GatewayError:
-    reason = getattr(exc, "reason", "connect")
-    if reason.endswith("timeout") and reason != "connect_timeout":
-        return GatewayError(
-            TIMEOUT, f"upstream_{reason}", f"The node did not answer in time ({reason})."
-        )
-    if reason in ("connect", "connect_timeout"):
-        return GatewayError(UPSTREAM, "upstream_unreachable", "Could not connect to the node.")
-    return GatewayError(
-        UPSTREAM, f"upstream_{reason}", f"The node's answer broke off or was malformed ({reason})."
-    )
