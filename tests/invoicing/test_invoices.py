@@ -81,7 +81,10 @@ def test_discount_and_tax_lines_and_one_conversion_to_cents(org, month_calls):
 
 
 def test_preview_of_the_running_month_stores_nothing(org, key, catalog):
-    ingest_events([event(key, started_at=datetime.now(UTC) - timedelta(minutes=5))])
+    now = datetime.now(UTC)
+    # A minute ago, but never in last month (the first minute of a month).
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    ingest_events([event(key, started_at=max(now - timedelta(minutes=1), month_start))])
     preview = invoice_preview(organization_id=org.pk)
     assert preview.calls == 1 and preview.total == CallRecord.objects.get().cost
     assert not Invoice.objects.exists()
