@@ -36,13 +36,16 @@ from usage.ingest.aggregate import SUM_COLUMNS
 from usage.models import Grain, Rollup
 from usage.sketch import _HEADER, bucket_value, merge_encoded
 
-DIMENSIONS = ("sub_account_id", "api_key_id", "model", "node_id")
+DIMENSIONS = ("sub_account_id", "api_key_id", "model", "node_id", "protocol", "mode")
 _DIM_GRAIN = {
     "sub_account_id": Grain.SUB_ACCOUNT,
     "api_key_id": Grain.KEY,
     "model": Grain.MODEL,
     "node_id": Grain.NODE,
+    "protocol": Grain.TRAFFIC,
+    "mode": Grain.TRAFFIC,
 }
+_TRAFFIC_DIMS = frozenset({"model", "protocol", "mode"})
 GROUP_BY = (None, "model", "api_key_id", "sub_account_id", "node_id", "hour", "day")
 DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
 HOUR = timedelta(hours=1)
@@ -59,14 +62,18 @@ def _clean_filters(filters: dict | None) -> dict:
 def choose_grain(filters: dict | None, group_by: str | None = None) -> Grain:
     """The narrowest grain whose rows answer these filters and this grouping:
     ORG for none, a dimension's own grain when only that dimension is
-    involved, FULL for combinations."""
+    involved, TRAFFIC (model, protocol and streaming) for protocol or
+    streaming with or without a model, FULL for other combinations."""
     dims = set(_clean_filters(filters))
     if group_by in _DIM_GRAIN:
         dims.add(group_by)
     if not dims:
         return Grain.ORG
-    if len(dims) == 1:
-        return _DIM_GRAIN[dims.pop()]
+    grains = {_DIM_GRAIN[d] for d in dims}
+    if len(grains) == 1:
+        return grains.pop()
+    if dims <= _TRAFFIC_DIMS:
+        return Grain.TRAFFIC
     return Grain.FULL
 
 

@@ -162,7 +162,8 @@ class Grain(models.TextChoices):
     KEY = "key", "API key"
     MODEL = "model", "Model"
     NODE = "node", "Node"
-    FULL = "full", "Sub-account, key, model and node"
+    TRAFFIC = "traffic", "Model, protocol and streaming"
+    FULL = "full", "Sub-account, key, model, node, protocol and streaming"
 
 
 class Rollup(models.Model):
@@ -176,6 +177,10 @@ class Rollup(models.Model):
     api_key_id = models.BigIntegerField(default=0)
     model = models.CharField(max_length=128, default="", blank=True)
     node_id = models.BigIntegerField(default=0)
+    # The client's protocol (openai, anthropic, gemini) and "stream" or "plain";
+    # kept by the TRAFFIC and FULL grains (added later, hence db_default).
+    protocol = models.CharField(max_length=16, default="", blank=True, db_default="")
+    mode = models.CharField(max_length=8, default="", blank=True, db_default="")
     hour = models.DateTimeField()
     currency = models.CharField(max_length=3)
     calls = models.BigIntegerField(default=0)
@@ -224,6 +229,8 @@ class Rollup(models.Model):
                     "api_key_id",
                     "model",
                     "node_id",
+                    "protocol",
+                    "mode",
                     "hour",
                 ],
                 name="usage_rollup_unique_cell",

@@ -21,7 +21,9 @@ from django.utils import timezone as tz
 
 from accounts.audit import audit_record
 from accounts.models import Organization
-from usage.models import Adjustment, CallRecord, Grain, PeriodClose, RerateRun, Rollup
+from usage.ingest.aggregate import grain_cells, mode_of
+from usage.ingest.rollup_sql import KEY_COLUMNS
+from usage.models import Adjustment, CallRecord, PeriodClose, RerateRun, Rollup
 from usage.prices import PriceBook
 from usage.rating import PPM, discount_ppm_for, rate
 
@@ -61,32 +63,26 @@ def _hour(t: datetime) -> datetime:
     return t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def _cells(call: CallRecord) -> list[tuple]:
-    sub, node, hour = call.sub_account_id or 0, call.node_id or 0, _hour(call.started_at)
-    org = call.organization_id
-    return [
-        (org, Grain.ORG.value, 0, 0, "", 0, hour),
-        (org, Grain.SUB_ACCOUNT.value, sub, 0, "", 0, hour),
-        (org, Grain.KEY.value, 0, call.api_key_id, "", 0, hour),
-        (org, Grain.MODEL.value, 0, 0, call.model, 0, hour),
-        (org, Grain.NODE.value, 0, 0, "", node, hour),
-        (org, Grain.FULL.value, sub, call.api_key_id, call.model, node, hour),
-    ]
+def _cells(call: CallRecord) -> tuple[tuple, ...]:
+    return grain_cells(
+        call.organization_id,
+        call.sub_account_id or 0,
+        call.api_key_id,
+        call.model,
+        call.node_id or 0,
+        call.protocol,
+        mode_of(call.stream),
+        _hour(call.started_at),
+    )
 
 
 def _correct_rollups(deltas: dict[tuple, list[int]]) -> None:
     """Add (cost, unpriced) differences to rollup rows, in key order."""
-    for (org, grain, sub, key, model, node, hour), (cost, unpriced) in sorted(deltas.items()):
+    for cell, (cost, unpriced) in sorted(deltas.items()):
         if cost or unpriced:
-            Rollup.objects.filter(
-                organization_id=org,
-                grain=grain,
-                sub_account_id=sub,
-                api_key_id=key,
-                model=model,
-                node_id=node,
-                hour=hour,
-            ).update(cost=F("cost") + cost, unpriced_calls=F("unpriced_calls") + unpriced)
+            Rollup.objects.filter(**dict(zip((*KEY_COLUMNS, "hour"), cell, strict=True))).update(
+                cost=F("cost") + cost, unpriced_calls=F("unpriced_calls") + unpriced
+            )
 
 
 def rerate(

@@ -57,6 +57,17 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
     sub_account = forms.ModelChoiceField(
         queryset=None, required=False, label="Sub-account", empty_label="All sub-accounts"
     )
+    protocol = forms.ChoiceField(
+        required=False,
+        choices=[("", "All protocols"), ("openai", "OpenAI"), ("anthropic", "Anthropic"),
+                 ("gemini", "Gemini")],
+        label="Protocol",
+    )  # fmt: skip
+    stream = forms.ChoiceField(
+        required=False,
+        choices=[("", "Streamed or not"), ("stream", "Streamed"), ("plain", "Not streamed")],
+        label="Streaming",
+    )
     compare = forms.ChoiceField(required=False, choices=CACHE_COMPARE, label="Compare by")
     pct = forms.ChoiceField(
         required=False,
@@ -151,14 +162,16 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
             "node_id": d["node"].pk if d.get("node") else None,
             "api_key_id": d["key"].pk if d.get("key") else None,
             "sub_account_id": d["sub_account"].pk if d.get("sub_account") else None,
+            "protocol": d.get("protocol") or None,
+            "mode": d.get("stream") or None,
         }
 
     def params(self) -> dict[str, str]:
         """The filters as submitted, for links and chart URLs that keep them."""
         if not self.is_bound:
             return {}
-        keep = ("range", "from", "to", "model", "node", "key", "sub_account", "compare", "pct",
-                "stack", "refresh")  # fmt: skip
+        keep = ("range", "from", "to", "model", "node", "key", "sub_account", "protocol",
+                "stream", "compare", "pct", "stack", "refresh")  # fmt: skip
         return {k: self.given[k] for k in keep if self.given.get(k)}
 
 

@@ -76,7 +76,7 @@ class PageSpec:
     compare: tuple = ()
 
 
-_DIMS = ("model", "node", "key", "sub_account")
+_DIMS = ("model", "node", "key", "sub_account", "protocol", "stream")
 _RANGE = ("range", "from", "to")
 PAGES: dict[str, PageSpec] = {
     "latency": PageSpec(
@@ -87,8 +87,8 @@ PAGES: dict[str, PageSpec] = {
         "latency sketches (within 1 % of the exact values), and where the time of a call "
         "goes: queue, gateway overhead, upstream to first token and decode.",
         notes=(
-            "Streamed and non-streamed calls cannot be told apart here: the hourly rollups "
-            "count streamed calls but do not keep them as a separate dimension.",
+            "The protocol and streaming filters read rollups kept since this version of the "
+            "console: hours ingested before it show no calls under those filters.",
         ),
         compare=COMPARE,
     ),

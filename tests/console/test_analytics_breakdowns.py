@@ -280,7 +280,8 @@ def test_pages_show_the_breakdowns_and_no_longer_say_they_are_missing(client, mi
         for gone in ("is not shown", "not split by cause", "not shown on their own"):
             assert gone not in html, (page, gone)
     latency = client.get(reverse("analytics:latency"), RANGE).content.decode()
-    assert "cannot be told apart" in latency  # no stream dimension: still said
+    assert 'name="protocol"' in latency and 'name="stream"' in latency
+    assert "cannot be told apart" not in latency
 
 
 def test_quiet_ranges_say_so(client, data):

@@ -91,6 +91,43 @@ def test_percentiles_shown_are_within_one_percent_of_the_exact_ones(client, data
     assert checked > 100
 
 
+@pytest.mark.parametrize(
+    ("protocol", "stream"), [("anthropic", ""), ("", "stream"), ("openai", "plain")]
+)
+def test_protocol_and_streaming_filters_narrow_the_percentiles_to_those_calls(
+    client, data, protocol, stream
+):
+    login(client, data)
+    params = {**RANGE, "protocol": protocol, "stream": stream}
+    fig = figure_of(client.get(reverse("analytics:chart_latency"), params))
+    calls = [
+        c
+        for c in calls_of(data)
+        if (not protocol or c.protocol == protocol)
+        and (not stream or c.stream == (stream == "stream"))
+    ]
+    assert 0 < len(calls) < len(calls_of(data))
+    hours = by_hour(calls)
+    checked = 0
+    for trace in fig["data"]:
+        q = QS[trace["name"]]
+        for x, y in zip(trace["x"], trace["y"], strict=True):
+            values = [c.latency_us for c in hours.get(x, [])]
+            if not values:
+                assert y is None
+                continue
+            assert close(y, exact_ms(values, q)), (trace["name"], x, y)
+            checked += 1
+    assert checked > 20
+    # With another dimension too (the full grain), the counts still match.
+    model = calls[0].model
+    r = client.get(
+        reverse("analytics:chart_error_rate"), {**params, "model": model, "format": "csv"}
+    )
+    rows = csv.DictReader(io.StringIO(r.content.decode("utf-8-sig")))
+    assert sum(int(row["calls"]) for row in rows) == sum(1 for c in calls if c.model == model)
+
+
 def test_compare_by_model_draws_one_line_per_model(client, data):
     login(client, data)
     fig = figure_of(

@@ -89,13 +89,15 @@ def expected_rollups(organization_id: int) -> dict[tuple, dict]:
     out: dict[tuple, dict] = {}
     for c in CallRecord.objects.filter(organization_id=organization_id):
         sub, node, hour = c.sub_account_id or 0, c.node_id or 0, _hour(c.started_at)
+        mode = "stream" if c.stream else "plain"
         for cell in (
-            (Grain.ORG, 0, 0, "", 0),
-            (Grain.SUB_ACCOUNT, sub, 0, "", 0),
-            (Grain.KEY, 0, c.api_key_id, "", 0),
-            (Grain.MODEL, 0, 0, c.model, 0),
-            (Grain.NODE, 0, 0, "", node),
-            (Grain.FULL, sub, c.api_key_id, c.model, node),
+            (Grain.ORG, 0, 0, "", 0, "", ""),
+            (Grain.SUB_ACCOUNT, sub, 0, "", 0, "", ""),
+            (Grain.KEY, 0, c.api_key_id, "", 0, "", ""),
+            (Grain.MODEL, 0, 0, c.model, 0, "", ""),
+            (Grain.NODE, 0, 0, "", node, "", ""),
+            (Grain.TRAFFIC, 0, 0, c.model, 0, c.protocol, mode),
+            (Grain.FULL, sub, c.api_key_id, c.model, node, c.protocol, mode),
         ):
             s = out.setdefault((str(cell[0]), *cell[1:], hour), dict.fromkeys(SUMS, 0))
             s["calls"] += 1
@@ -147,7 +149,8 @@ def stored_rollups(organization_id: int) -> dict[tuple, dict]:
     for r in Rollup.objects.filter(organization_id=organization_id):
         assert LogHistogram.from_bytes(r.latency_hist).count == r.calls
         assert LogHistogram.from_bytes(r.ttft_hist).count == r.ttft_count
-        out[(r.grain, r.sub_account_id, r.api_key_id, r.model, r.node_id, r.hour)] = {
+        cell = (r.grain, r.sub_account_id, r.api_key_id, r.model, r.node_id, r.protocol, r.mode)
+        out[(*cell, r.hour)] = {
             f: getattr(r, f) for f in SUMS
         }
     return out

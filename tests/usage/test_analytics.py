@@ -90,6 +90,11 @@ def test_grain_selection():
     assert analytics.choose_grain({"model": "m"}, "model") == Grain.MODEL
     assert analytics.choose_grain({"model": "m"}, "node_id") == Grain.FULL
     assert analytics.choose_grain({"model": "m"}, "day") == Grain.MODEL
+    # Protocol and streaming: the traffic grain, which keeps the model too.
+    assert analytics.choose_grain({"protocol": "gemini"}) == Grain.TRAFFIC
+    assert analytics.choose_grain({"mode": "stream", "model": "m"}) == Grain.TRAFFIC
+    assert analytics.choose_grain({"protocol": "openai"}, "model") == Grain.TRAFFIC
+    assert analytics.choose_grain({"protocol": "openai", "api_key_id": 3}) == Grain.FULL
     with pytest.raises(ValueError, match="unknown filter"):
         analytics.choose_grain({"colour": "red"})
 

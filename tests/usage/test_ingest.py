@@ -40,7 +40,8 @@ def test_a_batch_is_stored_rated_and_rolled_up(catalog, org, key, team_key):
         2,
     )
     assert org_row.hour == T0.replace(minute=0)
-    assert Rollup.objects.filter(organization_id=org.pk).count() == 1 + 2 + 2 + 1 + 2 + 2
+    # org, sub-accounts, keys, model, nodes, protocol x streaming, and full cells.
+    assert Rollup.objects.filter(organization_id=org.pk).count() == 1 + 2 + 2 + 1 + 2 + 2 + 2
     assert_consistent(org.pk)
 
 

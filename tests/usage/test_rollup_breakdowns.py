@@ -91,7 +91,7 @@ def assert_consistent(org_id: int) -> dict:
 def test_every_new_sum_equals_the_call_records_at_every_grain(catalog, org, keys):
     ingest_events(mixed(keys))
     want = assert_consistent(org.pk)
-    assert {k[0] for k in want} == {"org", "sub", "key", "model", "node", "full"}
+    assert {k[0] for k in want} == {"org", "sub", "key", "model", "node", "traffic", "full"}
     # The data exercises every new sum, so a sum left at 0 could not pass.
     org_rows = [v for k, v in want.items() if k[0] == "org"]
     for column in NEW_SUMS:

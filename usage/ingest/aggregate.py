@@ -16,7 +16,7 @@ from usage.models import Grain
 from usage.sketch import _INV_LOG_GAMMA
 
 # Columns of a call row (see ``usage.ingest.CALL_COLUMNS``).
-R_ORG, R_SUB, R_KEY, R_MODEL, R_NODE = 3, 4, 5, 6, 7
+R_ORG, R_SUB, R_KEY, R_MODEL, R_NODE, R_PROTOCOL = 3, 4, 5, 6, 7, 8
 R_STREAM, R_STATUS, R_ERROR = 10, 11, 12
 R_INPUT, R_CACHE_READ, R_CACHE_WRITE, R_OUTPUT, R_REASONING = 13, 14, 15, 16, 17
 R_TTFT, R_LATENCY, R_UPSTREAM, R_OVERHEAD, R_QUEUE = 18, 19, 20, 21, 22
@@ -89,15 +89,43 @@ _REFUSAL_SLOT = {
 ZERO = -(2**31)
 
 
+def mode_of(stream) -> str:
+    """The rollups' name for a call's streaming: "stream" or "plain"."""
+    return "stream" if stream else "plain"
+
+
+def grain_cells(org, sub, key, model, node, protocol, mode, hour) -> tuple[tuple, ...]:
+    """The cell of every grain a call of these dimensions adds to, each keyed
+    (org, grain, sub, key, model, node, protocol, mode, hour); the FULL one last."""
+    return (
+        (org, Grain.ORG.value, 0, 0, "", 0, "", "", hour),
+        (org, Grain.SUB_ACCOUNT.value, sub, 0, "", 0, "", "", hour),
+        (org, Grain.KEY.value, 0, key, "", 0, "", "", hour),
+        (org, Grain.MODEL.value, 0, 0, model, 0, "", "", hour),
+        (org, Grain.NODE.value, 0, 0, "", node, "", "", hour),
+        (org, Grain.TRAFFIC.value, 0, 0, model, 0, protocol, mode, hour),
+        (org, Grain.FULL.value, sub, key, model, node, protocol, mode, hour),
+    )
+
+
 def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
-    """FULL-grain sums keyed by (org, sub, key, model, node, hour_ts)."""
+    """FULL-grain sums keyed by (org, sub, key, model, node, protocol, mode, hour_ts)."""
     cells: dict[tuple, list] = {}
     log = math.log
     ceil = math.ceil
     inv = _INV_LOG_GAMMA
     slots = _REFUSAL_SLOT
     for row, hour in zip(rows, hours, strict=True):
-        key = (row[R_ORG], row[R_SUB] or 0, row[R_KEY], row[R_MODEL], row[R_NODE] or 0, hour)
+        key = (
+            row[R_ORG],
+            row[R_SUB] or 0,
+            row[R_KEY],
+            row[R_MODEL],
+            row[R_NODE] or 0,
+            row[R_PROTOCOL],
+            "stream" if row[R_STREAM] else "plain",
+            hour,
+        )
         a = cells.get(key)
         if a is None:
             a = cells[key] = [0] * N_SUMS + [[], []]
@@ -157,14 +185,9 @@ def all_grains(full: dict[tuple, list]) -> list[tuple[tuple, list]]:
     """Every grain's cells from the FULL cells, sorted by key: the order in
     which rows are locked, the same in every worker, so workers never deadlock."""
     out: dict[tuple, list] = {}
-    for (org, sub, key, model, node, hour), sums in full.items():
-        for cell in (
-            (org, Grain.ORG.value, 0, 0, "", 0, hour),
-            (org, Grain.SUB_ACCOUNT.value, sub, 0, "", 0, hour),
-            (org, Grain.KEY.value, 0, key, "", 0, hour),
-            (org, Grain.MODEL.value, 0, 0, model, 0, hour),
-            (org, Grain.NODE.value, 0, 0, "", node, hour),
-        ):
+    for dims, sums in full.items():
+        *derived, whole = grain_cells(*dims)
+        for cell in derived:
             acc = out.get(cell)
             if acc is None:
                 out[cell] = [*sums[:N_SUMS], list(sums[LAT_BINS]), list(sums[TTFT_BINS])]
@@ -174,7 +197,7 @@ def all_grains(full: dict[tuple, list]) -> list[tuple[tuple, list]]:
                     acc[LAT_BINS] + sums[LAT_BINS],
                     acc[TTFT_BINS] + sums[TTFT_BINS],
                 ]
-        out[(org, Grain.FULL.value, sub, key, model, node, hour)] = sums
+        out[whole] = sums
     return sorted(out.items(), key=lambda item: item[0])
 
 

@@ -63,16 +63,8 @@ def apply_rollups(cells: list[tuple[tuple, list]], currencies: dict[int, str]) -
     )
     now = adapt(datetime.now(UTC))
     with connection.cursor() as cur:
-        for (org, grain, sub, key, model, node, hour), acc in cells:
-            key_params = [
-                org,
-                grain,
-                sub,
-                key,
-                model,
-                node,
-                adapt(datetime.fromtimestamp(hour, UTC)),
-            ]
+        for (org, *dims, hour), acc in cells:
+            key_params = [org, *dims, adapt(datetime.fromtimestamp(hour, UTC))]
             cur.execute(
                 f"SELECT id, latency_hist, ttft_hist FROM usage_rollup WHERE {where}", key_params
             )

@@ -157,7 +157,7 @@ def is_deadlock(exc: BaseException) -> bool:
     )
 
 
-_KEY_TYPES = ("bigint", "text", "bigint", "bigint", "text", "bigint", "timestamptz")
+_KEY_TYPES = ("bigint", "text", "bigint", "bigint", "text", "bigint", "text", "text", "timestamptz")
 
 
 def _ints(values) -> str:
@@ -177,7 +177,9 @@ class RollupArrays:
         self.cells = cells
         if not cells:
             return
-        org, grain, sub, key, model, node, hour = zip(*(c for c, _ in cells), strict=True)
+        org, grain, sub, key, model, node, protocol, mode, hour = zip(
+            *(c for c, _ in cells), strict=True
+        )
         stamps = {h: datetime.fromtimestamp(h, UTC).isoformat() for h in set(hour)}
         self.keys = [
             _ints(org),
@@ -186,6 +188,8 @@ class RollupArrays:
             _ints(key),
             _texts(model),
             _ints(node),
+            _texts(protocol),
+            _texts(mode),
             _texts([stamps[h] for h in hour]),
         ]
         self.currency = _texts([currencies[o] for o in org])
@@ -203,11 +207,11 @@ _KEY_CASTS = ", ".join(f"%t::{t}[]" for t in _KEY_TYPES)
 # that do not exist yet are created, in the same order, by the upsert below.
 LOCK = (
     "SELECT r.id, v.i, r.latency_hist, r.ttft_hist "
-    f"FROM unnest({_KEY_CASTS}) WITH ORDINALITY AS v(o, g, s, k, m, n, h, i) "
+    f"FROM unnest({_KEY_CASTS}) WITH ORDINALITY AS v(o, g, s, k, m, n, p, d, h, i) "
     "CROSS JOIN LATERAL (SELECT id, latency_hist, ttft_hist FROM usage_rollup "
     "WHERE organization_id = v.o AND grain = v.g AND sub_account_id = v.s "
-    "AND api_key_id = v.k AND model = v.m AND node_id = v.n AND hour = v.h "
-    "FOR UPDATE) AS r"
+    "AND api_key_id = v.k AND model = v.m AND node_id = v.n AND protocol = v.p "
+    "AND mode = v.d AND hour = v.h FOR UPDATE) AS r"
 )
 _WRITE_COLUMNS = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, "latency_hist", "ttft_hist")
 _WRITE_CASTS = ", ".join(

@@ -5,7 +5,16 @@ from __future__ import annotations
 from usage.ingest.aggregate import N_SUMS, SUM_COLUMNS, bucket_counts
 from usage.sketch import add_counts_to_encoded
 
-KEY_COLUMNS = ("organization_id", "grain", "sub_account_id", "api_key_id", "model", "node_id")
+KEY_COLUMNS = (
+    "organization_id",
+    "grain",
+    "sub_account_id",
+    "api_key_id",
+    "model",
+    "node_id",
+    "protocol",
+    "mode",
+)
 
 
 def merged_hist(old: bytes | memoryview | None, indexes: list[int]) -> bytes:

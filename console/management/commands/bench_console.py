@@ -149,6 +149,7 @@ def _scenarios(preset: str) -> list[tuple[str, str]]:
         ("cache_hit", {"compare": "key"}),
         ("spend", {"stack": "key"}),
         ("spend", {"stack": "sub_account"}),
+        ("latency", {"protocol": "anthropic", "stream": "stream"}),  # the traffic grain
     ]
     for name, extra in variants:
         query = urlencode({**base, **extra})
@@ -161,6 +162,11 @@ def _scenarios(preset: str) -> list[tuple[str, str]]:
         query = urlencode({**base, **extra})
         out.append(("chart:latency?model", f"{reverse('analytics:chart_latency')}?{query}"))
         out.append(("chart:spend?model", f"{reverse('analytics:chart_spend')}?{query}"))
+        # A protocol with a model: the full grain.
+        query = urlencode({**base, **extra, "protocol": "openai"})
+        out.append(
+            ("chart:latency?model&protocol", f"{reverse('analytics:chart_latency')}?{query}")
+        )
     return out
 
 
