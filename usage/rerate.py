@@ -23,7 +23,7 @@ from accounts.audit import audit_record
 from accounts.models import Organization
 from usage.ingest.aggregate import grain_cells, mode_of
 from usage.ingest.rollup_sql import KEY_COLUMNS
-from usage.models import Adjustment, CallRecord, PeriodClose, RerateRun, Rollup
+from usage.models import Adjustment, CallRecord, Grain, PeriodClose, RerateRun, Rollup
 from usage.prices import PriceBook
 from usage.rating import PPM, discount_ppm_for, rate
 
@@ -79,10 +79,14 @@ def _cells(call: CallRecord) -> tuple[tuple, ...]:
 def _correct_rollups(deltas: dict[tuple, list[int]]) -> None:
     """Add (cost, unpriced) differences to rollup rows, in key order."""
     for cell, (cost, unpriced) in sorted(deltas.items()):
-        if cost or unpriced:
-            Rollup.objects.filter(**dict(zip((*KEY_COLUMNS, "hour"), cell, strict=True))).update(
-                cost=F("cost") + cost, unpriced_calls=F("unpriced_calls") + unpriced
-            )
+        if not (cost or unpriced):
+            continue
+        where = dict(zip((*KEY_COLUMNS, "hour"), cell, strict=True))
+        change = {"cost": F("cost") + cost, "unpriced_calls": F("unpriced_calls") + unpriced}
+        if not Rollup.objects.filter(**where).update(**change) and where["grain"] == Grain.FULL:
+            # An hour ingested before rollups kept protocol and streaming
+            # (migration usage.0005): its full-grain row has neither.
+            Rollup.objects.filter(**{**where, "protocol": "", "mode": ""}).update(**change)
 
 
 def rerate(

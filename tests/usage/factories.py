@@ -150,7 +150,5 @@ def stored_rollups(organization_id: int) -> dict[tuple, dict]:
         assert LogHistogram.from_bytes(r.latency_hist).count == r.calls
         assert LogHistogram.from_bytes(r.ttft_hist).count == r.ttft_count
         cell = (r.grain, r.sub_account_id, r.api_key_id, r.model, r.node_id, r.protocol, r.mode)
-        out[(*cell, r.hour)] = {
-            f: getattr(r, f) for f in SUMS
-        }
+        out[(*cell, r.hour)] = {f: getattr(r, f) for f in SUMS}
     return out

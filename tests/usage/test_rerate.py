@@ -70,6 +70,22 @@ def test_open_calls_are_corrected_and_closed_ones_adjusted(org, key, priced):
     assert audit.params["calls_rerated"] == 3
 
 
+def test_hours_rolled_up_before_protocol_and_streaming_are_corrected_too(org, key, priced):
+    from django.db.models import Sum
+
+    # As an hour ingested before migration usage.0005 left it: no traffic rows,
+    # and full rows without protocol and streaming.
+    Rollup.objects.filter(grain="traffic").delete()
+    Rollup.objects.filter(grain="full").update(protocol="", mode="")
+    priced.input_per_mtok = 2_000_000
+    priced.save()
+    run(org=org.pk)
+    april = CallRecord.objects.filter(started_at__gte=APRIL)
+    for grain in ("org", "full"):
+        rows = Rollup.objects.filter(organization_id=org.pk, grain=grain, hour__gte=APRIL)
+        assert rows.aggregate(c=Sum("cost"))["c"] == april.aggregate(c=Sum("cost"))["c"] == 3 * 2400
+
+
 def test_a_second_run_creates_nothing_new(org, key, priced):
     priced.input_per_mtok = 2_000_000
     priced.save()
