@@ -1,6 +1,7 @@
-"""The Nodes tab's registry charts: each node's health over the range (from the
-health prober's audit events, one per flip) and its load as last probed.
-They read the node registry and the audit trail, never call records."""
+"""The node charts: latency, cache hit rate and a summary per node (from the
+rollups' node grain), each node's health over the range (from the health
+prober's audit events, one per flip), its load as last probed, and the
+circuit-breaker openings the gateways reported. None reads call records."""
 
 from __future__ import annotations
 
@@ -11,7 +12,21 @@ from django.db.models import Q
 from django.utils import timezone as tz
 
 from accounts.models import AuditEvent
-from console.analytics.figures import Chart, _iso
+from console.analytics.figures import (
+    Chart,
+    _empty_calls,
+    _hit_rate,
+    _iso,
+    _ms,
+    _pct,
+    _series,
+    _time_title,
+    _top,
+    _x,
+    figure,
+    line,
+    q_label,
+)
 from console.analytics.query import Query
 from inference_node.models import Node
 
@@ -30,6 +45,130 @@ def _nodes(q: Query) -> list[Node]:
         ids = wanted if isinstance(wanted, list | tuple | set) else [wanted]
         nodes = nodes.filter(pk__in=ids)
     return list(nodes[:50])
+
+
+def node_table(q: Query) -> Chart:
+    s = _series(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99))
+    chart = Chart(
+        "node_table",
+        "Nodes over the whole range",
+        columns=[
+            "node_id",
+            "node",
+            "calls",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "ttft_p50_ms",
+            "token_hit_rate_pct",
+            "error_rate_pct",
+        ],
+    )
+    if not s.total("calls"):
+        chart.empty = _empty_calls(q)
+        return chart
+    rows = []
+    for node_id, (p,) in s.groups.items():
+        label = q.names.label("node_id", node_id)
+        lat, tt = p["latency_ms"], p["ttft_ms"]
+        err = _pct(p["calls_4xx"] + p["calls_5xx"], p["calls"])
+        hit = _hit_rate(p)
+        chart.rows.append(
+            [
+                node_id,
+                label,
+                p["calls"],
+                _ms(lat[0.5]),
+                _ms(lat[0.9]),
+                _ms(lat[0.99]),
+                _ms(tt[0.5]),
+                hit,
+                err,
+            ]
+        )
+
+        def fmt(v, unit=" ms"):
+            return "—" if v is None else f"{v:,.1f}{unit}"
+
+        rows.append(
+            [
+                (label, q.calls_url(node=node_id) if q.names.known("node_id", node_id) else None),
+                (f"{p['calls']:,}", None),
+                (fmt(lat[0.5]), None),
+                (fmt(lat[0.9]), None),
+                (fmt(lat[0.99]), None),
+                (fmt(tt[0.5]), None),
+                (fmt(hit, " %"), None),
+                (fmt(err, " %"), None),
+            ]
+        )
+    chart.table = {
+        "headers": ["Node", "Calls", "p50", "p90", "p99", "TTFT p50", "Cache hit", "Errors"],
+        "numeric": [False, True, True, True, True, True, True, True],
+        "rows": rows,
+    }
+    return chart
+
+
+def _line_per_node(q: Query, s, chart: Chart, value, unit: str, row) -> list:
+    """One line of ``value(point)`` per node (the busiest ``MAX_GROUPS``), and
+    the CSV rows ``[bucket, node, *row(point)]``."""
+    shown, _rest = _top(s.groups)
+    x = _x(q, s.groups[shown[0]])
+    traces = []
+    for i, node_id in enumerate(shown):
+        points = s.groups[node_id]
+        label = q.names.label("node_id", node_id)
+        colour = q.names.colour("node_id", node_id, i)
+        traces.append(line(label, colour, x, [value(p) for p in points], unit=unit))
+        chart.rows.extend([_iso(p["start"], q.tz), label, *row(p)] for p in points)
+    return traces
+
+
+def node_latency(q: Query) -> Chart:
+    qq = q.compared_quantile
+    s = _series(q, group_by="node_id", quantiles=(qq,), hists=("latency",))
+    chart = Chart(
+        "node_latency",
+        f"Latency {q_label(qq)} per node",
+        columns=["bucket_start", "node", "calls", f"{q_label(qq)}_ms"],
+    )
+    if not s.total("calls"):
+        chart.empty = _empty_calls(q)
+        return chart
+
+    def latency(p):
+        return _ms(p["latency_ms"][qq])
+
+    traces = _line_per_node(q, s, chart, latency, " ms", lambda p: [p["calls"], latency(p)])
+    chart.figure = figure(traces, x_title=_time_title(q), y_title="Latency (ms)")
+    return chart
+
+
+def node_cache(q: Query) -> Chart:
+    s = _series(q, group_by="node_id")
+    chart = Chart(
+        "node_cache",
+        "Prefix-cache hit rate per node",
+        columns=[
+            "bucket_start",
+            "node",
+            "prompt_tokens",
+            "cached_prompt_tokens",
+            "token_hit_rate_pct",
+        ],
+    )
+    if not s.total("calls"):
+        chart.empty = _empty_calls(q)
+        return chart
+
+    def row(p):
+        prompt = p["input_tokens"] + p["cache_read_tokens"] + p["cache_write_tokens"]
+        return [prompt, p["cache_read_tokens"], _hit_rate(p)]
+
+    traces = _line_per_node(q, s, chart, _hit_rate, " %", row)
+    chart.figure = figure(traces, x_title=_time_title(q), y_title="Hit rate (%)", y_suffix=" %")
+    return chart
 
 
 def health_segments(node: Node, flips: list[tuple[datetime, str, str]], start, end):

@@ -123,7 +123,7 @@ def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
             row[R_MODEL],
             row[R_NODE] or 0,
             row[R_PROTOCOL],
-            "stream" if row[R_STREAM] else "plain",
+            mode_of(row[R_STREAM]),
             hour,
         )
         a = cells.get(key)
