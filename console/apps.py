@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class ConsoleConfig(AppConfig):
     name = "console"
     verbose_name = "Console"
+
+    def ready(self) -> None:
+        # The Celery app, loaded in every Django process so ``shared_task`` binds
+        # to it (``celery -A console`` finds ``console.celery`` by itself). Not in
+        # ``console/__init__``: the simulator imports ``console.tokens`` without
+        # paying for Celery.
+        import console.celery  # noqa: F401

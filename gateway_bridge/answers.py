@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import orjson
 
+from console.tokens import count_tokens
 from gateway_bridge.protocols.base import (
     INVALID_REQUEST,
     NOT_FOUND,
@@ -17,7 +18,6 @@ from gateway_bridge.protocols.base import (
     UPSTREAM,
     GatewayError,
 )
-from inference_node.server.tokenizer import count_tokens
 
 
 def json_object(raw: bytes):

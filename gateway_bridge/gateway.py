@@ -31,6 +31,7 @@ from urllib.parse import parse_qs
 import orjson
 from django.conf import settings
 
+from console.tokens import count_tokens
 from gateway_bridge import answers
 from gateway_bridge import cache as response_cache
 from gateway_bridge.metrics import GatewayMetrics
@@ -52,7 +53,6 @@ from gateway_bridge.protocols.base import (
 )
 from gateway_bridge.state import GatewayState
 from gateway_bridge.usage_mapping import TokenUsage, from_openai
-from inference_node.server.tokenizer import count_tokens
 from usage.events import ENDPOINTS as _ENDPOINTS
 from usage.rating import rate
 

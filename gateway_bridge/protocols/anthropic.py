@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from console import tokens as tokenizer
 from gateway_bridge.protocols.base import (
     AUTHENTICATION,
     INTERNAL,
@@ -70,7 +71,6 @@ from gateway_bridge.protocols.base import (
     sse,
 )
 from gateway_bridge.usage_mapping import TokenUsage, to_anthropic
-from inference_node.server import tokenizer
 
 UPSTREAM_PATH = "/v1/chat/completions"
 #: How much of the rendered prompt ``CallRequest.prefix_text`` keeps (characters).

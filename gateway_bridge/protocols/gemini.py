@@ -51,6 +51,7 @@ import json
 import re
 from typing import Any
 
+from console.tokens import template_messages
 from gateway_bridge.protocols import openai
 from gateway_bridge.protocols.base import (
     AUTHENTICATION,
@@ -74,7 +75,6 @@ from gateway_bridge.protocols.base import (
     sse,
 )
 from gateway_bridge.usage_mapping import TokenUsage, to_gemini
-from inference_node.server.protocol import template_messages
 
 CHAT_PATH = "/v1/chat/completions"
 EMBED_PATH = "/v1/embeddings"

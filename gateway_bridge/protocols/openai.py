@@ -17,11 +17,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from console import tokens as tokenizer
+from console.tokens import template_messages
 from gateway_bridge.protocols import base
 from gateway_bridge.protocols.base import CallRequest, GatewayError, ModelInfo, dumps, invalid, sse
 from gateway_bridge.usage_mapping import TokenUsage, from_openai, to_openai
-from inference_node.server import tokenizer
-from inference_node.server.protocol import template_messages
 
 PROTOCOL = "openai"
 MAX_N = 16  # the nodes' limit (OpenAI's is 128)

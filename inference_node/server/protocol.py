@@ -18,7 +18,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from . import tokenizer
+from console import tokens as tokenizer
+from console.tokens import content_text, template_messages
 
 MAX_N = 16
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -170,47 +171,6 @@ def _common(body: dict, prompt_ids: list[int], prompt_param: str, max_name: str)
     )
 
 
-def _content_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    return ""
-
-
-def template_messages(messages: list[dict], tools: list | None = None) -> list[dict]:
-    """The messages as the chat template renders them (``tokenizer.chat_prompt_tokens``
-    takes the result): the tool definitions, when there are any, as a leading message
-    of role ``tools`` whose content is their compact JSON, and an assistant's tool
-    calls as the compact JSON list of their ``{"name", "arguments"}`` after its text.
-    The gateway estimates prompt tokens with the same function."""
-    if not tools and not any(isinstance(m, dict) and m.get("tool_calls") for m in messages):
-        return messages
-    out: list[dict] = []
-    if tools:
-        out.append({"role": "tools", "content": _compact(tools)})
-    for message in messages:
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-        if calls and isinstance(calls, list):
-            shown = [
-                {"name": fn.get("name"), "arguments": fn.get("arguments")}
-                for call in calls
-                if isinstance(call, dict) and isinstance(fn := call.get("function"), dict)
-            ]
-            text = _content_text(message.get("content")) + _compact(shown)
-            message = {**message, "content": text}
-        out.append(message)
-    return out
-
-
-def _compact(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
 def _check_content(index: int, message: dict) -> None:
     content = message.get("content")
     param = f"messages[{index}].content"
@@ -357,7 +317,7 @@ def _tool_results(messages: list[dict]) -> list[tuple[str | None, str]]:
         if message["role"] != "tool":
             break
         name = names.get(message.get("tool_call_id")) or message.get("name")
-        results.append((name, _content_text(message.get("content"))))
+        results.append((name, content_text(message.get("content"))))
     return results[::-1]
 
 
@@ -365,7 +325,7 @@ def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     choice = _tool_choice(body, functions)
     _opt_bool(body, "parallel_tool_calls")  # accepted; the answer makes one call at most
     user_text = next(
-        (_content_text(m.get("content")) for m in reversed(messages) if m["role"] == "user"), ""
+        (content_text(m.get("content")) for m in reversed(messages) if m["role"] == "user"), ""
     )
     plan = ToolPlan(words=user_text, results=_tool_results(messages))
     if isinstance(choice, dict):

@@ -22,7 +22,7 @@ import string
 from array import array
 from dataclasses import dataclass
 
-from .tokenizer import RUN_PIECE, pieces
+from console.tokens import RUN_PIECE, pieces
 
 _WORD_TEXT = (
     "the a an of to in on for with by from as at and or but so if then that this these "

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from console.tokens import chat_prompt_tokens
 from inference_node.server.config import PROFILES, LatencyProfile
 from inference_node.server.latency import LatencyModel, Scheduler
-from inference_node.server.tokenizer import chat_prompt_tokens
 from tests.inference_node.server_helpers import inprocess_node, metric_value
 
 

@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from inference_node.server.text import generate
-from inference_node.server.tokenizer import (
+from console.tokens import (
     START_ID,
     chat_prompt_tokens,
     count_tokens,
     pieces,
     tokenize,
 )
+from inference_node.server.text import generate
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_pieces_join_back_to_the_text():
 def test_ids_are_stable_across_processes():
     text = "The same prompt gives the same ids"
     code = (
-        "import json; from inference_node.server.tokenizer import tokenize; "
+        "import json; from console.tokens import tokenize; "
         f"print(json.dumps(tokenize({text!r})))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

@@ -10,7 +10,8 @@ import json
 import openai
 import pytest
 
-from inference_node.server import protocol, text, tokenizer
+from console import tokens as tokenizer
+from inference_node.server import protocol, text
 from tests.inference_node.server_helpers import TOKEN, inprocess_node, metric_value
 
 CHAT = "/v1/chat/completions"

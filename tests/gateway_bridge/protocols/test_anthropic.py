@@ -11,6 +11,7 @@ import anthropic
 import httpx2
 import pytest
 
+from console import tokens as tokenizer
 from gateway_bridge.protocols import anthropic as ap
 from gateway_bridge.protocols.base import (
     AUTHENTICATION,
@@ -26,7 +27,6 @@ from gateway_bridge.protocols.base import (
 )
 from gateway_bridge.usage_mapping import from_openai
 from inference_node.server import protocol as node_protocol
-from inference_node.server import tokenizer
 
 MODEL = "claude-local"
 USER = {"role": "user", "content": "What is the weather in Paris?"}

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from console import tokens as tokenizer
 from gateway_bridge.protocols import base
 from gateway_bridge.protocols import openai as adapter
 from gateway_bridge.protocols.base import GatewayError, ModelInfo
 from gateway_bridge.usage_mapping import TokenUsage, from_openai
 from inference_node.server import protocol as node_protocol
-from inference_node.server import tokenizer
 
 USER = [{"role": "user", "content": "Hello there"}]
 WEATHER = {

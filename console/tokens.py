@@ -1,4 +1,6 @@
-"""The simulator's tokenizer: a deterministic stand-in for a BPE vocabulary.
+"""The token rule and chat template shared by the gateway (prompt estimates,
+TPM counting, partial-stream billing) and the bundled simulator (what it bills):
+a deterministic stand-in for a BPE vocabulary. Neutral ground: it imports no app.
 
 Rule (the gateway uses this module to estimate prompt tokens the same way):
 
@@ -25,6 +27,7 @@ generation prompt adds three more (``assistant`` is one token).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from functools import lru_cache
 
@@ -84,7 +87,7 @@ def tokenize(text: str) -> list[int]:
     return [_piece_id(piece) for piece in pieces(text)]
 
 
-def _content_text(content: object) -> str:
+def content_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -107,9 +110,38 @@ def chat_prompt_tokens(messages: list[dict]) -> list[int]:
         if isinstance(name, str) and name:
             ids.extend(tokenize(" " + name))
         ids.append(SEP_ID)
-        ids.extend(tokenize(_content_text(message.get("content"))))
+        ids.extend(tokenize(content_text(message.get("content"))))
         ids.append(END_ID)
     ids.append(START_ID)
     ids.extend(tokenize("assistant"))
     ids.append(SEP_ID)
     return ids
+
+
+def template_messages(messages: list[dict], tools: list | None = None) -> list[dict]:
+    """The messages as the chat template renders them (``tokenizer.chat_prompt_tokens``
+    takes the result): the tool definitions, when there are any, as a leading message
+    of role ``tools`` whose content is their compact JSON, and an assistant's tool
+    calls as the compact JSON list of their ``{"name", "arguments"}`` after its text.
+    The gateway estimates prompt tokens with the same function."""
+    if not tools and not any(isinstance(m, dict) and m.get("tool_calls") for m in messages):
+        return messages
+    out: list[dict] = []
+    if tools:
+        out.append({"role": "tools", "content": _compact(tools)})
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if calls and isinstance(calls, list):
+            shown = [
+                {"name": fn.get("name"), "arguments": fn.get("arguments")}
+                for call in calls
+                if isinstance(call, dict) and isinstance(fn := call.get("function"), dict)
+            ]
+            text = content_text(message.get("content")) + _compact(shown)
+            message = {**message, "content": text}
+        out.append(message)
+    return out
+
+
+def _compact(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
