@@ -632,37 +632,21 @@ class Gateway:
         return out
 
     def _parse(self, call: Call, data, scope, headers, path_model) -> CallRequest:
-        protocol, endpoint = call.protocol, call.endpoint
-        if protocol == "openai":
-            parse = {
-                "chat.completions": openai.parse_chat,
-                "completions": openai.parse_completion,
-                "embeddings": openai.parse_embeddings,
-            }[endpoint]
-            return parse(data)
-        if protocol == "anthropic":
-            return anthropic.parse_messages(data, headers)
-        if endpoint == "embedContent":
-            return ADAPTERS["gemini"].parse_embed(path_model, data)
-        if endpoint == "batchEmbedContents":
-            return ADAPTERS["gemini"].parse_batch_embed(path_model, data)
-        qs = parse_qs((scope.get("query_string") or b"").decode("latin-1"))
-        alt_sse = (qs.get("alt") or [""])[0] == "sse"
-        return ADAPTERS["gemini"].parse_generate(
-            path_model, data, stream=endpoint == "streamGenerateContent", alt_sse=alt_sse
+        return ADAPTERS[call.protocol].parse_call(
+            call.endpoint,
+            data,
+            path_model=path_model,
+            query=scope.get("query_string") or b"",
+            headers=headers,
         )
 
     async def _count(self, call: Call, scope, receive, send, headers, path_model) -> None:
         await self._authenticate(call, scope, headers)
         data = await self._read_json(call, receive, headers)
-        if call.protocol == "anthropic":
-            call.model = _safe_model(data.get("model") if isinstance(data, dict) else None)
-            self._check_model(call, call.model)
-            body = anthropic.count_tokens(data)
-        else:
-            call.model = _safe_model(path_model)
-            self._check_model(call, call.model)
-            body = ADAPTERS["gemini"].count_tokens(path_model, data)
+        adapter = ADAPTERS[call.protocol]
+        call.model = _safe_model(adapter.count_model(data, path_model))
+        self._check_model(call, call.model)
+        body = adapter.count_body(data, path_model)
         call.endpoint = "count_tokens"
         await self._respond(send, 200, body, call)
 

@@ -720,6 +720,20 @@ def count_tokens(body: object) -> bytes:
     return dumps({"input_tokens": count_tokens_request(body)[1]})
 
 
+def parse_call(endpoint: str, data: object, *, path_model, query, headers) -> CallRequest:
+    """The pipeline's one entry: ``POST /v1/messages``."""
+    return parse_messages(data, headers)
+
+
+def count_model(data: object, path_model) -> object:
+    """The model a ``count_tokens`` request names (checked against the key first)."""
+    return data.get("model") if isinstance(data, dict) else None
+
+
+def count_body(data: object, path_model) -> bytes:
+    return count_tokens(data)
+
+
 # --------------------------------------------------------------------------- answers
 
 

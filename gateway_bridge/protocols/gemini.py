@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import parse_qs
 
 from console.tokens import template_messages
 from gateway_bridge.protocols import openai
@@ -898,6 +899,28 @@ def parse_batch_embed(path_model: str | None, body: object) -> CallRequest:
     if len(dims) > 1:
         raise _bad("requests", "every request must ask for the same output_dimensionality.")
     return _embed_call(model, texts, dims.pop(), "batchEmbedContents")
+
+
+def parse_call(endpoint: str, data: object, *, path_model, query, headers) -> CallRequest:
+    """The pipeline's one entry: the client's parsed JSON for ``endpoint``
+    (``query`` is the raw query string: ``alt=sse`` picks the stream framing)."""
+    if endpoint == "embedContent":
+        return parse_embed(path_model, data)
+    if endpoint == "batchEmbedContents":
+        return parse_batch_embed(path_model, data)
+    alt_sse = (parse_qs(query.decode("latin-1")).get("alt") or [""])[0] == "sse"
+    return parse_generate(
+        path_model, data, stream=endpoint == "streamGenerateContent", alt_sse=alt_sse
+    )
+
+
+def count_model(data: object, path_model) -> object:
+    """The model a ``countTokens`` request names: the one in its path."""
+    return path_model
+
+
+def count_body(data: object, path_model) -> bytes:
+    return count_tokens(path_model, data)
 
 
 # --------------------------------------------------------------------------- answers

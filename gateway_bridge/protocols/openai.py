@@ -828,3 +828,15 @@ class OpenAIResponse(base.ResponseAdapter):
 
     def stream_error(self, error: GatewayError) -> bytes:
         return sse({"error": error_object(error)}) + DONE
+
+
+_PARSERS = {
+    "chat.completions": parse_chat,
+    "completions": parse_completion,
+    "embeddings": parse_embeddings,
+}
+
+
+def parse_call(endpoint: str, data: Any, *, path_model, query, headers) -> CallRequest:
+    """The pipeline's one entry: the client's parsed JSON for ``endpoint``."""
+    return _PARSERS[endpoint](data)
