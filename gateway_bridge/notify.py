@@ -22,6 +22,10 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import transaction
 
+from accounts.facade import ApiKey, Organization, SubAccount
+from inference_node.facade import Node, NodeModel
+from usage.facade import CatalogModel, Price
+
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[str], None]
@@ -103,10 +107,6 @@ def key_changed(key_id: int) -> None:
 def connect_signals() -> None:
     """Wire the models the gateway caches to ``publish`` (AppConfig.ready)."""
     from django.db.models.signals import post_delete, post_save
-
-    from accounts.models import ApiKey, Organization, SubAccount
-    from inference_node.models import Node, NodeModel
-    from usage.models import CatalogModel, Price
 
     def on_key(sender, instance, **kwargs):
         key_changed(instance.pk)

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections
 
-from accounts.keys import AuthenticatedKey, keyed_hash
+from accounts.facade import AuthenticatedKey, Organization, api_key_authenticate, keyed_hash
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError
+from inference_node.facade import build_routing_snapshot
+from usage.facade import CatalogModel, PriceBook, discount_ppm_for
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +82,6 @@ def _networks(allowlist) -> tuple:
 
 
 def _load_key(raw: str) -> KeyEntry | None:
-    from accounts.keys import api_key_authenticate
-    from accounts.models import Organization
-    from usage.rating import discount_ppm_for
-
     close_old_connections()
     try:
         auth = api_key_authenticate(raw)
@@ -106,9 +104,6 @@ def _load_key(raw: str) -> KeyEntry | None:
 
 
 def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
-    from usage.models import CatalogModel
-    from usage.prices import PriceBook
-
     close_old_connections()
     try:
         book = PriceBook.load()
@@ -130,8 +125,6 @@ def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
 
 
 def _load_nodes():
-    from inference_node.selectors import build_routing_snapshot
-
     close_old_connections()
     try:
         return build_routing_snapshot()

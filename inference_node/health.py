@@ -23,8 +23,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.audit import audit_record
-from accounts.models import AuditEvent
+from accounts.facade import AuditEvent, audit_record
 from inference_node.metrics import NodeLoad, node_load, recent_hit_rate
 from inference_node.models import Node, NodeHealth, NodeStatus
 

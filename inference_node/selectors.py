@@ -13,7 +13,7 @@ from types import MappingProxyType
 from asgiref.sync import sync_to_async
 from django.db.models import Prefetch, Q, QuerySet
 
-from accounts.facade import Actor, NotFound, PermissionDenied, Perm
+from accounts.facade import Actor, NotFound, Perm, PermissionDenied
 from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
 
 # --- console ------------------------------------------------------------------------

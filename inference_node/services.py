@@ -12,11 +12,16 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from accounts.actors import Actor
-from accounts.audit import audit_record
-from accounts.errors import Conflict, ValidationFailed
-from accounts.permissions import Perm
-from accounts.services._common import FieldErrors, changed, clean_unique_name
+from accounts.facade import (
+    Actor,
+    Conflict,
+    FieldErrors,
+    Perm,
+    ValidationFailed,
+    audit_record,
+    changed,
+    clean_unique_name,
+)
 from inference_node import health
 from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
 from inference_node.selectors import get_node, invalidate_routing_snapshot

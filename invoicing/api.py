@@ -16,8 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.api import IsOrgMember, OrgViewSet
-from accounts.errors import ValidationFailed
+from accounts.facade import IsOrgMember, OrgViewSet, ValidationFailed
 from invoicing import selectors, services
 from invoicing.forms import PeriodStatusForm
 from invoicing.models import CreditNote, Invoice, InvoiceStatus, LedgerEntry, LedgerKind

@@ -24,7 +24,7 @@ from console.money import micro_to_decimal
 from invoicing import selectors
 from invoicing.money import micro_to_currency, minor_to_decimal
 from invoicing.services._common import period_bounds
-from usage.logs import csv_text
+from usage.facade import csv_text
 
 CHUNK = 2000
 

@@ -8,9 +8,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from accounts.decorators import org_view
-from accounts.errors import NotFound
-from accounts.permissions import Perm
+from accounts.facade import NotFound, Perm, org_view
 from usage import catalog, logs
 from usage.forms import CallFilterForm
 

@@ -8,9 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
-from accounts.audit import audit_record
-from accounts.errors import ValidationFailed
-from accounts.permissions import Perm
+from accounts.facade import Perm, ValidationFailed, audit_record
 from invoicing.models import BillingProfile
 
 # What the organization's billing members may change: field → longest text.

@@ -27,8 +27,8 @@ from django.db.models import Count, Max, Min, Sum
 from django.test import Client
 from django.urls import reverse
 
-from accounts.models import Membership, Organization, Role
-from usage.models import Grain, Rollup
+from accounts.facade import Membership, Organization, Role
+from usage.facade import Grain, Rollup
 
 SLUG = "bench-console"
 TARGETS_MS = {"page": 200, "partial": 100}

@@ -23,8 +23,7 @@ from django.db import connection
 from django.db.models import Max, Sum
 from django.test import RequestFactory
 
-from accounts.actors import Actor
-from accounts.models import Membership, Organization, Role
+from accounts.facade import Actor, Membership, Organization, Role
 from usage import logs
 from usage.models import CallRecord, Grain, Rollup
 
