@@ -1,5 +1,6 @@
 """The console shell: the overview page."""
 
+from django.http import JsonResponse
 from django.shortcuts import render
 
 from accounts.facade import (
@@ -33,7 +34,5 @@ def overview(request):
 
 
 def health(request):
-    from django.http import JsonResponse
-
     ApiKey.objects.exists()  # the database answers
     return JsonResponse({"status": "ok"})

@@ -19,8 +19,10 @@ import logging
 import threading
 from collections.abc import Callable
 
+import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models.signals import post_delete, post_save
 
 from accounts.facade import ApiKey, Organization, SubAccount
 from inference_node.facade import Node, NodeModel
@@ -66,8 +68,6 @@ def deliver(message: str) -> None:
 def _redis_client():
     global _redis
     if _redis is None:
-        import redis
-
         _redis = redis.Redis.from_url(
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
         )
@@ -94,6 +94,8 @@ def balance_changed(organization_id: int, delta: int) -> None:
     """A prepaid organization's balance moved by ``delta`` micro-units for a
     reason other than usage (top-up, refund to balance, grant, adjustment).
     Call it after the ledger entry committed."""
+    # Inside: gateway_bridge.limits imports this module (``deliver``). Goes away
+    # once invoicing's balance changes reach the limits through console.hooks.
     from gateway_bridge.limits import credit_balance
 
     credit_balance(organization_id, delta)
@@ -106,7 +108,6 @@ def key_changed(key_id: int) -> None:
 
 def connect_signals() -> None:
     """Wire the models the gateway caches to ``publish`` (AppConfig.ready)."""
-    from django.db.models.signals import post_delete, post_save
 
     def on_key(sender, instance, **kwargs):
         key_changed(instance.pk)

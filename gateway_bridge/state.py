@@ -21,10 +21,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import redis
 from django.conf import settings
 from django.db import close_old_connections
 
 from accounts.facade import AuthenticatedKey, Organization, api_key_authenticate, keyed_hash
+from gateway_bridge import notify
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError
 from inference_node.facade import build_routing_snapshot
 from usage.facade import CatalogModel, PriceBook, discount_ppm_for
@@ -164,8 +166,6 @@ class GatewayState:
     # --- lifecycle --------------------------------------------------------
 
     async def start(self) -> None:
-        from gateway_bridge import notify
-
         self.loop = asyncio.get_running_loop()
         self._unsubscribe = notify.subscribe(self._threadsafe_message)
         await self.refresh(force=True)
@@ -324,9 +324,6 @@ class GatewayState:
         """Runs on its own thread: a message is marked (``_mark``) the moment it
         arrives, then handed to the event loop; a busy loop cannot delay a
         revocation."""
-        import redis
-
-        from gateway_bridge import notify
 
         while not self._listener_stop.is_set():
             client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)

@@ -26,6 +26,7 @@ from django.utils import timezone
 from accounts.facade import AuditEvent, audit_record
 from inference_node.metrics import NodeLoad, node_load, recent_hit_rate
 from inference_node.models import Node, NodeHealth, NodeStatus
+from inference_node.selectors import invalidate_routing_snapshot
 
 logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -291,8 +292,6 @@ def record_probe(result: ProbeResult) -> tuple[Node | None, HealthChange | None]
             )
         node.save()
     if change is not None:
-        from inference_node.selectors import invalidate_routing_snapshot
-
         transaction.on_commit(invalidate_routing_snapshot)
     return node, change
 

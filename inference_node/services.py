@@ -5,7 +5,9 @@ the Django admin only; here they answer "permission denied"."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -80,8 +82,6 @@ def _refuse_internal_host(host: str) -> None:
     private addresses): otherwise the gateway and the health prober would reach,
     on the tenant's behalf, whatever listens on this deployment's own network
     (metadata services, Redis, the database)."""
-    import ipaddress
-    import socket
 
     try:
         addresses = {ipaddress.ip_address(host)}

@@ -31,6 +31,7 @@ from invoicing.serializers import (
     PaymentSerializer,
     ReasonInput,
 )
+from invoicing.services._common import period_bounds
 
 PERIOD = OpenApiParameter("period", str, description="Month, YYYY-MM")
 
@@ -179,8 +180,6 @@ class LedgerEntryViewSet(BillingViewSet, mixins.ListModelMixin):
     serializer_class = LedgerEntrySerializer
 
     def get_queryset(self):
-        from invoicing.services._common import period_bounds
-
         period, kind = _filters(self.request, tuple(LedgerKind), "kind", name="kind")
         since = until = None
         if period:

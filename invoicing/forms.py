@@ -6,6 +6,7 @@ services decide everything else, and their errors come back onto the form."""
 from __future__ import annotations
 
 import re
+import secrets
 import uuid
 from datetime import UTC
 from decimal import Decimal, InvalidOperation
@@ -431,8 +432,6 @@ class CardTopUpForm(TopUpForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not self.is_bound:
-            import secrets
-
             self.initial["request_key"] = secrets.token_urlsafe(24)
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
+import redis
+from django.conf import settings
 from django.db import transaction
 
 from accounts.facade import (
@@ -121,8 +123,6 @@ def _clear_limit_state(orgs, subs, keys) -> None:
     """Drop limit buckets a previous database left in this Redis under the ids
     just created (a soak database recreated while Redis kept its keys): new
     tenants start from what their own database says."""
-    import redis
-    from django.conf import settings
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:

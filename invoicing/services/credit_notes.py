@@ -38,6 +38,7 @@ from invoicing.models import (
 )
 from invoicing.money import PPM, div_round, from_minor, micro_text, to_minor
 from invoicing.services._common import event
+from invoicing.services.ledger import ledger_entry_create
 from usage.facade import CallRecord
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,6 @@ def _stripe_refundable_minor(invoice: Invoice) -> tuple[int, Payment | None]:
 
 def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> CreditNote:
     """``lines``: (description, net amount, invoice line or None, request ids)."""
-    from invoicing.services.ledger import ledger_entry_create
 
     reason = (reason or "").strip()
     if not reason:

@@ -28,6 +28,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.facade import Membership, Organization, Role
+from console.analytics.views import CHARTS, PAGES
 from usage.facade import Grain, Rollup
 
 SLUG = "bench-console"
@@ -135,8 +136,6 @@ def _size(org: Organization) -> dict:
 
 
 def _scenarios(preset: str) -> list[tuple[str, str]]:
-    from console.analytics.views import CHARTS, PAGES
-
     base = {"range": preset}
     out = [("overview", reverse("console:overview"))]
     for name in PAGES:

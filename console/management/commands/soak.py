@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -90,7 +91,6 @@ class Command(BaseCommand):
             connection.ensure_connection()
         except Exception as exc:
             raise CommandError(f"PostgreSQL is not reachable: {exc}") from exc
-        import redis
 
         try:
             redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2).ping()
