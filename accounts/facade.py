@@ -24,8 +24,9 @@ What is published, by topic:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from accounts.actors import Actor
-from accounts.api import IsOrgMember, OrgViewSet
 from accounts.audit import audit_record
 from accounts.decorators import apply_errors, org_view
 from accounts.errors import Conflict, DomainError, NotFound, PermissionDenied, ValidationFailed
@@ -57,6 +58,23 @@ from accounts.services import (
     sub_account_create,
 )
 from accounts.services._common import FieldErrors, changed, clean_unique_name
+
+if TYPE_CHECKING:
+    from accounts.api import IsOrgMember, OrgViewSet
+
+_LAZY = {"IsOrgMember", "OrgViewSet"}
+
+
+def __getattr__(name: str):
+    """The DRF base pieces, imported on first use: DRF and drf-spectacular cost
+    seconds to import, and the gateway and Celery processes import this facade
+    without ever serving the REST API."""
+    if name in _LAZY:
+        from accounts import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "KEY_PREFIX",

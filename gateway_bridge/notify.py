@@ -19,7 +19,6 @@ import logging
 import threading
 from collections.abc import Callable
 
-import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
@@ -68,6 +67,8 @@ def deliver(message: str) -> None:
 def _redis_client():
     global _redis
     if _redis is None:
+        import redis  # only with REDIS_URL: the embedded setup never loads the client
+
         _redis = redis.Redis.from_url(
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
         )

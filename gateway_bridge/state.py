@@ -21,7 +21,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import redis
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -324,6 +323,7 @@ class GatewayState:
         """Runs on its own thread: a message is marked (``_mark``) the moment it
         arrives, then handed to the event loop; a busy loop cannot delay a
         revocation."""
+        import redis  # only with REDIS_URL: the embedded setup never loads the client
 
         while not self._listener_stop.is_set():
             client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
