@@ -10,7 +10,8 @@ What is published, by topic:
   and ``discount_for`` (list price gets the organization's discount, a
   negotiated price pays full), ``PriceRow`` and ``TokenCounts``, and the
   ``PriceBook`` of every price row in memory;
-* the usage event's vocabulary: ``ENDPOINTS``;
+* the usage event the gateway builds (``UsageEvent``) and its vocabulary
+  (``ENDPOINTS``);
 * the models other apps read: call records and hourly rollups (with their
   ``Grain``), the catalogue and its prices, and what re-rating leaves for
   invoicing (``Adjustment``, ``RerateRun``, ``PeriodClose``);
@@ -25,7 +26,7 @@ What is published, by topic:
 from __future__ import annotations
 
 from usage.analytics import Series, cache_savings, series
-from usage.events import ENDPOINTS
+from usage.events import ENDPOINTS, UsageEvent
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
 from usage.logs import csv_text, visible_keys
 from usage.models import (
@@ -58,6 +59,7 @@ __all__ = [
     "Rollup",
     "Series",
     "TokenCounts",
+    "UsageEvent",
     "cache_savings",
     "csv_text",
     "discount_for",
