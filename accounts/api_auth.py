@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import authentication, exceptions
 
 from accounts.actors import Actor
+from accounts.services import personal_access_token_authenticate
 
 
 class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
@@ -17,8 +18,6 @@ class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != self.keyword or not raw.strip().startswith("pat_"):
             return None
-        from accounts.services import personal_access_token_authenticate
-
         token = personal_access_token_authenticate(raw.strip())
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked access token.")

@@ -1,4 +1,5 @@
 from accounts.permissions import Perm, can_view_keys, has_perm
+from accounts.selectors import memberships_for_user
 
 
 def organization(request):
@@ -6,8 +7,6 @@ def organization(request):
     if actor is None:
         return {"actor": None}
     role = actor.role
-    from accounts.selectors import memberships_for_user
-
     perms = {p.name.lower(): has_perm(role, p) for p in Perm}
     perms["keys_view"] = can_view_keys(role)
     return {

@@ -1,5 +1,117 @@
 """What other apps may use of ``accounts``: its one public face.
 
 Other apps import from here and nowhere else in ``accounts`` (the
-``[tool.importlinter]`` contracts in pyproject.toml hold them to it).
+``[tool.importlinter]`` contracts in pyproject.toml hold them to it). Inside
+``accounts`` modules import each other directly, never this module.
+
+What is published, by topic:
+
+* who is acting and what they may do: ``Actor``, ``Perm``, ``has_perm``,
+  ``can_view_keys``, and the domain errors every app raises and the pages and
+  API render (``DomainError`` and its kinds);
+* the audit trail: ``audit_record``, ``AuditEvent``;
+* the models other apps hold foreign keys to, filter by or seed (tenants,
+  members, sub-accounts, keys) with their choices;
+* the gateway's key check: ``api_key_authenticate``, ``AuthenticatedKey``,
+  ``keyed_hash`` and ``new_secret`` (the stored form of a key);
+* the services other apps' commands call (seeding, benchmarks, the soak), and
+  ``api_key_list``;
+* the pieces every app's pages and API are built on: ``org_view`` and
+  ``apply_errors`` for console views, ``OrgViewSet`` and ``IsOrgMember`` for
+  DRF, ``FieldErrors``, ``changed`` and ``clean_unique_name`` for services
+  that validate like the accounts ones.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from accounts.actors import Actor
+from accounts.audit import audit_record
+from accounts.decorators import apply_errors, org_view
+from accounts.errors import Conflict, DomainError, NotFound, PermissionDenied, ValidationFailed
+from accounts.keys import (
+    KEY_PREFIX,
+    AuthenticatedKey,
+    api_key_authenticate,
+    keyed_hash,
+    new_secret,
+)
+from accounts.models import (
+    ApiKey,
+    ApiKeyStatus,
+    AuditEvent,
+    BillingMode,
+    Membership,
+    Organization,
+    Role,
+    SubAccount,
+    SubAccountStatus,
+    User,
+)
+from accounts.permissions import Perm, can_view_keys, has_perm
+from accounts.selectors import api_key_list
+from accounts.services import (
+    api_key_issue,
+    api_key_revoke,
+    organization_create,
+    sub_account_create,
+)
+from accounts.services._common import FieldErrors, changed, clean_unique_name
+
+if TYPE_CHECKING:
+    from accounts.api import IsOrgMember, OrgViewSet
+
+_LAZY = {"IsOrgMember", "OrgViewSet"}
+
+
+def __getattr__(name: str):
+    """The DRF base pieces, imported on first use: DRF and drf-spectacular cost
+    seconds to import, and the gateway and Celery processes import this facade
+    without ever serving the REST API."""
+    if name in _LAZY:
+        from accounts import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "KEY_PREFIX",
+    "Actor",
+    "ApiKey",
+    "ApiKeyStatus",
+    "AuditEvent",
+    "AuthenticatedKey",
+    "BillingMode",
+    "Conflict",
+    "DomainError",
+    "FieldErrors",
+    "IsOrgMember",
+    "Membership",
+    "NotFound",
+    "OrgViewSet",
+    "Organization",
+    "Perm",
+    "PermissionDenied",
+    "Role",
+    "SubAccount",
+    "SubAccountStatus",
+    "User",
+    "ValidationFailed",
+    "api_key_authenticate",
+    "api_key_issue",
+    "api_key_list",
+    "api_key_revoke",
+    "apply_errors",
+    "audit_record",
+    "can_view_keys",
+    "changed",
+    "clean_unique_name",
+    "has_perm",
+    "keyed_hash",
+    "new_secret",
+    "org_view",
+    "organization_create",
+    "sub_account_create",
+]

@@ -18,6 +18,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts import validators
+from accounts.models import ApiKey, ApiKeyStatus, SubAccountStatus
+
 _ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
 KEY_ID_LEN = 10
 KEY_PREFIX = "sk-"
@@ -96,9 +99,7 @@ class AuthenticatedKey:
         )
 
     def ip_allowed(self, ip: str) -> bool:
-        from accounts.validators import ip_allowed
-
-        return ip_allowed(ip, list(self.ip_allowlist))
+        return validators.ip_allowed(ip, list(self.ip_allowlist))
 
 
 def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> AuthenticatedKey | None:
@@ -106,8 +107,6 @@ def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> Authen
     usable key: malformed, unknown, wrong secret, revoked, expired, or whose
     sub-account or organization is suspended. The HMAC is always computed and
     compared, so an unknown prefix costs the same as a wrong secret."""
-    from accounts.models import ApiKey, ApiKeyStatus, SubAccountStatus
-
     now = now or timezone.now()
     public_id = split_public_id(raw_key, KEY_PREFIX)
     presented = keyed_hash(raw_key if isinstance(raw_key, str) else "")

@@ -1,4 +1,6 @@
-"""Celery tasks of the accounts app: thin calls into services."""
+"""Celery tasks of the accounts app: thin calls into services. Tasks import
+services; services enqueue a task by its name (``console.celery.registered_task``)
+and never import this module."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from django.core.mail import send_mail
 from django.urls import reverse
 
 from accounts.models import Invitation
+from accounts.services import api_keys_expire_due
 
 
 @shared_task(
@@ -41,6 +44,4 @@ def send_invitation_email(invitation_id: int, raw_token: str) -> None:
 
 @shared_task(name="accounts.expire_keys")
 def expire_keys() -> int:
-    from accounts.services import api_keys_expire_due
-
     return api_keys_expire_due()

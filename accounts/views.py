@@ -31,7 +31,7 @@ from accounts.forms import (
     TokenForm,
 )
 from accounts.middleware import SESSION_KEY, client_ip
-from accounts.models import ApiKeyStatus, Membership
+from accounts.models import ApiKeyStatus, Membership, User
 from accounts.permissions import Perm, can_view_keys
 from console.money import micro_to_decimal
 
@@ -248,8 +248,6 @@ def invitation_accept(request, token: str):
         return render(
             request, "accounts/invitation_invalid.html", {"message": exc.message}, status=410
         )
-    from accounts.models import User
-
     has_account = User.objects.filter(email__iexact=invitation.email).exists()
     form = AcceptNewUserForm(request.POST or None)
     error = None

@@ -9,5 +9,8 @@ class ConsoleConfig(AppConfig):
         # The Celery app, loaded in every Django process so ``shared_task`` binds
         # to it (``celery -A console`` finds ``console.celery`` by itself). Not in
         # ``console/__init__``: the simulator imports ``console.tokens`` without
-        # paying for Celery.
-        import console.celery  # noqa: F401
+        # paying for Celery. Here, not at module level: the app registry must be
+        # ready before the apps' tasks are registered (services enqueue by name).
+        from console import celery
+
+        celery.register_tasks()

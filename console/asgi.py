@@ -9,6 +9,6 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django_application = get_asgi_application()
 
-from gateway_bridge.app import Router  # noqa: E402 - needs Django set up first
+from gateway_bridge.facade import Router  # noqa: E402 - needs Django set up first
 
 application = Router(django_application)

@@ -52,3 +52,15 @@ def format_amount(micro: int | None, currency: str = "USD", *, places: int | Non
     quantum = Decimal(1).scaleb(-digits)
     value = micro_to_decimal(micro).quantize(quantum, rounding=ROUND_HALF_UP)
     return f"{value:,} {currency.upper()}"
+
+
+def format_exact(micro: int | None, currency: str) -> str:
+    """An amount with as many decimals as it needs (at least the currency's,
+    at most six): a call's cost is often a fraction of a cent, and rounding
+    it to cents would show most calls as free."""
+    if micro is None:
+        return "—"
+    places = minor_units(currency)
+    while places < 6 and micro * 10**places % MICRO:
+        places += 1
+    return format_amount(micro, currency, places=places)

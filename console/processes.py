@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
-            import ctypes
+            import ctypes  # Linux only, in the child just before exec
 
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 

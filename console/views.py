@@ -1,10 +1,18 @@
 """The console shell: the overview page."""
 
+from django.http import JsonResponse
 from django.shortcuts import render
 
-from accounts.decorators import org_view
-from accounts.models import ApiKey, ApiKeyStatus, Membership, SubAccount
-from accounts.permissions import Perm, can_view_keys
+from accounts.facade import (
+    ApiKey,
+    ApiKeyStatus,
+    Membership,
+    Perm,
+    SubAccount,
+    api_key_list,
+    can_view_keys,
+    org_view,
+)
 
 
 @org_view(Perm.ORG_VIEW)
@@ -16,8 +24,6 @@ def overview(request):
         "sub_account_count": SubAccount.objects.filter(organization_id=org_id).count(),
     }
     if can_view_keys(actor.role):
-        from accounts.selectors import api_key_list
-
         keys = api_key_list(actor=actor)
         context["active_key_count"] = keys.filter(status=ApiKeyStatus.ACTIVE).count()
         context["recent_keys"] = keys[:5]
@@ -28,7 +34,5 @@ def overview(request):
 
 
 def health(request):
-    from django.http import JsonResponse
-
     ApiKey.objects.exists()  # the database answers
     return JsonResponse({"status": "ok"})

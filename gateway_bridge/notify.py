@@ -21,6 +21,11 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+
+from accounts.facade import ApiKey, Organization, SubAccount
+from inference_node.facade import Node, NodeModel
+from usage.facade import CatalogModel, Price
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +67,7 @@ def deliver(message: str) -> None:
 def _redis_client():
     global _redis
     if _redis is None:
-        import redis
+        import redis  # only with REDIS_URL: the embedded setup never loads the client
 
         _redis = redis.Redis.from_url(
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
@@ -90,6 +95,8 @@ def balance_changed(organization_id: int, delta: int) -> None:
     """A prepaid organization's balance moved by ``delta`` micro-units for a
     reason other than usage (top-up, refund to balance, grant, adjustment).
     Call it after the ledger entry committed."""
+    # Inside: gateway_bridge.limits imports this module (``deliver``). Goes away
+    # once invoicing's balance changes reach the limits through console.hooks.
     from gateway_bridge.limits import credit_balance
 
     credit_balance(organization_id, delta)
@@ -102,11 +109,6 @@ def key_changed(key_id: int) -> None:
 
 def connect_signals() -> None:
     """Wire the models the gateway caches to ``publish`` (AppConfig.ready)."""
-    from django.db.models.signals import post_delete, post_save
-
-    from accounts.models import ApiKey, Organization, SubAccount
-    from inference_node.models import Node, NodeModel
-    from usage.models import CatalogModel, Price
 
     def on_key(sender, instance, **kwargs):
         key_changed(instance.pk)

@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections
 
-from accounts.keys import AuthenticatedKey, keyed_hash
+from accounts.facade import AuthenticatedKey, Organization, api_key_authenticate, keyed_hash
+from gateway_bridge import notify
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError
+from inference_node.facade import build_routing_snapshot
+from usage.facade import CatalogModel, PriceBook, discount_ppm_for
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +83,6 @@ def _networks(allowlist) -> tuple:
 
 
 def _load_key(raw: str) -> KeyEntry | None:
-    from accounts.keys import api_key_authenticate
-    from accounts.models import Organization
-    from usage.rating import discount_ppm_for
-
     close_old_connections()
     try:
         auth = api_key_authenticate(raw)
@@ -106,9 +105,6 @@ def _load_key(raw: str) -> KeyEntry | None:
 
 
 def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
-    from usage.models import CatalogModel
-    from usage.prices import PriceBook
-
     close_old_connections()
     try:
         book = PriceBook.load()
@@ -130,8 +126,6 @@ def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
 
 
 def _load_nodes():
-    from inference_node.selectors import build_routing_snapshot
-
     close_old_connections()
     try:
         return build_routing_snapshot()
@@ -171,8 +165,6 @@ class GatewayState:
     # --- lifecycle --------------------------------------------------------
 
     async def start(self) -> None:
-        from gateway_bridge import notify
-
         self.loop = asyncio.get_running_loop()
         self._unsubscribe = notify.subscribe(self._threadsafe_message)
         await self.refresh(force=True)
@@ -331,9 +323,7 @@ class GatewayState:
         """Runs on its own thread: a message is marked (``_mark``) the moment it
         arrives, then handed to the event loop; a busy loop cannot delay a
         revocation."""
-        import redis
-
-        from gateway_bridge import notify
+        import redis  # only with REDIS_URL: the embedded setup never loads the client
 
         while not self._listener_stop.is_set():
             client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)

@@ -10,7 +10,7 @@ from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from accounts.api import OrgViewSet
+from accounts.facade import OrgViewSet
 from inference_node import selectors, services
 from inference_node.models import Node, NodeStatus
 from inference_node.serializers import NodeInput, NodeSerializer, NodeTestSerializer, NodeUpdate

@@ -23,10 +23,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.audit import audit_record
-from accounts.models import AuditEvent
+from accounts.facade import AuditEvent, audit_record
 from inference_node.metrics import NodeLoad, node_load, recent_hit_rate
 from inference_node.models import Node, NodeHealth, NodeStatus
+from inference_node.selectors import invalidate_routing_snapshot
 
 logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -292,8 +292,6 @@ def record_probe(result: ProbeResult) -> tuple[Node | None, HealthChange | None]
             )
         node.save()
     if change is not None:
-        from inference_node.selectors import invalidate_routing_snapshot
-
         transaction.on_commit(invalidate_routing_snapshot)
     return node, change
 

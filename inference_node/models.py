@@ -12,8 +12,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
 
-from accounts.models import Organization
-
 
 class NodeStatus(models.TextChoices):
     ACTIVE = "active", "Active"
@@ -30,7 +28,7 @@ class NodeHealth(models.TextChoices):
 
 class Node(models.Model):
     organization = models.ForeignKey(
-        Organization,
+        "accounts.Organization",  # by label: models import no other app
         null=True,
         blank=True,
         on_delete=models.CASCADE,

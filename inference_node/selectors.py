@@ -10,20 +10,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from asgiref.sync import sync_to_async
 from django.db.models import Prefetch, Q, QuerySet
 
-from accounts.actors import Actor
-from accounts.errors import NotFound, PermissionDenied
-from accounts.permissions import Perm
+from accounts.facade import Actor, NotFound, Perm, PermissionDenied
 from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
 
 # --- console ------------------------------------------------------------------------
 
 
-def _visible(actor: Actor) -> QuerySet[Node]:
+def nodes_own_and_shared(*organization_ids: int) -> QuerySet[Node]:
+    """The nodes these organizations may see and route to: their own and the
+    shared platform nodes. The one statement of that rule: every page, form
+    and selector that lists or names nodes for an organization starts here."""
     return Node.objects.filter(
-        Q(organization_id=actor.organization_id) | Q(organization__isnull=True)
+        Q(organization__isnull=True) | Q(organization_id__in=organization_ids)
     )
+
+
+def _visible(actor: Actor) -> QuerySet[Node]:
+    return nodes_own_and_shared(actor.organization_id)
 
 
 def node_list(*, actor: Actor, status: str | None = None) -> QuerySet[Node]:
@@ -193,8 +199,6 @@ async def arouting_snapshot() -> RoutingSnapshot:
     snap = _current
     if snap is not None and time.monotonic() - snap.built_at < SNAPSHOT_TTL_SECONDS:
         return snap
-    from asgiref.sync import sync_to_async
-
     return await sync_to_async(routing_snapshot, thread_sensitive=False)()
 
 

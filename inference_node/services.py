@@ -5,18 +5,25 @@ the Django admin only; here they answer "permission denied"."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from accounts.actors import Actor
-from accounts.audit import audit_record
-from accounts.errors import Conflict, ValidationFailed
-from accounts.permissions import Perm
-from accounts.services._common import FieldErrors, changed, clean_unique_name
+from accounts.facade import (
+    Actor,
+    Conflict,
+    FieldErrors,
+    Perm,
+    ValidationFailed,
+    audit_record,
+    changed,
+    clean_unique_name,
+)
 from inference_node import health
 from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
 from inference_node.selectors import get_node, invalidate_routing_snapshot
@@ -75,8 +82,6 @@ def _refuse_internal_host(host: str) -> None:
     private addresses): otherwise the gateway and the health prober would reach,
     on the tenant's behalf, whatever listens on this deployment's own network
     (metadata services, Redis, the database)."""
-    import ipaddress
-    import socket
 
     try:
         addresses = {ipaddress.ip_address(host)}

@@ -10,10 +10,16 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounts.decorators import apply_errors, org_view
-from accounts.errors import DomainError, NotFound
-from accounts.errors import PermissionDenied as DomainPermissionDenied
-from accounts.permissions import Perm
+from accounts.facade import (
+    DomainError,
+    NotFound,
+    Perm,
+    apply_errors,
+    org_view,
+)
+from accounts.facade import (
+    PermissionDenied as DomainPermissionDenied,
+)
 from inference_node import selectors, services
 from inference_node.forms import NodeForm
 from inference_node.models import NodeStatus

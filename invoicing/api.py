@@ -16,8 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.api import IsOrgMember, OrgViewSet
-from accounts.errors import ValidationFailed
+from accounts.facade import IsOrgMember, OrgViewSet, ValidationFailed
 from invoicing import selectors, services
 from invoicing.forms import PeriodStatusForm
 from invoicing.models import CreditNote, Invoice, InvoiceStatus, LedgerEntry, LedgerKind
@@ -32,6 +31,7 @@ from invoicing.serializers import (
     PaymentSerializer,
     ReasonInput,
 )
+from invoicing.services._common import period_bounds
 
 PERIOD = OpenApiParameter("period", str, description="Month, YYYY-MM")
 
@@ -180,8 +180,6 @@ class LedgerEntryViewSet(BillingViewSet, mixins.ListModelMixin):
     serializer_class = LedgerEntrySerializer
 
     def get_queryset(self):
-        from invoicing.services._common import period_bounds
-
         period, kind = _filters(self.request, tuple(LedgerKind), "kind", name="kind")
         since = until = None
         if period:

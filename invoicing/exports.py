@@ -22,9 +22,10 @@ from django.db.models import Q, QuerySet
 
 from console.money import micro_to_decimal
 from invoicing import selectors
+from invoicing.models import InvoiceLine, InvoiceStatus, LedgerKind, PaymentStatus
 from invoicing.money import micro_to_currency, minor_to_decimal
 from invoicing.services._common import period_bounds
-from usage.logs import csv_text
+from usage.facade import csv_text
 
 CHUNK = 2000
 
@@ -137,8 +138,6 @@ LINE_COLUMNS = (
 
 
 def line_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
-    from invoicing.models import InvoiceLine
-
     invoices = _invoices(actor, filters)
     lines = (
         InvoiceLine.objects.filter(invoice__in=invoices.values("pk"))
@@ -283,8 +282,6 @@ class Export:
 
 
 def _exports() -> dict[str, Export]:
-    from invoicing.models import InvoiceStatus, LedgerKind, PaymentStatus
-
     return {
         e.name: e
         for e in (

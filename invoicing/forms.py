@@ -6,6 +6,7 @@ services decide everything else, and their errors come back onto the form."""
 from __future__ import annotations
 
 import re
+import secrets
 import uuid
 from datetime import UTC
 from decimal import Decimal, InvalidOperation
@@ -14,11 +15,10 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from console.money import format_amount, minor_units, parse_amount
+from console.money import format_amount, format_exact, micro_to_decimal, minor_units, parse_amount
 from invoicing.models import InvoiceStatus, LedgerKind, LineKind, PaymentMethod
 from invoicing.money import from_minor
 from invoicing.services._common import org_zone, period_of
-from usage.templatetags.usage_tags import exact_money
 
 PERIOD_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
@@ -227,7 +227,7 @@ class CreditNoteForm(forms.Form):
         remaining = self.invoice.total - self.invoice.credited
         if mode == "amount" and (data.get("amount") or 0) > remaining:
             # The service refuses it too; this says it in money, not micro-units.
-            left = exact_money(remaining, self.invoice.currency)
+            left = format_exact(remaining, self.invoice.currency)
             self.add_error("amount", f"That is more than the {left} left to credit.")
         if mode == "lines":
             chosen = {n: data.get(n) for n in self.line_fields if data.get(n) is not None}
@@ -385,8 +385,6 @@ class BillingProfileForm(forms.Form):
 
     @staticmethod
     def initial_for(profile) -> dict:
-        from console.money import micro_to_decimal
-
         threshold = profile.low_balance_threshold
         return {
             "legal_name": profile.legal_name,
@@ -434,8 +432,6 @@ class CardTopUpForm(TopUpForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not self.is_bound:
-            import secrets
-
             self.initial["request_key"] = secrets.token_urlsafe(24)
 
 

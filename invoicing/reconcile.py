@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from django.db.models import Q, Sum
 
-from accounts.models import Organization
+from accounts.facade import Organization
 from invoicing.models import CreditNote, Invoice, InvoiceStatus, LedgerEntry, LineKind
 from invoicing.selectors import prepaid_balance
 from invoicing.services._common import parse_period, period_bounds
-from usage.models import CallRecord
+from usage.facade import CallRecord
 
 
 def _org_report(org: Organization, period: str) -> dict:

@@ -1,13 +1,18 @@
-"""Reads of the invoicing app. Other apps (the gateway, the console) import
-from here, never from ``invoicing.models``."""
+"""Reads of the invoicing app (other apps reach them through
+``invoicing.facade``). Selectors never import services: a rule both state
+lives in ``invoicing.rules``."""
 
 from __future__ import annotations
 
-from django.db.models import Q, Sum
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
 
-from accounts.errors import NotFound
-from accounts.permissions import Perm
-from inference_node.models import Node
+from django.db.models import Sum
+from django.db.models.functions import TruncMonth
+
+from accounts.facade import NotFound, Perm
+from inference_node.facade import nodes_own_and_shared
+from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,
     CreditNote,
@@ -15,7 +20,11 @@ from invoicing.models import (
     InvoiceStatus,
     LedgerEntry,
     Payment,
+    PaymentKind,
+    PaymentStatus,
 )
+from invoicing.pdf import invoice_pdf
+from invoicing.rules import finalize_blocker  # noqa: F401 - the pages ask why a draft waits
 
 
 def prepaid_balance(organization_id: int) -> int:
@@ -43,6 +52,59 @@ def ledger_entry_list(*, organization_id: int, kind: str | None = None):
     if kind:
         qs = qs.filter(kind=kind)
     return qs.order_by("-created_at", "-id")
+
+
+@dataclass(frozen=True)
+class BillingMonths:
+    """Money in one currency per month (``"YYYY-MM"``), for the analytics
+    Billing page: ``invoiced`` in micro-units (finalized, paid or
+    uncollectible invoices' totals by period), ``paid`` and ``refunded`` in
+    the currency's minor units (succeeded invoice payments, credit notes'
+    refunds, by the month they were made in ``tz``). Every month asked for is
+    present, zero when nothing happened."""
+
+    invoiced: dict[str, int]
+    paid: dict[str, int]
+    refunded: dict[str, int]
+
+
+def billing_months(
+    *, organization_id: int, currency: str, months: list[str], since: datetime, tz: tzinfo
+) -> BillingMonths:
+    """Invoiced, paid and refunded per month of ``months`` (payments and
+    refunds made from ``since``, the first month's start, on). Read-only and
+    unscoped: the caller has checked who may see billing figures."""
+    invoiced = dict.fromkeys(months, 0)
+    for period, total in (
+        Invoice.objects.filter(
+            organization_id=organization_id, period__in=months, currency=currency
+        )
+        .exclude(status__in=[InvoiceStatus.DRAFT, InvoiceStatus.VOID])
+        .values_list("period")
+        .annotate(t=Sum("total"))
+    ):
+        invoiced[period] = total or 0
+
+    def monthly(qs, column: str) -> dict[str, int]:
+        out = dict.fromkeys(months, 0)
+        rows = (
+            qs.filter(organization_id=organization_id, currency=currency, created_at__gte=since)
+            .annotate(month=TruncMonth("created_at", tzinfo=tz))
+            .values_list("month")
+            .annotate(t=Sum(column))
+        )
+        for month, total in rows:
+            key = month.astimezone(tz).strftime("%Y-%m")
+            if key in out:
+                out[key] += total or 0
+        return out
+
+    paid = monthly(
+        Payment.objects.filter(kind=PaymentKind.INVOICE, status=PaymentStatus.SUCCEEDED),
+        "amount_minor",
+    )
+    refunded = monthly(CreditNote.objects.all(), "refund_minor")
+    return BillingMonths(invoiced=invoiced, paid=paid, refunded=refunded)
 
 
 # --- the finance console and API ---------------------------------------------
@@ -90,8 +152,6 @@ def invoice_get(*, actor, invoice_id):
 def invoice_pdf_bytes(*, actor, invoice_id) -> tuple[object, bytes]:
     """``(invoice, PDF)``: the stored PDF of a finalized invoice, a fresh one
     (marked DRAFT) for a draft or an invoice finalized before PDFs were kept."""
-    from invoicing.pdf import invoice_pdf
-
     invoice = invoice_get(actor=actor, invoice_id=invoice_id)
     stored = Invoice.objects.filter(pk=invoice.pk).values_list("pdf", flat=True).first()
     if invoice.status != InvoiceStatus.DRAFT and stored:
@@ -187,18 +247,7 @@ def billing_profile_get(*, actor):
 def incident_nodes(*, actor):
     """Nodes an incident credit may name: the organization's own and the shared ones."""
     require_billing_view(actor)
-    return Node.objects.filter(
-        Q(organization_id=actor.organization_id) | Q(organization__isnull=True)
-    ).order_by("name", "id")
-
-
-def finalize_blocker(invoice, now=None) -> str | None:
-    """Why a draft may not be finalized yet, or None: the rule
-    ``invoice_finalize`` enforces (one function, shared), for the page to
-    say why its button is disabled."""
-    from invoicing.services.invoices import finalize_blocker as rule
-
-    return rule(invoice, now)
+    return nodes_own_and_shared(actor.organization_id).order_by("name", "id")
 
 
 def card_on_file(*, actor):
@@ -207,8 +256,6 @@ def card_on_file(*, actor):
     Asked of Stripe, which is the authority (a card removed in Stripe's
     dashboard is gone here too); no Stripe customer yet means no card, and no
     call. Raises ``StripeError`` when Stripe cannot answer."""
-    from invoicing import stripe_adapter
-
     require_billing_view(actor)
     if not stripe_adapter.enabled():
         return None

@@ -30,7 +30,8 @@ import stripe
 from django.conf import settings
 from django.db import transaction
 
-from accounts.errors import DomainError
+from accounts.facade import DomainError, Organization
+from invoicing.models import BillingProfile
 
 logger = logging.getLogger(__name__)
 
@@ -152,9 +153,6 @@ def customer_ensure(*, organization_id: int) -> str:
     """The organization's Stripe customer id, created on first use (once:
     under the billing profile's row lock, with an idempotency key from the
     profile's id)."""
-    from accounts.models import Organization
-    from invoicing.models import BillingProfile
-
     with transaction.atomic():
         BillingProfile.objects.get_or_create(organization_id=organization_id)
         profile = (

@@ -1,14 +1,22 @@
-"""Celery tasks: thin calls into the services."""
+"""Celery tasks: thin calls into the services. Tasks import services;
+services enqueue a task by its name (``console.celery.registered_task``) and
+never import this module."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
+from invoicing import stripe_adapter
+from invoicing.services import (
+    invoice_collect,
+    invoice_run_month,
+    payments_retry_pending,
+    refund_execute,
+)
+
 
 @shared_task(name="invoicing.run_monthly", acks_late=True, reject_on_worker_lost=True)
 def run_monthly(period: str | None = None) -> int:
-    from invoicing.services.invoices import invoice_run_month
-
     run = invoice_run_month(period=period)
     return run.drafted if run else 0
 
@@ -21,9 +29,6 @@ def run_monthly(period: str | None = None) -> int:
     max_retries=8,
 )
 def collect_invoice(self, invoice_id: int) -> str:
-    from invoicing import stripe_adapter
-    from invoicing.services.payments import invoice_collect
-
     try:
         return invoice_collect(invoice_id=invoice_id)
     except stripe_adapter.StripeUnavailable as exc:
@@ -41,9 +46,6 @@ def execute_refund(self, payment_id: int) -> str:
     """Send a pending card refund (a credit note on a card-paid invoice) to
     Stripe; an outage retries with a backoff, and the beat retry
     (``retry_pending_payments``) picks up whatever is still pending."""
-    from invoicing import stripe_adapter
-    from invoicing.services.payments import refund_execute
-
     try:
         return refund_execute(payment_id=payment_id)
     except stripe_adapter.StripeUnavailable as exc:
@@ -61,6 +63,4 @@ def retry_pending_payments() -> dict:
     """Beat: card refunds, collections and top-ups an outage or a lost
     webhook left pending, and finalized invoices whose collection task was
     lost before it started (a no-op while Stripe is off)."""
-    from invoicing.services.payments import payments_retry_pending
-
     return payments_retry_pending()

@@ -34,6 +34,8 @@ from django.db.models.functions import Cast, Extract, TruncDay
 
 from usage.ingest.aggregate import SUM_COLUMNS
 from usage.models import Grain, Rollup
+from usage.prices import get_price_book
+from usage.rating import discount_for, rate
 from usage.sketch import _HEADER, bucket_value, merge_encoded
 
 DIMENSIONS = ("sub_account_id", "api_key_id", "model", "node_id", "protocol", "mode")
@@ -463,8 +465,6 @@ def cache_savings(
     row in effect then (``usage.prices``, a negotiated one first) rated with
     ``usage.rating.rate`` for the tokens as input minus as cache reads.
     ``{model: [{"start", "cache_read_tokens", "saved", "unpriced_tokens"}]}``."""
-    from usage.prices import get_price_book
-    from usage.rating import discount_for, rate
 
     book = get_price_book()
     starts = bucket_starts(start, end, bucket, tz)

@@ -17,8 +17,7 @@ from rest_framework import permissions, renderers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.api import IsOrgMember
-from accounts.errors import ValidationFailed
+from accounts.facade import IsOrgMember, ValidationFailed
 from usage import logs
 from usage.forms import CallFilterForm
 from usage.serializers import CallPageSerializer, CallRecordSerializer

@@ -9,8 +9,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from accounts.actors import Actor
-from accounts.permissions import Perm
+from accounts.facade import Actor, Perm
 from usage.models import CatalogModel, Grain, Price, Rollup
 from usage.rating import PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
 

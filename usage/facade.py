@@ -1,5 +1,71 @@
 """What other apps may use of ``usage``: its one public face.
 
 Other apps import from here and nowhere else in ``usage`` (the
-``[tool.importlinter]`` contracts in pyproject.toml hold them to it).
+``[tool.importlinter]`` contracts in pyproject.toml hold them to it). Inside
+``usage`` modules import each other directly, never this module.
+
+What is published, by topic:
+
+* money: ``rate`` (the one function that prices a call), ``discount_ppm_for``
+  and ``discount_for`` (list price gets the organization's discount, a
+  negotiated price pays full), ``PriceRow`` and ``TokenCounts``, and the
+  ``PriceBook`` of every price row in memory;
+* the usage event the gateway builds (``UsageEvent``) and its vocabulary
+  (``ENDPOINTS``);
+* the models other apps read: call records and hourly rollups (with their
+  ``Grain``), the catalogue and its prices, and what re-rating leaves for
+  invoicing (``Adjustment``, ``RerateRun``, ``PeriodClose``);
+* the rollup reads the analytics pages draw (``series`` into a ``Series``,
+  ``cache_savings``), the keys a caller may see in call logs
+  (``visible_keys``), the filter form pieces those pages share
+  (``KeyChoiceField``, ``OrganizationFilterMixin``) and the CSV guard
+  (``csv_text``);
+* ``seed_catalog``, the default models and list prices.
 """
+
+from __future__ import annotations
+
+from usage.analytics import Series, cache_savings, series
+from usage.events import ENDPOINTS, UsageEvent
+from usage.forms import KeyChoiceField, OrganizationFilterMixin
+from usage.logs import csv_text, visible_keys
+from usage.models import (
+    Adjustment,
+    CallRecord,
+    CatalogModel,
+    Grain,
+    PeriodClose,
+    Price,
+    RerateRun,
+    Rollup,
+)
+from usage.prices import PriceBook
+from usage.rating import PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
+from usage.seed import seed_catalog
+
+__all__ = [
+    "ENDPOINTS",
+    "Adjustment",
+    "CallRecord",
+    "CatalogModel",
+    "Grain",
+    "KeyChoiceField",
+    "OrganizationFilterMixin",
+    "PeriodClose",
+    "Price",
+    "PriceBook",
+    "PriceRow",
+    "RerateRun",
+    "Rollup",
+    "Series",
+    "TokenCounts",
+    "UsageEvent",
+    "cache_savings",
+    "csv_text",
+    "discount_for",
+    "discount_ppm_for",
+    "rate",
+    "seed_catalog",
+    "series",
+    "visible_keys",
+]

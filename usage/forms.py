@@ -8,11 +8,10 @@ import zoneinfo
 from datetime import timedelta
 
 from django import forms
-from django.db.models import Q
 from django.utils import timezone
 
-from accounts.actors import Actor
-from accounts.models import SubAccount
+from accounts.facade import Actor, SubAccount
+from inference_node.facade import nodes_own_and_shared
 from usage import logs
 
 QUICK_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7),
@@ -100,12 +99,10 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
         self.fields["sub_account"].queryset = SubAccount.objects.filter(
             organization_id=actor.organization_id
         ).order_by("name")
-        from inference_node.models import Node
 
-        # Shared platform nodes and the organization's own.
-        self.fields["node"].queryset = Node.objects.filter(
-            Q(organization_id__isnull=True) | Q(organization_id=actor.organization_id)
-        ).order_by("name", "pk")
+        self.fields["node"].queryset = nodes_own_and_shared(actor.organization_id).order_by(
+            "name", "pk"
+        )
         for name in ("from", "to"):
             self.fields[name].help_text = f"ISO 8601; without an offset, {self.tz.key} time"
 

@@ -19,12 +19,9 @@ from datetime import UTC, datetime
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
-from accounts.actors import Actor
-from accounts.errors import NotFound, PermissionDenied
-from accounts.models import ApiKey, SubAccount
-from accounts.permissions import Perm
+from accounts.facade import Actor, ApiKey, NotFound, Perm, PermissionDenied, SubAccount
 from console.money import micro_to_decimal
-from inference_node.models import Node
+from inference_node.facade import nodes_own_and_shared
 from usage.models import CallRecord
 
 DEFAULT_LIMIT = 50
@@ -278,9 +275,7 @@ def resolve_names(calls: Iterable[CallRecord], known: Names | None = None) -> Na
         subs = SubAccount.objects.filter(pk__in=sub_ids, organization_id__in=org_ids)
         names.sub_accounts.update(subs.values_list("pk", "name"))
     if node_ids:
-        nodes = Node.objects.filter(pk__in=node_ids).filter(
-            Q(organization_id__isnull=True) | Q(organization_id__in=org_ids)
-        )
+        nodes = nodes_own_and_shared(*org_ids).filter(pk__in=node_ids)
         names.nodes.update(nodes.values_list("pk", "name"))
     for call in calls:
         call.key_prefix, call.key_name = names.keys.get(call.api_key_id, ("", ""))

@@ -6,6 +6,9 @@ data migration 0002 and ``manage.py up`` both call it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
+
+from usage.models import CatalogModel, Price
 
 SEED_EFFECTIVE_FROM = datetime(2024, 1, 1, tzinfo=UTC)
 USD = 1_000_000  # micro-units per dollar
@@ -121,8 +124,6 @@ CATALOG: tuple[tuple, ...] = (
 
 
 def _micro(dollars: str) -> int:
-    from decimal import Decimal
-
     return int(Decimal(dollars) * USD)
 
 
@@ -142,8 +143,6 @@ def seed_catalog(catalog_model=None, price_model=None) -> int:
     Returns how many models were created. The model classes can be passed
     (a migration passes its historical ones)."""
     if catalog_model is None or price_model is None:
-        from usage.models import CatalogModel, Price
-
         catalog_model, price_model = CatalogModel, Price
     created = 0
     for name, display, family, provider, kind, context, fallbacks, (inp, out) in CATALOG:

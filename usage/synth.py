@@ -20,8 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 
-from accounts import keys as key_secrets
-from accounts.models import ApiKey, Organization, SubAccount
+from accounts.facade import KEY_PREFIX, ApiKey, Organization, SubAccount, new_secret
 from usage.events import SCHEMA_VERSION
 
 # model, weight, kind, protocol, endpoint, stream endpoint
@@ -72,7 +71,7 @@ def ensure_org(slug: str, name: str | None = None) -> tuple[Organization, list[S
             ApiKey.objects.filter(organization=org, name=key_name).exclude(status="revoked").first()
         )
         if key is None:
-            public_id, _raw, digest = key_secrets.new_secret(key_secrets.KEY_PREFIX)
+            public_id, _raw, digest = new_secret(KEY_PREFIX)
             key = ApiKey.objects.create(
                 organization=org,
                 sub_account=sub,

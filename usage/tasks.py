@@ -6,6 +6,8 @@ import psycopg
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from usage import ingest, retention
+
 # Django's wrappers, and psycopg's own for the raw COPY cursor of the ingest
 # (a PostgreSQL restart surfaces there unwrapped).
 TRANSIENT_DB_ERRORS = (
@@ -28,9 +30,7 @@ TRANSIENT_DB_ERRORS = (
     max_retries=10,
 )
 def ingest_batch(events: list[dict]) -> dict:
-    from usage.ingest import ingest_events
-
-    result = ingest_events(events)
+    result = ingest.ingest_events(events)
     return {
         "accepted": result.accepted,
         "duplicates": result.duplicates,
@@ -40,6 +40,4 @@ def ingest_batch(events: list[dict]) -> dict:
 
 @shared_task(name="usage.prune_calls")
 def prune_calls() -> int:
-    from usage.retention import prune_calls as prune
-
-    return prune()
+    return retention.prune_calls()

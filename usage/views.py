@@ -8,11 +8,10 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from accounts.decorators import org_view
-from accounts.errors import NotFound
-from accounts.permissions import Perm
+from accounts.facade import NotFound, Perm, org_view
 from usage import catalog, logs
 from usage.forms import CallFilterForm
+from usage.models import CatalogModel
 
 _CALLS = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
 
@@ -114,6 +113,4 @@ def model_list(request):
 
 
 def _model_names() -> list[str]:
-    from usage.models import CatalogModel
-
     return list(CatalogModel.objects.order_by("name").values_list("name", flat=True))

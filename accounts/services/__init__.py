@@ -1,5 +1,9 @@
 """Business actions of the accounts app. Each takes keyword arguments, checks
-the actor's permission, runs in one transaction and writes the audit trail."""
+the actor's permission, runs in one transaction and writes the audit trail.
+Other apps reach the ones they need through ``accounts.facade``. A service that
+hands work to Celery enqueues the task by its name
+(``console.celery.registered_task``): ``accounts.tasks`` imports services,
+never the reverse."""
 
 from accounts.services.api_keys import (
     api_key_issue,

@@ -9,6 +9,8 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -19,6 +21,7 @@ from accounts.errors import Conflict, NotFound, PermissionDenied, ValidationFail
 from accounts.models import BillingMode, Invitation, Membership, Organization, Role, User
 from accounts.permissions import Perm, can_assign_role
 from accounts.services._common import FieldErrors, changed
+from console.celery import registered_task
 from console.money import CURRENCY_CODES
 
 
@@ -253,9 +256,8 @@ def invitation_create(*, actor: Actor, email: str, role: str) -> tuple[Invitatio
             label=email,
             params={"email": email, "role": role, "expires_at": invitation.expires_at.isoformat()},
         )
-        from accounts.tasks import send_invitation_email
-
-        transaction.on_commit(lambda: send_invitation_email.delay(invitation.pk, raw))
+        email_task = registered_task("accounts.send_invitation_email")
+        transaction.on_commit(lambda: email_task.delay(invitation.pk, raw))
     return invitation, raw
 
 
@@ -314,9 +316,6 @@ def invitation_accept_new_user(
     *, raw_token: str, password: str, full_name: str = "", ip: str | None = None
 ) -> Membership:
     """Accept an invitation for an address with no account yet: create the user."""
-    from django.contrib.auth.password_validation import validate_password
-    from django.core.exceptions import ValidationError
-
     invitation = invitation_lookup(raw_token)
     if User.objects.filter(email__iexact=invitation.email).exists():
         raise Conflict(

@@ -11,6 +11,8 @@ from django.db.models import Count, Q, Sum
 
 from console.soak.scenario import Scenario
 from console.soak.traffic import MAX_TOKENS, Result
+from invoicing.facade import LedgerEntry, LedgerKind, invoice_preview
+from usage.facade import CallRecord, Grain, Rollup
 
 #: Answers that create no call record: the key was refused before the gateway knew
 #: whose call it was (unknown, revoked).
@@ -22,8 +24,6 @@ def expected_ids(results: list[Result]) -> set[str]:
 
 
 def _stored_ids(scenario: Scenario) -> set[str]:
-    from usage.models import CallRecord
-
     org_ids = [o.id for o in scenario.orgs.values()]
     return set(
         CallRecord.objects.filter(organization_id__in=org_ids).values_list("request_id", flat=True)
@@ -49,7 +49,6 @@ def wait_drained(scenario: Scenario, results: list[Result], timeout: float) -> d
 
 def records(scenario: Scenario, results: list[Result]) -> dict:
     """Every answered call has exactly one record; no record without a call."""
-    from usage.models import CallRecord
 
     want = expected_ids(results)
     seen = {r.request_id for r in results if r.request_id}
@@ -79,9 +78,6 @@ def records(scenario: Scenario, results: list[Result]) -> dict:
 
 def money(scenario: Scenario) -> dict:
     """Per organization: sum of call costs = rollups = invoice preview = ledger debits."""
-    from invoicing.models import LedgerEntry, LedgerKind
-    from invoicing.services import invoice_preview
-    from usage.models import CallRecord, Grain, Rollup
 
     out, ok = {}, True
     for label, org in scenario.orgs.items():
@@ -120,8 +116,6 @@ def money(scenario: Scenario) -> dict:
 
 def caps(scenario: Scenario) -> dict:
     """No spend cap and no prepaid balance was exceeded."""
-    from invoicing.models import LedgerEntry
-    from usage.models import CallRecord
 
     rows, ok = [], True
     for key in scenario.keys.values():
@@ -177,7 +171,6 @@ def server_errors(results: list[Result]) -> dict:
 
 def disconnects(scenario: Scenario, results: list[Result]) -> dict:
     """Hung-up streams are billed what was generated: never zero, never the budget."""
-    from usage.models import CallRecord
 
     ids = [r.request_id for r in results if r.disconnected and r.request_id]
     rows = CallRecord.objects.filter(request_id__in=ids)
@@ -195,7 +188,6 @@ def disconnects(scenario: Scenario, results: list[Result]) -> dict:
 
 def burst(scenario: Scenario, results: list[Result]) -> dict:
     """The burst against a nearly exhausted cap: refused calls never reached a node."""
-    from usage.models import CallRecord
 
     key = scenario.keys["c-burst"]
     mine = [r for r in results if r.key == key.label]

@@ -20,6 +20,9 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.conf import settings
 
 from console.processes import _die_with_parent
 
@@ -122,8 +125,6 @@ class Cluster:
     # --- set-up ----------------------------------------------------------------
 
     def env(self, **extra: str) -> dict[str, str]:
-        from django.conf import settings
-
         env = {
             **os.environ,
             "DATABASE_URL": self.database_url,
@@ -192,7 +193,7 @@ class Cluster:
                 "--timeout-graceful-shutdown", "10",
             ]  # fmt: skip
             with contextlib.suppress(ImportError):
-                import uvloop  # noqa: F401
+                import uvloop  # noqa: F401 - optional: the gateways use it when installed
 
                 argv += ["--loop", "uvloop"]
             gw = Proc(
@@ -282,7 +283,6 @@ class Cluster:
 def local_postgres_cluster(database_url: str) -> tuple[str, str] | None:
     """(version, name) of the Debian PostgreSQL cluster serving ``database_url``
     on this machine, or None (another host, no pg_lsclusters)."""
-    from urllib.parse import urlsplit
 
     parts = urlsplit(database_url)
     if parts.hostname not in ("127.0.0.1", "localhost", "::1") or not shutil.which("pg_lsclusters"):

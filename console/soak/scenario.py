@@ -16,9 +16,24 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
+import redis
+from django.conf import settings
 from django.db import transaction
 
+from accounts.facade import (
+    Actor,
+    BillingMode,
+    Membership,
+    Organization,
+    Role,
+    User,
+    api_key_issue,
+    sub_account_create,
+)
 from console.soak.cluster import NODE_MODELS, NODE_TOKEN
+from inference_node.facade import Node, NodeHealth, NodeModel, NodeStatus
+from invoicing.facade import LedgerKind, ledger_entry_create
+from usage.facade import seed_catalog
 
 # Long system prompts shared by many keys: prefix affinity sends each to the node
 # that has it cached.
@@ -63,9 +78,6 @@ class Scenario:
 
 
 def _owner(org):
-    from accounts.actors import Actor
-    from accounts.models import Membership, Role, User
-
     user, _ = User.objects.get_or_create(email=f"owner@{org.slug}.soak.invalid")
     membership = Membership.objects.create(user=user, organization=org, role=Role.OWNER)
     return Actor(membership, "127.0.0.1")
@@ -74,7 +86,6 @@ def _owner(org):
 def _key(
     actor, label: str, org: str, *, weight: int, system: str, model="sim-chat-small", **fields
 ) -> KeySpec:
-    from accounts.services import api_key_issue
 
     key, raw = api_key_issue(actor=actor, name=label, **fields)
     caps = {
@@ -87,7 +98,6 @@ def _key(
 
 def register_nodes(node_urls: list[str]) -> list[int]:
     """The simulator nodes as shared platform nodes (any organization routes to them)."""
-    from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
 
     Node.objects.filter(organization=None, name__startswith="soak-node-").delete()
     ids = []
@@ -113,8 +123,6 @@ def _clear_limit_state(orgs, subs, keys) -> None:
     """Drop limit buckets a previous database left in this Redis under the ids
     just created (a soak database recreated while Redis kept its keys): new
     tenants start from what their own database says."""
-    import redis
-    from django.conf import settings
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
@@ -130,12 +138,6 @@ def _clear_limit_state(orgs, subs, keys) -> None:
 
 @transaction.atomic
 def create(node_urls: list[str], *, prepaid_balance: int) -> Scenario:
-    from accounts.models import BillingMode, Organization
-    from accounts.services import sub_account_create
-    from invoicing.models import LedgerKind
-    from invoicing.services import ledger_entry_create
-    from usage.seed import seed_catalog
-
     seed_catalog()
     run = secrets.token_hex(3)
     orgs = {

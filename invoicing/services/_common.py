@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from accounts.errors import ValidationFailed
+from accounts.facade import ValidationFailed
 from invoicing.models import InvoiceEvent
 
 _PERIOD = re.compile(r"(\d{4})-(\d{2})\Z")

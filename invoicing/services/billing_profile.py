@@ -8,10 +8,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
-from accounts.audit import audit_record
-from accounts.errors import ValidationFailed
-from accounts.permissions import Perm
+from accounts.facade import Perm, ValidationFailed, audit_record
 from invoicing.models import BillingProfile
+from invoicing.services.ledger import low_balance_check
 
 # What the organization's billing members may change: field → longest text.
 TENANT_FIELDS = {"legal_name": 200, "address": 1000, "tax_id": 64, "billing_email": 254}
@@ -68,7 +67,6 @@ def billing_profile_update(*, actor, **fields) -> BillingProfile:
     discount and payment terms are refused with a field error unless the
     actor is platform staff. A changed threshold re-arms the low-balance
     notice and checks the balance against it once committed."""
-    from invoicing.services.ledger import low_balance_check
 
     actor.require(Perm.BILLING_MANAGE)
     data = _clean(fields, staff=_is_staff(actor))

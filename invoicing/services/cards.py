@@ -28,10 +28,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone as tz
 
-from accounts.audit import audit_record
-from accounts.errors import Conflict, NotFound, ValidationFailed
-from accounts.models import Organization
-from accounts.permissions import Perm
+from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
 from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,

@@ -16,11 +16,10 @@ from datetime import datetime
 
 from django.db.models import Count, Sum
 
-from accounts.models import BillingMode, Organization
+from accounts.facade import BillingMode, Organization
 from invoicing.models import BillingProfile, LineKind, TokenClass
 from invoicing.money import PPM, allocate, div_round, to_minor
-from usage.models import Adjustment, CallRecord, Price, RerateRun
-from usage.rating import discount_ppm_for
+from usage.facade import Adjustment, CallRecord, Price, RerateRun, discount_ppm_for
 
 CLASSES = (
     (TokenClass.INPUT, "input_tokens", "input_per_mtok"),

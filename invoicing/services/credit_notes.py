@@ -20,10 +20,9 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone as tz
 
-from accounts.audit import audit_record
-from accounts.errors import Conflict, NotFound, ValidationFailed
-from accounts.models import BillingMode
-from accounts.permissions import Perm
+from accounts.facade import BillingMode, Conflict, NotFound, Perm, ValidationFailed, audit_record
+from console.celery import registered_task
+from invoicing import stripe_adapter
 from invoicing.models import (
     CreditNote,
     CreditNoteEffect,
@@ -39,7 +38,8 @@ from invoicing.models import (
 )
 from invoicing.money import PPM, div_round, from_minor, micro_text, to_minor
 from invoicing.services._common import event
-from usage.models import CallRecord
+from invoicing.services.ledger import ledger_entry_create
+from usage.facade import CallRecord
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,6 @@ def _stripe_refundable_minor(invoice: Invoice) -> tuple[int, Payment | None]:
 
 def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> CreditNote:
     """``lines``: (description, net amount, invoice line or None, request ids)."""
-    from invoicing.services.ledger import ledger_entry_create
 
     reason = (reason or "").strip()
     if not reason:
@@ -202,14 +201,10 @@ def _enqueue_refund(payment_id: int) -> None:
     """After the credit note commits: the refund goes to a Celery task
     (``invoicing.execute_refund``), never to Stripe inside the request. A
     broker that cannot take it leaves the refund pending for the beat retry."""
-    from invoicing import stripe_adapter
-
     if not stripe_adapter.enabled():
         return
-    from invoicing.tasks import execute_refund
-
     try:
-        execute_refund.delay(payment_id)
+        registered_task("invoicing.execute_refund").delay(payment_id)
     except Exception:  # the note is committed; payments_retry_pending sends it later
         logger.exception("could not enqueue refund %s; the beat retry will send it", payment_id)
 

@@ -7,16 +7,15 @@ sequence row, then adjustment rows — so two workers cannot deadlock."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone as tz
 
-from accounts.audit import audit_record
-from accounts.errors import Conflict, NotFound, ValidationFailed
-from accounts.models import Organization
-from accounts.permissions import Perm
+from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
+from console.celery import registered_task
+from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,
     Invoice,
@@ -31,9 +30,11 @@ from invoicing.models import (
     RunStatus,
 )
 from invoicing.money import minor_text
+from invoicing.pdf import invoice_pdf
+from invoicing.rules import finalize_blocker
 from invoicing.services._common import event, org_zone, period_bounds, period_of, previous_period
 from invoicing.services.compute import Computed, compute_invoice
-from usage.models import Adjustment, CallRecord, PeriodClose
+from usage.facade import Adjustment, CallRecord, PeriodClose
 
 logger = logging.getLogger(__name__)
 
@@ -181,24 +182,6 @@ def _buyer(org: Organization) -> dict:
     }
 
 
-def finalize_blocker(invoice: Invoice, now=None) -> str | None:
-    """Why a draft may not be finalized yet, or None. Finalizing closes the
-    month for good (later calls of that month would never be billed), so it
-    waits until the month has ended in the organization's time zone and the
-    grace period for late usage events has passed, as the monthly run does.
-    ``invoice_finalize`` enforces it; the console asks it to explain a
-    disabled button."""
-    if invoice.status != InvoiceStatus.DRAFT:
-        return None
-    ready = invoice.period_end + timedelta(hours=settings.INVOICING_GRACE_HOURS)
-    if (now or tz.now()) < ready:
-        return (
-            f"The {invoice.period} month is still collecting usage until "
-            f"{ready.astimezone(UTC):%Y-%m-%d %H:%M} UTC; finalize it after that."
-        )
-    return None
-
-
 def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
     """Refresh the draft one last time, number it (gapless per year, under
     the sequence row's lock), close its period for re-rating, mark the
@@ -206,8 +189,6 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
 
     Only once the month has ended plus the grace period (``finalize_blocker``):
     before that it raises ``Conflict`` (code ``period_open``)."""
-    from invoicing.pdf import invoice_pdf
-
     with transaction.atomic():
         invoice = _locked(invoice_id, actor)
         if invoice.status != InvoiceStatus.DRAFT:
@@ -271,14 +252,10 @@ def _enqueue_collection(invoice_id: int) -> None:
     invoice finalized; the task retries). A broker that cannot take the task
     leaves it to the beat retry, which collects finalized invoices that have
     no payment yet (``payments_retry_pending``)."""
-    from invoicing import stripe_adapter
-
     if not stripe_adapter.enabled():
         return
-    from invoicing.tasks import collect_invoice
-
     try:
-        collect_invoice.delay(invoice_id)
+        registered_task("invoicing.collect_invoice").delay(invoice_id)
     except Exception:  # the invoice is committed; the beat retry collects it later
         logger.exception("could not enqueue collection of invoice %s", invoice_id)
 

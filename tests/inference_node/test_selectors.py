@@ -196,3 +196,24 @@ def test_missing_models_warns_about_configured_names_the_node_does_not_list(org)
     )
     assert selectors.missing_models(node) == ["Qwen/Qwen2.5-7B"]
     assert selectors.missing_models(NodeFactory(organization=org, serves=["x"])) == []
+
+
+def test_an_organization_sees_its_own_and_the_shared_nodes_whatever_their_state(
+    fleet, org, other_org
+):
+    own = {fleet[k].pk for k in ("own", "draining", "disabled", "unhealthy", "unknown")}
+
+    assert set(selectors.nodes_own_and_shared(org.pk).values_list("pk", flat=True)) == {
+        *own,
+        fleet["shared"].pk,
+    }
+    assert set(
+        selectors.nodes_own_and_shared(org.pk, other_org.pk).values_list("pk", flat=True)
+    ) == {
+        *own,
+        fleet["shared"].pk,
+        fleet["foreign"].pk,
+    }
+    assert set(selectors.nodes_own_and_shared().values_list("pk", flat=True)) == {
+        fleet["shared"].pk
+    }

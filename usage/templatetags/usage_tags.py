@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django import template
 
-from console.money import MICRO, format_amount, minor_units
+from console.money import format_exact
 
 register = template.Library()
 
 
 @register.simple_tag
 def exact_money(micro: int | None, currency: str) -> str:
-    """An amount with as many decimals as it needs (at least the currency's,
-    at most six): a call's cost is often a fraction of a cent, and rounding
-    it to cents would show most calls as free."""
-    if micro is None:
-        return "—"
-    places = minor_units(currency)
-    while places < 6 and micro * 10**places % MICRO:
-        places += 1
-    return format_amount(micro, currency, places=places)
+    """``console.money.format_exact``: as many decimals as the amount needs."""
+    return format_exact(micro, currency)
 
 
 @register.filter
@@ -35,8 +30,6 @@ def us_to_ms(us: int | None) -> str:
 @register.simple_tag
 def query_with(params: dict, **changes) -> str:
     """The filter query string with ``changes`` applied (``None`` drops a key)."""
-    from urllib.parse import urlencode
-
     merged = {**params}
     for key, value in changes.items():
         if value in (None, ""):

@@ -27,8 +27,9 @@ from django.db.models import Count, Max, Min, Sum
 from django.test import Client
 from django.urls import reverse
 
-from accounts.models import Membership, Organization, Role
-from usage.models import Grain, Rollup
+from accounts.facade import Membership, Organization, Role
+from console.analytics.views import CHARTS, PAGES
+from usage.facade import Grain, Rollup
 
 SLUG = "bench-console"
 TARGETS_MS = {"page": 200, "partial": 100}
@@ -135,8 +136,6 @@ def _size(org: Organization) -> dict:
 
 
 def _scenarios(preset: str) -> list[tuple[str, str]]:
-    from console.analytics.views import CHARTS, PAGES
-
     base = {"range": preset}
     out = [("overview", reverse("console:overview"))]
     for name in PAGES:

@@ -31,11 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections, transaction
 
+from accounts.facade import api_key_revoke
 from console.soak import checks
 from console.soak import scenario as scenarios
 from console.soak.cluster import Cluster, local_postgres_cluster, restart_postgres
@@ -89,7 +91,6 @@ class Command(BaseCommand):
             connection.ensure_connection()
         except Exception as exc:
             raise CommandError(f"PostgreSQL is not reachable: {exc}") from exc
-        import redis
 
         try:
             redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2).ping()
@@ -291,7 +292,6 @@ class Command(BaseCommand):
         it heard the change (its own clock, from /metrics: what the check
         judges) and when a client first saw a refusal (an upper bound that
         also holds the queueing of a loaded machine)."""
-        from accounts.services import api_key_revoke
 
         key = scenario.keys["a-revoked"]
         probe = scenarios.KeySpec(key.label, key.org, key.raw, key.key_id, model=PROBE_MODEL)

@@ -16,7 +16,20 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 
+from accounts.facade import (
+    Actor,
+    ApiKey,
+    ApiKeyStatus,
+    Membership,
+    Organization,
+    Role,
+    User,
+    api_key_issue,
+    api_key_revoke,
+    organization_create,
+)
 from console.processes import ChildDied, Supervisor
+from inference_node.facade import Node, NodeHealth, NodeModel, invalidate_routing_snapshot
 
 DEMO_EMAIL = "demo@example.com"
 DEMO_ORG_NAME = "Demo Org"
@@ -37,9 +50,6 @@ def ensure_demo(*, new_key: bool) -> tuple[str, str]:
     """Create the demo user, organization and key once. Returns the login line's
     password and what to print for the key: the raw key when one was just
     issued, else a hint naming its prefix."""
-    from accounts.actors import Actor
-    from accounts.models import ApiKey, ApiKeyStatus, Membership, Organization, Role, User
-    from accounts.services import api_key_issue, api_key_revoke, organization_create
 
     password = demo_password()
     with transaction.atomic():
@@ -77,8 +87,6 @@ def ensure_demo(*, new_key: bool) -> tuple[str, str]:
 def ensure_simulator_node(port: int) -> None:
     """Register the bundled simulator as a shared platform node (every
     organization may route to it), pointing at this run's port."""
-    from inference_node.models import Node, NodeHealth, NodeModel
-    from inference_node.selectors import invalidate_routing_snapshot
 
     base_url = f"http://127.0.0.1:{port}"
     with transaction.atomic():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from inference_node.server.app import run
 from inference_node.server.config import add_node_arguments, config_from_options
 
 
@@ -16,8 +17,6 @@ class Command(BaseCommand):
         add_node_arguments(parser)
 
     def handle(self, *args, **options) -> None:
-        from inference_node.server.app import run
-
         try:
             config = config_from_options(options)
         except ValueError as error:

@@ -7,7 +7,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts.errors import ValidationFailed
+from accounts.facade import ValidationFailed
 from invoicing.reconcile import reconcile
 
 

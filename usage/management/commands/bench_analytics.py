@@ -22,11 +22,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Max, Sum
 from django.test import RequestFactory
+from django_htmx.middleware import HtmxDetails
 
-from accounts.actors import Actor
-from accounts.models import Membership, Organization, Role
+from accounts.facade import Actor, Membership, Organization, Role
 from usage import logs
+from usage.analytics import latency_series
 from usage.models import CallRecord, Grain, Rollup
+from usage.views import call_list
 
 SLUG = "bench-analytics"
 TARGETS_MS = {"log_page": 50, "percentile_series": 150}
@@ -64,8 +66,6 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(self.measure(org, rows, days, runs), indent=2))
 
     def measure(self, org: Organization, rows: int, days: int, runs: int) -> dict:
-        from usage.analytics import latency_series
-
         actor = Actor(_bench_member(org))
         latest = CallRecord.objects.filter(organization_id=org.pk).aggregate(t=Max("started_at"))
         if latest["t"] is None:
@@ -151,9 +151,6 @@ def _older_page(actor: Actor):
 
 def _view_runner(actor: Actor):
     """The whole logs view, rendered, minus the HTTP server and middleware."""
-    from django_htmx.middleware import HtmxDetails
-
-    from usage.views import call_list
 
     factory = RequestFactory()
 

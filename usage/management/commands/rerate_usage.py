@@ -8,7 +8,7 @@ from datetime import UTC
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from accounts.models import Organization
+from accounts.facade import Organization
 from usage.rerate import rerate
 
 

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from usage.ingest import ingest_events
 from usage.seed import seed_catalog
 from usage.synth import batched, ensure_org, generate
+from usage.tasks import ingest_batch
 
 
 class Command(BaseCommand):
@@ -39,8 +40,6 @@ class Command(BaseCommand):
         start = now - timedelta(days=days)
         send = None
         if via_celery:
-            from usage.tasks import ingest_batch
-
             send = ingest_batch.delay
         totals = {"accepted": 0, "duplicates": 0, "dead_lettered": 0, "sent_batches": 0}
         began = time.perf_counter()
