@@ -22,7 +22,7 @@ def run_monthly(period: str | None = None) -> int:
 )
 def collect_invoice(self, invoice_id: int) -> str:
     from invoicing import stripe_adapter
-    from invoicing.services.payments import invoice_collect
+    from invoicing.services.collection import invoice_collect
 
     try:
         return invoice_collect(invoice_id=invoice_id)
@@ -42,7 +42,7 @@ def execute_refund(self, payment_id: int) -> str:
     Stripe; an outage retries with a backoff, and the beat retry
     (``retry_pending_payments``) picks up whatever is still pending."""
     from invoicing import stripe_adapter
-    from invoicing.services.payments import refund_execute
+    from invoicing.services.refunds import refund_execute
 
     try:
         return refund_execute(payment_id=payment_id)
@@ -61,6 +61,6 @@ def retry_pending_payments() -> dict:
     """Beat: card refunds, collections and top-ups an outage or a lost
     webhook left pending, and finalized invoices whose collection task was
     lost before it started (a no-op while Stripe is off)."""
-    from invoicing.services.payments import payments_retry_pending
+    from invoicing.services.retries import payments_retry_pending
 
     return payments_retry_pending()

@@ -651,7 +651,7 @@ def _topup_manual(request, form):
     if not form.is_valid():
         return None
     try:
-        from invoicing.services.payments import topup_record_manual
+        from invoicing.services.topups import topup_record_manual
     except ImportError:
         form.add_error(None, "Record the transfer as a grant on the balance page.")
         return None

@@ -291,12 +291,12 @@ def test_a_card_refund_is_enqueued_after_commit_not_run_in_the_request(
 
     from invoicing.models import Payment, PaymentKind, PaymentStatus
     from invoicing.services import credit_note_create, invoice_collect
-    from invoicing.services import payments as payments_module
+    from invoicing.services import refunds as refunds_module
 
     assert invoice_collect(invoice_id=card_invoice.pk) == "succeeded"
     refund_worker.side_effect = None  # a broker that takes the task, no worker yet
     with (
-        mock.patch.object(payments_module, "refund_execute") as in_request,
+        mock.patch.object(refunds_module, "refund_execute") as in_request,
         django_capture_on_commit_callbacks(execute=True) as callbacks,
     ):
         credit_note_create(
