@@ -8,8 +8,10 @@ Other apps import from here and nowhere else in ``accounts`` (the
 # who is asking and what they may do, errors, the audit log, organizations ---
 from accounts.actors import Actor as Actor
 from accounts.audit import audit_record as audit_record
+from accounts.decorators import apply_errors as apply_errors
 from accounts.decorators import org_view as org_view
 from accounts.errors import Conflict as Conflict
+from accounts.errors import DomainError as DomainError
 from accounts.errors import NotFound as NotFound
 from accounts.errors import ValidationFailed as ValidationFailed
 from accounts.models import ApiKey as ApiKey

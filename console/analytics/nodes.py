@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import plotly.graph_objects as go
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone as tz
 
@@ -331,8 +332,6 @@ def circuit_openings(q: Query) -> Chart:
     """Each time a gateway opened a node's circuit in the range, from the
     transitions the gateways report (``gateway_bridge.circuits``): one marker
     per opening, with how long the circuit stayed open."""
-    from django.conf import settings
-
     rate, least = settings.GATEWAY_BREAKER_ERROR_RATE, settings.GATEWAY_BREAKER_MIN_CALLS
     window, wait = settings.GATEWAY_BREAKER_WINDOW_SECONDS, settings.GATEWAY_BREAKER_OPEN_SECONDS
     chart = Chart(

@@ -7,8 +7,10 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import urlencode
 
 from django.db.models import Q
+from django.urls import reverse
 
 from accounts.facade import Actor, ApiKey, Perm, SubAccount
 from console.analytics.forms import GROUP_COLUMN, PERCENTILES, AnalyticsForm
@@ -164,10 +166,6 @@ class Query:
     def calls_url(self, start: datetime | None = None, end: datetime | None = None, **dims) -> str:
         """The call logs filtered to this range (or ``start``..``end``) and
         these dimensions."""
-        from urllib.parse import urlencode
-
-        from django.urls import reverse
-
         fmt = "%Y-%m-%dT%H:%M:%S"
         params = {
             "from": (start or self.start).astimezone(self.tz).strftime(fmt),
