@@ -16,8 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import Role
+from tests.console.routes import classified, methods_to_try, url_for
 from tests.factories import TEST_PASSWORD, MembershipFactory, OrganizationFactory
-from tests.test_security_sweep import _classified, methods_to_try, url_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,7 +70,7 @@ def test_every_state_changing_console_request_needs_the_csrf_token(csrf_world):
     (its signature is the proof) and the Django admin checks CSRF itself."""
     failures = []
     checked = 0
-    for route in _classified():
+    for route in classified():
         access = route.access
         if access.kind in ("webhook",):
             continue

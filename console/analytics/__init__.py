@@ -6,9 +6,13 @@ billing charts, and the usage tiles of the overview.
   ``query.py`` turns a valid form into a ``Query``: the range and bucket
   (hours up to 72 hours, local days beyond), the filters narrowed to a
   developer's own keys, display names and one colour per model.
-- ``figures.py`` builds each chart from ``usage.analytics.series`` (the hourly
-  rollups, never call records; billing reads invoicing's invoices, payments
-  and credit notes) as a Plotly figure plus the rows of its CSV;
+- ``chart.py`` holds what every chart shares: the ``Chart`` (a Plotly
+  figure plus the rows of its CSV), the figure, line and bar builders, and
+  ``series_of``, which reads ``usage.analytics.series`` (the hourly rollups,
+  never call records). One module per page builds that page's charts:
+  ``latency.py``, ``cache.py``, ``spend.py``, ``errors.py``, ``nodes.py``,
+  ``billing.py`` (invoiced, paid and refunded, read through
+  ``invoicing.facade``) and ``overview.py`` (the overview's tiles);
   ``breakdowns.py`` the charts that split a total by cause (where time goes,
   refusals by cause) the same way.
 - ``views.py`` renders a page with one htmx placeholder per chart; each chart

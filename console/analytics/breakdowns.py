@@ -1,21 +1,21 @@
 """Charts that split a total by cause, from the rollups' breakdown sums
 (``usage.ingest.aggregate``): where the time of a call goes, and why calls
-were refused. Same contract as ``figures``: a ``Chart`` with its figure and
+were refused. Same contract as the other charts (``chart.py``): a ``Chart`` with its figure and
 the rows of its CSV, read from ``usage.analytics.series`` only."""
 
 from __future__ import annotations
 
-from console.analytics.figures import (
+from console.analytics.chart import (
     Chart,
-    _empty_calls,
-    _iso,
-    _pct,
-    _series,
-    _time_title,
-    _x,
     bar,
+    empty_calls,
     figure,
+    iso_local,
     line,
+    series_of,
+    share_pct,
+    time_title,
+    x_labels,
 )
 from console.analytics.query import Query
 
@@ -64,7 +64,7 @@ def time_parts(p: dict) -> dict | None:
 
 
 def time_breakdown(q: Query) -> Chart:
-    s = _series(q)
+    s = series_of(q)
     points = s.groups[None]
     chart = Chart(
         "time_breakdown",
@@ -85,11 +85,11 @@ def time_breakdown(q: Query) -> Chart:
         note=TIME_NOTE,
     )
     if not s.total("calls"):
-        chart.empty = _empty_calls(q)
+        chart.empty = empty_calls(q)
         chart.note = None
         return chart
     parts = [time_parts(p) for p in points]
-    x = _x(q, points)
+    x = x_labels(q, points)
     traces = [
         bar(label, colour, x, [v and v.get(col) for v in parts], unit=" ms")
         for col, label, colour in TIME_PARTS
@@ -100,7 +100,7 @@ def time_breakdown(q: Query) -> Chart:
         v = v or {}
         chart.rows.append(
             [
-                _iso(p["start"], q.tz),
+                iso_local(p["start"], q.tz),
                 p["calls"],
                 p["ttft_count"],
                 v.get("latency_ms"),
@@ -114,7 +114,7 @@ def time_breakdown(q: Query) -> Chart:
             ]
         )
     chart.figure = figure(
-        traces, x_title=_time_title(q), y_title="Mean time per call (ms)", barmode="stack"
+        traces, x_title=time_title(q), y_title="Mean time per call (ms)", barmode="stack"
     )
     return chart
 
@@ -135,7 +135,7 @@ CAUSES_NOTE = (
 
 
 def refusals(q: Query) -> Chart:
-    s = _series(q)
+    s = series_of(q)
     points = s.groups[None]
     chart = Chart(
         "refusals",
@@ -150,18 +150,18 @@ def refusals(q: Query) -> Chart:
         note=CAUSES_NOTE,
     )
     if not s.total("calls"):
-        chart.empty = _empty_calls(q)
+        chart.empty = empty_calls(q)
         chart.note = None
         return chart
     for p in points:
         refused = sum(p[c] for c, _l, _c in CAUSES)
         chart.rows.append(
             [
-                _iso(p["start"], q.tz),
+                iso_local(p["start"], q.tz),
                 p["calls"],
                 p["calls_429"],
                 *(p[c] for c, _l, _c in CAUSES),
-                _pct(refused, p["calls"]),
+                share_pct(refused, p["calls"]),
             ]
         )
     if not s.total("calls_429") and not any(s.total(c) for c, _l, _c in CAUSES):
@@ -171,11 +171,11 @@ def refusals(q: Query) -> Chart:
         )
         chart.note = None
         return chart
-    x = _x(q, points)
+    x = x_labels(q, points)
     traces = [
         bar(label, colour, x, [p[col] for p in points], unit=" calls")
         for col, label, colour in CAUSES
     ]
     traces.append(line("All 429s", "#1d2330", x, [p["calls_429"] for p in points], dash="dot"))
-    chart.figure = figure(traces, x_title=_time_title(q), y_title="Calls", barmode="stack")
+    chart.figure = figure(traces, x_title=time_title(q), y_title="Calls", barmode="stack")
     return chart

@@ -12,10 +12,9 @@ from django import forms
 from django.db.models import Q
 from django.utils import timezone
 
-from accounts.actors import Actor
-from accounts.models import SubAccount
-from usage import logs
-from usage.forms import KeyChoiceField, OrganizationFilterMixin
+from accounts.facade import Actor, SubAccount
+from inference_node.facade import Node
+from usage.facade import KeyChoiceField, OrganizationFilterMixin, visible_keys
 
 RANGES = [
     ("1h", "Last hour"),
@@ -96,12 +95,10 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
         self.actor = actor
         self.tz = zone(actor.organization.timezone)
         self.now = now or timezone.now()
-        self.fields["key"].queryset = logs.visible_keys(actor=actor).order_by("name", "pk")
+        self.fields["key"].queryset = visible_keys(actor=actor).order_by("name", "pk")
         self.fields["sub_account"].queryset = SubAccount.objects.filter(
             organization_id=actor.organization_id
         ).order_by("name")
-        from inference_node.models import Node
-
         self.fields["node"].queryset = Node.objects.filter(
             Q(organization_id__isnull=True) | Q(organization_id=actor.organization_id)
         ).order_by("name", "pk")

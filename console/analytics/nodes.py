@@ -8,27 +8,28 @@ from __future__ import annotations
 from datetime import datetime
 
 import plotly.graph_objects as go
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone as tz
 
-from accounts.models import AuditEvent
-from console.analytics.figures import (
+from accounts.facade import AuditEvent
+from console.analytics.chart import (
     Chart,
-    _empty_calls,
-    _hit_rate,
-    _iso,
-    _ms,
-    _pct,
-    _series,
-    _time_title,
-    _top,
-    _x,
+    empty_calls,
     figure,
+    hit_rate,
+    iso_local,
     line,
     q_label,
+    round_ms,
+    series_of,
+    share_pct,
+    split_top,
+    time_title,
+    x_labels,
 )
 from console.analytics.query import Query
-from inference_node.models import Node
+from inference_node.facade import Node
 
 HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b7c3"}
 FLIPS = ("node.healthy", "node.unhealthy")
@@ -48,7 +49,7 @@ def _nodes(q: Query) -> list[Node]:
 
 
 def node_table(q: Query) -> Chart:
-    s = _series(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99))
+    s = series_of(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99))
     chart = Chart(
         "node_table",
         "Nodes over the whole range",
@@ -65,23 +66,23 @@ def node_table(q: Query) -> Chart:
         ],
     )
     if not s.total("calls"):
-        chart.empty = _empty_calls(q)
+        chart.empty = empty_calls(q)
         return chart
     rows = []
     for node_id, (p,) in s.groups.items():
         label = q.names.label("node_id", node_id)
         lat, tt = p["latency_ms"], p["ttft_ms"]
-        err = _pct(p["calls_4xx"] + p["calls_5xx"], p["calls"])
-        hit = _hit_rate(p)
+        err = share_pct(p["calls_4xx"] + p["calls_5xx"], p["calls"])
+        hit = hit_rate(p)
         chart.rows.append(
             [
                 node_id,
                 label,
                 p["calls"],
-                _ms(lat[0.5]),
-                _ms(lat[0.9]),
-                _ms(lat[0.99]),
-                _ms(tt[0.5]),
+                round_ms(lat[0.5]),
+                round_ms(lat[0.9]),
+                round_ms(lat[0.99]),
+                round_ms(tt[0.5]),
                 hit,
                 err,
             ]
@@ -113,40 +114,40 @@ def node_table(q: Query) -> Chart:
 def _line_per_node(q: Query, s, chart: Chart, value, unit: str, row) -> list:
     """One line of ``value(point)`` per node (the busiest ``MAX_GROUPS``), and
     the CSV rows ``[bucket, node, *row(point)]``."""
-    shown, _rest = _top(s.groups)
-    x = _x(q, s.groups[shown[0]])
+    shown, _rest = split_top(s.groups)
+    x = x_labels(q, s.groups[shown[0]])
     traces = []
     for i, node_id in enumerate(shown):
         points = s.groups[node_id]
         label = q.names.label("node_id", node_id)
         colour = q.names.colour("node_id", node_id, i)
         traces.append(line(label, colour, x, [value(p) for p in points], unit=unit))
-        chart.rows.extend([_iso(p["start"], q.tz), label, *row(p)] for p in points)
+        chart.rows.extend([iso_local(p["start"], q.tz), label, *row(p)] for p in points)
     return traces
 
 
 def node_latency(q: Query) -> Chart:
     qq = q.compared_quantile
-    s = _series(q, group_by="node_id", quantiles=(qq,), hists=("latency",))
+    s = series_of(q, group_by="node_id", quantiles=(qq,), hists=("latency",))
     chart = Chart(
         "node_latency",
         f"Latency {q_label(qq)} per node",
-        columns=["bucket_start", "node", "calls", f"{q_label(qq)}_ms"],
+        columns=["bucket_start", "node", "calls", f"{q_label(qq)}round_ms"],
     )
     if not s.total("calls"):
-        chart.empty = _empty_calls(q)
+        chart.empty = empty_calls(q)
         return chart
 
     def latency(p):
-        return _ms(p["latency_ms"][qq])
+        return round_ms(p["latency_ms"][qq])
 
     traces = _line_per_node(q, s, chart, latency, " ms", lambda p: [p["calls"], latency(p)])
-    chart.figure = figure(traces, x_title=_time_title(q), y_title="Latency (ms)")
+    chart.figure = figure(traces, x_title=time_title(q), y_title="Latency (ms)")
     return chart
 
 
 def node_cache(q: Query) -> Chart:
-    s = _series(q, group_by="node_id")
+    s = series_of(q, group_by="node_id")
     chart = Chart(
         "node_cache",
         "Prefix-cache hit rate per node",
@@ -159,15 +160,15 @@ def node_cache(q: Query) -> Chart:
         ],
     )
     if not s.total("calls"):
-        chart.empty = _empty_calls(q)
+        chart.empty = empty_calls(q)
         return chart
 
     def row(p):
         prompt = p["input_tokens"] + p["cache_read_tokens"] + p["cache_write_tokens"]
-        return [prompt, p["cache_read_tokens"], _hit_rate(p)]
+        return [prompt, p["cache_read_tokens"], hit_rate(p)]
 
-    traces = _line_per_node(q, s, chart, _hit_rate, " %", row)
-    chart.figure = figure(traces, x_title=_time_title(q), y_title="Hit rate (%)", y_suffix=" %")
+    traces = _line_per_node(q, s, chart, hit_rate, " %", row)
+    chart.figure = figure(traces, x_title=time_title(q), y_title="Hit rate (%)", y_suffix=" %")
     return chart
 
 
@@ -229,7 +230,13 @@ def node_health(q: Query) -> Chart:
         ):
             seconds = (seg_to - seg_from).total_seconds()
             chart.rows.append(
-                [node.name, _iso(seg_from, q.tz), _iso(seg_to, q.tz), state, round(seconds)]
+                [
+                    node.name,
+                    iso_local(seg_from, q.tz),
+                    iso_local(seg_to, q.tz),
+                    state,
+                    round(seconds),
+                ]
             )
             t = traces.setdefault(state, {"x": [], "y": [], "base": []})
             t["x"].append(seconds * 1000)
@@ -254,7 +261,7 @@ def node_health(q: Query) -> Chart:
         yaxis={"autorange": "reversed"},
     )
     fig = go.Figure(data=data, layout=layout).to_plotly_json()
-    # Plain lists set after serializing (as figures.figure does): no typed arrays.
+    # Plain lists set after serializing (as chart.figure does): no typed arrays.
     for trace, arrays in zip(fig["data"], traces.values(), strict=True):
         trace.update(arrays)
     chart.figure = fig
@@ -287,7 +294,7 @@ def node_load(q: Query) -> Chart:
     rows = []
     for n in nodes:
         kv, hit = pct(n.kv_cache_usage), pct(n.prefix_cache_hit_rate)
-        probed = _iso(n.last_probe_at, q.tz) if n.last_probe_at else None
+        probed = iso_local(n.last_probe_at, q.tz) if n.last_probe_at else None
         chart.rows.append([n.name, n.status, n.health, n.running, n.waiting, kv, hit, probed])
 
         def text(v, unit=""):
@@ -325,8 +332,6 @@ def circuit_openings(q: Query) -> Chart:
     """Each time a gateway opened a node's circuit in the range, from the
     transitions the gateways report (``gateway_bridge.circuits``): one marker
     per opening, with how long the circuit stayed open."""
-    from django.conf import settings
-
     rate, least = settings.GATEWAY_BREAKER_ERROR_RATE, settings.GATEWAY_BREAKER_MIN_CALLS
     window, wait = settings.GATEWAY_BREAKER_WINDOW_SECONDS, settings.GATEWAY_BREAKER_OPEN_SECONDS
     chart = Chart(
@@ -391,8 +396,8 @@ def circuit_openings(q: Query) -> Chart:
         closed = o["closed_at"]
         seconds = round((closed - o["at"]).total_seconds(), 1) if closed else None
         chart.rows.append(
-            [_iso(o["at"], q.tz), o["node"], o.get("gateway", ""), o.get("reason", ""), calls,
-             errors, rate, _iso(closed, q.tz) if closed else None, seconds]
+            [iso_local(o["at"], q.tz), o["node"], o.get("gateway", ""), o.get("reason", ""), calls,
+             errors, rate, iso_local(closed, q.tz) if closed else None, seconds]
         )  # fmt: skip
         t = traces.setdefault(o.get("reason", ""), {"x": [], "y": [], "text": []})
         t["x"].append(o["at"].astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))

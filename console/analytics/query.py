@@ -7,14 +7,15 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import urlencode
 
 from django.db.models import Q
+from django.urls import reverse
 
-from accounts.actors import Actor
-from accounts.models import ApiKey, SubAccount
-from accounts.permissions import Perm
+from accounts.facade import Actor, ApiKey, Perm, SubAccount
 from console.analytics.forms import GROUP_COLUMN, PERCENTILES, AnalyticsForm
-from usage import logs
+from inference_node.facade import Node
+from usage.facade import CatalogModel, visible_keys
 
 # Qualitative palette (Okabe-Ito, then Tableau) for series; one colour per
 # model everywhere (see ``Names.colour``).
@@ -40,7 +41,7 @@ def scoped_filters(actor: Actor, filters: dict) -> dict:
     filters = {k: v for k, v in filters.items() if v is not None}
     if can_see_all(actor):
         return filters
-    own = list(logs.visible_keys(actor=actor).values_list("pk", flat=True))
+    own = list(visible_keys(actor=actor).values_list("pk", flat=True))
     wanted = filters.get("api_key_id")
     filters["api_key_id"] = [wanted] if wanted in own else own if wanted is None else []
     return filters
@@ -67,8 +68,6 @@ class Names:
                     )
                 )
             elif column == "node_id":
-                from inference_node.models import Node
-
                 # Only nodes this organization may see: its own and shared ones.
                 names = dict(
                     Node.objects.filter(
@@ -103,8 +102,6 @@ class Names:
         coloured by id."""
         if column == "model":
             if "model_colours" not in self._cache:
-                from usage.models import CatalogModel
-
                 names = CatalogModel.objects.order_by("name").values_list("name", flat=True)
                 self._cache["model_colours"] = {n: i for i, n in enumerate(names)}
             i = self._cache["model_colours"].get(value)
@@ -169,10 +166,6 @@ class Query:
     def calls_url(self, start: datetime | None = None, end: datetime | None = None, **dims) -> str:
         """The call logs filtered to this range (or ``start``..``end``) and
         these dimensions."""
-        from urllib.parse import urlencode
-
-        from django.urls import reverse
-
         fmt = "%Y-%m-%dT%H:%M:%S"
         params = {
             "from": (start or self.start).astimezone(self.tz).strftime(fmt),

@@ -23,12 +23,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from accounts.decorators import org_view
-from accounts.permissions import Perm
-from console.analytics import breakdowns, figures, nodes
+from accounts.facade import Perm, org_view
+from console.analytics import billing, breakdowns, cache, errors, latency, nodes, overview, spend
+from console.analytics.chart import Chart
 from console.analytics.forms import CACHE_COMPARE, COMPARE, AnalyticsForm
 from console.analytics.query import Query
-from usage.models import CatalogModel
+from usage.facade import CatalogModel
 
 USAGE = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
 BILLING = (Perm.BILLING_VIEW,)
@@ -42,16 +42,16 @@ class ChartSpec:
 
 
 CHARTS: dict[str, ChartSpec] = {
-    "latency": ChartSpec(figures.latency),
-    "ttft": ChartSpec(figures.ttft),
+    "latency": ChartSpec(latency.latency),
+    "ttft": ChartSpec(latency.ttft),
     "time_breakdown": ChartSpec(breakdowns.time_breakdown),
-    "cache_hit": ChartSpec(figures.cache_hit),
-    "cache_savings": ChartSpec(figures.cache_savings),
-    "spend": ChartSpec(figures.spend),
-    "tokens": ChartSpec(figures.tokens),
-    "top_spenders": ChartSpec(figures.top_spenders, kind="table"),
-    "error_rate": ChartSpec(figures.error_rate),
-    "status_counts": ChartSpec(figures.status_counts),
+    "cache_hit": ChartSpec(cache.cache_hit),
+    "cache_savings": ChartSpec(cache.cache_savings),
+    "spend": ChartSpec(spend.spend),
+    "tokens": ChartSpec(spend.tokens),
+    "top_spenders": ChartSpec(spend.top_spenders, kind="table"),
+    "error_rate": ChartSpec(errors.error_rate),
+    "status_counts": ChartSpec(errors.status_counts),
     "refusals": ChartSpec(breakdowns.refusals),
     "node_table": ChartSpec(nodes.node_table, kind="table"),
     "node_latency": ChartSpec(nodes.node_latency),
@@ -59,9 +59,9 @@ CHARTS: dict[str, ChartSpec] = {
     "node_health": ChartSpec(nodes.node_health),
     "node_load": ChartSpec(nodes.node_load, kind="table"),
     "circuit_openings": ChartSpec(nodes.circuit_openings),
-    "billing": ChartSpec(figures.billing, perms=BILLING),
-    "overview_kpis": ChartSpec(figures.overview_kpis, kind="kpis"),
-    "overview_top": ChartSpec(figures.overview_top, kind="tables"),
+    "billing": ChartSpec(billing.billing, perms=BILLING),
+    "overview_kpis": ChartSpec(overview.overview_kpis, kind="kpis"),
+    "overview_top": ChartSpec(overview.overview_top, kind="tables"),
 }
 
 
@@ -242,7 +242,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _csv_response(chart: figures.Chart, request) -> HttpResponse:
+def _csv_response(chart: Chart, request) -> HttpResponse:
     out = io.StringIO()
     out.write("\ufeff")
     writer = csv.writer(out)
@@ -265,11 +265,11 @@ def _chart_view(name: str):
     def view(request):
         form = _form(request)
         if not form.is_valid():
-            errors = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
             return render(
                 request,
                 "console/analytics/_chart_error.html",
-                {"name": name, "errors": errors},
+                {"name": name, "errors": problems},
                 status=400,
             )
         chart = spec.build(Query.of(request.actor, form))

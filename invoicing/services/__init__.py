@@ -12,9 +12,10 @@ from invoicing.services.cards import (
     card_setup_start,
     invoice_pay_now,
     invoice_payment_client_secret,
-    topup_charge_card,
 )
+from invoicing.services.collection import invoice_collect, payment_intent_apply
 from invoicing.services.credit_notes import credit_note_create, credit_note_for_incident
+from invoicing.services.disputes import dispute_apply
 from invoicing.services.invoices import (
     invoice_draft,
     invoice_finalize,
@@ -31,18 +32,15 @@ from invoicing.services.ledger import (
     low_balance_check,
     prepaid_adjust,
 )
-from invoicing.services.payments import (
-    dispute_apply,
-    invoice_collect,
-    payment_intent_apply,
-    payment_sync,
-    payments_retry_pending,
-    refund_apply,
-    refund_execute,
+from invoicing.services.refunds import refund_apply, refund_execute
+from invoicing.services.retries import payment_sync, payments_retry_pending
+from invoicing.services.topups import (
+    topup_charge_card,
     topup_client_secret,
     topup_create,
     topup_record_manual,
 )
+from invoicing.services.webhooks import stripe_event_receive
 
 __all__ = [
     "billing_profile_update",
@@ -73,6 +71,7 @@ __all__ = [
     "prepaid_adjust",
     "refund_apply",
     "refund_execute",
+    "stripe_event_receive",
     "topup_charge_card",
     "topup_client_secret",
     "topup_create",

@@ -1,5 +1,6 @@
 """The card on file: saving one through a Stripe SetupIntent, removing it,
-charging it for a top-up from the console, and paying an invoice with it now.
+and paying an invoice with it now (charging it for a top-up is
+``topups.topup_charge_card``).
 
 Saving a card:
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone as tz
 
 from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
@@ -41,13 +42,8 @@ from invoicing.models import (
     PaymentMethod,
     PaymentStatus,
 )
-from invoicing.services.payments import (
-    _new_topup,
-    _topup_checks,
-    _topup_intent,
-    invoice_collect,
-)
-from invoicing.stripe_adapter import SetupIntent, StripeDeclined, StripeRejected
+from invoicing.services.collection import invoice_collect
+from invoicing.stripe_adapter import SetupIntent, StripeRejected
 
 logger = logging.getLogger(__name__)
 
@@ -298,78 +294,7 @@ def card_remove(*, actor) -> bool:
     return True
 
 
-# --- charging it ------------------------------------------------------------------
-
-
-def topup_charge_card(*, actor, amount_minor: int, request_key: str = "") -> Payment:
-    """Top up the actor's prepaid organization by charging its card on file,
-    confirmed here with the manager present. The payment is committed before
-    Stripe is called (idempotency key ``topup-{payment.id}-pi``); the same
-    ``request_key`` (the form's one-time token) returns the same payment, so
-    a double submit charges once.
-
-    The returned payment carries ``client_secret`` and ``requires_action``:
-    when the bank asks for 3-D Secure, the page finishes it with
-    ``stripe.confirmCardPayment``. Either way the balance rises only when the
-    ``payment_intent.succeeded`` webhook (or the beat's sync) says so."""
-    org = _topup_checks(actor, amount_minor)
-    _require_stripe()
-    request_key = (request_key or "").strip()[:64]
-    customer_id = stripe_adapter.customer_ensure(organization_id=org.pk)
-    method = stripe_adapter.customer_default_payment_method(customer_id=customer_id)
-    if method is None:
-        raise ValidationFailed.from_fields(
-            {"__all__": "No card on file: add one on the payment method page first."}
-        )
-    with transaction.atomic():
-        Organization.objects.select_for_update().get(pk=org.pk)
-        existing = (
-            Payment.objects.filter(
-                organization=org, kind=PaymentKind.TOP_UP, request_key=request_key
-            ).first()
-            if request_key
-            else None
-        )
-        if existing is not None:
-            existing.client_secret = ""
-            existing.requires_action = False
-            existing.duplicate = True
-            return existing
-        try:
-            with transaction.atomic():
-                payment = _new_topup(org, actor, amount_minor, request_key=request_key, card=True)
-        except IntegrityError as exc:  # pragma: no cover - the org lock serializes these
-            raise Conflict("This top-up was submitted already.") from exc
-    payment.client_secret = ""
-    payment.requires_action = False
-    payment.duplicate = False
-    try:
-        intent = _topup_intent(payment, customer_id, payment_method=method, confirm=True)
-    except (StripeDeclined, StripeRejected) as exc:
-        payment.stripe_payment_intent_id = exc.payment_intent_id
-        payment.status = PaymentStatus.FAILED
-        payment.failure_message = exc.message[:255]
-        payment.save(update_fields=["status", "failure_message", "stripe_payment_intent_id"])
-        return payment
-    except stripe_adapter.StripeUnavailable as exc:
-        # Nothing is known to be charged. Should Stripe have charged after
-        # all, its payment_intent.succeeded webhook still finds this row (the
-        # metadata names it) and credits it.
-        payment.status = PaymentStatus.FAILED
-        payment.failure_message = exc.message[:255]
-        payment.save(update_fields=["status", "failure_message"])
-        raise
-    payment.stripe_payment_intent_id = intent.id
-    update = ["stripe_payment_intent_id"]
-    if intent.status == "requires_payment_method" and intent.failure_message:
-        payment.status = PaymentStatus.FAILED
-        payment.failure_message = intent.failure_message
-        update += ["status", "failure_message"]
-    payment.save(update_fields=update)
-    if intent.status == "requires_action":
-        payment.client_secret = intent.client_secret
-        payment.requires_action = True
-    return payment
+# --- paying an invoice with it ------------------------------------------------------
 
 
 def invoice_pay_now(*, actor, invoice_id: int) -> str:

@@ -5,6 +5,7 @@ one they refund (to the prepaid balance here; the card in test_stripe)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -186,3 +187,63 @@ def test_incident_credit_lists_every_matching_call_once(org, key, catalog, membe
         credit_note_for_incident(
             invoice_id=invoice.pk, actor=finance, node_id=7, reason="again", **window
         )
+
+
+# --- an incident window labelled UTC is printed in UTC --------------------------------
+
+
+def test_incident_window_is_printed_in_utc_whatever_zone_it_came_in(
+    org, key, catalog, members, actor_for
+):
+    from invoicing.services import credit_note_for_incident
+    from tests.usage.factories import event
+    from usage.ingest import ingest_events
+
+    t = datetime(2025, 6, 10, 12, tzinfo=UTC)
+    ingest_events([event(key, started_at=t, node_id=7, status_code=502, input_tokens=900_000)])
+    invoice = invoice_finalize(
+        invoice_id=invoice_draft(organization_id=org.pk, period="2025-06").pk
+    )
+    berlin = ZoneInfo("Europe/Berlin")  # UTC+2 in June
+    note = credit_note_for_incident(
+        invoice_id=invoice.pk,
+        actor=actor_for(members[Role.FINANCE]),
+        reason="node 7 outage",
+        start=datetime(2025, 6, 10, 13, 0, tzinfo=berlin),
+        end=datetime(2025, 6, 10, 15, 30, tzinfo=berlin),
+    )
+    description = note.lines.order_by("pk").first().description
+    assert "2025-06-10 11:00 to 2025-06-10 13:30 UTC" in description
+
+
+# --- limits are said in money, not in micro- or minor units ---------------------------
+
+
+def test_credit_and_payment_limits_are_said_in_money(finalized, members, actor_for):
+    from accounts.errors import ValidationFailed
+    from invoicing.money import micro_text, minor_text
+    from invoicing.services import credit_note_create, invoice_mark_paid
+
+    finance = actor_for(members[Role.FINANCE])
+    remaining = finalized.total - finalized.credited
+    with pytest.raises(ValidationFailed) as too_much:
+        credit_note_create(invoice_id=finalized.pk, actor=finance, amount=remaining + 1, reason="x")
+    assert micro_text(remaining, "USD") in too_much.value.fields["amount"][0]
+    line = finalized.lines.filter(kind="usage").first()
+    with pytest.raises(ValidationFailed) as line_much:
+        credit_note_create(
+            invoice_id=finalized.pk,
+            actor=finance,
+            line_amounts={line.pk: line.amount + 1},
+            reason="x",
+        )
+    assert micro_text(line.amount, "USD") in line_much.value.fields[f"line_{line.pk}"][0]
+    due = finalized.amount_due_minor
+    with pytest.raises(ValidationFailed) as overpaid:
+        invoice_mark_paid(
+            invoice_id=finalized.pk, actor=finance, reference="T", amount_minor=due + 1
+        )
+    assert minor_text(due, "USD") in overpaid.value.fields["amount"][0]
+    for exc in (too_much, line_much, overpaid):
+        text = " ".join(m for msgs in exc.value.fields.values() for m in msgs)
+        assert "micro" not in text and "minor unit" not in text

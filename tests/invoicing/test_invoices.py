@@ -12,7 +12,8 @@ import pytest
 from django.db.models import Sum
 
 from accounts.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
-from accounts.models import Role
+from accounts.models import AuditEvent, Role
+from invoicing import selectors
 from invoicing.models import (
     BillingProfile,
     Invoice,
@@ -251,3 +252,78 @@ def test_monthly_run_waits_for_grace_and_recovers_after_a_crash(catalog, make_ke
     # Rerunning changes nothing.
     invoice_run_month(now=after)
     assert Invoice.objects.count() == 3
+
+
+# --- finalizing waits for the month's end plus the grace period -----------------------
+
+
+def test_finalize_refuses_an_open_month_in_the_service(org, month_calls, settings):
+    # Given March 2025 still inside a (very long) grace period
+    settings.INVOICING_GRACE_HOURS = 24 * 365 * 100
+    draft = invoice_draft(organization_id=org.pk, period="2025-03")
+    # When it is finalized without any page in front (a task, a shell, the API)
+    with pytest.raises(Conflict) as exc:
+        invoice_finalize(invoice_id=draft.pk)
+    # Then the service refuses it, saying why, with the code the API returns
+    assert exc.value.code == "period_open"
+    assert "still collecting usage" in exc.value.message
+    assert exc.value.message == selectors.finalize_blocker(draft)  # one rule, shared
+    draft.refresh_from_db()
+    assert draft.status == InvoiceStatus.DRAFT and draft.number is None
+    # Once the grace period is over, it finalizes.
+    settings.INVOICING_GRACE_HOURS = 6
+    assert selectors.finalize_blocker(draft) is None
+    assert invoice_finalize(invoice_id=draft.pk).status == InvoiceStatus.FINALIZED
+
+
+def test_finalize_refuses_the_running_month(org, members, actor_for):
+    from django.utils import timezone
+
+    from invoicing.services._common import period_of
+
+    draft = invoice_draft(organization_id=org.pk, period=period_of(timezone.now(), org.timezone))
+    with pytest.raises(Conflict) as exc:
+        invoice_finalize(invoice_id=draft.pk, actor=actor_for(members[Role.FINANCE]))
+    assert exc.value.code == "period_open"
+    assert not AuditEvent.objects.filter(action="invoice.finalize").exists()
+
+
+def test_the_blocker_waits_for_the_local_month_and_the_grace(org, month_calls, settings):
+    settings.INVOICING_GRACE_HOURS = 6
+    draft = invoice_draft(organization_id=org.pk, period="2025-03")  # Berlin: ends 22:00 UTC
+    end = datetime(2025, 3, 31, 22, tzinfo=UTC)
+    assert selectors.finalize_blocker(draft, now=end + timedelta(hours=5, minutes=59))
+    assert selectors.finalize_blocker(draft, now=end + timedelta(hours=6)) is None
+    said = selectors.finalize_blocker(draft, now=end)
+    assert "2025-04-01 04:00 UTC" in said
+
+
+# --- a voided draft's errors name its month -------------------------------------------
+
+
+def test_a_voided_drafts_errors_name_the_month_not_none(org, month_calls):
+    draft = invoice_draft(organization_id=org.pk, period="2025-03")
+    invoice_void(invoice_id=draft.pk, reason="wrong")
+    with pytest.raises(Conflict) as refresh:
+        invoice_refresh(invoice_id=draft.pk)
+    with pytest.raises(Conflict) as finalize:
+        invoice_finalize(invoice_id=draft.pk)
+    for exc in (refresh, finalize):
+        assert "None" not in exc.value.message
+        assert "2025-03" in exc.value.message and "void" in exc.value.message
+    assert "finalized" not in refresh.value.message
+
+
+# --- marking uncollectible is audited -------------------------------------------------
+
+
+def test_mark_uncollectible_records_an_audit_event(finalized, members, actor_for):
+    from invoicing.services import invoice_mark_uncollectible
+
+    invoice_mark_uncollectible(
+        invoice_id=finalized.pk, actor=actor_for(members[Role.FINANCE]), reason="gone"
+    )
+    audit = AuditEvent.objects.get(action="invoice.mark_uncollectible")
+    assert audit.organization_id == finalized.organization_id
+    assert audit.params["reason"] == "gone"
+    assert audit.actor == members[Role.FINANCE].user

@@ -945,3 +945,37 @@ def test_pay_now_is_not_offered_while_stripe_is_off(client, members, finalized, 
     page = follow_messages(c, c.post(f"/billing/invoices/{finalized.pk}/pay/"))
     assert "bank transfer" in page
     assert not Payment.objects.filter(invoice=finalized).exists()
+
+
+# --- a form posted twice is one entry; settings save through the service --------------
+
+
+def test_the_balance_form_posted_twice_with_its_token_is_one_entry(client, members, org):
+    import uuid
+
+    from invoicing.models import LedgerEntry
+
+    c = as_member(client, members[Role.FINANCE])
+    form = {"kind": "grant", "amount": "12.50", "reason": "gift", "token": str(uuid.uuid4())}
+    assert c.post("/billing/balance/adjust/", form).status_code == 302
+    assert c.post("/billing/balance/adjust/", form).status_code == 302
+    assert LedgerEntry.objects.filter(organization=org).count() == 1
+
+
+def test_the_settings_form_saves_through_the_service(client, members, org):
+    from unittest import mock
+
+    from invoicing.services import billing_profile
+
+    c = as_member(client, members[Role.FINANCE])
+    with (
+        mock.patch.object(
+            billing_profile, "billing_profile_update", wraps=billing_profile.billing_profile_update
+        ) as update,
+        mock.patch("invoicing.services.billing_profile_update", update),
+    ):
+        response = c.post("/billing/settings/", {"legal_name": "Acme SE", "tax_id": "DE1"})
+    assert response.status_code == 302
+    assert update.call_count == 1
+    assert update.call_args.kwargs["legal_name"] == "Acme SE"
+    assert org.billing_profile.tax_id == "DE1"

@@ -355,3 +355,30 @@ def test_a_dispute_marks_the_payment_and_is_audited(client, stripe_on, card_invo
     again = dict(dispute, id="dp_2", payment_intent=None)
     r = stripe_on.deliver(client, stripe_on.event("charge.dispute.created", again))
     assert r.json()["outcome"] == "already_disputed"
+
+
+# --- the service behind the door -----------------------------------------------------------
+
+
+def test_receiving_an_event_stores_it_applies_it_once_and_says_a_replay_is_one(stripe_on, topup):
+    from invoicing.services import stripe_event_receive
+
+    event = stripe_on.event(
+        "payment_intent.succeeded", stripe_on.intent(topup.stripe_payment_intent_id)
+    )
+    # Given a verified event, received without any view in front
+    first = stripe_event_receive(event=event)
+    # Then it is stored, handled, and the balance rose once
+    assert not first.duplicate and first.outcome == "succeeded"
+    stored = StripeEvent.objects.get(event_id=event["id"])
+    assert stored.handled and stored.outcome == "succeeded"
+    assert prepaid_balance(topup.organization_id) == 40_000_000
+    # When the same id comes again, nothing moves
+    again = stripe_event_receive(event=event)
+    assert again.duplicate
+    assert StripeEvent.objects.count() == 1
+    assert prepaid_balance(topup.organization_id) == 40_000_000
+    # An unhandled type is stored and acknowledged, changing nothing
+    other = stripe_event_receive(event={"id": "evt_other", "type": "customer.created"})
+    assert other.outcome == "ignored: unhandled type"
+    assert not StripeEvent.objects.get(event_id="evt_other").handled

@@ -1,31 +1,19 @@
-"""The security sweep: every route of the URL configuration, walked from
-``get_resolver()`` (includes, namespaces and DRF routers alike), is requested
-by an anonymous visitor, by a member of each role and by a member of another
-organization.
+"""The console's routes as the access tests see them: every route of the URL
+configuration, walked from ``get_resolver()`` (includes, namespaces and DRF
+routers alike), classified by ``RULES`` (who may open it) and filled by
+``PARAMS`` with a real object of one organization or another (``world``: two
+organizations, one member per role, one object of every kind: ``build_world``); ``Sweep``
+sends the requests and collects every departure from the rules.
 
 Each route must match a rule in ``RULES`` (by its namespaced name, first match
-wins); a route that matches none fails ``test_every_route_is_classified`` with
-its name and path, so a new page, partial, export or API endpoint is either
-covered by an existing rule (``invoicing:*``, ``analytics:*``) or classified
-before it lands. Each URL parameter is filled by ``PARAMS`` with a real object
-(one per organization, built through the services and factories); a parameter
-with no builder fails the same way.
+wins); a route that matches none fails ``test_every_route_is_classified``
+(``tests/console/test_route_access.py``) with its name and path, so a new
+page, partial, export or API endpoint is either covered by an existing rule
+(``invoicing:*``, ``analytics:*``) or classified before it lands. A URL
+parameter with no builder in ``PARAMS`` fails the same way.
 
-What is checked, for every route:
-
-* nobody ever gets a 500 (an exception in a view fails the sweep);
-* anonymous: pages redirect to the login page, the API answers 401/403,
-  public routes answer, the Stripe webhook answers 400 without a signature,
-  the Django admin sends everyone (staff aside) to its own login;
-* each role: a page or endpoint its permissions do not open answers 403 (or
-  405 for a method the route does not take), one they open does not;
-* object routes filled with another organization's objects answer 404 (403
-  for a role the route is closed to): never 200, never a redirect that acted;
-  the same routes filled with the member's own organization's objects open
-  (so the 404 is the isolation, not a broken fixture).
-
-The gateway's paths (``/v1/*``, ``/v1beta/*``) are not Django URLs; they are
-covered at the end of this module through the real gateway.
+Used by ``test_route_access`` (anonymous visitors, each role, another
+organization's member) and ``test_form_fuzz`` (hostile form input).
 """
 
 from __future__ import annotations
@@ -36,9 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-import pytest
 from django.test import Client
-from django.urls import get_resolver, resolve
+from django.urls import get_resolver
 
 from accounts.actors import Actor
 from accounts.models import Role
@@ -288,10 +275,10 @@ def _tenant(org, members) -> SimpleNamespace:
     )
 
 
-@pytest.fixture
-def world(db, settings):
+def build_world(settings):
     """Two organizations, each with one member per role and one object of
-    every kind; ``a`` is the one under test, ``b`` the other tenant."""
+    every kind; ``a`` is the one under test, ``b`` the other tenant (the
+    ``world`` fixture of the tests that sweep the routes)."""
     from usage.ingest.directory import invalidate_directory
     from usage.prices import invalidate_price_book
     from usage.seed import seed_catalog
@@ -396,15 +383,15 @@ class Sweep:
         )
 
 
-def _client(membership=None) -> Client:
+def client_for(membership=None) -> Client:
     client = Client(raise_request_exception=True)
     if membership is not None:
         client.force_login(membership.user)
     return client
 
 
-def _sweep_anonymous(sweep: Sweep, routes: list[Route], tenant) -> None:
-    client = _client()
+def sweep_anonymous(sweep: Sweep, routes: list[Route], tenant) -> None:
+    client = client_for()
     for route in routes:
         access = route.access
         url = url_for(route, tenant)
@@ -439,7 +426,7 @@ def _sweep_anonymous(sweep: Sweep, routes: list[Route], tenant) -> None:
                 sweep.expect("anonymous", method, url, r, set(range(200, 500)), "public, no 500")
 
 
-def _sweep_member(sweep: Sweep, routes, membership, role: str, own, other, who: str) -> None:
+def sweep_member(sweep: Sweep, routes, membership, role: str, own, other, who: str) -> None:
     """``membership`` (of ``own``'s organization, with ``role``) against every
     route: non-object routes and own objects by the rules, ``other``'s objects
     never reachable."""
@@ -447,7 +434,7 @@ def _sweep_member(sweep: Sweep, routes, membership, role: str, own, other, who: 
         access = route.access
         if access.kind in ("public", "webhook"):
             continue
-        client = _client(membership)  # fresh each route: a POST to logout must not leak
+        client = client_for(membership)  # fresh each route: a POST to logout must not leak
         api = access.kind == "api"
         if access.kind == "admin":
             url = url_for(route, own)
@@ -495,330 +482,17 @@ def _sweep_member(sweep: Sweep, routes, membership, role: str, own, other, who: 
                     sweep.expect(who, "GET(htmx)", url, r, {200, 302}, "htmx partial")
 
 
-def _classified() -> list[Route]:
+def classified() -> list[Route]:
     routes = all_routes()
     missing = [r for r in routes if r.access is None]
     unfilled = [
         (r.key, p) for r in routes if r.access is not None for p in r.params if not param_kind(r, p)
     ]
     assert not missing, (
-        "routes with no access rule in tests/test_security_sweep.py RULES (add one):\n"
+        "routes with no access rule in tests/console/routes.py RULES (add one):\n"
         + "\n".join(f"  {r.key}  /{r.template}" for r in missing)
     )
     assert not unfilled, (
-        f"URL parameters with no object builder in tests/test_security_sweep.py PARAMS: {unfilled}"
+        f"URL parameters with no object builder in tests/console/routes.py PARAMS: {unfilled}"
     )
     return routes
-
-
-def test_every_route_is_classified():
-    routes = _classified()
-    # The walk reaches every kind of route: console, partials, exports, API, webhook, admin.
-    keys = {r.key for r in routes}
-    for expected in ("console:overview", "usage:calls_export", "api-key-detail", "stripe-webhook"):
-        assert expected in keys
-    assert any(r.access.kind == "admin" for r in routes)
-    # Every filled URL resolves back to its own pattern.
-    for route in routes:
-        if route.access.kind == "admin":
-            continue
-        values = {p: "1" if param_kind(route, p) != "call" else "req-1" for p in route.params}
-        if route.key == "accounts:invitation_accept":
-            values = {"token": "abc"}
-        match = resolve(fill(route.template, values))
-        local = route.key.rsplit(":", 1)[-1]
-        assert match.url_name == local, (route.key, match.url_name)
-
-
-def test_anonymous_visitors(world):
-    sweep = Sweep()
-    _sweep_anonymous(sweep, _classified(), world["a"])
-    assert not sweep.failures, sweep.report()
-
-
-@pytest.mark.parametrize("role", ROLES)
-def test_each_role(world, role):
-    sweep = Sweep()
-    a, b = world["a"], world["b"]
-    before = snapshot(b.org)
-    _sweep_member(sweep, _classified(), a.members[role], role, a, b, role)
-    assert not sweep.failures, sweep.report()
-    assert snapshot(b.org) == before, "a request changed another organization's data"
-
-
-def test_member_of_another_organization(world):
-    """Org B's owner: everything of org A is out of reach, its own opens."""
-    sweep = Sweep()
-    a, b = world["a"], world["b"]
-    before = snapshot(a.org)
-    _sweep_member(sweep, _classified(), b.members[Role.OWNER], Role.OWNER, b, a, "outsider")
-    assert not sweep.failures, sweep.report()
-    assert snapshot(a.org) == before, "a request changed another organization's data"
-
-
-def test_a_user_without_an_organization_is_refused_everywhere(world):
-    sweep = Sweep()
-    client = _client()
-    client.force_login(UserFactory())
-    for route in _classified():
-        if route.access.kind not in ("page", "api"):
-            continue
-        url = url_for(route, world["a"])
-        for method in methods_to_try(route):
-            r = sweep.send(client, method, url, api=route.access.kind == "api")
-            if route.key == "accounts:password_change":
-                sweep.expect("no-org", method, url, r, {200, 302}, "own password")
-            else:
-                sweep.expect("no-org", method, url, r, {403, 404, 405}, "no organization")
-    assert not sweep.failures, sweep.report()
-
-
-# --- the gateway's paths (not Django URLs) -------------------------------------------------
-
-GATEWAY_CALLS = [
-    # (protocol, method, path, body)
-    ("openai", "POST", "/v1/chat/completions", {"model": "sim-chat-small", "messages": []}),
-    ("openai", "POST", "/v1/completions", {"model": "sim-chat-small", "prompt": "hi"}),
-    ("openai", "POST", "/v1/embeddings", {"model": "sim-embed", "input": "hi"}),
-    ("openai", "GET", "/v1/models", None),
-    ("openai", "GET", "/v1/models/sim-chat-small", None),
-    ("anthropic", "POST", "/v1/messages", {"model": "sim-chat-small", "max_tokens": 5}),
-    ("anthropic", "POST", "/v1/messages/count_tokens", {"model": "sim-chat-small"}),
-    ("anthropic", "GET", "/v1/models", None),
-    ("gemini", "POST", "/v1beta/models/sim-chat-small:generateContent", {"contents": []}),
-    ("gemini", "POST", "/v1beta/models/sim-chat-small:streamGenerateContent", {"contents": []}),
-    ("gemini", "POST", "/v1beta/models/sim-chat-small:countTokens", {"contents": []}),
-    ("gemini", "POST", "/v1beta/models/sim-embed:embedContent", {"content": {}}),
-    ("gemini", "POST", "/v1beta/models/sim-embed:batchEmbedContents", {"requests": []}),
-    ("gemini", "GET", "/v1beta/models", None),
-    ("gemini", "GET", "/v1beta/models/sim-chat-small", None),
-]
-# Where each protocol's clients send the key.
-KEY_HEADERS = {
-    "openai": lambda raw: {"Authorization": f"Bearer {raw}"},
-    "anthropic": lambda raw: {"x-api-key": raw, "anthropic-version": "2023-06-01"},
-    "gemini": lambda raw: {"x-goog-api-key": raw},
-}
-PROTOCOL_HEADERS = {"anthropic": {"anthropic-version": "2023-06-01"}}
-
-
-def _auth_error(protocol: str, body: dict) -> bool:
-    """Is ``body`` an authentication error in ``protocol``'s own format?"""
-    if protocol == "openai":
-        err = body.get("error") or {}
-        return bool(err.get("message")) and "type" in err and "code" in err
-    if protocol == "anthropic":
-        err = body.get("error") or {}
-        return body.get("type") == "error" and err.get("type") == "authentication_error"
-    err = body.get("error") or {}
-    return err.get("code") == 401 and err.get("status") == "UNAUTHENTICATED"
-
-
-@pytest.fixture
-def gateway_world(transactional_db, settings, tmp_path):
-    """Org A with a private node and model, org B with its own key, a shared
-    node for both; the real gateway on a loopback port. The nodes' URLs are
-    a closed loopback port: nothing here may reach a node."""
-    from tests.gateway_bridge.harness import running_gateway
-    from tests.inference_node.factories import NodeFactory
-    from usage.seed import seed_catalog
-
-    settings.GATEWAY_SPOOL_DIR = tmp_path / "spool"
-    settings.GATEWAY_LIMITS_STORE = "memory"
-    settings.GATEWAY_RETRIES = 0
-    seed_catalog()
-    closed = "http://127.0.0.1:9/v1"
-    NodeFactory(organization=None, base_url=closed, serves=["sim-chat-small", "sim-embed"])
-    tenants = {}
-    for tag in ("a", "b"):
-        org = OrganizationFactory(name=f"Org {tag.upper()}", slug=f"gw-{tag}")
-        owner = Actor(MembershipFactory(organization=org, role=Role.OWNER), "127.0.0.1")
-        key, raw = issue_key(owner, name=f"key-{tag}")
-        tenants[tag] = SimpleNamespace(org=org, owner=owner, key=key, raw=raw)
-    NodeFactory(organization=tenants["a"].org, base_url=closed, serves=["acme-private"])
-    _narrow, narrow_raw = issue_key(tenants["a"].owner, allowed_models=["sim-chat-small"])
-    tenants["a"].narrow_raw = narrow_raw
-    with running_gateway() as gw:
-        yield SimpleNamespace(gw=gw, **tenants)
-
-
-def _gateway_request(gw, method, path, body=None, headers=None):
-    import http.client
-    import json
-
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
-    try:
-        payload = json.dumps(body) if body is not None else None
-        conn.request(
-            method,
-            path,
-            body=payload,
-            headers={"Content-Type": "application/json", **(headers or {})},
-        )
-        resp = conn.getresponse()
-        data = resp.read()
-        return resp.status, data
-    finally:
-        conn.close()
-
-
-def _model_names(protocol: str, data: bytes) -> set[str]:
-    import json
-
-    body = json.loads(data)
-    if protocol == "gemini":
-        return {m["name"].removeprefix("models/") for m in body["models"]}
-    return {m["id"] for m in body["data"]}
-
-
-def test_gateway_paths_without_a_key_answer_401_in_their_protocols_format(gateway_world):
-    import json
-
-    gw = gateway_world.gw
-    failures = []
-    for protocol, method, path, body in GATEWAY_CALLS:
-        for label, headers in (
-            ("no key", dict(PROTOCOL_HEADERS.get(protocol, {}))),
-            ("unknown key", KEY_HEADERS[protocol]("sk-abcdefghij_" + "x" * 40)),
-            ("malformed key", KEY_HEADERS[protocol]("not-a-key")),
-            ("revoked-looking key", KEY_HEADERS[protocol](gateway_world.a.raw[:-1] + "Z")),
-        ):
-            status, data = _gateway_request(gw, method, path, body, headers)
-            try:
-                parsed = json.loads(data)
-            except ValueError:
-                parsed = {}
-            if status != 401 or not _auth_error(protocol, parsed):
-                failures.append(f"{label}: {method} {path} -> {status} {data[:200]!r}")
-    assert not failures, "\n".join(failures)
-    # Nothing was recorded for calls without a valid key.
-    assert gw.emitter.events == []
-
-
-def test_another_organizations_key_sees_none_of_its_models(gateway_world):
-    w = gateway_world
-    for protocol, path in (
-        ("openai", "/v1/models"),
-        ("anthropic", "/v1/models"),
-        ("gemini", "/v1beta/models"),
-    ):
-        status, data = _gateway_request(w.gw, "GET", path, headers=KEY_HEADERS[protocol](w.a.raw))
-        assert status == 200, data
-        assert {"acme-private", "sim-chat-small"} <= _model_names(protocol, data)
-        status, data = _gateway_request(w.gw, "GET", path, headers=KEY_HEADERS[protocol](w.b.raw))
-        assert status == 200, data
-        names = _model_names(protocol, data)
-        assert "sim-chat-small" in names and "acme-private" not in names, (protocol, names)
-        # A key narrowed to one model lists only that one.
-        status, data = _gateway_request(
-            w.gw, "GET", path, headers=KEY_HEADERS[protocol](w.a.narrow_raw)
-        )
-        assert _model_names(protocol, data) == {"sim-chat-small"}, (protocol, data)
-    status, _ = _gateway_request(
-        w.gw, "GET", "/v1/models/acme-private", headers=KEY_HEADERS["openai"](w.b.raw)
-    )
-    assert status == 404
-    status, _ = _gateway_request(
-        w.gw, "GET", "/v1beta/models/acme-private", headers=KEY_HEADERS["gemini"](w.b.raw)
-    )
-    assert status == 404
-    # Org B cannot call org A's private model either: refused before any node.
-    chat = {"model": "acme-private", "messages": [{"role": "user", "content": "hi"}]}
-    status, data = _gateway_request(
-        w.gw, "POST", "/v1/chat/completions", chat, KEY_HEADERS["openai"](w.b.raw)
-    )
-    assert status == 404, data
-    messages = {
-        "model": "acme-private",
-        "max_tokens": 5,
-        "messages": [{"role": "user", "content": "hi"}],
-    }
-    status, data = _gateway_request(
-        w.gw, "POST", "/v1/messages", messages, KEY_HEADERS["anthropic"](w.b.raw)
-    )
-    assert status == 404, data
-    status, data = _gateway_request(
-        w.gw,
-        "POST",
-        "/v1beta/models/acme-private:generateContent",
-        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
-        KEY_HEADERS["gemini"](w.b.raw),
-    )
-    assert status == 404, data
-
-
-# --- console forms: whatever is typed, never a 500 ----------------------------------------
-
-_INPUT_NAME = re.compile(r'<(?:input|select|textarea)[^>]*\sname="([^"]+)"')
-# Field names of POST-only buttons, which have no page of their own to read them from.
-COMMON_FIELDS = (
-    "name", "role", "reason", "amount", "reference", "grace_seconds", "organization",
-    "period", "status", "members", "revoke", "action", "full", "email", "kind",
-)  # fmt: skip
-
-
-HOSTILE = [
-    "", "0", "-1", "1.5", "1e309", "9" * 30, "NaN", "inf", "2025-13-45", "acme",
-    "a\x00b", "<script>", "\uff11\uff12", "1,000",
-]  # fmt: skip
-
-
-def _form_values():
-    from hypothesis import strategies as st
-
-    return st.one_of(
-        st.text(max_size=20),
-        st.sampled_from(HOSTILE),
-        st.integers(-(2**70), 2**70).map(str),
-    )
-
-
-def _post_form(client, user, url, data, failures: list[str]) -> None:
-    client.force_login(user)
-    try:
-        response = client.post(url, data)
-    except Exception as exc:
-        failures.append(f"POST {url} {data!r}: raised {type(exc).__name__}: {exc}")
-        return
-    if response.status_code >= 500:
-        failures.append(f"POST {url} {data!r}: {response.status_code}")
-
-
-def _fuzz_form(client, user, url, fields, failures: list[str]) -> None:
-    from hypothesis import HealthCheck, given, settings
-
-    @settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(data=fields)
-    def post(data):
-        _post_form(client, user, url, data, failures)
-
-    post()
-
-
-def test_console_forms_never_answer_500(world):
-    """Every console route that takes a POST, as the owner, with the fields its
-    page shows (and common ones) set to arbitrary and hostile values: a form
-    error, a message or a refusal, never a 500."""
-    from hypothesis import strategies as st
-
-    a = world["a"]
-    failures: list[str] = []
-    for route in _classified():
-        if route.access.kind != "page" or route.key in ("accounts:logout",):
-            continue
-        url = url_for(route, a)
-        client = _client(a.members[Role.OWNER])
-        page = client.get(url)
-        if page.status_code not in (200, 405):
-            continue
-        names = set(COMMON_FIELDS)
-        if page.status_code == 200 and "text/html" in page.get("Content-Type", ""):
-            names |= set(_INPUT_NAME.findall(page.content.decode())) - {"csrfmiddlewaretoken"}
-        fields = st.dictionaries(st.sampled_from(sorted(names)), _form_values(), max_size=8)
-
-        # Every field at once with each hostile value, then arbitrary mixes.
-        owner = a.members[Role.OWNER].user
-        for value in HOSTILE:
-            _post_form(client, owner, url, dict.fromkeys(names, value), failures)
-        _fuzz_form(client, owner, url, fields, failures)
-    assert not failures, "\n".join(failures[:30])

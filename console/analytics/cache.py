@@ -1,0 +1,182 @@
+"""The Cache page's charts: prefix-cache hit rate (by tokens and by calls,
+and the share answered from the response cache) and what caching saved at the
+organization's price-book rates."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from console.analytics.chart import (
+    GROUP_NOUNS,
+    Chart,
+    bar,
+    empty_calls,
+    figure,
+    hit_rate,
+    iso_local,
+    line,
+    money_axis,
+    series_of,
+    share_pct,
+    split_top,
+    time_title,
+    x_labels,
+)
+from console.analytics.query import Query
+from console.money import micro_to_decimal
+from usage import facade as usage
+
+
+def _prefix_hits(p: dict) -> int:
+    """Calls with a prefix-cache hit: any cache hit but a response-cache one."""
+    return p["cache_hit_calls"] - p["response_cache_calls"]
+
+
+def cache_hit(q: Query) -> Chart:
+    column = q.group_column("compare")
+    s = series_of(q, group_by=column)
+    chart = Chart(
+        "cache_hit",
+        "Prefix-cache hit rate" + (f" by {GROUP_NOUNS[column]}" if column else ""),
+        columns=[
+            "bucket_start",
+            "series",
+            "calls",
+            "calls_with_cache_hit",
+            "prompt_tokens",
+            "cached_prompt_tokens",
+            "token_hit_rate_pct",
+            "call_hit_share_pct",
+            "prefix_hit_calls",
+            "response_cache_calls",
+            "prefix_hit_share_pct",
+            "response_hit_share_pct",
+        ],
+    )
+    if not s.total("calls"):
+        chart.empty = empty_calls(q)
+        return chart
+    shown, rest = split_top(s.groups)
+    x = x_labels(q, s.groups[shown[0]])
+    traces = []
+    for i, group in enumerate(shown):
+        points = s.groups[group]
+        label = q.names.label(column, group)
+        colour = q.names.colour(column, group, i)
+        if column is None:
+            traces.append(
+                line(
+                    "Prompt tokens served from cache",
+                    colour,
+                    x,
+                    [hit_rate(p) for p in points],
+                    unit=" %",
+                )
+            )
+            traces.append(
+                line(
+                    "Calls with a prefix-cache hit",
+                    "#E69F00",
+                    x,
+                    [share_pct(_prefix_hits(p), p["calls"]) for p in points],
+                    dash="dot",
+                    unit=" %",
+                )
+            )
+            traces.append(
+                line(
+                    "Calls answered from the response cache",
+                    "#009E73",
+                    x,
+                    [share_pct(p["response_cache_calls"], p["calls"]) for p in points],
+                    dash="dash",
+                    unit=" %",
+                )
+            )
+        else:
+            traces.append(line(label, colour, x, [hit_rate(p) for p in points], unit=" %"))
+        for p in points:
+            prompt = p["input_tokens"] + p["cache_read_tokens"] + p["cache_write_tokens"]
+            chart.rows.append(
+                [
+                    iso_local(p["start"], q.tz),
+                    label,
+                    p["calls"],
+                    p["cache_hit_calls"],
+                    prompt,
+                    p["cache_read_tokens"],
+                    hit_rate(p),
+                    share_pct(p["cache_hit_calls"], p["calls"]),
+                    _prefix_hits(p),
+                    p["response_cache_calls"],
+                    share_pct(_prefix_hits(p), p["calls"]),
+                    share_pct(p["response_cache_calls"], p["calls"]),
+                ]
+            )
+    if rest:
+        chart.note = f"The {len(shown)} busiest of {len(s.groups)} are drawn."
+    chart.figure = figure(traces, x_title=time_title(q), y_title="Hit rate (%)", y_suffix=" %")
+    return chart
+
+
+def cache_savings(q: Query) -> Chart:
+    saved = usage.cache_savings(
+        q.organization_id,
+        q.start,
+        q.end,
+        discount_ppm=usage.discount_ppm_for(q.org.discount_rate),
+        filters=q.filters,
+        bucket=q.bucket,
+        tz=q.tz,
+    )
+    cur = q.currency
+    chart = Chart(
+        "cache_savings",
+        "Saved by prefix caching",
+        columns=[
+            "bucket_start",
+            "model",
+            "cached_prompt_tokens",
+            f"saved_{cur}",
+            "unpriced_cached_tokens",
+        ],
+    )
+    if not saved:
+        chart.empty = (
+            empty_calls(q)
+            if not series_of(q, bucket=None).total("calls")
+            else "No cached prompt tokens in this range, so nothing was saved. Calls that "
+            "share a prompt prefix (a system prompt, say) are served from the prefix cache."
+        )
+        return chart
+    traces = []
+    x = None
+    total = 0
+    for model, points in saved.items():
+        x = x or x_labels(q, points)
+        traces.append(
+            bar(
+                model,
+                q.names.colour("model", model),
+                x,
+                [money_axis(p["saved"]) for p in points],
+                unit=f" {cur}",
+            )
+        )
+        for p in points:
+            total += p["saved"]
+            chart.rows.append(
+                [
+                    iso_local(p["start"], q.tz),
+                    model,
+                    p["cache_read_tokens"],
+                    micro_to_decimal(p["saved"]),
+                    p["unpriced_tokens"],
+                ]
+            )
+    chart.note = (
+        f"{micro_to_decimal(total).quantize(Decimal('0.01'))} {cur} in all: cached prompt tokens "
+        "priced at the input price minus the cache-read price of the price book, at your rates."
+    )
+    chart.figure = figure(traces, x_title=time_title(q), y_title=f"Saved ({cur})", barmode="stack")
+    return chart

@@ -1,0 +1,114 @@
+"""The Latency page's charts: percentiles of total latency and of time to
+first token over time, overall or one line per model or node, from the hourly
+latency sketches. (Where the time goes is ``breakdowns.time_breakdown``.)"""
+
+from __future__ import annotations
+
+from console.analytics.chart import (
+    ALL_QUANTILES,
+    GROUP_NOUNS,
+    Chart,
+    empty_calls,
+    figure,
+    iso_local,
+    line,
+    q_label,
+    round_ms,
+    series_of,
+    split_top,
+    time_title,
+    x_labels,
+)
+from console.analytics.query import QUANTILE_COLOURS, Query
+
+
+def latency(q: Query, *, which: str = "latency_ms") -> Chart:
+    ttft = which == "ttft_ms"
+    hist = "ttft" if ttft else "latency"
+    name = "ttft" if ttft else "latency"
+    title = "Time to first token" if ttft else "Total latency"
+    count_col = "ttft_count" if ttft else "calls"
+    y_title = "Time to first token (ms)" if ttft else "Latency (ms)"
+    column = q.group_column("compare")
+    if column is None:
+        s = series_of(q, quantiles=ALL_QUANTILES, hists=(hist,))
+        points = s.groups[None]
+        chart = Chart(
+            name,
+            title,
+            columns=[
+                "bucket_start",
+                "series",
+                "calls",
+                *(f"{q_label(x)}round_ms" for x in ALL_QUANTILES),
+            ],
+        )
+        if not s.total(count_col):
+            chart.empty = (
+                empty_calls(q)
+                if not s.total("calls")
+                else (
+                    "None of these calls has a time to first token (embeddings and failed calls "
+                    "have none)."
+                )
+            )
+            return chart
+        x = x_labels(q, points)
+        traces = [
+            line(
+                q_label(qq),
+                QUANTILE_COLOURS[qq],
+                x,
+                [round_ms(p[which][qq]) for p in points],
+                dash="dot" if qq == 0.999 else None,
+                unit=" ms",
+            )
+            for qq in ALL_QUANTILES
+        ]
+        for p in points:
+            chart.rows.append(
+                [
+                    iso_local(p["start"], q.tz),
+                    "all",
+                    p[count_col],
+                    *(round_ms(p[which][qq]) for qq in ALL_QUANTILES),
+                ]
+            )
+    else:
+        qq = q.compared_quantile
+        s = series_of(q, group_by=column, quantiles=(qq,), hists=(hist,))
+        chart = Chart(
+            name,
+            f"{title}, {q_label(qq)} by {GROUP_NOUNS[column]}",
+            columns=["bucket_start", "series", "calls", f"{q_label(qq)}round_ms"],
+        )
+        if not s.total(count_col):
+            chart.empty = empty_calls(q)
+            return chart
+        shown, rest = split_top(s.groups)
+        traces = []
+        x = x_labels(q, s.groups[shown[0]])
+        for i, group in enumerate(shown):
+            points = s.groups[group]
+            label = q.names.label(column, group)
+            traces.append(
+                line(
+                    label,
+                    q.names.colour(column, group, i),
+                    x,
+                    [round_ms(p[which][qq]) for p in points],
+                    unit=" ms",
+                )
+            )
+            for p in points:
+                chart.rows.append(
+                    [iso_local(p["start"], q.tz), label, p[count_col], round_ms(p[which][qq])]
+                )
+        if rest:
+            chart.note = f"The {len(shown)} busiest of {len(s.groups)} are drawn."
+    chart.figure = figure(traces, x_title=time_title(q), y_title=y_title)
+    return chart
+
+
+def ttft(q: Query) -> Chart:
+    return latency(q, which="ttft_ms")

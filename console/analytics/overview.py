@@ -1,0 +1,178 @@
+"""The overview's usage tiles: today's and this month's spend, requests,
+error rate, latency and cache hit rate, each with a small trend chart, and
+this month's top models and keys by spend."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
+
+import plotly.graph_objects as go
+
+from console.analytics.chart import (
+    Chart,
+    hit_rate,
+    iso_local,
+    money_axis,
+    round_ms,
+    share_pct,
+)
+from console.analytics.query import Query
+from console.money import micro_to_decimal
+from usage import facade as usage
+
+KPIS = (
+    ("spend", "Spend"),
+    ("calls", "Requests"),
+    ("error_rate", "Error rate"),
+    ("p50", "Latency p50"),
+    ("p99", "Latency p99"),
+    ("ttft_p50", "TTFT p50"),
+    ("hit_rate", "Cache hit rate"),
+)
+
+
+def _kpi_values(p: dict) -> dict:
+    return {
+        "spend": p["cost"],
+        "calls": p["calls"],
+        "error_rate": share_pct(p["calls_4xx"] + p["calls_5xx"], p["calls"]),
+        "p50": round_ms(p["latency_ms"][0.5]),
+        "p99": round_ms(p["latency_ms"][0.99]),
+        "ttft_p50": round_ms(p["ttft_ms"][0.5]),
+        "hit_rate": hit_rate(p),
+    }
+
+
+def _kpi_text(kind: str, value, cur: str) -> str:
+    if value is None:
+        return "—"
+    if kind == "spend":
+        return f"{micro_to_decimal(value).quantize(Decimal('0.01')):,} {cur}"
+    if kind == "calls":
+        return f"{value:,}"
+    if kind in ("error_rate", "hit_rate"):
+        return f"{value:.1f} %"
+    return f"{value:,.0f} ms"
+
+
+def overview_periods(q: Query) -> list[tuple[str, datetime, datetime, str]]:
+    now = q.form.now.astimezone(UTC)
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    local = now.astimezone(q.tz)
+    today = datetime.combine(local.date(), time.min, tzinfo=q.tz)
+    month = datetime.combine(local.date().replace(day=1), time.min, tzinfo=q.tz)
+    return [("Today", today, end, "hour"), ("This month", month, end, "day")]
+
+
+def overview_kpis(q: Query) -> Chart:
+    """Today and this month: each figure with a small trend chart."""
+    cur = q.currency
+    chart = Chart(
+        "overview_kpis",
+        "Usage today and this month",
+        columns=["period", "bucket_start", *(k for k, _ in KPIS)],
+    )
+    kpis = []
+    any_calls = False
+    for label, start, end, bucket in overview_periods(q):
+        kw = {"filters": q.filters, "tz": q.tz, "quantiles": (0.5, 0.99)}
+        whole = usage.series(q.organization_id, start, end, bucket=None, **kw).groups[None][0]
+        trend = usage.series(q.organization_id, start, end, bucket=bucket, **kw).groups[None]
+        any_calls = any_calls or whole["calls"] > 0
+        totals = _kpi_values(whole)
+        points = [_kpi_values(p) for p in trend]
+        fmt = "%H:%M" if bucket == "hour" else "%Y-%m-%d"
+        x = [p["start"].astimezone(q.tz).strftime(fmt) for p in trend]
+        tiles = []
+        for kind, title in KPIS:
+            ys = [money_axis(v[kind]) if kind == "spend" else v[kind] for v in points]
+            trace = go.Scatter(
+                # Markers too: a day or hour alone between gaps is still seen.
+                mode="lines+markers",
+                marker={"size": 3, "color": "#3056d3"},
+                line={"color": "#3056d3", "width": 1.5},
+                fill="tozeroy",
+                fillcolor="rgba(48,86,211,0.12)",
+                connectgaps=False,
+                hoverinfo="x+y",
+                name=title,
+            )
+            layout = go.Layout(
+                template="none",
+                height=48,
+                margin={"l": 0, "r": 0, "t": 2, "b": 2},
+                xaxis={"visible": False, "type": "category"},
+                yaxis={"visible": False, "rangemode": "tozero"},
+                showlegend=False,
+                paper_bgcolor="rgba(0,0,0,0)",
+                plot_bgcolor="rgba(0,0,0,0)",
+            )
+            fig = go.Figure(data=[trace], layout=layout).to_plotly_json()
+            fig["data"][0].update({"x": x, "y": ys})
+            tiles.append(
+                {
+                    "kind": kind,
+                    "title": title,
+                    "value": _kpi_text(kind, totals[kind], cur),
+                    "figure": fig,
+                }
+            )
+        for t, v in zip(trend, points, strict=True):
+            chart.rows.append(
+                [
+                    label,
+                    iso_local(t["start"], q.tz),
+                    *(micro_to_decimal(v[k]) if k == "spend" else v[k] for k, _ in KPIS),
+                ]
+            )
+        kpis.append({"label": label, "tiles": tiles, "bucket": bucket})
+    chart.kpis = kpis
+    if not any_calls:
+        chart.empty = (
+            "No calls this month yet. Create an API key and send a request through the "
+            "gateway; usage shows up here within a minute."
+        )
+    return chart
+
+
+def overview_top(q: Query) -> Chart:
+    """This month's top models and keys by spend."""
+    cur = q.currency
+    _label, start, end, _b = overview_periods(q)[1]
+    chart = Chart(
+        "overview_top",
+        "Top models and keys this month",
+        columns=["kind", "id", "name", "calls", f"spend_{cur}"],
+    )
+    tables = []
+    for column, title in (("model", "Top models"), ("api_key_id", "Top keys")):
+        s = usage.series(
+            q.organization_id, start, end, filters=q.filters, group_by=column, bucket=None, tz=q.tz
+        )
+        ranked = sorted(s.groups.items(), key=lambda kv: -kv[1][0]["cost"])[:5]
+        rows = []
+        for value, (p,) in ranked:
+            label = q.names.label(column, value)
+            chart.rows.append([column, value, label, p["calls"], micro_to_decimal(p["cost"])])
+            dim = {"model" if column == "model" else "key": value}
+            link = q.calls_url(start=start, end=end, **dim)
+            rows.append(
+                [
+                    (label, link),
+                    (f"{p['calls']:,}", None),
+                    (f"{micro_to_decimal(p['cost']).quantize(Decimal('0.01')):,} {cur}", None),
+                ]
+            )
+        tables.append(
+            {
+                "title": title,
+                "headers": [title[4:].capitalize()[:-1], "Calls", "Spend"],
+                "numeric": [False, True, True],
+                "rows": rows,
+            }
+        )
+    chart.table = {"tables": tables}
+    if not any(t["rows"] for t in tables):
+        chart.empty = "No calls this month yet."
+    return chart

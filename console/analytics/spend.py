@@ -1,0 +1,153 @@
+"""The Spend page's charts: spend stacked by model, sub-account or key,
+token volume by billed class, and the keys that spent most."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from accounts.facade import ApiKey
+from console.analytics.chart import (
+    MAX_GROUPS,
+    Chart,
+    bar,
+    empty_calls,
+    figure,
+    iso_local,
+    money_axis,
+    series_of,
+    share_pct,
+    time_title,
+    x_labels,
+)
+from console.analytics.query import TOKEN_COLOURS, Query
+from console.money import micro_to_decimal
+
+STACK_TITLES = {"model": "model", "sub_account": "sub-account", "key": "API key"}
+
+
+def spend(q: Query) -> Chart:
+    stack = q.option("stack", "model")
+    column = q.group_column("stack", "model")
+    cur = q.currency
+    s = series_of(q, group_by=column)
+    chart = Chart(
+        "spend",
+        f"Spend by {STACK_TITLES[stack]}",
+        columns=["bucket_start", "series", "calls", f"spend_{cur}"],
+    )
+    if not s.total("calls"):
+        chart.empty = empty_calls(q)
+        return chart
+    groups = sorted(s.groups, key=lambda g: -sum(p["cost"] for p in s.groups[g]))
+    shown, rest = groups[:MAX_GROUPS], groups[MAX_GROUPS:]
+    x = x_labels(q, s.groups[groups[0]])
+    traces = []
+    for i, group in enumerate(shown):
+        points = s.groups[group]
+        label = q.names.label(column, group)
+        traces.append(
+            bar(
+                label,
+                q.names.colour(column, group, i),
+                x,
+                [money_axis(p["cost"]) for p in points],
+                unit=f" {cur}",
+            )
+        )
+    if rest:
+        other = [sum(s.groups[g][i]["cost"] for g in rest) for i in range(len(s.buckets))]
+        traces.append(bar("Other", "#BAB0AC", x, [money_axis(v) for v in other], unit=f" {cur}"))
+    for group in groups:
+        label = q.names.label(column, group)
+        for p in s.groups[group]:
+            chart.rows.append(
+                [iso_local(p["start"], q.tz), label, p["calls"], micro_to_decimal(p["cost"])]
+            )
+    chart.figure = figure(traces, x_title=time_title(q), y_title=f"Spend ({cur})", barmode="stack")
+    return chart
+
+
+TOKEN_CLASSES = (
+    ("input_tokens", "Input (uncached)"),
+    ("cache_read_tokens", "Cache read"),
+    ("cache_write_tokens", "Cache write"),
+    ("output_tokens", "Output (incl. reasoning)"),
+)
+
+
+def tokens(q: Query) -> Chart:
+    s = series_of(q)
+    points = s.groups[None]
+    chart = Chart(
+        "tokens",
+        "Token volume by class",
+        columns=["bucket_start", "calls", *(c for c, _ in TOKEN_CLASSES), "reasoning_tokens"],
+    )
+    if not s.total("calls"):
+        chart.empty = empty_calls(q)
+        return chart
+    x = x_labels(q, points)
+    traces = [
+        bar(label, TOKEN_COLOURS[col], x, [p[col] for p in points], unit=" tokens")
+        for col, label in TOKEN_CLASSES
+    ]
+    for p in points:
+        chart.rows.append(
+            [
+                iso_local(p["start"], q.tz),
+                p["calls"],
+                *(p[c] for c, _ in TOKEN_CLASSES),
+                p["reasoning_tokens"],
+            ]
+        )
+    chart.figure = figure(traces, x_title=time_title(q), y_title="Tokens", barmode="stack")
+    return chart
+
+
+def top_spenders(q: Query) -> Chart:
+    cur = q.currency
+    s = series_of(q, group_by="api_key_id", bucket=None)
+    chart = Chart(
+        "top_spenders",
+        "Top spenders (API keys)",
+        columns=[
+            "api_key_id",
+            "api_key",
+            "sub_account",
+            "calls",
+            "tokens",
+            f"spend_{cur}",
+            "share_pct",
+        ],
+    )
+    if not s.total("calls"):
+        chart.empty = empty_calls(q)
+        return chart
+    subs = dict(ApiKey.objects.filter(pk__in=list(s.groups)).values_list("pk", "sub_account_id"))
+    total = s.total("cost")
+    ranked = sorted(s.groups.items(), key=lambda kv: -kv[1][0]["cost"])[:MAX_GROUPS]
+    rows = []
+    for key_id, (p,) in ranked:
+        toks = sum(p[c] for c, _ in TOKEN_CLASSES)
+        label = q.names.label("api_key_id", key_id)
+        sub = q.names.label("sub_account_id", subs.get(key_id) or 0)
+        share = share_pct(p["cost"], total)
+        chart.rows.append(
+            [key_id, label, sub, p["calls"], toks, micro_to_decimal(p["cost"]), share]
+        )
+        rows.append(
+            [
+                (label, q.calls_url(key=key_id)),
+                (sub, None),
+                (f"{p['calls']:,}", None),
+                (f"{toks:,}", None),
+                (f"{micro_to_decimal(p['cost']).quantize(Decimal('0.01')):,} {cur}", None),
+                (f"{share:.1f} %" if share is not None else "—", None),
+            ]
+        )
+    chart.table = {
+        "headers": ["API key", "Sub-account", "Calls", "Tokens", "Spend", "Share"],
+        "numeric": [False, False, True, True, True, True],
+        "rows": rows,
+    }
+    return chart

@@ -1,0 +1,149 @@
+"""Card refunds through Stripe: a credit note on a card-paid invoice makes a
+pending ``REFUND`` payment (``credit_notes``); ``refund_execute`` sends it
+to Stripe as a partial refund of the invoice's PaymentIntent, and
+``refund_apply`` applies what Stripe's webhooks say about it. Same rules as
+``collection``: the row is committed before Stripe is called, its id makes
+the idempotency key, and Stripe's word is checked against the row."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from accounts.facade import Conflict, NotFound
+from invoicing import stripe_adapter
+from invoicing.models import Payment, PaymentKind, PaymentMethod, PaymentStatus
+from invoicing.services._common import event
+from invoicing.services.collection import _fail
+from invoicing.stripe_adapter import Refund, StripeDeclined, StripeRejected
+
+logger = logging.getLogger(__name__)
+
+
+def _refund_mismatch(payment: Payment, refund: Refund) -> str:
+    if payment.stripe_refund_id and payment.stripe_refund_id != refund.id:
+        return "another refund"
+    if refund.payment_intent != payment.stripe_payment_intent_id:
+        return "PaymentIntent"
+    if refund.metadata.get("payment_id") != str(payment.pk):
+        return "metadata payment_id"
+    if refund.metadata.get("organization_id") != str(payment.organization_id):
+        return "metadata organization_id"
+    if refund.amount != payment.amount_minor or refund.currency != payment.currency.lower():
+        return "amount or currency"
+    return ""
+
+
+def _settle_refund(payment: Payment, refund: Refund) -> str:
+    invoice = payment.invoice
+    if refund.status == "succeeded":
+        if payment.status != PaymentStatus.PENDING:
+            return f"already_{payment.status}"
+        payment.status = PaymentStatus.SUCCEEDED
+        payment.failure_message = ""
+        payment.save(update_fields=["status", "failure_message"])
+        if invoice is not None:
+            event(invoice, "refunded", payment_id=payment.pk, amount_minor=payment.amount_minor)
+        return "succeeded"
+    if refund.status in ("failed", "canceled"):
+        if payment.status == PaymentStatus.FAILED:
+            return "already_failed"
+        _fail(payment, refund.failure_reason or f"Refund {refund.status}.", invoice)
+        return "failed"
+    return refund.status  # pending, requires_action
+
+
+def refund_execute(*, payment_id: int) -> str:
+    """Send a pending card refund (made by ``credit_note_create`` on a card-
+    paid invoice) to Stripe, as a partial refund of the invoice's
+    PaymentIntent. Idempotent: a settled refund is left alone, a sent one is
+    only looked up, and before sending we look for a refund that names this
+    row (the idempotency key is ``refund-payment-{id}``). A Stripe outage
+    raises ``StripeUnavailable``; the refund stays pending for the retry."""
+    if not stripe_adapter.enabled():
+        return "stripe_off"
+    outage = None
+    with transaction.atomic():
+        payment = (
+            Payment.objects.select_for_update(of=("self",))
+            .select_related("invoice")
+            .filter(pk=payment_id)
+            .first()
+        )
+        if payment is None:
+            raise NotFound("No such payment.")
+        if payment.kind != PaymentKind.REFUND or payment.method != PaymentMethod.STRIPE:
+            raise Conflict("This payment is not a card refund.")
+        if payment.status != PaymentStatus.PENDING:
+            return f"already_{payment.status}"
+        if not payment.stripe_payment_intent_id:
+            _fail(payment, "No card payment to refund.", payment.invoice)
+            return "failed"
+        if payment.stripe_refund_id:
+            refund = stripe_adapter.refund_retrieve(payment.stripe_refund_id)
+        else:
+            refund = stripe_adapter.refund_find(
+                payment_intent_id=payment.stripe_payment_intent_id,
+                metadata_key="payment_id",
+                value=str(payment.pk),
+            )
+        if refund is None:
+            payment.attempts += 1
+            try:
+                refund = stripe_adapter.refund_create(
+                    payment_intent_id=payment.stripe_payment_intent_id,
+                    amount_minor=payment.amount_minor,
+                    idempotency_key=f"refund-payment-{payment.pk}",
+                    metadata={
+                        "kind": PaymentKind.REFUND.value,
+                        "payment_id": payment.pk,
+                        "organization_id": payment.organization_id,
+                        "credit_note": payment.reference,
+                    },
+                )
+            except stripe_adapter.StripeUnavailable as exc:
+                payment.failure_message = f"Attempt {payment.attempts}: {exc.message}"[:255]
+                payment.save(update_fields=["attempts", "failure_message"])
+                outage = exc
+            except (StripeDeclined, StripeRejected) as exc:
+                payment.save(update_fields=["attempts"])
+                _fail(payment, exc.message, payment.invoice, code=exc.stripe_code)
+                return "failed"
+        if outage is None:
+            why = _refund_mismatch(payment, refund)
+            if why:
+                logger.error("refund %s does not match payment %s (%s)", refund.id, payment.pk, why)
+                return f"mismatch: {why}"
+            payment.stripe_refund_id = refund.id
+            payment.save(update_fields=["attempts", "stripe_refund_id"])
+            return _settle_refund(payment, refund)
+    raise outage
+
+
+def refund_apply(*, refund: Refund) -> str:
+    """What a webhook (``refund.*``, ``charge.refunded``) says about a refund."""
+    with transaction.atomic():
+        found = Payment.objects.filter(kind=PaymentKind.REFUND, stripe_refund_id=refund.id).first()
+        if found is None:
+            pid = refund.metadata.get("payment_id", "")
+            if pid.isdigit():
+                found = Payment.objects.filter(
+                    pk=int(pid), kind=PaymentKind.REFUND, method=PaymentMethod.STRIPE
+                ).first()
+        if found is None:
+            logger.info("stripe refund %s is not ours; ignored", refund.id)
+            return "unknown_refund"
+        payment = (
+            Payment.objects.select_for_update(of=("self",))
+            .select_related("invoice")
+            .get(pk=found.pk)
+        )
+        why = _refund_mismatch(payment, refund)
+        if why:
+            logger.warning("refund %s does not match payment %s (%s)", refund.id, payment.pk, why)
+            return f"mismatch: {why}"
+        if not payment.stripe_refund_id:
+            payment.stripe_refund_id = refund.id
+            payment.save(update_fields=["stripe_refund_id"])
+        return _settle_refund(payment, refund)

@@ -1,0 +1,235 @@
+"""The prepaid balance: its ledger (by keyset, newest first), a manual
+adjustment, the billing settings, and top-ups (the card on file charged,
+or a bank transfer received recorded by finance)."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.contrib import messages
+from django.db.models import Q
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from accounts.facade import DomainError, apply_errors, org_view
+from invoicing import exports, selectors, services
+from invoicing.forms import (
+    AdjustmentForm,
+    BillingProfileForm,
+    CardTopUpForm,
+    ManualTopUpForm,
+)
+from invoicing.models import PaymentKind
+from invoicing.stripe_adapter import StripeUnavailable
+from invoicing.views._shared import (
+    MANAGE,
+    VIEW,
+    card_on_file_or_error,
+    stripe_enabled,
+    stripe_js_context,
+    with_micro,
+)
+
+LEDGER_PAGE = 50
+
+
+def _ledger_page(request):
+    """One page of the ledger, newest first, by keyset (``before`` = an entry
+    id): the ledger grows with every ingest batch, so no COUNT, no OFFSET."""
+    qs = selectors.ledger_entries(actor=request.actor)
+    before = selectors.parse_id(request.GET.get("before"))
+    if before:
+        anchor = qs.filter(pk=before).values_list("created_at", "id").first()
+        if anchor:
+            qs = qs.filter(Q(created_at__lt=anchor[0]) | Q(created_at=anchor[0], id__lt=anchor[1]))
+    rows = list(qs[: LEDGER_PAGE + 1])
+    return rows[:LEDGER_PAGE], (rows[LEDGER_PAGE - 1].pk if len(rows) > LEDGER_PAGE else None)
+
+
+def _render_balance(request, *, adjust_form=None, profile_form=None):
+    actor = request.actor
+    org = actor.organization
+    profile = selectors.billing_profile_get(actor=actor)
+    entries, older = _ledger_page(request)
+    context = {
+        "org": org,
+        "balance": selectors.balance_get(actor=actor),
+        "profile": profile,
+        "entries": entries,
+        "older": older,
+        "first_page": not request.GET.get("before"),
+        "may_manage": actor.can(MANAGE),
+        "adjust_form": adjust_form or AdjustmentForm(currency=org.currency),
+        "profile_form": profile_form
+        or BillingProfileForm(
+            initial=BillingProfileForm.initial_for(profile), currency=org.currency
+        ),
+        "exports": [exports.EXPORTS["ledger"]],
+    }
+    return render(request, "invoicing/balance.html", context)
+
+
+@require_GET
+@org_view(VIEW)
+def balance(request):
+    return _render_balance(request)
+
+
+@require_POST
+@org_view(MANAGE)
+def balance_adjust(request):
+    actor = request.actor
+    form = AdjustmentForm(request.POST, currency=actor.organization.currency)
+    if form.is_valid():
+        try:
+            entry = services.prepaid_adjust(actor=actor, **form.service_kwargs())
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"{entry.get_kind_display()} recorded.")
+            return redirect("invoicing:balance")
+    return _render_balance(request, adjust_form=form)
+
+
+@require_POST
+@org_view(MANAGE)
+def billing_settings(request):
+    actor = request.actor
+    form = BillingProfileForm(request.POST, currency=actor.organization.currency)
+    if form.is_valid():
+        try:
+            services.billing_profile_update(actor=actor, **form.service_kwargs())
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, "Billing settings saved.")
+            return redirect("invoicing:balance")
+    return _render_balance(request, profile_form=form)
+
+
+# --- top-ups ---------------------------------------------------------------------------------
+
+
+def _fresh_key(form):
+    """A bound form rendered again gets a new one-time token (the one it
+    carried may name a payment already)."""
+    form.data = form.data.copy()
+    form.data["request_key"] = secrets.token_urlsafe(24)
+    return form
+
+
+@org_view(VIEW)
+def topup(request):
+    """Card top-ups charge the card on file (Stripe on); a bank transfer
+    received is recorded by finance by hand (credited at once). Never a fake
+    payment: a card top-up stays pending until Stripe says it succeeded."""
+    actor = request.actor
+    if request.method == "GET" and "payment" in request.GET:
+        return _topup_status(request)
+    currency = actor.organization.currency
+    stripe_on = stripe_enabled()
+    form = CardTopUpForm(currency=currency)
+    manual_form = ManualTopUpForm(currency=currency, prefix="manual")
+    payment = None
+    if request.method == "POST":
+        if not actor.can(MANAGE):
+            return render(
+                request, "403.html", {"reason": "Your role cannot top up the balance."}, status=403
+            )
+        if request.POST.get("action") == "manual":
+            manual_form = ManualTopUpForm(request.POST, currency=currency, prefix="manual")
+            recorded = _topup_manual(request, manual_form)
+            if recorded is not None:
+                return recorded
+        elif not stripe_on:
+            messages.error(request, "Card top-ups are off; record a bank transfer instead.")
+            return redirect("invoicing:topup")
+        else:
+            posted = CardTopUpForm(request.POST, currency=currency)
+            payment = _topup_card(request, posted)
+            if payment is None:
+                form = _fresh_key(posted)
+            else:
+                with_micro(payment, "amount_minor")
+    card, card_error = (
+        card_on_file_or_error(actor) if stripe_on and actor.can(MANAGE) else (None, "")
+    )
+    context = {
+        "form": form,
+        "manual_form": manual_form,
+        "stripe_on": stripe_on,
+        "payment": payment,
+        "card": card,
+        "card_error": card_error,
+        "balance": selectors.balance_get(actor=actor),
+        "recent": [
+            with_micro(p, "amount_minor")
+            for p in selectors.payment_list(actor=actor, kind=PaymentKind.TOP_UP)[:20]
+        ],
+        "may_manage": actor.can(MANAGE),
+        "prepaid": actor.organization.billing_mode == "prepaid",
+    }
+    if payment is not None and getattr(payment, "requires_action", False):
+        context.update(stripe_js_context(), client_secret=payment.client_secret)
+    return render(request, "invoicing/topup.html", context)
+
+
+def _topup_status(request):
+    """One top-up's status (the htmx poll on the top-up page, every few
+    seconds while it is pending); another organization's is not found."""
+    payment_id = selectors.parse_id(request.GET.get("payment"))
+    payment = (
+        selectors.payment_list(actor=request.actor, kind=PaymentKind.TOP_UP)
+        .filter(pk=payment_id)
+        .first()
+        if payment_id
+        else None
+    )
+    if payment is None:
+        raise Http404("No such top-up in this organization.")
+    context = {"payment": payment}
+    if request.htmx:  # the page's balance follows the poll
+        context["oob_balance"] = selectors.balance_get(actor=request.actor)
+    return render(request, "invoicing/_topup_status.html", context)
+
+
+def _topup_card(request, form):
+    """A card top-up charged to the card on file (``topup_charge_card``), or
+    None with the form's errors."""
+    if not form.is_valid():
+        return None
+    try:
+        payment = services.topup_charge_card(
+            actor=request.actor,
+            amount_minor=form.cleaned_data["amount"],
+            request_key=form.cleaned_data.get("request_key") or "",
+        )
+    except StripeUnavailable as exc:
+        form.add_error(None, f"{exc.message} Nothing was charged; try again in a moment.")
+        return None
+    except DomainError as exc:
+        apply_errors(form, exc)
+        return None
+    if getattr(payment, "duplicate", False):
+        messages.info(request, "This top-up was submitted already; it was charged once.")
+    elif payment.status == "failed":
+        messages.error(request, f"The card was not charged: {payment.failure_message}")
+    return payment
+
+
+def _topup_manual(request, form):
+    """Record a bank transfer received; a redirect, or None with the form's errors."""
+    if not form.is_valid():
+        return None
+    try:
+        payment = services.topup_record_manual(
+            actor=request.actor,
+            amount_minor=form.cleaned_data["amount"],
+            reference=form.cleaned_data["reference"],
+        )
+    except DomainError as exc:
+        apply_errors(form, exc)
+        return None
+    messages.success(request, f"Bank transfer {payment.reference} recorded; the balance rose.")
+    return redirect("invoicing:topup")

@@ -1,0 +1,325 @@
+"""Invoices: the list (with the running month's preview and a form to draft
+a month now), one invoice and its actions (refresh, finalize, void, mark
+uncollectible, record a payment, pay now with the card on file), its
+printable page and its PDF."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_GET, require_POST
+
+from accounts.facade import DomainError, NotFound, apply_errors, org_view
+from invoicing import exports, selectors, services
+from invoicing.forms import (
+    DraftForm,
+    PaymentForm,
+    PeriodStatusForm,
+    ReasonForm,
+)
+from invoicing.models import InvoiceStatus
+from invoicing.views._shared import (
+    INVOICE_MINOR,
+    MANAGE,
+    VIEW,
+    invoice_or_404,
+    pdf_response,
+    redirect_to_detail,
+    stripe_enabled,
+    stripe_js_context,
+    with_micro,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _preview(actor):
+    """The running month as it stands; never a reason for the page to fail."""
+    try:
+        return services.invoice_preview(organization_id=actor.organization_id)
+    except Exception:  # a preview is a convenience: log it, show the rest
+        logger.exception("invoice preview failed for org %s", actor.organization_id)
+        return None
+
+
+@org_view(VIEW)
+def invoice_list(request):
+    """Invoices with period and status filters; the running month's preview
+    on top; a form to draft a month's invoice now (managers)."""
+    actor = request.actor
+    form = PeriodStatusForm(request.GET or None)
+    draft_form = DraftForm(request.POST or None, timezone_name=actor.organization.timezone)
+    if request.method == "POST":
+        if not actor.can(MANAGE):
+            return render(
+                request, "403.html", {"reason": "Your role cannot draft invoices."}, status=403
+            )
+        if draft_form.is_valid():
+            try:
+                invoice = services.invoice_draft(
+                    organization_id=actor.organization_id,
+                    period=draft_form.cleaned_data["period"],
+                    actor=actor,
+                )
+            except DomainError as exc:
+                apply_errors(draft_form, exc)
+            else:
+                messages.success(request, f"Invoice for {invoice.period} drafted.")
+                return redirect_to_detail(invoice)
+    period = status = None
+    if form.is_bound and form.is_valid():
+        period = form.cleaned_data["period"] or None
+        status = form.cleaned_data["status"] or None
+    invoices = (
+        selectors.invoice_list(actor=actor, period=period, status=status)
+        if not form.is_bound or form.is_valid()
+        else selectors.invoice_list(actor=actor).none()
+    )
+    page = Paginator(invoices, 50).get_page(request.GET.get("page"))
+    for invoice in page.object_list:
+        with_micro(invoice, *INVOICE_MINOR)
+    params = {k: v for k, v in (("period", period), ("status", status)) if v}
+    context = {
+        "form": form,
+        "page": page,
+        "params": params,
+        "exports": exports.EXPORTS.values(),
+    }
+    if request.htmx:
+        return render(request, "invoicing/_invoice_table.html", context)
+    context.update(draft_form=draft_form, preview=_preview(actor))
+    return render(request, "invoicing/invoices.html", context)
+
+
+def _detail_context(request, invoice):
+    actor = request.actor
+    lines = selectors.invoice_lines(invoice=invoice)
+    with_micro(invoice, *INVOICE_MINOR)
+    notes = [
+        with_micro(n, "amount_minor", "due_reduction_minor", "refund_minor")
+        for n in selectors.credit_note_list(actor=actor, invoice_id=invoice.pk)
+    ]
+    payments = [
+        with_micro(p, "amount_minor")
+        for p in selectors.payment_list(actor=actor, invoice_id=invoice.pk)
+    ]
+    context = {
+        "invoice": invoice,
+        "lines": lines,
+        "usage_lines": [ln for ln in lines if ln.kind in ("usage", "adjustment")],
+        "total_lines": [ln for ln in lines if ln.kind in ("discount", "tax")],
+        "credit_lines": [ln for ln in lines if ln.kind == "credits"],
+        "credit_notes": notes,
+        "payments": payments,
+        "events": invoice.events.select_related("actor").order_by("created_at", "id"),
+        "may_manage": actor.can(MANAGE),
+        "creditable": invoice.status
+        in (InvoiceStatus.FINALIZED, InvoiceStatus.PAID, InvoiceStatus.UNCOLLECTIBLE),
+        "remaining": invoice.total - invoice.credited,
+        "finalize_blocker": selectors.finalize_blocker(invoice),
+        "pay_now": actor.can(MANAGE)
+        and invoice.status == InvoiceStatus.FINALIZED
+        and invoice.amount_due_minor > 0
+        and stripe_enabled(),
+    }
+    return context
+
+
+@require_GET
+@org_view(VIEW)
+def invoice_detail(request, invoice_id: int):
+    invoice = invoice_or_404(request, invoice_id)
+    context = _detail_context(request, invoice)
+    if request.GET.get("authenticate") and context["pay_now"]:
+        # "Pay now" met 3-D Secure: the page finishes it with Stripe.js.
+        try:
+            secret = services.invoice_payment_client_secret(
+                actor=request.actor, invoice_id=invoice.pk
+            )
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            secret = ""
+        if secret:
+            context.update(stripe_js_context(), client_secret=secret)
+    return render(request, "invoicing/invoice_detail.html", context)
+
+
+PAY_NOW_MESSAGES = {
+    "not_open": "This invoice is not open any more; nothing was charged.",
+    "nothing_due": "Nothing is due on this invoice; nothing was charged.",
+    "already_succeeded": "This invoice is paid already; nothing was charged again.",
+    "processing": "The card payment is processing; the invoice is paid once Stripe confirms it.",
+}
+
+
+@require_POST
+@org_view(MANAGE)
+def invoice_pay(request, invoice_id: int):
+    """The "Pay now with the card on file" button: the invoice's collection, run now.
+    A second press finds the invoice paid (or its pending payment): one charge."""
+    invoice = invoice_or_404(request, invoice_id)
+    try:
+        outcome = services.invoice_pay_now(actor=request.actor, invoice_id=invoice.pk)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect_to_detail(invoice)
+    if outcome == "succeeded":
+        messages.success(request, "Paid with the card on file.")
+    elif outcome == "no_payment_method":
+        messages.error(
+            request,
+            format_html(
+                'No card on file: <a href="{}">add a card</a>, or pay by bank transfer.',
+                reverse("invoicing:payment_method"),
+            ),
+        )
+    elif outcome == "failed":
+        payment = selectors.payment_list(actor=request.actor, invoice_id=invoice.pk).first()
+        reason = payment.failure_message if payment is not None else ""
+        messages.error(request, f"The card was not charged: {reason or 'declined'}")
+    elif outcome == "requires_action":
+        messages.info(request, "The bank asks the cardholder to confirm this payment.")
+        return redirect(reverse("invoicing:invoice_detail", args=[invoice.pk]) + "?authenticate=1")
+    else:
+        messages.info(request, PAY_NOW_MESSAGES.get(outcome, f"Card payment: {outcome}."))
+    return redirect_to_detail(invoice)
+
+
+def _button(request, invoice, action, success: str):
+    """Run one service call for a POST button; the outcome is a message."""
+    try:
+        action()
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, success)
+    return redirect_to_detail(invoice)
+
+
+@require_POST
+@org_view(MANAGE)
+def invoice_refresh(request, invoice_id: int):
+    invoice = invoice_or_404(request, invoice_id)
+    return _button(
+        request,
+        invoice,
+        lambda: services.invoice_refresh(invoice_id=invoice.pk, actor=request.actor),
+        "The draft was recomputed from the calls.",
+    )
+
+
+@org_view(MANAGE)
+def invoice_finalize(request, invoice_id: int):
+    """A confirmation page; the POST numbers the invoice and freezes it."""
+    invoice = invoice_or_404(request, invoice_id)
+    if request.method != "POST":
+        if invoice.status != InvoiceStatus.DRAFT:
+            messages.error(request, f"This invoice is already {invoice.get_status_display()}.")
+            return redirect_to_detail(invoice)
+        return render(request, "invoicing/invoice_finalize.html", {"invoice": invoice})
+    try:  # the service refuses an open month, with the reason
+        invoice = services.invoice_finalize(invoice_id=invoice.pk, actor=request.actor)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Invoice {invoice.number} finalized.")
+    return redirect_to_detail(invoice)
+
+
+def _reason_action(request, invoice_id, *, prefix, service, success, template, title):
+    invoice = invoice_or_404(request, invoice_id)
+    form = ReasonForm(request.POST or None, prefix=prefix)
+    if request.method == "POST" and form.is_valid():
+        try:
+            service(invoice_id=invoice.pk, actor=request.actor, reason=form.cleaned_data["reason"])
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, success)
+            return redirect_to_detail(invoice)
+    return render(
+        request, template, {"invoice": invoice, "form": form, "title": title, "prefix": prefix}
+    )
+
+
+@org_view(MANAGE)
+def invoice_void(request, invoice_id: int):
+    return _reason_action(
+        request,
+        invoice_id,
+        prefix="void",
+        service=services.invoice_void,
+        success="Invoice voided.",
+        template="invoicing/invoice_reason.html",
+        title="Void",
+    )
+
+
+@org_view(MANAGE)
+def invoice_uncollectible(request, invoice_id: int):
+    return _reason_action(
+        request,
+        invoice_id,
+        prefix="uncollectible",
+        service=services.invoice_mark_uncollectible,
+        success="Invoice marked uncollectible.",
+        template="invoicing/invoice_reason.html",
+        title="Mark uncollectible",
+    )
+
+
+@org_view(MANAGE)
+def invoice_payment(request, invoice_id: int):
+    """Record a payment received by hand (a bank transfer, with its reference)."""
+    invoice = with_micro(invoice_or_404(request, invoice_id), *INVOICE_MINOR)
+    form = PaymentForm(request.POST or None, invoice=invoice)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.invoice_mark_paid(
+                invoice_id=invoice.pk,
+                actor=request.actor,
+                reference=data["reference"],
+                method=data["method"],
+                amount_minor=data["amount"],
+            )
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"Payment {data['reference']} recorded.")
+            return redirect_to_detail(invoice)
+    return render(request, "invoicing/invoice_payment.html", {"invoice": invoice, "form": form})
+
+
+@require_GET
+@org_view(VIEW)
+def invoice_print(request, invoice_id: int):
+    invoice = invoice_or_404(request, invoice_id)
+    context = _detail_context(request, invoice)
+    context["seller"] = _seller()
+    context["buyer"] = invoice.buyer or {"name": invoice.organization.name}
+    return render(request, "invoicing/invoice_print.html", context)
+
+
+def _seller():
+    seller = dict(settings.INVOICING_SELLER)
+    seller["address_lines"] = [s for s in seller.get("address", "").splitlines() if s]
+    return seller
+
+
+@require_GET
+@org_view(VIEW)
+def invoice_pdf(request, invoice_id: int):
+    try:
+        invoice, data = selectors.invoice_pdf_bytes(actor=request.actor, invoice_id=invoice_id)
+    except NotFound:
+        raise Http404("No such invoice in this organization.") from None
+    name = invoice.number or f"draft-{invoice.period}-{invoice.pk}"
+    return pdf_response(data, f"{name}.pdf")
