@@ -52,8 +52,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qs
 
-from console.tokens import template_messages
-from gateway_bridge.protocols import openai
+from gateway_bridge.protocols import estimate as openai
 from gateway_bridge.protocols.base import (
     AUTHENTICATION,
     INTERNAL,
@@ -762,7 +761,7 @@ def _request(body: object) -> tuple[dict, list[dict], list[str], dict]:
 
 
 def _estimate(messages: list[dict], out: dict) -> int:
-    return openai.chat_prompt_estimate(template_messages(messages, out.get("tools")))
+    return openai.chat_prompt_estimate(messages, out.get("tools"))
 
 
 def parse_generate(
@@ -789,7 +788,7 @@ def parse_generate(
         client_wants_usage=True,
         max_output_tokens=facts["max_tokens"],
         prompt_tokens_estimate=estimate,
-        prefix_text=openai.render_prefix(template_messages(messages, out.get("tools"))),
+        prefix_text=openai.chat_prompt(messages, out.get("tools"))[1],
         deterministic=deterministic,
         response=GenerateResponse(
             input_estimate=estimate, stream=stream, alt_sse=alt_sse, tool_names=names

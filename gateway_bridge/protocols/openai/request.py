@@ -1,36 +1,22 @@
-"""The OpenAI protocol: chat completions, completions, embeddings and the model list.
+"""Validation of OpenAI request bodies, the way OpenAI validates them.
 
-Requests are validated the way OpenAI validates them (the same error
-messages, ``param`` and ``code``), unknown fields included: OpenAI answers
-``Unrecognized request argument supplied: <name>``, and so does the gateway.
-Only known fields reach the node; ``metadata``, ``store``, ``service_tier`` and
-the other account-side fields are accepted and dropped. Answers are the
-node's own OpenAI bodies with the public model name and the usage written
-from the mapped ``TokenUsage`` (so ``prompt_tokens_details.cached_tokens`` is
-what was billed). In a stream the usage-only chunk and the ``usage`` field of
-the other chunks reach the client only when it asked with
-``stream_options.include_usage``, as with OpenAI.
+The same error messages, ``param`` and ``code`` as OpenAI, unknown fields
+included: OpenAI answers ``Unrecognized request argument supplied: <name>``,
+and so does the gateway. ``metadata``, ``store``, ``service_tier`` and the
+other account-side fields are accepted (and dropped by the translation).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any
+from typing import NamedTuple
 
-from console import tokens as tokenizer
-from console.tokens import template_messages
-from gateway_bridge.protocols import base
-from gateway_bridge.protocols.base import CallRequest, GatewayError, ModelInfo, dumps, invalid, sse
-from gateway_bridge.usage_mapping import TokenUsage, from_openai, to_openai
+from gateway_bridge.protocols.base import GatewayError, invalid
+from gateway_bridge.protocols.checks import is_int, is_number, json_object
 
-PROTOCOL = "openai"
 MAX_N = 16  # the nodes' limit (OpenAI's is 128)
 MAX_STOP = 4
-# How much of the rendered prompt prefix-affinity routing gets to hash.
-PREFIX_CHARS = 4096
 ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 UNSUPPORTED_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file"}
-DONE = b"data: [DONE]\n\n"
 
 # Fields forwarded to the node, per endpoint; IGNORED ones are accepted and dropped.
 _SAMPLING = {
@@ -45,49 +31,6 @@ COMPLETION_FIELDS = _SAMPLING | {"prompt", "suffix", "echo", "best_of"}
 EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions", "user"}
 IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"}
 DEPRECATED = {"functions": "tools", "function_call": "tool_choice"}
-
-ERROR_TYPES = {
-    base.INVALID_REQUEST: "invalid_request_error",
-    base.AUTHENTICATION: "authentication_error",
-    base.PAYMENT_REQUIRED: "insufficient_quota",
-    base.PERMISSION: "permission_error",
-    base.NOT_FOUND: "not_found_error",
-    base.REQUEST_TOO_LARGE: "invalid_request_error",
-    base.UNSUPPORTED_MEDIA: "invalid_request_error",
-    base.RATE_LIMIT: "rate_limit_error",
-    base.INTERNAL: "server_error",
-    base.UPSTREAM: "server_error",
-    base.OVERLOADED: "server_error",
-    base.TIMEOUT: "timeout_error",
-}
-
-
-# -- errors ---------------------------------------------------------------------------------
-
-
-def error_object(err: GatewayError) -> dict:
-    return {
-        "message": err.message,
-        "type": ERROR_TYPES.get(err.kind, "server_error"),
-        "param": err.param,
-        "code": err.code,
-    }
-
-
-def error_body(err: GatewayError) -> bytes:
-    return dumps({"error": error_object(err)})
-
-
-def error_response(err: GatewayError) -> tuple[int, bytes]:
-    return err.status, error_body(err)
-
-
-def render_models(models: list[ModelInfo], owned_by: str = "system") -> bytes:
-    data = [
-        {"id": m.name, "object": "model", "created": m.created, "owned_by": owned_by}
-        for m in models
-    ]
-    return dumps({"object": "list", "data": data})
 
 
 # -- field checks (OpenAI's wording) ---------------------------------------------------------
@@ -137,19 +80,11 @@ def _bad_value(param: str, message: str) -> GatewayError:
     return invalid(message, param=param, code="invalid_value")
 
 
-def _is_int(value: object) -> bool:
-    return type(value) is int
-
-
-def _is_number(value: object) -> bool:
-    return type(value) in (int, float)
-
-
 def _int(body: dict, name: str, low: int | None = None, high: int | None = None) -> int | None:
     value = body.get(name)
     if value is None:
         return None
-    if not _is_int(value):
+    if not is_int(value):
         raise _type_error(name, "integer", value)
     _bounds(name, "integer", value, low, high)
     return value
@@ -159,7 +94,7 @@ def _number(body: dict, name: str, low: float, high: float) -> float | None:
     value = body.get(name)
     if value is None:
         return None
-    if not _is_number(value):
+    if not is_number(value):
         raise _type_error(name, "decimal", value)
     _bounds(name, "decimal", value, low, high)
     return value
@@ -215,8 +150,7 @@ def _listing(choices) -> str:
 
 
 def _check_fields(body: object, known: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise invalid("The request body must be a JSON object.", code="invalid_json", param=None)
+    body = json_object(body)
     for name in body:
         if name in known or name in IGNORED:
             continue
@@ -298,7 +232,7 @@ def _logit_bias(body: dict) -> None:
     for key, value in (bias or {}).items():
         if not key.isdigit():
             raise _bad_value("logit_bias", f"Invalid key in 'logit_bias': {key}.")
-        if not _is_number(value) or not -100 <= value <= 100:
+        if not is_number(value) or not -100 <= value <= 100:
             raise _bad_value(
                 "logit_bias", f"Invalid value for 'logit_bias': {key} must be between -100 and 100."
             )
@@ -317,10 +251,6 @@ def _metadata(body: dict) -> None:
                 "Invalid 'metadata': keys are strings of at most 64 characters and values "
                 "strings of at most 512.",
             )
-
-
-def _forward(body: dict, known: set[str]) -> dict:
-    return {k: v for k, v in body.items() if v is not None and k in known}
 
 
 # -- chat ----------------------------------------------------------------------------------
@@ -594,121 +524,31 @@ def _max_output(body: dict) -> int | None:
     return completion if completion is not None else plain
 
 
-def render_prefix(messages: list[dict], limit: int = PREFIX_CHARS) -> str:
-    """The start of the chat prompt as the node's template renders it (markers spelled out)."""
-    out: list[str] = []
-    size = 0
-    for message in messages:
-        name = message.get("name")
-        head = f"<|start|>{message.get('role', '')}{' ' + name if name else ''}<|sep|>"
-        content = message.get("content")
-        text = content if isinstance(content, str) else _parts_text(content)
-        piece = head + text + "<|end|>"
-        out.append(piece)
-        size += len(piece)
-        if size >= limit:
-            break
-    return "".join(out)[:limit]
-
-
-def _parts_text(content: object) -> str:
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-    )
-
-
-@lru_cache(maxsize=1024)
-def _cached_count(text: str) -> int:
-    return tokenizer.count_tokens(text)
-
-
-def count_text(text: str) -> int:
-    """``tokenizer.count_tokens``, remembered for the long texts that repeat (system
-    prompts, tool definitions): the rule costs ~0.1 µs a character."""
-    if 256 <= len(text) <= 32768:
-        return _cached_count(text)
-    return tokenizer.count_tokens(text)
-
-
-_GENERATION_PROMPT = 2 + tokenizer.count_tokens("assistant")  # <|start|>assistant<|sep|>
-
-
-def chat_prompt_estimate(messages: list[dict]) -> int:
-    """``len(tokenizer.chat_prompt_tokens(messages))`` without hashing every piece: each
-    message costs its role, name and content tokens plus three markers."""
-    total = _GENERATION_PROMPT
-    for message in messages:
-        total += 3 + count_text(str(message.get("role", "")))
-        name = message.get("name")
-        if isinstance(name, str) and name:
-            total += count_text(" " + name)
-        content = message.get("content")
-        total += count_text(content if isinstance(content, str) else _parts_text(content))
-    return total
-
-
-def _deterministic(body: dict, n: int | None) -> bool:
-    return (body.get("temperature") == 0 or body.get("seed") is not None) and n in (None, 1)
-
-
-def parse_chat(body: Any) -> CallRequest:
-    body = _check_fields(body, CHAT_FIELDS)
-    model = _model(body)
-    messages = _messages(body)
-    stream, include_usage, n = _sampling(body)
-    max_output = _max_output(body)
-    tool_names = _tools(body)
-    _response_format(body)
-    _logprobs(body)
-    forward = _forward(body, CHAT_FIELDS)
-    forward.pop("max_completion_tokens", None)
-    if max_output is not None:
-        forward["max_tokens"] = max_output
-    rendered = template_messages(messages, body.get("tools"))
-    return CallRequest(
-        protocol=PROTOCOL,
-        endpoint="chat.completions",
-        model=model,
-        upstream_path="/v1/chat/completions",
-        body=forward,
-        stream=stream,
-        client_wants_usage=include_usage if stream else True,
-        max_output_tokens=max_output,
-        prompt_tokens_estimate=chat_prompt_estimate(rendered),
-        prefix_text=render_prefix(rendered),
-        deterministic=_deterministic(body, n),
-        response=OpenAIResponse("chat.completions", include_usage if stream else True),
-        extra={"tool_names": tool_names} if tool_names else {},
-    )
-
-
 # -- completions and embeddings ---------------------------------------------------------------
 
 
 def _token_array(value: object) -> bool:
-    return isinstance(value, list) and all(_is_int(t) and t >= 0 for t in value)
+    return isinstance(value, list) and all(is_int(t) and t >= 0 for t in value)
 
 
-def _texts(name: str, value: object, *, allow_empty_string: bool) -> tuple[int, str]:
-    """(tokens, text to show routing) of a prompt / input: a string, a list of strings,
-    a token array or a list of token arrays."""
+def _input(name: str, value: object, *, allow_empty_string: bool) -> str:
+    """Checks a prompt / input; returns its shape: ``"text"`` (a string), ``"texts"``
+    (a list of strings), ``"tokens"`` (a token array) or ``"token_lists"``."""
     if value is None:
         raise _missing(name)
     if isinstance(value, str):
         if not value and not allow_empty_string:
             raise _bad_value(name, f"'$.{name}' is invalid: it must not be empty.")
-        return count_text(value), value[:PREFIX_CHARS]
+        return "text"
     if isinstance(value, list) and value:
         if all(isinstance(item, str) for item in value):
             if not allow_empty_string and not all(value):
                 raise _bad_value(name, f"'$.{name}' is invalid: strings must not be empty.")
-            return sum(count_text(s) for s in value), value[0][:PREFIX_CHARS]
+            return "texts"
         if _token_array(value):
-            return len(value), " ".join(map(str, value[:1024]))
+            return "tokens"
         if all(_token_array(item) and item for item in value):
-            return sum(len(item) for item in value), " ".join(map(str, value[0][:1024]))
+            return "token_lists"
     raise _bad_value(
         name,
         f"Invalid '{name}': expected a string, an array of strings, an array of tokens or an "
@@ -716,11 +556,38 @@ def _texts(name: str, value: object, *, allow_empty_string: bool) -> tuple[int, 
     )
 
 
-def parse_completion(body: Any) -> CallRequest:
+class Checked(NamedTuple):
+    """What a valid request tells the translation besides its body."""
+
+    model: str
+    stream: bool
+    include_usage: bool  # stream_options.include_usage
+    n: int | None
+    max_output: int | None
+    tool_names: list[str] = []
+    input_shape: str = ""  # completions' prompt, embeddings' input (see _input)
+    best_of: int | None = None
+
+
+def check_chat(body: object) -> Checked:
+    """``POST /v1/chat/completions``: every check, in OpenAI's order."""
+    body = _check_fields(body, CHAT_FIELDS)
+    model = _model(body)
+    _messages(body)
+    stream, include_usage, n = _sampling(body)
+    max_output = _max_output(body)
+    tool_names = _tools(body)
+    _response_format(body)
+    _logprobs(body)
+    return Checked(model, stream, include_usage, n, max_output, tool_names)
+
+
+def check_completion(body: object) -> Checked:
+    """``POST /v1/completions``."""
     body = _check_fields(body, COMPLETION_FIELDS)
     model = _model(body)
     stream, include_usage, n = _sampling(body)
-    prompt_tokens, prefix = _texts("prompt", body.get("prompt"), allow_empty_string=True)
+    shape = _input("prompt", body.get("prompt"), allow_empty_string=True)
     max_output = _int(body, "max_tokens", 1)
     _string(body, "suffix")
     _bool(body, "echo")
@@ -728,115 +595,15 @@ def parse_completion(body: Any) -> CallRequest:
     best_of = _int(body, "best_of", 1, 20)
     if best_of is not None and best_of < (n or 1):
         raise _bad_value("best_of", "Invalid value for 'best_of': it must be at least 'n'.")
-    wants = include_usage if stream else True
-    return CallRequest(
-        protocol=PROTOCOL,
-        endpoint="completions",
-        model=model,
-        upstream_path="/v1/completions",
-        body=_forward(body, COMPLETION_FIELDS),
-        stream=stream,
-        client_wants_usage=wants,
-        max_output_tokens=max_output,
-        prompt_tokens_estimate=prompt_tokens,
-        prefix_text=prefix,
-        deterministic=_deterministic(body, n) and best_of in (None, 1),
-        response=OpenAIResponse("completions", wants),
-    )
+    return Checked(model, stream, include_usage, n, max_output, [], shape, best_of)
 
 
-def parse_embeddings(body: Any) -> CallRequest:
+def check_embeddings(body: object) -> Checked:
+    """``POST /v1/embeddings``."""
     body = _check_fields(body, EMBEDDING_FIELDS)
     model = _model(body)
-    tokens, prefix = _texts("input", body.get("input"), allow_empty_string=False)
+    shape = _input("input", body.get("input"), allow_empty_string=False)
     _string(body, "encoding_format", ("float", "base64"))
     _int(body, "dimensions", 1)
     _string(body, "user")
-    return CallRequest(
-        protocol=PROTOCOL,
-        endpoint="embeddings",
-        model=model,
-        upstream_path="/v1/embeddings",
-        body=_forward(body, EMBEDDING_FIELDS),
-        stream=False,
-        client_wants_usage=True,
-        max_output_tokens=0,  # embeddings generate nothing: no output budget to reserve
-        prompt_tokens_estimate=tokens,
-        prefix_text=prefix,
-        deterministic=True,  # no sampling: the vector is a function of the input
-        response=OpenAIResponse("embeddings", True),
-    )
-
-
-# -- answers -------------------------------------------------------------------------------
-
-
-def usage_body(usage: TokenUsage, endpoint: str) -> dict:
-    if endpoint == "embeddings":
-        return {"prompt_tokens": usage.prompt_total, "total_tokens": usage.prompt_total}
-    return to_openai(usage)
-
-
-class OpenAIResponse(base.ResponseAdapter):
-    """The node's OpenAI answer with the public model name and the billed usage."""
-
-    def __init__(self, endpoint: str, wants_usage: bool):
-        self.endpoint = endpoint
-        self.wants_usage = wants_usage
-        self._usage_sent = False
-        self._head: dict | None = None  # id/object/created of the stream, for a late usage chunk
-
-    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
-        body = {**upstream, "model": model}
-        if usage is not None:
-            body["usage"] = usage_body(usage, self.endpoint)
-        else:
-            body.pop("usage", None)
-        return dumps(body)
-
-    def stream_chunk(self, chunk: dict, model: str) -> bytes:
-        out = {**chunk, "model": model}
-        if self._head is None:
-            self._head = {k: chunk[k] for k in ("id", "object", "created") if k in chunk}
-        if not chunk.get("choices"):  # the usage-only chunk
-            if not self.wants_usage or self._usage_sent:
-                return b""
-            mapped = from_openai(chunk.get("usage"))
-            if mapped is None:
-                return b""
-            out["usage"] = usage_body(mapped, self.endpoint)
-            self._usage_sent = True
-        elif not self.wants_usage:
-            out.pop("usage", None)
-        elif out.get("usage") is not None:  # OpenAI puts usage only on the last chunk
-            out["usage"] = None
-        return sse(out)
-
-    def stream_end(self, usage: TokenUsage | None, model: str) -> bytes:
-        if self.wants_usage and not self._usage_sent and usage is not None:
-            # The node sent no usage chunk (the gateway counted): the client still gets one.
-            self._usage_sent = True
-            head = self._head or {"object": "chat.completion.chunk"}
-            chunk = {
-                **head,
-                "model": model,
-                "choices": [],
-                "usage": usage_body(usage, self.endpoint),
-            }
-            return sse(chunk) + DONE
-        return DONE
-
-    def stream_error(self, error: GatewayError) -> bytes:
-        return sse({"error": error_object(error)}) + DONE
-
-
-_PARSERS = {
-    "chat.completions": parse_chat,
-    "completions": parse_completion,
-    "embeddings": parse_embeddings,
-}
-
-
-def parse_call(endpoint: str, data: Any, *, path_model, query, headers) -> CallRequest:
-    """The pipeline's one entry: the client's parsed JSON for ``endpoint``."""
-    return _PARSERS[endpoint](data)
+    return Checked(model, False, False, None, 0, [], shape)
