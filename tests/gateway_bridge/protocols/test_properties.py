@@ -431,7 +431,7 @@ OPENAI_KEYS = (
     *sorted(openai.CHAT_FIELDS | openai.COMPLETION_FIELDS | openai.EMBEDDING_FIELDS),
     *("content", "role", "tool_calls", "tool_call_id", "name", "type", "function", "text"),
 )
-ANTHROPIC_KEYS = (*sorted(anthropic._FIELDS), *(
+ANTHROPIC_KEYS = (*sorted(anthropic.FIELDS), *(
     "content", "role", "type", "text", "id", "name", "input", "tool_use_id", "is_error",
     "cache_control", "budget_tokens", "citations", "source", "signature", "data",
 ))  # fmt: skip
