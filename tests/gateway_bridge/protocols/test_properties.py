@@ -437,8 +437,13 @@ ANTHROPIC_KEYS = (*sorted(anthropic.FIELDS), *(
     "cache_control", "budget_tokens", "citations", "source", "signature", "data",
 ))  # fmt: skip
 GEMINI_KEYS = (
-    *sorted(gemini_request.REQUEST | gemini_request.PART | gemini_request.GENERATION
-            | gemini_request.EMBED | gemini_request.THINKING),
+    *sorted(
+        gemini_request.REQUEST
+        | gemini_request.PART
+        | gemini_request.GENERATION
+        | gemini_request.EMBED
+        | gemini_request.THINKING
+    ),
     *("role", "parts", "name", "args", "response", "id", "requests", "generateContentRequest"),
 )
 
