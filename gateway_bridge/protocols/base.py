@@ -173,12 +173,18 @@ def dumps(obj: Any) -> bytes:
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
-    """One server-sent event frame."""
-    payload = data if isinstance(data, bytes | str) else dumps(data)
-    if isinstance(payload, str):
-        payload = payload.encode()
-    head = b"event: " + event.encode() + b"\n" if event else b""
-    return head + b"data: " + payload + b"\n\n"
+    """One server-sent event frame: ``data`` is JSON-encoded unless it is bytes or text."""
+    if type(data) is dict:  # the usual case first: one type check
+        payload = orjson.dumps(data)
+    elif isinstance(data, bytes):
+        payload = data
+    elif isinstance(data, str):
+        payload = data.encode()
+    else:
+        payload = orjson.dumps(data)
+    if event:
+        return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"
+    return b"data: " + payload + b"\n\n"
 
 
 def tool_arguments(arguments: object) -> dict:

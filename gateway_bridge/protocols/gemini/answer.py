@@ -82,6 +82,7 @@ class GenerateResponse(ResponseAdapter):
         )
         self.tool_names = tuple(tool_names)
         self._id = "gateway"
+        self._upstream_id: str | None = None
         self._sent = 0  # chunks sent (the JSON-array form needs commas)
         self._calls: dict[tuple[int, int], dict] = {}  # (candidate, call index) → name/args
         self._finish: dict[int, str] = {}
@@ -141,8 +142,10 @@ class GenerateResponse(ResponseAdapter):
         return b""
 
     def stream_chunk(self, chunk: dict, model: str) -> bytes:
-        if isinstance(chunk.get("id"), str):
-            self._id = _response_id(chunk["id"])
+        upstream_id = chunk.get("id")
+        if isinstance(upstream_id, str) and upstream_id != self._upstream_id:
+            self._upstream_id = upstream_id  # the same in every chunk: derived once
+            self._id = _response_id(upstream_id)
         candidates = []
         for choice in _list_of(chunk.get("choices")):
             if not isinstance(choice, dict):
