@@ -10,8 +10,19 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gateway_bridge.protocols.base import GatewayError, invalid
+from gateway_bridge.protocols.base import invalid
 from gateway_bridge.protocols.checks import is_int, is_number, json_object
+from gateway_bridge.protocols.openai.fields import (
+    bad_value,
+    bool_field,
+    int_field,
+    listing,
+    missing,
+    number_field,
+    object_field,
+    string_field,
+    type_error,
+)
 
 MAX_N = 16  # the nodes' limit (OpenAI's is 128)
 MAX_STOP = 4
@@ -31,122 +42,6 @@ COMPLETION_FIELDS = _SAMPLING | {"prompt", "suffix", "echo", "best_of"}
 EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions", "user"}
 IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"}
 DEPRECATED = {"functions": "tools", "function_call": "tool_choice"}
-
-
-# -- field checks (OpenAI's wording) ---------------------------------------------------------
-
-_TYPE_NAMES = {
-    "string": "a string",
-    "integer": "an integer",
-    "decimal": "a decimal",
-    "boolean": "a boolean",
-    "object": "an object",
-    "array": "an array",
-}
-
-
-def _got(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _type_error(param: str, expected: str, value: object) -> GatewayError:
-    return invalid(
-        f"Invalid type for '{param}': expected {_TYPE_NAMES[expected]}, "
-        f"but got {_got(value)} instead.",
-        param=param,
-        code="invalid_type",
-    )
-
-
-def _missing(param: str) -> GatewayError:
-    return invalid(
-        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
-    )
-
-
-def _bad_value(param: str, message: str) -> GatewayError:
-    return invalid(message, param=param, code="invalid_value")
-
-
-def _int(body: dict, name: str, low: int | None = None, high: int | None = None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not is_int(value):
-        raise _type_error(name, "integer", value)
-    _bounds(name, "integer", value, low, high)
-    return value
-
-
-def _number(body: dict, name: str, low: float, high: float) -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not is_number(value):
-        raise _type_error(name, "decimal", value)
-    _bounds(name, "decimal", value, low, high)
-    return value
-
-
-def _bounds(name: str, kind: str, value, low, high) -> None:
-    if low is not None and value < low:
-        raise invalid(
-            f"Invalid '{name}': {kind} below minimum value. Expected a value >= {low}, "
-            f"but got {value} instead.",
-            param=name,
-            code=f"{kind}_below_min_value",
-        )
-    if high is not None and value > high:
-        raise invalid(
-            f"Invalid '{name}': {kind} above maximum value. Expected a value <= {high}, "
-            f"but got {value} instead.",
-            param=name,
-            code=f"{kind}_above_max_value",
-        )
-
-
-def _bool(body: dict, name: str) -> bool | None:
-    value = body.get(name)
-    if value is not None and type(value) is not bool:
-        raise _type_error(name, "boolean", value)
-    return value
-
-
-def _string(body: dict, name: str, choices: tuple[str, ...] | None = None) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _type_error(name, "string", value)
-    if choices is not None and value not in choices:
-        raise _bad_value(
-            name, f"Invalid value: '{value}'. Supported values are: {_listing(choices)}."
-        )
-    return value
-
-
-def _object(body: dict, name: str) -> dict | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, dict):
-        raise _type_error(name, "object", value)
-    return value
-
-
-def _listing(choices) -> str:
-    quoted = [f"'{c}'" for c in choices]
-    return ", ".join(quoted[:-1]) + f", and {quoted[-1]}" if len(quoted) > 1 else quoted[0]
 
 
 def _check_fields(body: object, known: set[str]) -> dict:
@@ -171,30 +66,30 @@ def _model(body: dict) -> str:
     if value is None:
         raise invalid("you must provide a model parameter", param="model", code="missing_model")
     if not isinstance(value, str) or not value:
-        raise _type_error("model", "string", value)
+        raise type_error("model", "string", value)
     return value
 
 
 def _sampling(body: dict) -> tuple[bool, bool, int | None]:
     """The checks the generation endpoints share; returns (stream, include_usage, n)."""
-    n = _int(body, "n", 1, MAX_N)
-    _number(body, "temperature", 0, 2)
-    _number(body, "top_p", 0, 1)
-    _number(body, "presence_penalty", -2, 2)
-    _number(body, "frequency_penalty", -2, 2)
-    _int(body, "seed")
-    _string(body, "user")
+    n = int_field(body, "n", 1, MAX_N)
+    number_field(body, "temperature", 0, 2)
+    number_field(body, "top_p", 0, 1)
+    number_field(body, "presence_penalty", -2, 2)
+    number_field(body, "frequency_penalty", -2, 2)
+    int_field(body, "seed")
+    string_field(body, "user")
     _stop(body)
     _logit_bias(body)
     _metadata(body)
-    _bool(body, "store")
-    _string(body, "service_tier", ("auto", "default", "flex", "scale", "priority"))
-    stream = bool(_bool(body, "stream"))
-    options = _object(body, "stream_options")
+    bool_field(body, "store")
+    string_field(body, "service_tier", ("auto", "default", "flex", "scale", "priority"))
+    stream = bool(bool_field(body, "stream"))
+    options = object_field(body, "stream_options")
     include_usage = False
     if options is not None:
         if not stream:
-            raise _bad_value(
+            raise bad_value(
                 "stream_options",
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
             )
@@ -205,7 +100,7 @@ def _sampling(body: dict) -> tuple[bool, bool, int | None]:
                     param=f"stream_options.{key}",
                     code="unknown_parameter",
                 )
-        include_usage = bool(_bool(options, "include_usage"))
+        include_usage = bool(bool_field(options, "include_usage"))
     return stream, include_usage, n
 
 
@@ -214,7 +109,7 @@ def _stop(body: dict) -> None:
     if value is None or isinstance(value, str):
         return
     if not isinstance(value, list):
-        raise _type_error("stop", "string", value)
+        raise type_error("stop", "string", value)
     if len(value) > MAX_STOP:
         raise invalid(
             f"Invalid 'stop': array too long. Expected an array with maximum length {MAX_STOP}, "
@@ -224,29 +119,29 @@ def _stop(body: dict) -> None:
         )
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise _type_error(f"stop[{i}]", "string", item)
+            raise type_error(f"stop[{i}]", "string", item)
 
 
 def _logit_bias(body: dict) -> None:
-    bias = _object(body, "logit_bias")
+    bias = object_field(body, "logit_bias")
     for key, value in (bias or {}).items():
         if not key.isdigit():
-            raise _bad_value("logit_bias", f"Invalid key in 'logit_bias': {key}.")
+            raise bad_value("logit_bias", f"Invalid key in 'logit_bias': {key}.")
         if not is_number(value) or not -100 <= value <= 100:
-            raise _bad_value(
+            raise bad_value(
                 "logit_bias", f"Invalid value for 'logit_bias': {key} must be between -100 and 100."
             )
 
 
 def _metadata(body: dict) -> None:
-    metadata = _object(body, "metadata")
+    metadata = object_field(body, "metadata")
     if metadata is None:
         return
     if len(metadata) > 16:
-        raise _bad_value("metadata", "Invalid 'metadata': at most 16 keys are allowed.")
+        raise bad_value("metadata", "Invalid 'metadata': at most 16 keys are allowed.")
     for key, value in metadata.items():
         if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
-            raise _bad_value(
+            raise bad_value(
                 f"metadata.{key}",
                 "Invalid 'metadata': keys are strings of at most 64 characters and values "
                 "strings of at most 512.",
@@ -263,12 +158,12 @@ def _content_text(
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _type_error(param, "string", content)
+        raise type_error(param, "string", content)
     texts = []
     for i, part in enumerate(content):
         where = f"{param}[{i}]"
         if not isinstance(part, dict):
-            raise _type_error(where, "object", part)
+            raise type_error(where, "object", part)
         kind = part.get("type")
         if media and kind in UNSUPPORTED_PARTS:
             raise invalid(
@@ -278,14 +173,14 @@ def _content_text(
                 code="unsupported_content_type",
             )
         if kind not in parts:
-            raise _bad_value(
+            raise bad_value(
                 f"{where}.type",
-                f"Invalid value: '{kind}'. Supported values are: {_listing(parts)}.",
+                f"Invalid value: '{kind}'. Supported values are: {listing(parts)}.",
             )
         key = "refusal" if kind == "refusal" else "text"
         text = part.get(key)
         if not isinstance(text, str):
-            raise _type_error(f"{where}.{key}", "string", text)
+            raise type_error(f"{where}.{key}", "string", text)
         if kind == "text":
             texts.append(text)
     return "\n".join(texts)
@@ -294,28 +189,28 @@ def _content_text(
 def _tool_calls(param: str, calls: object) -> list[str]:
     """Checks an assistant message's ``tool_calls``; returns their ids."""
     if not isinstance(calls, list):
-        raise _type_error(param, "array", calls)
+        raise type_error(param, "array", calls)
     ids = []
     for i, call in enumerate(calls):
         where = f"{param}[{i}]"
         if not isinstance(call, dict):
-            raise _type_error(where, "object", call)
+            raise type_error(where, "object", call)
         for key in ("id", "type"):
             if key not in call:
-                raise _missing(f"{where}.{key}")
+                raise missing(f"{where}.{key}")
             if not isinstance(call[key], str):
-                raise _type_error(f"{where}.{key}", "string", call[key])
+                raise type_error(f"{where}.{key}", "string", call[key])
         if call["type"] != "function":
-            raise _bad_value(
+            raise bad_value(
                 f"{where}.type",
                 f"Invalid value: '{call['type']}'. Supported values are: 'function'.",
             )
         fn = call.get("function")
         if not isinstance(fn, dict):
-            raise _missing(f"{where}.function")
+            raise missing(f"{where}.function")
         for key in ("name", "arguments"):
             if not isinstance(fn.get(key), str):
-                raise _missing(f"{where}.function.{key}")
+                raise missing(f"{where}.function.{key}")
         ids.append(call["id"])
     return ids
 
@@ -323,9 +218,9 @@ def _tool_calls(param: str, calls: object) -> list[str]:
 def _messages(body: dict) -> list[dict]:
     messages = body.get("messages")
     if messages is None:
-        raise _missing("messages")
+        raise missing("messages")
     if not isinstance(messages, list):
-        raise _type_error("messages", "array", messages)
+        raise type_error("messages", "array", messages)
     if not messages:
         raise invalid(
             "Invalid 'messages': empty array. Expected an array with minimum length 1, "
@@ -338,17 +233,17 @@ def _messages(body: dict) -> list[dict]:
     for i, message in enumerate(messages):
         param = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise _type_error(param, "object", message)
+            raise type_error(param, "object", message)
         role = message.get("role")
         if role is None:
-            raise _missing(f"{param}.role")
+            raise missing(f"{param}.role")
         if role not in ROLES:
-            raise _bad_value(
+            raise bad_value(
                 f"{param}.role",
-                f"Invalid value: '{role}'. Supported values are: {_listing(ROLES)}.",
+                f"Invalid value: '{role}'. Supported values are: {listing(ROLES)}.",
             )
         if role != "tool" and pending:
-            raise _bad_value(
+            raise bad_value(
                 "messages",
                 "An assistant message with 'tool_calls' must be followed by tool messages "
                 "responding to each 'tool_call_id'. The following tool_call_ids did not have "
@@ -356,7 +251,7 @@ def _messages(body: dict) -> list[dict]:
             )
         name = message.get("name")
         if name is not None and not isinstance(name, str):
-            raise _type_error(f"{param}.name", "string", name)
+            raise type_error(f"{param}.name", "string", name)
         content = message.get("content")
         where = f"{param}.content"
         if role == "assistant":
@@ -365,24 +260,24 @@ def _messages(body: dict) -> list[dict]:
             pending = set(open_calls or ())
             if content is None:
                 if not calls and message.get("function_call") is None:
-                    raise _missing(where)
+                    raise missing(where)
             else:
                 _content_text(where, content, parts=("text", "refusal"))
             continue
         if role == "tool":
             call_id = message.get("tool_call_id")
             if call_id is None:
-                raise _missing(f"{param}.tool_call_id")
+                raise missing(f"{param}.tool_call_id")
             if not isinstance(call_id, str):
-                raise _type_error(f"{param}.tool_call_id", "string", call_id)
+                raise type_error(f"{param}.tool_call_id", "string", call_id)
             if open_calls is None:
-                raise _bad_value(
+                raise bad_value(
                     f"{param}.role",
                     "Invalid parameter: messages with role 'tool' must be a response to a "
                     "preceding message with 'tool_calls'.",
                 )
             if call_id not in open_calls:
-                raise _bad_value(
+                raise bad_value(
                     f"{param}.tool_call_id",
                     f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in "
                     "'tool_calls' of previous message.",
@@ -392,12 +287,12 @@ def _messages(body: dict) -> list[dict]:
             open_calls = None
         if role == "function":
             if not isinstance(name, str):
-                raise _missing(f"{param}.name")
+                raise missing(f"{param}.name")
             if content is not None and not isinstance(content, str):
-                raise _type_error(where, "string", content)
+                raise type_error(where, "string", content)
             continue
         if content is None:
-            raise _missing(where)
+            raise missing(where)
         _content_text(where, content, parts=("text",), media=role == "user")
     return messages
 
@@ -408,7 +303,7 @@ def _tools(body: dict) -> list[str]:
     names: list[str] = []
     if tools is not None:
         if not isinstance(tools, list):
-            raise _type_error("tools", "array", tools)
+            raise type_error("tools", "array", tools)
         if not tools:
             raise invalid(
                 "Invalid 'tools': empty array. Expected an array with minimum length 1, "
@@ -419,43 +314,43 @@ def _tools(body: dict) -> list[str]:
         for i, tool in enumerate(tools):
             param = f"tools[{i}]"
             if not isinstance(tool, dict):
-                raise _type_error(param, "object", tool)
+                raise type_error(param, "object", tool)
             if tool.get("type") != "function":
                 if "type" not in tool:
-                    raise _missing(f"{param}.type")
-                raise _bad_value(
+                    raise missing(f"{param}.type")
+                raise bad_value(
                     f"{param}.type",
                     f"Invalid value: '{tool.get('type')}'. Supported values are: 'function'.",
                 )
             fn = tool.get("function")
             if fn is None:
-                raise _missing(f"{param}.function")
+                raise missing(f"{param}.function")
             if not isinstance(fn, dict):
-                raise _type_error(f"{param}.function", "object", fn)
+                raise type_error(f"{param}.function", "object", fn)
             name = fn.get("name")
             if name is None:
-                raise _missing(f"{param}.function.name")
+                raise missing(f"{param}.function.name")
             if not isinstance(name, str) or not _valid_name(name):
-                raise _bad_value(
+                raise bad_value(
                     f"{param}.function.name",
                     f"Invalid '{param}.function.name': string does not match pattern. Expected "
                     "a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
                 )
-            _string(fn, "description")
+            string_field(fn, "description")
             if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
-                raise _type_error(f"{param}.function.parameters", "object", fn["parameters"])
+                raise type_error(f"{param}.function.parameters", "object", fn["parameters"])
             names.append(name)
     choice = body.get("tool_choice")
     if choice is not None:
         if tools is None:
-            raise _bad_value(
+            raise bad_value(
                 "tool_choice",
                 "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
                 "are specified.",
             )
         if isinstance(choice, str):
             if choice not in ("none", "auto", "required"):
-                raise _bad_value(
+                raise bad_value(
                     "tool_choice",
                     f"Invalid value: '{choice}'. Supported values are: 'none', 'auto', and "
                     "'required'.",
@@ -463,26 +358,26 @@ def _tools(body: dict) -> list[str]:
         elif isinstance(choice, dict):
             fn = choice.get("function")
             if choice.get("type") != "function" or not isinstance(fn, dict):
-                raise _bad_value(
+                raise bad_value(
                     "tool_choice",
                     "Invalid 'tool_choice': expected {'type': 'function', "
                     "'function': {'name': ...}}.",
                 )
             if fn.get("name") not in names:
-                raise _bad_value(
+                raise bad_value(
                     "tool_choice",
                     f"Invalid 'tool_choice': function '{fn.get('name')}' not found in 'tools'.",
                 )
         else:
-            raise _type_error("tool_choice", "string", choice)
+            raise type_error("tool_choice", "string", choice)
     if body.get("parallel_tool_calls") is not None:
         if tools is None:
-            raise _bad_value(
+            raise bad_value(
                 "parallel_tool_calls",
                 "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed "
                 "when 'tools' are specified.",
             )
-        _bool(body, "parallel_tool_calls")
+        bool_field(body, "parallel_tool_calls")
     return names
 
 
@@ -491,12 +386,12 @@ def _valid_name(name: str) -> bool:
 
 
 def _response_format(body: dict) -> None:
-    fmt = _object(body, "response_format")
+    fmt = object_field(body, "response_format")
     if fmt is None:
         return
     kind = fmt.get("type")
     if kind not in ("text", "json_object", "json_schema"):
-        raise _bad_value(
+        raise bad_value(
             "response_format.type",
             f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and "
             "'json_schema'.",
@@ -504,23 +399,23 @@ def _response_format(body: dict) -> None:
     if kind == "json_schema":
         schema = fmt.get("json_schema")
         if not isinstance(schema, dict):
-            raise _missing("response_format.json_schema")
+            raise missing("response_format.json_schema")
         if not isinstance(schema.get("name"), str):
-            raise _missing("response_format.json_schema.name")
+            raise missing("response_format.json_schema.name")
 
 
 def _logprobs(body: dict) -> None:
-    wanted = _bool(body, "logprobs")
-    top = _int(body, "top_logprobs", 0, 20)
+    wanted = bool_field(body, "logprobs")
+    top = int_field(body, "top_logprobs", 0, 20)
     if top is not None and not wanted:
-        raise _bad_value(
+        raise bad_value(
             "top_logprobs", "Invalid value for 'top_logprobs': 'logprobs' must be set to true."
         )
 
 
 def _max_output(body: dict) -> int | None:
-    completion = _int(body, "max_completion_tokens", 1)
-    plain = _int(body, "max_tokens", 1)
+    completion = int_field(body, "max_completion_tokens", 1)
+    plain = int_field(body, "max_tokens", 1)
     return completion if completion is not None else plain
 
 
@@ -535,21 +430,21 @@ def _input(name: str, value: object, *, allow_empty_string: bool) -> str:
     """Checks a prompt / input; returns its shape: ``"text"`` (a string), ``"texts"``
     (a list of strings), ``"tokens"`` (a token array) or ``"token_lists"``."""
     if value is None:
-        raise _missing(name)
+        raise missing(name)
     if isinstance(value, str):
         if not value and not allow_empty_string:
-            raise _bad_value(name, f"'$.{name}' is invalid: it must not be empty.")
+            raise bad_value(name, f"'$.{name}' is invalid: it must not be empty.")
         return "text"
     if isinstance(value, list) and value:
         if all(isinstance(item, str) for item in value):
             if not allow_empty_string and not all(value):
-                raise _bad_value(name, f"'$.{name}' is invalid: strings must not be empty.")
+                raise bad_value(name, f"'$.{name}' is invalid: strings must not be empty.")
             return "texts"
         if _token_array(value):
             return "tokens"
         if all(_token_array(item) and item for item in value):
             return "token_lists"
-    raise _bad_value(
+    raise bad_value(
         name,
         f"Invalid '{name}': expected a string, an array of strings, an array of tokens or an "
         "array of token arrays.",
@@ -588,13 +483,13 @@ def check_completion(body: object) -> Checked:
     model = _model(body)
     stream, include_usage, n = _sampling(body)
     shape = _input("prompt", body.get("prompt"), allow_empty_string=True)
-    max_output = _int(body, "max_tokens", 1)
-    _string(body, "suffix")
-    _bool(body, "echo")
-    _int(body, "logprobs", 0, 5)
-    best_of = _int(body, "best_of", 1, 20)
+    max_output = int_field(body, "max_tokens", 1)
+    string_field(body, "suffix")
+    bool_field(body, "echo")
+    int_field(body, "logprobs", 0, 5)
+    best_of = int_field(body, "best_of", 1, 20)
     if best_of is not None and best_of < (n or 1):
-        raise _bad_value("best_of", "Invalid value for 'best_of': it must be at least 'n'.")
+        raise bad_value("best_of", "Invalid value for 'best_of': it must be at least 'n'.")
     return Checked(model, stream, include_usage, n, max_output, [], shape, best_of)
 
 
@@ -603,7 +498,7 @@ def check_embeddings(body: object) -> Checked:
     body = _check_fields(body, EMBEDDING_FIELDS)
     model = _model(body)
     shape = _input("input", body.get("input"), allow_empty_string=False)
-    _string(body, "encoding_format", ("float", "base64"))
-    _int(body, "dimensions", 1)
-    _string(body, "user")
+    string_field(body, "encoding_format", ("float", "base64"))
+    int_field(body, "dimensions", 1)
+    string_field(body, "user")
     return Checked(model, False, False, None, 0, [], shape)
