@@ -72,8 +72,10 @@ def compact(obj: object) -> str:
     try:
         encoded = orjson.dumps(obj)
     except TypeError:  # orjson.JSONEncodeError: a value orjson cannot encode (huge ints, ...)
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    if len(encoded) > _LONG_MAX:
+        encoded = b"null"
+    # orjson writes NaN and infinities as null (json.dumps as NaN, Infinity): those
+    # objects, and the ones too large to remember, are written the template's way.
+    if len(encoded) > _LONG_MAX or b"null" in encoded:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
     return _compact_of(encoded)
 

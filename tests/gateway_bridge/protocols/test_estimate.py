@@ -185,7 +185,7 @@ def _reference(messages: list[dict], tools: list | None) -> tuple[int, str]:
 
 _TEXT = st.text(max_size=300)
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXT,
+    st.none() | st.booleans() | st.integers() | st.floats() | _TEXT,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(_TEXT, children, max_size=3),
     max_leaves=8,
 )
