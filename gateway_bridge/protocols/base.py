@@ -10,12 +10,13 @@ path needs to know before forwarding — and turns the node's OpenAI answer
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from gateway_bridge.usage_mapping import TokenUsage
+from gateway_bridge.usage_mapping import TokenUsage, from_openai
 
 # Error kinds: the protocol-neutral category of a GatewayError. Each protocol
 # maps a kind to its own type name / status string.
@@ -78,6 +79,11 @@ def invalid(
     message: str, *, param: str | None = None, code: str = "invalid_request"
 ) -> GatewayError:
     return GatewayError(INVALID_REQUEST, code, message, param=param)
+
+
+def invalid_answer(message: str = "The model node sent an invalid answer.") -> GatewayError:
+    """The node's answer is not what the protocol needs (a 502 to the client)."""
+    return GatewayError(UPSTREAM, "upstream_invalid_response", message)
 
 
 @dataclass(slots=True)
@@ -148,8 +154,6 @@ class ResponseAdapter:
 
     def usage_of(self, upstream: dict) -> TokenUsage | None:
         """The usage of a plain upstream answer (OpenAI fields; see usage_mapping)."""
-        from gateway_bridge.usage_mapping import from_openai
-
         return from_openai(upstream.get("usage")) if isinstance(upstream, dict) else None
 
 
@@ -169,9 +173,29 @@ def dumps(obj: Any) -> bytes:
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
-    """One server-sent event frame."""
-    payload = data if isinstance(data, bytes | str) else dumps(data)
-    if isinstance(payload, str):
-        payload = payload.encode()
-    head = b"event: " + event.encode() + b"\n" if event else b""
-    return head + b"data: " + payload + b"\n\n"
+    """One server-sent event frame: ``data`` is JSON-encoded unless it is bytes or text."""
+    if type(data) is dict:  # the usual case first: one type check
+        payload = orjson.dumps(data)
+    elif isinstance(data, bytes):
+        payload = data
+    elif isinstance(data, str):
+        payload = data.encode()
+    else:
+        payload = orjson.dumps(data)
+    if event:
+        return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"
+    return b"data: " + payload + b"\n\n"
+
+
+def tool_arguments(arguments: object) -> dict:
+    """A tool call's arguments as an object: the node sends a JSON string, which
+    may be empty or broken (a model's output): then ``{}``."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not isinstance(arguments, str) or not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from gateway_bridge import usage_mapping
 from gateway_bridge.protocols import anthropic, gemini, openai
 from gateway_bridge.protocols.base import CallRequest, GatewayError, ResponseAdapter
+from gateway_bridge.protocols.gemini import request as gemini_request
 from gateway_bridge.usage_mapping import TokenUsage
 
 PROPERTY = settings(
@@ -431,12 +432,18 @@ OPENAI_KEYS = (
     *sorted(openai.CHAT_FIELDS | openai.COMPLETION_FIELDS | openai.EMBEDDING_FIELDS),
     *("content", "role", "tool_calls", "tool_call_id", "name", "type", "function", "text"),
 )
-ANTHROPIC_KEYS = (*sorted(anthropic._FIELDS), *(
+ANTHROPIC_KEYS = (*sorted(anthropic.FIELDS), *(
     "content", "role", "type", "text", "id", "name", "input", "tool_use_id", "is_error",
     "cache_control", "budget_tokens", "citations", "source", "signature", "data",
 ))  # fmt: skip
 GEMINI_KEYS = (
-    *sorted(gemini._REQUEST | gemini._PART | gemini._GENERATION | gemini._EMBED | gemini._THINKING),
+    *sorted(
+        gemini_request.REQUEST
+        | gemini_request.PART
+        | gemini_request.GENERATION
+        | gemini_request.EMBED
+        | gemini_request.THINKING
+    ),
     *("role", "parts", "name", "args", "response", "id", "requests", "generateContentRequest"),
 )
 

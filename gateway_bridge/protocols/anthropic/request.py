@@ -1,0 +1,271 @@
+"""Validation of Anthropic Messages requests, the way Anthropic validates them:
+a Pydantic-style ``"<path>: <problem>"`` message with ``param`` set to the
+dotted path.
+
+Top-level fields are strict, like Anthropic (``"xyz: Extra inputs are not
+permitted"``); inside content blocks unknown keys (``cache_control``,
+``citations``) are accepted and ignored. ``image``, ``document`` and the
+server-tool blocks, and ``container``, ``mcp_servers`` and
+``context_management``, are refused with a 400 that says they are not
+supported: the nodes take text only. ``thinking``, ``top_k``, ``metadata``,
+``service_tier`` and the newer account-side fields are validated here and not
+forwarded (``protocols.anthropic.translate`` builds the node's body).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gateway_bridge.protocols.base import GatewayError, invalid
+from gateway_bridge.protocols.checks import is_int, is_number, json_object
+
+FIELDS = {
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "metadata",
+    "thinking",
+    "service_tier",
+    # newer API fields (the SDK of 2.x sends them); validated lightly, not forwarded
+    "cache_control",
+    "diagnostics",
+    "inference_geo",
+    "speed",
+    "user_profile_id",
+    "workspace_id",
+    "output_config",  # ``format`` is forwarded as response_format, ``effort`` ignored
+}
+# Real Anthropic features the gateway cannot offer: a clearer 400 than "extra input".
+UNSUPPORTED_FIELDS = {
+    "container",
+    "mcp_servers",
+    "context_management",
+}
+UNSUPPORTED_BLOCKS = {
+    "image",
+    "document",
+    "search_result",
+    "container_upload",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+}
+THINKING_BLOCKS = {"thinking", "redacted_thinking"}
+_THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+
+
+def bad(path: str, problem: str, code: str = "invalid_request") -> GatewayError:
+    return invalid(f"{path}: {problem}", param=path, code=code)
+
+
+def unsupported(path: str, what: str) -> GatewayError:
+    return bad(path, f"{what} not supported by this gateway", code="unsupported")
+
+
+def string(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise bad(path, "Input should be a valid string")
+    return value
+
+
+def dictionary(value: object, path: str) -> dict:
+    if not isinstance(value, dict):
+        raise bad(path, "Input should be a valid dictionary")
+    return value
+
+
+def array(value: object, path: str) -> list:
+    if not isinstance(value, list):
+        raise bad(path, "Input should be a valid list")
+    return value
+
+
+def boolean(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise bad(path, "Input should be a valid boolean")
+    return value
+
+
+def number(body: dict, name: str, low: float, high: float) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not is_number(value):
+        raise bad(name, "Input should be a valid number")
+    if value < low:
+        raise bad(name, f"Input should be greater than or equal to {low}")
+    if value > high:
+        raise bad(name, f"Input should be less than or equal to {high}")
+    return value
+
+
+def text_block(block: dict, path: str) -> str:
+    if "text" not in block:
+        raise bad(f"{path}.text", "Field required")
+    text = string(block["text"], f"{path}.text")
+    if not text:
+        raise bad(f"{path}.text", "text content blocks must be non-empty")
+    return text
+
+
+def block_type(block: object, path: str) -> tuple[dict, str]:
+    block = dictionary(block, path)
+    kind = block.get("type")
+    if kind is None:
+        raise bad(f"{path}.type", "Field required")
+    kind = string(kind, f"{path}.type")
+    if kind in UNSUPPORTED_BLOCKS:
+        raise unsupported(path, f"{kind} content blocks are")
+    return block, kind
+
+
+def system_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    parts = []
+    for i, block in enumerate(array(value, "system")):
+        block, kind = block_type(block, f"system.{i}")
+        if kind != "text":
+            raise bad(f"system.{i}.type", "Input should be 'text'")
+        parts.append(text_block(block, f"system.{i}"))
+    return "\n".join(parts)
+
+
+def tool_result_text(block: dict, path: str) -> str:
+    content = block.get("content")
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    else:
+        texts = []
+        for i, part in enumerate(array(content, f"{path}.content")):
+            part, kind = block_type(part, f"{path}.content.{i}")
+            if kind != "text":
+                raise bad(f"{path}.content.{i}.type", "Input should be 'text'")
+            texts.append(text_block(part, f"{path}.content.{i}"))
+        text = "\n".join(texts)
+    if block.get("is_error") is not None and boolean(block["is_error"], f"{path}.is_error"):
+        text = f"Error: {text}" if text else "Error"
+    return text
+
+
+def unknown_block(path: str, kind: str) -> GatewayError:
+    return bad(
+        f"{path}.type",
+        f"Input tag '{kind}' found using 'type' does not match any of the expected tags: "
+        "'text', 'tool_use', 'tool_result'",
+    )
+
+
+def missing_results(index: int, ids: list[str]) -> GatewayError:
+    return bad(
+        f"messages.{index}",
+        f"`tool_use` ids were found without `tool_result` blocks immediately after: "
+        f"{', '.join(ids)}. Each `tool_use` block must have a corresponding `tool_result` "
+        "block in the next message.",
+    )
+
+
+def is_empty(content: object) -> bool:
+    return content == "" or content == []
+
+
+def check_thinking(value: object, max_tokens: int | None) -> None:
+    thinking = dictionary(value, "thinking")
+    kind = thinking.get("type")
+    if kind not in _THINKING_TYPES:
+        raise bad(
+            "thinking.type", "Input should be 'enabled', 'disabled', 'adaptive' or 'between_tools'"
+        )
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if budget is None:
+            raise bad("thinking.budget_tokens", "Field required")
+        if not is_int(budget):
+            raise bad("thinking.budget_tokens", "Input should be a valid integer")
+        if budget < 1024:
+            raise bad("thinking.budget_tokens", "Input should be greater than or equal to 1024")
+        if max_tokens is not None and budget >= max_tokens:
+            raise bad("max_tokens", "`max_tokens` must be greater than `thinking.budget_tokens`")
+
+
+def check_ignored_fields(body: dict) -> None:
+    """Fields Anthropic accepts that do not change what a node generates."""
+    if body.get("cache_control") is not None:
+        cache = dictionary(body["cache_control"], "cache_control")
+        if cache.get("type") != "ephemeral":
+            raise bad("cache_control.type", "Input should be 'ephemeral'")
+    if body.get("diagnostics") is not None:
+        dictionary(body["diagnostics"], "diagnostics")
+    for name in ("inference_geo", "user_profile_id", "workspace_id"):
+        if body.get(name) is not None:
+            string(body[name], name)
+    if body.get("speed") not in (None, "standard", "fast"):
+        raise bad("speed", "Input should be 'standard' or 'fast'")
+
+
+def check_head(body: object, *, require_max_tokens: bool) -> tuple[dict, str, int | None]:
+    """The body's top-level fields, its model and ``max_tokens``: (body, model, max_tokens)."""
+    body = json_object(body)
+    for key in body:
+        if key in UNSUPPORTED_FIELDS:
+            raise unsupported(key, "this field is")
+        if key not in FIELDS:
+            raise bad(key, "Extra inputs are not permitted")
+    if "model" not in body:
+        raise bad("model", "Field required")
+    model = string(body["model"], "model")
+    if not model:
+        raise bad("model", "String should have at least 1 character")
+
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        if require_max_tokens:
+            raise bad("max_tokens", "Field required")
+    elif not is_int(max_tokens):
+        raise bad("max_tokens", "Input should be a valid integer")
+    elif max_tokens < 1:
+        raise bad("max_tokens", "Input should be greater than or equal to 1")
+    return body, model, max_tokens
+
+
+def check_top_k(body: dict) -> None:
+    """``top_k``: validated, not forwarded (OpenAI's protocol has no such field)."""
+    top_k = body.get("top_k")
+    if top_k is not None:
+        if not is_int(top_k):
+            raise bad("top_k", "Input should be a valid integer")
+        if top_k < 0:
+            raise bad("top_k", "Input should be greater than or equal to 0")
+
+
+def check_account_fields(body: dict, max_tokens: int | None) -> None:
+    """``metadata``, ``service_tier``, ``thinking`` and the newer account-side fields:
+    validated, not forwarded."""
+    metadata = body.get("metadata")
+    if metadata is not None:
+        metadata = dictionary(metadata, "metadata")
+        user_id = metadata.get("user_id")
+        if user_id is not None:
+            string(user_id, "metadata.user_id")
+    tier = body.get("service_tier")
+    if tier is not None and tier not in ("auto", "standard_only"):
+        raise bad("service_tier", "Input should be 'auto' or 'standard_only'")
+    if body.get("thinking") is not None:
+        check_thinking(body["thinking"], max_tokens)
+    check_ignored_fields(body)

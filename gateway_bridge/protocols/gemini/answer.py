@@ -1,0 +1,262 @@
+"""Answers in the Gemini protocol: the node's chat completion as a
+GenerateContentResponse (plain, or streamed with ``alt=sse`` or as the JSON
+array without it), its embeddings as ``embedContent`` / ``batchEmbedContents``
+answers, and the model list.
+
+* Finish reasons: ``stop`` and ``tool_calls`` → ``STOP``, ``length`` →
+  ``MAX_TOKENS``, ``content_filter`` → ``SAFETY``.
+* Streams: a chunk per text delta; function calls are sent whole (Gemini never
+  streams partial arguments) in the last chunk, which also carries
+  ``finishReason`` and the billed ``usageMetadata``.
+"""
+
+from __future__ import annotations
+
+from console.tokens import count_tokens
+from gateway_bridge.protocols.base import (
+    GatewayError,
+    ModelInfo,
+    ResponseAdapter,
+    dumps,
+    invalid_answer,
+    sse,
+    tool_arguments,
+)
+from gateway_bridge.protocols.checks import ID_CHARS
+from gateway_bridge.protocols.gemini.errors import error_object
+from gateway_bridge.usage_mapping import TokenUsage, to_gemini
+
+_FINISH = {
+    "stop": "STOP",
+    "tool_calls": "STOP",
+    "function_call": "STOP",
+    "length": "MAX_TOKENS",
+    "content_filter": "SAFETY",
+}
+
+
+# A node's answer is untrusted JSON: these read its fields without assuming types.
+
+
+def _list_of(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _choice_index(value: object, default: int) -> int:
+    return value if type(value) is int and value >= 0 else default
+
+
+def _text_or_empty(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _finish_reason(value: object) -> str:
+    return _FINISH.get(value, "STOP") if isinstance(value, str) else "STOP"
+
+
+def _response_id(upstream_id: object) -> str:
+    raw = upstream_id if isinstance(upstream_id, str) else ""
+    for prefix in ("chatcmpl-", "chatcmpl_", "cmpl-"):
+        raw = raw.removeprefix(prefix)
+    return ID_CHARS.sub("", raw) or "gateway"
+
+
+def _call_part(name: object, arguments: object) -> dict:
+    return {
+        "functionCall": {
+            "name": name if isinstance(name, str) else "",
+            "args": tool_arguments(arguments),
+        }
+    }
+
+
+class GenerateResponse(ResponseAdapter):
+    """The node's chat completion as a GenerateContentResponse; a stream
+    keeps its state (open function calls, finish reasons) here."""
+
+    def __init__(self, *, input_estimate: int, stream: bool, alt_sse: bool, tool_names=()) -> None:
+        self.input_estimate = input_estimate
+        self.alt_sse = alt_sse
+        self.stream_content_type = (
+            "text/event-stream" if alt_sse or not stream else "application/json"
+        )
+        self.tool_names = tuple(tool_names)
+        self._id = "gateway"
+        self._upstream_id: str | None = None
+        self._sent = 0  # chunks sent (the JSON-array form needs commas)
+        self._calls: dict[tuple[int, int], dict] = {}  # (candidate, call index) → name/args
+        self._finish: dict[int, str] = {}
+        self._output: list[str] = []
+
+    def _usage(self, usage: TokenUsage | None) -> dict:
+        if usage is None:
+            usage = TokenUsage(
+                input=self.input_estimate, output=count_tokens("".join(self._output))
+            )
+        return to_gemini(usage)
+
+    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+        choices = upstream.get("choices") if isinstance(upstream, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise invalid_answer()
+        candidates = []
+        for position, choice in enumerate(choices):
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict):
+                raise invalid_answer()
+            parts: list[dict] = []
+            text = message.get("content")
+            if isinstance(text, str) and text:
+                parts.append({"text": text})
+                self._output.append(text)
+            for call in _list_of(message.get("tool_calls")):
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    parts.append(_call_part(function.get("name"), function.get("arguments")))
+            candidates.append(
+                {
+                    "content": {"parts": parts or [{"text": ""}], "role": "model"},
+                    "finishReason": _finish_reason(choice.get("finish_reason")),
+                    "index": _choice_index(choice.get("index"), position),
+                }
+            )
+        return dumps(
+            {
+                "candidates": candidates,
+                "usageMetadata": self._usage(usage),
+                "modelVersion": model,
+                "responseId": _response_id(upstream.get("id")),
+            }
+        )
+
+    # ---- streams
+
+    def _frame(self, obj: dict) -> bytes:
+        self._sent += 1
+        if self.alt_sse:
+            return sse(obj)
+        head = b"[" if self._sent == 1 else b",\r\n"
+        return head + dumps(obj)
+
+    def stream_start(self, model: str) -> bytes:
+        return b""
+
+    def stream_chunk(self, chunk: dict, model: str) -> bytes:
+        upstream_id = chunk.get("id")
+        if isinstance(upstream_id, str) and upstream_id != self._upstream_id:
+            self._upstream_id = upstream_id  # the same in every chunk: derived once
+            self._id = _response_id(upstream_id)
+        candidates = []
+        for choice in _list_of(chunk.get("choices")):
+            if not isinstance(choice, dict):
+                continue
+            index = _choice_index(choice.get("index"), 0)
+            delta = choice.get("delta")
+            delta = delta if isinstance(delta, dict) else {}
+            for call in _list_of(delta.get("tool_calls")):
+                if not isinstance(call, dict):
+                    continue
+                slot = self._calls.setdefault(
+                    (index, _choice_index(call.get("index"), 0)), {"name": "", "arguments": ""}
+                )
+                function = call.get("function")
+                function = function if isinstance(function, dict) else {}
+                slot["name"] += _text_or_empty(function.get("name"))
+                slot["arguments"] += _text_or_empty(function.get("arguments"))
+            if choice.get("finish_reason") is not None:
+                self._finish[index] = _finish_reason(choice["finish_reason"])
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                self._output.append(text)
+                candidates.append(
+                    {"content": {"parts": [{"text": text}], "role": "model"}, "index": index}
+                )
+        if not candidates:
+            return b""
+        return self._frame(
+            {"candidates": candidates, "modelVersion": model, "responseId": self._id}
+        )
+
+    def stream_end(self, usage: TokenUsage | None, model: str) -> bytes:
+        indexes = sorted({i for i, _ in self._calls} | set(self._finish) | {0})
+        candidates = []
+        for index in indexes:
+            parts = [
+                _call_part(slot["name"], slot["arguments"])
+                for (i, _), slot in sorted(self._calls.items())
+                if i == index
+            ]
+            candidates.append(
+                {
+                    "content": {"parts": parts or [{"text": ""}], "role": "model"},
+                    "finishReason": self._finish.get(index, "STOP"),
+                    "index": index,
+                }
+            )
+        last = {
+            "candidates": candidates,
+            "usageMetadata": self._usage(usage),
+            "modelVersion": model,
+            "responseId": self._id,
+        }
+        out = self._frame(last)
+        return out if self.alt_sse else out + b"]"
+
+    def stream_error(self, error: GatewayError) -> bytes:
+        body = error_object(error)
+        if self.alt_sse:
+            return sse(body)
+        return (b"[" if self._sent == 0 else b",\r\n") + dumps(body) + b"]"
+
+
+class EmbedResponse(ResponseAdapter):
+    """OpenAI embeddings → ``{"embedding": {...}}`` or ``{"embeddings": [...]}``."""
+
+    def __init__(self, *, batch: bool) -> None:
+        self.batch = batch
+
+    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+        data = upstream.get("data") if isinstance(upstream, dict) else None
+        if not isinstance(data, list) or not data:
+            raise invalid_answer()
+        vectors = []
+        for item in sorted(
+            (d for d in data if isinstance(d, dict)),
+            key=lambda d: _choice_index(d.get("index"), 0),
+        ):
+            values = item.get("embedding")
+            if not isinstance(values, list):
+                raise invalid_answer(
+                    "The model node sent an embedding that is not a list of numbers."
+                )
+            vectors.append({"values": values})
+        if not vectors:
+            raise invalid_answer("The model node sent no embeddings.")
+        if self.batch:
+            return dumps({"embeddings": vectors})
+        return dumps({"embedding": vectors[0]})
+
+
+_METHODS = {
+    "chat": ["generateContent", "streamGenerateContent", "countTokens"],
+    "embedding": ["embedContent", "batchEmbedContents"],
+}
+
+
+def render_models(models: list[ModelInfo]) -> bytes:
+    """Gemini's ``/v1beta/models`` page (everything on one page)."""
+    data = [
+        {
+            "name": f"models/{m.name}",
+            "baseModelId": m.name,
+            "version": "001",
+            "displayName": m.display_name,
+            "description": m.display_name,
+            "inputTokenLimit": m.context_window,
+            "outputTokenLimit": m.context_window,
+            "supportedGenerationMethods": _METHODS[m.kind],
+        }
+        for m in models
+        if m.kind in _METHODS
+    ]
+    return dumps({"models": data})
