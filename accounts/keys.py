@@ -18,6 +18,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from console import ipnet
+
 _ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
 KEY_ID_LEN = 10
 KEY_PREFIX = "sk-"
@@ -96,9 +98,7 @@ class AuthenticatedKey:
         )
 
     def ip_allowed(self, ip: str) -> bool:
-        from accounts.validators import ip_allowed
-
-        return ip_allowed(ip, list(self.ip_allowlist))
+        return ipnet.allowed(ip, self.ip_allowlist)
 
 
 def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> AuthenticatedKey | None:
