@@ -38,6 +38,7 @@ from gateway_bridge.upstream import UpstreamError
 if TYPE_CHECKING:
     from gateway_bridge.gateway import Gateway
 
+_NO_EXCLUSIONS: frozenset[int] = frozenset()
 _OUTCOME_NAMES = {outcome: outcome.name.lower() for outcome in Outcome}
 
 
@@ -57,7 +58,7 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
                 nodes,
                 prefix=req.prefix_text,
                 priority=auth.priority,
-                exclude=frozenset(exclude),
+                exclude=frozenset(exclude) if exclude else _NO_EXCLUSIONS,
             )
         except NoCandidates:
             link += 1
