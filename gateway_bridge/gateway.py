@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import logging
 import os
 import time
@@ -121,9 +122,9 @@ class Gateway:
         # What each route's action runs (bound once, not per call).
         self._actions = {
             route.GENERATE: self._generate,
-            route.COUNT: self._count,
-            route.MODELS: self._models,
-            route.MODEL: self._model,
+            route.COUNT: functools.partial(local.count, self),
+            route.MODELS: functools.partial(local.models, self),
+            route.MODEL: functools.partial(local.model, self),
         }
         self._register_gauges()
 
@@ -303,24 +304,17 @@ class Gateway:
         admit.check_model(call, req.model)
         await self._serve(call, entry, req, headers, receive, send)
 
-    async def _count(self, call: Call, scope, receive, send, headers, path_model) -> None:
-        await local.count(self, call, scope, receive, send, headers, path_model)
-
-    async def _models(self, call: Call, scope, receive, send, headers, path_model) -> None:
-        await local.models(self, call, scope, receive, send, headers, path_model)
-
-    async def _model(self, call: Call, scope, receive, send, headers, path_model) -> None:
-        await local.model(self, call, scope, receive, send, headers, path_model)
-
     async def _serve(self, call: Call, entry, req: CallRequest, headers, receive, send) -> None:
         """Admit the call, answer it from the cache or a node, settle its cost."""
         chain = admit.chain(self, call, req)
         budget = admit.budget(self, req, chain[0][1])
         prices, amount = admit.worst_case(self, call, chain, req, budget, time.time())
-        ckey, cache_ttl, hit = await cached.lookup(self, call, req, headers)
-        if hit is not None:
-            await cached.serve(self, call, req, hit, prices.get(req.model), send)
-            return
+        ckey, cache_ttl = None, 0
+        if req.deterministic:
+            ckey, cache_ttl, hit = await cached.lookup(self, call, req, headers)
+            if hit is not None:
+                await cached.serve(self, call, req, hit, prices.get(req.model), send)
+                return
         reserved = await admit.reserve(self, call, amount, req.prompt_tokens_estimate + budget)
         price = None
         try:

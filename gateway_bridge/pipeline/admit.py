@@ -195,7 +195,7 @@ async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
             "Spend limits cannot be checked right now; retry shortly.",
             headers=[("retry-after", "1")],
         ) from None
-    call.headers_out.extend((k.encode(), str(v).encode()) for k, v in admission.headers)
+    call.headers_out += [(k.encode(), str(v).encode()) for k, v in admission.headers]
     return True
 
 

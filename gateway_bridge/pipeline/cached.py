@@ -29,7 +29,7 @@ _HIT = (b"x-gateway-cache", b"hit")
 
 async def lookup(gw: Gateway, call: Call, req: CallRequest, headers: dict):
     """(cache key, ttl, cached entry or None) for this call; (None, 0, None)
-    when the call may not use the cache."""
+    when the call may not use the cache (only a deterministic call may)."""
     if not req.deterministic or req.endpoint in admit.EMBEDDING_ENDPOINTS:
         return None, 0, None
     auth = call.entry.auth
