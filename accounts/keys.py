@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from accounts import validators
 from accounts.models import ApiKey, ApiKeyStatus, SubAccountStatus
+from console import ipnet
 
 _ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
 KEY_ID_LEN = 10
@@ -99,7 +99,7 @@ class AuthenticatedKey:
         )
 
     def ip_allowed(self, ip: str) -> bool:
-        return validators.ip_allowed(ip, list(self.ip_allowlist))
+        return ipnet.allowed(ip, self.ip_allowlist)
 
 
 def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> AuthenticatedKey | None:

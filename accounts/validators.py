@@ -4,11 +4,12 @@ message a person can act on."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from datetime import datetime
 
 from django.utils import timezone
+
+from console import ipnet
 
 # Caps above this (one billion currency units, in micro-units) are a typo.
 MAX_SPEND_CAP = 10**15
@@ -21,52 +22,8 @@ MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 def normalize_ip_allowlist(entries: list[str] | str) -> list[str]:
     """Parse IPv4/IPv6 addresses and CIDR ranges; return them normalized
     (``10.0.0.7/8`` → ``10.0.0.0/8``, single addresses as /32 or /128),
-    de-duplicated, in input order."""
-    if isinstance(entries, str):
-        entries = [e for e in re.split(r"[\s,]+", entries) if e]
-    if len(entries) > MAX_ALLOWLIST_ENTRIES:
-        raise ValueError(f"At most {MAX_ALLOWLIST_ENTRIES} IP allowlist entries are allowed.")
-    normalized: list[str] = []
-    bad: list[str] = []
-    for raw in entries:
-        entry = str(raw).strip()
-        if not entry:
-            continue
-        try:
-            network = ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            bad.append(entry)
-            continue
-        text = network.with_prefixlen
-        if text not in normalized:
-            normalized.append(text)
-    if bad:
-        quoted = ", ".join(f"'{b}'" for b in bad)
-        noun = (
-            "is not a valid IP address or CIDR range"
-            if len(bad) == 1
-            else ("are not valid IP addresses or CIDR ranges")
-        )
-        raise ValueError(f"{quoted} {noun}.")
-    return normalized
-
-
-def ip_allowed(ip: str, allowlist: list[str]) -> bool:
-    """True when ``allowlist`` is empty or ``ip`` falls in one of its ranges."""
-    if not allowlist:
-        return True
-    try:
-        addr = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    # An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is that IPv4 address, and
-    # an IPv4 address is also its mapped form: match ranges written either way.
-    candidates = [addr]
-    if addr.version == 6 and addr.ipv4_mapped:
-        candidates.append(addr.ipv4_mapped)
-    elif addr.version == 4:
-        candidates.append(ipaddress.IPv6Address(f"::ffff:{addr}"))
-    return any(a in ipaddress.ip_network(net) for net in allowlist for a in candidates)
+    de-duplicated, in input order (``console.ipnet.validate``)."""
+    return ipnet.validate(entries, max_entries=MAX_ALLOWLIST_ENTRIES)
 
 
 def normalize_models(models: list[str] | str) -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import threading
 import time
@@ -25,6 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from accounts.facade import AuthenticatedKey, Organization, api_key_authenticate, keyed_hash
+from console import ipnet
 from gateway_bridge import notify
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError
 from inference_node.facade import build_routing_snapshot
@@ -41,21 +41,13 @@ MAX_CACHED_KEYS = 100_000
 @dataclass(frozen=True, slots=True)
 class KeyEntry:
     auth: AuthenticatedKey
-    networks: tuple  # parsed allowlist (ip_network objects, IPv4 ranges also as mapped IPv6)
+    networks: ipnet.Networks  # the parsed IP allowlist (empty: any address)
     discount_ppm: int
     expires_ts: float | None  # POSIX seconds
     loaded_at: float  # monotonic
 
     def ip_allowed(self, ip: str) -> bool:
-        if not self.networks:
-            return True
-        try:
-            addr = ipaddress.ip_address(ip)
-        except ValueError:
-            return False
-        if addr.version == 6 and addr.ipv4_mapped:
-            addr = addr.ipv4_mapped
-        return any(addr.version == net.version and addr in net for net in self.networks)
+        return not self.networks or ip in self.networks
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +59,6 @@ class CatalogInfo:
     fallbacks: tuple[str, ...]
     enabled: bool
     created: int
-
-
-def _networks(allowlist) -> tuple:
-    nets = []
-    for raw in allowlist:
-        try:
-            net = ipaddress.ip_network(raw, strict=False)
-        except ValueError:
-            continue
-        if net.version == 6 and net.network_address.ipv4_mapped and net.prefixlen >= 96:
-            net = ipaddress.ip_network(f"{net.network_address.ipv4_mapped}/{net.prefixlen - 96}")
-        nets.append(net)
-    return tuple(nets)
 
 
 def _load_key(raw: str) -> KeyEntry | None:
@@ -95,7 +74,7 @@ def _load_key(raw: str) -> KeyEntry | None:
         )
         return KeyEntry(
             auth=auth,
-            networks=_networks(auth.ip_allowlist),
+            networks=ipnet.parse(auth.ip_allowlist),
             discount_ppm=discount_ppm_for(rate if rate is not None else 1),
             expires_ts=auth.expires_at.timestamp() if auth.expires_at else None,
             loaded_at=time.monotonic(),

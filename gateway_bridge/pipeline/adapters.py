@@ -1,0 +1,32 @@
+"""The protocol adapters by name: every protocol-specific step of the
+pipeline (parse a call, count tokens, list models, render an error) goes
+through ``ADAPTERS[call.protocol]``, never an if/else on protocol names.
+Gemini's adapter is imported on first use (most deployments never see it).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from gateway_bridge.protocols import anthropic, openai
+
+
+class _Adapters(dict):
+    """Protocol modules by name (others than OpenAI's and Anthropic's
+    imported on first use)."""
+
+    def __missing__(self, name):
+        module = importlib.import_module(f"gateway_bridge.protocols.{name}")
+        self[name] = module
+        return module
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except (ImportError, KeyError):
+            return default
+
+
+ADAPTERS = _Adapters(openai=openai, anthropic=anthropic)
+# The adapter that answers when the protocol is unknown.
+DEFAULT = openai

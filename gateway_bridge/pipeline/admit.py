@@ -1,0 +1,218 @@
+"""Stage 4, admit: may this call run, and what may it cost at worst?
+
+- The key may use the model; the model is enabled; the fallback chain (the
+  asked model, then its catalogue fallbacks the key may use) has nodes.
+- The output budget: what the client asked for, else the configured default,
+  bounded by the context window (the prompt estimate comes from the
+  protocol adapter, one rule for every protocol: ``console.tokens``).
+- The worst case over the chain, priced by ``usage.rating`` with its one
+  discount rule (``discount_for``: a negotiated price pays full, a list price
+  gets the organization's discount), as ingest rates the call afterwards.
+- One atomic store operation reserves that amount against every spend cap
+  and the prepaid balance and counts the RPM / TPM limits; after the call
+  ``settle`` books the actual cost and frees the rest.
+
+A key's limit plan is cached until its earliest period ends, so the common
+case builds no buckets per call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from gateway_bridge.limits.plan import plan
+from gateway_bridge.pipeline.call import NO_USAGE, Call
+from gateway_bridge.protocols.base import (
+    INVALID_REQUEST,
+    NOT_FOUND,
+    OVERLOADED,
+    PERMISSION,
+    CallRequest,
+    GatewayError,
+)
+from usage.rating import discount_for, rate
+
+if TYPE_CHECKING:
+    from gateway_bridge.gateway import Gateway
+
+logger = logging.getLogger("gateway_bridge.gateway")
+
+EMBEDDING_ENDPOINTS = frozenset({"embeddings", "embedContent", "batchEmbedContents"})
+MAX_CACHED_PLANS = 100_000
+
+
+def check_model(call: Call, model: str) -> None:
+    """The key (and its sub-account and organization) may use ``model``."""
+    if not call.entry.auth.model_allowed(model):
+        raise GatewayError(
+            PERMISSION,
+            "model_not_allowed",
+            f"This key may not use the model '{model}'.",
+            param="model",
+        )
+
+
+def chain(gw: Gateway, call: Call, req: CallRequest):
+    """The models to try, in order, with their candidate nodes."""
+    auth = call.entry.auth
+    state = gw.state
+    snapshot = state.nodes
+    info = state.catalog.get(req.model)
+    if info is not None and not info.enabled:
+        raise GatewayError(
+            NOT_FOUND, "model_not_found", f"The model '{req.model}' is disabled.", param="model"
+        )
+    names = [req.model]
+    if info is not None:
+        names += [m for m in info.fallbacks if m != req.model and auth.model_allowed(m)]
+    out = []
+    for name in names:
+        nodes = snapshot.for_model(name, auth.organization_id) if snapshot else ()
+        if nodes:
+            out.append((name, nodes))
+    if out:
+        return out
+    if info is None:
+        raise GatewayError(
+            NOT_FOUND,
+            "model_not_found",
+            f"The model '{req.model}' does not exist or is not served here.",
+            param="model",
+        )
+    raise GatewayError(
+        OVERLOADED,
+        "no_healthy_node",
+        f"No healthy node can serve '{req.model}' right now; retry shortly.",
+        headers=[("retry-after", "1")],
+    )
+
+
+def budget(gw: Gateway, req: CallRequest, nodes) -> int:
+    """The call's output budget; the node gets it as max_tokens."""
+    if req.endpoint in EMBEDDING_ENDPOINTS:
+        return 0
+    ctx = max((n.context_window or 0 for n in nodes), default=0)
+    if not ctx:
+        info = gw.state.catalog.get(req.model)
+        ctx = info.context_window if info else 0
+    prompt = req.prompt_tokens_estimate
+    if ctx and prompt >= ctx:
+        raise GatewayError(
+            INVALID_REQUEST,
+            "context_length_exceeded",
+            f"This model's maximum context length is {ctx} tokens; the prompt has about {prompt}.",
+            param="messages",
+        )
+    if req.max_output_tokens is not None:
+        out = req.max_output_tokens
+        if ctx and prompt + out > ctx:
+            raise GatewayError(
+                INVALID_REQUEST,
+                "context_length_exceeded",
+                f"This model's maximum context length is {ctx} tokens; the prompt "
+                f"(about {prompt}) plus max_tokens ({out}) exceeds it.",
+                param="max_tokens",
+            )
+        return out
+    out = gw.default_max_tokens
+    if ctx:
+        out = min(out, ctx - prompt)
+    req.body["max_tokens"] = out
+    return out
+
+
+def discount(call: Call, price) -> int:
+    """The discount (ppm) ``price`` gets for this call's organization."""
+    return discount_for(price, call.entry.discount_ppm)
+
+
+def worst_case(gw: Gateway, call: Call, models, req: CallRequest, out_budget: int, ts: float):
+    """(price of each model, worst-case amount over the chain)."""
+    auth = call.entry.auth
+    price_of = gw.state.price
+    prices = {}
+    worst = 0
+    prompt = req.prompt_tokens_estimate
+    for name, _ in models:
+        price = price_of(name, auth.currency, auth.organization_id, ts)
+        prices[name] = price
+        if price is None:
+            continue
+        # Prompt tokens at the dearer of input and cache-write prices.
+        if price.cache_write_per_mtok > price.input_per_mtok:
+            tokens = (0, 0, prompt, out_budget)
+        else:
+            tokens = (prompt, 0, 0, out_budget)
+        worst = max(worst, rate(tokens, price, discount_for(price, call.entry.discount_ppm)))
+    return prices, worst
+
+
+def _plan(gw: Gateway, auth, now_ts: float):
+    """The key's caps and rate rules, cached until the earliest period end."""
+    cached = gw._plans.get(auth.key_id)
+    if cached is not None and cached[0] is auth and now_ts < cached[1]:
+        return cached[2]
+    planned = plan(auth, datetime.fromtimestamp(now_ts, UTC))
+    # Valid until the earliest period end (a new day gets new buckets).
+    ends = [c.resets_at for c in planned[0] if c.resets_at]
+    valid = min([*ends, now_ts + 60.0])
+    if len(gw._plans) > MAX_CACHED_PLANS:
+        gw._plans.clear()
+    gw._plans[auth.key_id] = (auth, valid, planned)
+    return planned
+
+
+async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
+    """Reserve ``amount`` and count the rate limits, atomically; False when
+    the key has no caps or limits at all (nothing to settle later)."""
+    auth = call.entry.auth
+    now_ts = time.time()
+    planned = _plan(gw, auth, now_ts)
+    caps, rates = planned
+    if not caps and not rates:
+        return False
+    try:
+        admission = await gw.limits.admit(
+            auth,
+            datetime.fromtimestamp(now_ts, UTC),
+            call.request_id,
+            amount,
+            tokens,
+            hold_seconds=gw.hold_seconds,
+            planned=planned,
+        )
+    except GatewayError:
+        raise
+    except Exception:
+        # The limits store is down: fail closed rather than let spend run unchecked.
+        logger.exception("gateway: the limits store failed")
+        raise GatewayError(
+            OVERLOADED,
+            "limits_unavailable",
+            "Spend limits cannot be checked right now; retry shortly.",
+            headers=[("retry-after", "1")],
+        ) from None
+    call.headers_out += [(k.encode(), str(v).encode()) for k, v in admission.headers]
+    return True
+
+
+async def settle(gw: Gateway, call: Call, price) -> None:
+    """Book what a reserved call actually cost (its usage at ``price``) and
+    free the rest of its reservation; release it whole when it used nothing."""
+    usage = call.usage
+    store = gw.limits.store
+    if usage is NO_USAGE:
+        await store.release(call.request_id)
+        return
+    if price is None:
+        cost = 0
+    else:
+        cost = rate(
+            (usage.input, usage.cache_read, usage.cache_write, usage.output),
+            price,
+            discount_for(price, call.entry.discount_ppm),
+        )
+    await store.settle(call.request_id, cost, usage.prompt_total + usage.output)

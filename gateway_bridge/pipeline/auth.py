@@ -1,0 +1,102 @@
+"""Stage 2, authenticate: the key, the client's address, the key's rules on both.
+
+- The key comes from ``Authorization: Bearer``, ``x-api-key`` (Anthropic),
+  ``x-goog-api-key`` (Gemini) or the ``key`` query parameter (Gemini), in
+  that order; it is looked up in the gateway's key cache (``GatewayState``).
+- The client's address is the TCP peer, unless the peer is one of our
+  trusted proxies (``GATEWAY_TRUSTED_PROXIES``): then it is the right-most
+  ``X-Forwarded-For`` hop that is not a trusted proxy.
+- The key's IP allowlist and expiry are checked on every call.
+
+Networks (trusted proxies, allowlists) are parsed once, by ``console.ipnet``.
+"""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import parse_qs
+
+from console import ipnet
+from gateway_bridge.pipeline.call import Call
+from gateway_bridge.protocols.base import AUTHENTICATION, PERMISSION, GatewayError
+
+
+def trusted_proxies(entries, logger) -> ipnet.Networks:
+    """``GATEWAY_TRUSTED_PROXIES`` parsed; an entry that is not an address or
+    a range is logged and ignored."""
+    return ipnet.parse(
+        entries,
+        on_invalid=lambda raw: logger.warning(
+            "GATEWAY_TRUSTED_PROXIES: ignoring %r (not an IP or CIDR)", raw
+        ),
+    )
+
+
+def raw_key(headers: dict, query_string: bytes) -> str | None:
+    """The key the client presented, or None."""
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    for name in ("x-api-key", "x-goog-api-key"):
+        value = headers.get(name)
+        if value:
+            return value.strip()
+    if b"key=" in query_string:
+        values = parse_qs(query_string.decode("latin-1")).get("key")
+        if values and values[0]:
+            return values[0]
+    return None
+
+
+def client_ip(trusted: ipnet.Networks, scope, headers: dict) -> str:
+    """The client's address: the peer, or behind trusted proxies the
+    right-most forwarded hop that is not one of them ("" when unknown)."""
+    peer = (scope.get("client") or ("",))[0] or ""
+    if not trusted or peer not in trusted:
+        return peer
+    forwarded = headers.get("x-forwarded-for")
+    if not forwarded:
+        return peer
+    # Right to left: the first hop that is not one of our proxies is the client.
+    for hop in reversed([h.strip() for h in forwarded.split(",")]):
+        if not ipnet.is_address(hop):
+            return peer
+        if hop not in trusted:
+            return hop
+    return peer
+
+
+async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, headers: dict):
+    """The call's key entry (also set on ``call``, with the client's address);
+    raises the protocol-neutral 401 / 403 otherwise."""
+    raw = raw_key(headers, scope.get("query_string") or b"")
+    if raw is None:
+        call.record = False
+        raise GatewayError(
+            AUTHENTICATION,
+            "missing_api_key",
+            "No API key: send it as 'Authorization: Bearer <key>', 'x-api-key' or "
+            "'x-goog-api-key'.",
+        )
+    entry = await state.key(raw)
+    if entry is None:
+        call.record = False
+        raise GatewayError(
+            AUTHENTICATION,
+            "invalid_api_key",
+            "Invalid API key: it is unknown, revoked or expired, or its account is suspended.",
+        )
+    call.entry = entry
+    ip = call.client_ip = client_ip(trusted, scope, headers) or None
+    if entry.expires_ts is not None and entry.expires_ts <= time.time():
+        raise GatewayError(AUTHENTICATION, "expired_api_key", "This API key has expired.")
+    networks = entry.networks
+    if networks and (ip or "") not in networks:
+        raise GatewayError(
+            PERMISSION,
+            "ip_not_allowed",
+            f"Requests from {ip or 'this address'} are not allowed for this key.",
+        )
+    return entry

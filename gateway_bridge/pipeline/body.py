@@ -1,0 +1,89 @@
+"""Stage 3, read the body: size limit, content type, JSON, then the protocol
+adapter's ``parse_call`` (validation and the node's request body).
+
+The size limit is checked against ``Content-Length`` before reading and
+against the bytes as they arrive; a client that leaves while sending raises
+``Disconnected``. Errors are protocol-neutral ``GatewayError``s, rendered in
+the client's protocol by the relay.
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+
+from gateway_bridge.pipeline.adapters import ADAPTERS
+from gateway_bridge.pipeline.call import Call, Disconnected
+from gateway_bridge.protocols.base import (
+    INVALID_REQUEST,
+    REQUEST_TOO_LARGE,
+    UNSUPPORTED_MEDIA,
+    CallRequest,
+    GatewayError,
+)
+
+
+def too_large(max_body: int) -> GatewayError:
+    return GatewayError(
+        REQUEST_TOO_LARGE,
+        "request_too_large",
+        f"The request body is larger than the limit of {max_body} bytes.",
+    )
+
+
+async def read_json(receive, headers: dict, max_body: int):
+    """The request body, parsed as JSON."""
+    length = headers.get("content-length")
+    if length is not None:
+        try:
+            if int(length) > max_body:
+                raise too_large(max_body)
+        except ValueError:
+            raise GatewayError(
+                INVALID_REQUEST, "invalid_content_length", "Content-Length is not a number."
+            ) from None
+    ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+        raise GatewayError(
+            UNSUPPORTED_MEDIA,
+            "unsupported_content_type",
+            f"Content-Type must be application/json, not {ctype}.",
+        )
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Disconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > max_body:
+                raise too_large(max_body)
+            chunks.append(chunk)
+        if not message.get("more_body"):
+            break
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if not raw.strip():
+        raise GatewayError(INVALID_REQUEST, "invalid_json", "The request body is empty.")
+    try:
+        return orjson.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "invalid JSON"
+        raise GatewayError(
+            INVALID_REQUEST,
+            "invalid_json",
+            f"The request body is not valid JSON: {detail}.",
+        ) from None
+
+
+def parse(call: Call, data, scope, headers: dict, path_model: str | None) -> CallRequest:
+    """The call, validated and normalized by its protocol's adapter."""
+    return ADAPTERS[call.protocol].parse_call(
+        call.endpoint,
+        data,
+        path_model=path_model,
+        query=scope.get("query_string") or b"",
+        headers=headers,
+    )

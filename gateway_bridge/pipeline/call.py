@@ -1,0 +1,113 @@
+"""The state of one call as it goes through the stages, and the signals the
+stages raise to each other.
+
+``Call`` is filled stage by stage (route: protocol and endpoint; auth: the
+key and the client's address; body and admit: model and stream; forward and
+relay: node, usage, timings) and is what the usage event is built from at the
+end. Request ids are unique across processes without a system call per call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import time
+
+from gateway_bridge.protocols.base import GatewayError
+from gateway_bridge.usage_mapping import TokenUsage
+
+# No usage known (yet): the call reached no node, or the node never said.
+NO_USAGE = TokenUsage()
+
+
+# Request ids: unique across processes (a random per-process part, new in a
+# forked child) without a system call per request.
+_ID_PREFIX = ""
+_ID_COUNTER = itertools.count()
+
+
+def _new_id_space() -> None:
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX = secrets.token_hex(6)
+    _ID_COUNTER = itertools.count(int.from_bytes(secrets.token_bytes(4), "big"))
+
+
+_new_id_space()
+os.register_at_fork(after_in_child=_new_id_space)
+
+
+def safe_model(name) -> str:
+    """``name`` when it is a plausible model name, else ``"(unknown)"`` (what
+    a client sent is never echoed into events or metrics unchecked)."""
+    if isinstance(name, str) and 0 < len(name) <= 128 and name.isprintable() and "\\" not in name:
+        return name
+    return "(unknown)"
+
+
+class Call:
+    """Per-call state, filled as the call goes; becomes the usage event."""
+
+    __slots__ = (
+        "cache_status",
+        "client_ip",
+        "endpoint",
+        "entry",
+        "error_type",
+        "headers_out",
+        "model",
+        "node_id",
+        "node_name",
+        "protocol",
+        "queue_s",
+        "record",
+        "request_id",
+        "started",
+        "status",
+        "stream",
+        "t0",
+        "ttft",
+        "upstream_s",
+        "usage",
+    )
+
+    def __init__(self, protocol: str, endpoint: str):
+        self.request_id = f"req_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
+        self.t0 = time.perf_counter()
+        self.started = time.time()
+        self.protocol = protocol
+        self.endpoint = endpoint
+        self.entry = None
+        self.model = None
+        self.node_id = None
+        self.node_name = None
+        self.stream = False
+        self.status = 200
+        self.error_type = ""
+        self.usage = NO_USAGE
+        self.ttft = None
+        self.upstream_s = None
+        self.queue_s = 0.0
+        self.client_ip = None
+        self.cache_status = "miss"
+        self.headers_out: list[tuple[bytes, bytes]] = []
+        self.record = True
+
+
+class Disconnected(Exception):
+    """The client went away while we were reading from or streaming to it."""
+
+
+class Retry(Exception):
+    """A node failure before anything reached the client: try another node."""
+
+    def __init__(self, error: GatewayError):
+        self.error = error
+
+
+class StreamStarted(Exception):
+    """A stream broke after bytes reached the client: no retry is possible
+    (the stream already ended with an error frame, or the client left)."""
+
+    def __init__(self, node_fault: bool):
+        self.node_fault = node_fault

@@ -1,0 +1,77 @@
+"""Answers the gateway gives itself, without a node: the model list, one
+model's description, and a prompt's token count (``count_tokens`` /
+``countTokens``). Each authenticates like any call and records no usage
+event except the token count (which costs nothing)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from gateway_bridge.pipeline import admit, auth, body, relay
+from gateway_bridge.pipeline.adapters import ADAPTERS
+from gateway_bridge.pipeline.call import Call, safe_model
+from gateway_bridge.protocols.base import NOT_FOUND, GatewayError, ModelInfo
+
+if TYPE_CHECKING:
+    from gateway_bridge.gateway import Gateway
+
+
+def visible_models(gw: Gateway, entry) -> list[ModelInfo]:
+    """The models served to the key's organization that the key may use."""
+    key = entry.auth
+    state = gw.state
+    snapshot = state.nodes
+    served = snapshot.models(key.organization_id) if snapshot else set()
+    out = []
+    for name in sorted(served):
+        if not key.model_allowed(name):
+            continue
+        info = state.catalog.get(name)
+        if info is not None and not info.enabled:
+            continue
+        nodes = snapshot.for_model(name, key.organization_id)
+        ctx = max((n.context_window or 0 for n in nodes), default=0)
+        out.append(
+            ModelInfo(
+                name=name,
+                display_name=info.display_name if info else name,
+                context_window=ctx or (info.context_window if info else 0),
+                kind=info.kind if info else "chat",
+                created=info.created if info else 0,
+            )
+        )
+    return out
+
+
+async def models(gw: Gateway, call: Call, scope, receive, send, headers, _model) -> None:
+    entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
+    call.record = False
+    infos = visible_models(gw, entry)
+    await relay.respond(send, 200, ADAPTERS[call.protocol].render_models(infos), call)
+
+
+async def model(gw: Gateway, call: Call, scope, receive, send, headers, name) -> None:
+    entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
+    call.record = False
+    name = name.removeprefix("models/")
+    infos = [m for m in visible_models(gw, entry) if m.name == name]
+    if not infos:
+        raise GatewayError(NOT_FOUND, "model_not_found", f"The model '{name}' does not exist.")
+    rendered = json.loads(ADAPTERS[call.protocol].render_models(infos))
+    for list_key in ("data", "models"):
+        if isinstance(rendered.get(list_key), list) and rendered[list_key]:
+            rendered = rendered[list_key][0]
+            break
+    await relay.respond(send, 200, json.dumps(rendered).encode(), call)
+
+
+async def count(gw: Gateway, call: Call, scope, receive, send, headers, path_model) -> None:
+    await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
+    data = await body.read_json(receive, headers, gw.max_body)
+    adapter = ADAPTERS[call.protocol]
+    call.model = safe_model(adapter.count_model(data, path_model))
+    admit.check_model(call, call.model)
+    answer = adapter.count_body(data, path_model)
+    call.endpoint = "count_tokens"
+    await relay.respond(send, 200, answer, call)

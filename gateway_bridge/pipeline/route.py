@@ -1,0 +1,115 @@
+"""Stage 1, route: method and path → protocol, endpoint, action, model in the path.
+
+The paths the SDKs use:
+
+- OpenAI: ``POST /v1/chat/completions``, ``/v1/completions``,
+  ``/v1/embeddings``; ``GET /v1/models``, ``/v1/models/{model}``.
+- Anthropic: ``POST /v1/messages``, ``/v1/messages/count_tokens``;
+  ``GET /v1/models`` and ``/v1/models/{model}`` with an ``anthropic-version``
+  header.
+- Gemini: ``POST /v1beta/models/{model}:generateContent`` (and
+  ``:streamGenerateContent``, ``:countTokens``, ``:embedContent``,
+  ``:batchEmbedContents``); ``GET /v1beta/models``, ``/v1beta/models/{model}``.
+
+An unknown path answers (404) in the protocol its prefix implies: Gemini's
+under ``/v1beta``, Anthropic's under ``/v1/messages``, OpenAI's otherwise. A
+known path with the wrong method answers 405 with an ``Allow`` header.
+
+Routes of fixed paths are built once; only a path that names a model builds
+one per call.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gateway_bridge.protocols.base import INVALID_REQUEST, NOT_FOUND, GatewayError
+
+# What the gateway does with a routed call.
+GENERATE = "generate"  # forward to a node (chat, completions, embeddings, messages, ...)
+COUNT = "count"  # count a prompt's tokens, answered by the gateway itself
+MODELS = "models"  # list the models the key may use
+MODEL = "model"  # describe one model
+UNKNOWN = "unknown"  # no such path: 404
+
+
+class Route(NamedTuple):
+    protocol: str
+    endpoint: str
+    action: str
+    method: str | None  # the one method the path takes (None: unknown path)
+    model: str | None = None  # the model named in the path (Gemini, /v1/models/{model})
+
+
+_OPENAI_ENDPOINTS = {
+    "/v1/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
+_GEMINI_VERBS = {
+    "generateContent": GENERATE,
+    "streamGenerateContent": GENERATE,
+    "countTokens": COUNT,
+    "embedContent": GENERATE,
+    "batchEmbedContents": GENERATE,
+}
+
+_EXACT: dict[str, Route] = {
+    "/v1/messages": Route("anthropic", "messages", GENERATE, "POST"),
+    "/v1/messages/": Route("anthropic", "messages", GENERATE, "POST"),
+    "/v1/messages/count_tokens": Route("anthropic", "count_tokens", COUNT, "POST"),
+    **{path: Route("openai", ep, GENERATE, "POST") for path, ep in _OPENAI_ENDPOINTS.items()},
+    "/v1beta/models": Route("gemini", "models", MODELS, "GET"),
+}
+_MODEL_LISTS = {
+    False: Route("openai", "models", MODELS, "GET"),
+    True: Route("anthropic", "models", MODELS, "GET"),
+}
+_UNKNOWN_GEMINI = Route("gemini", "unknown", UNKNOWN, None)
+_UNKNOWN_ANTHROPIC = Route("anthropic", "unknown", UNKNOWN, None)
+_UNKNOWN_OPENAI = Route("openai", "unknown", UNKNOWN, None)
+
+
+def resolve(path: str, headers: dict) -> Route:
+    """The route of a request (``headers`` lower-cased names: an
+    ``anthropic-version`` header makes ``/v1/models`` Anthropic's)."""
+    route = _EXACT.get(path)
+    if route is not None:
+        return route
+    if path.startswith("/v1beta/"):
+        rest = path[8:]
+        if rest.startswith("models/"):
+            name, sep, verb = rest[7:].partition(":")
+            if not sep:
+                return Route("gemini", "models", MODEL, "GET", name)
+            action = _GEMINI_VERBS.get(verb)
+            if action is not None:
+                return Route("gemini", verb, action, "POST", name)
+        return _UNKNOWN_GEMINI
+    if path in ("/v1/models", "/v1/models/"):
+        return _MODEL_LISTS["anthropic-version" in headers]
+    if path.startswith("/v1/models/"):
+        proto = "anthropic" if "anthropic-version" in headers else "openai"
+        return Route(proto, "models", MODEL, "GET", path[11:])
+    endpoint = _OPENAI_ENDPOINTS.get(path.rstrip("/"))
+    if endpoint is not None:
+        return Route("openai", endpoint, GENERATE, "POST")
+    if path == "/v1beta":
+        return _UNKNOWN_GEMINI
+    if path.startswith("/v1/messages/"):
+        return _UNKNOWN_ANTHROPIC
+    return _UNKNOWN_OPENAI
+
+
+def refusal(route: Route, method: str, path: str) -> GatewayError:
+    """The error for a request its route does not take: 404 for an unknown
+    path, 405 (with ``Allow``) for a known path and the wrong method."""
+    if route.method is None:
+        return GatewayError(NOT_FOUND, "unknown_url", f"Unknown request URL: {path}")
+    return GatewayError(
+        INVALID_REQUEST,
+        "method_not_allowed",
+        f"{method} is not allowed here; use {route.method}.",
+        status=405,
+        headers=[("allow", route.method)],
+    )
