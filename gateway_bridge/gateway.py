@@ -39,7 +39,7 @@ from gateway_bridge.pipeline import admit, auth, body, cached, forward, local, r
 from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
 from gateway_bridge.state import GatewayState
-from usage.events import ENDPOINTS as _ENDPOINTS
+from usage.facade import ENDPOINTS as _ENDPOINTS
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from gateway_bridge.protocols.base import (
     CallRequest,
     GatewayError,
 )
-from usage.rating import discount_for, rate
+from usage.facade import discount_for, rate
 
 if TYPE_CHECKING:
     from gateway_bridge.gateway import Gateway

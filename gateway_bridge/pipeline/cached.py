@@ -18,7 +18,7 @@ from gateway_bridge.pipeline import admit, relay
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import CallRequest
 from gateway_bridge.usage_mapping import TokenUsage
-from usage.rating import discount_for, rate
+from usage.facade import discount_for, rate
 
 if TYPE_CHECKING:
     from gateway_bridge.gateway import Gateway
