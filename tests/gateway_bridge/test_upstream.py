@@ -14,7 +14,7 @@ import ssl
 
 import pytest
 
-from gateway_bridge.upstream import UpstreamError, UpstreamPool
+from gateway_bridge.upstreams import UpstreamError, UpstreamPool
 from tests.inference_node.server_helpers import metric_value, node_process
 
 CHAT = "/v1/chat/completions"
