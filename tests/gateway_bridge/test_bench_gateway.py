@@ -152,6 +152,9 @@ def test_bench_gateway_reports_the_floor_ratios_and_cpu_per_call(tmp_path):
         )
         assert row["cpu_us_per_call"]["gateway"] > 0
         assert row["cpu_us_per_call"]["floor"] > 0
+        assert row["gateway_over_floor_cpu"] == pytest.approx(
+            row["cpu_us_per_call"]["gateway"] / row["cpu_us_per_call"]["floor"], abs=0.001
+        )
     assert stream["floor"]["ttft_p50_ms"] > 0
     assert "floor_added_ttft_p50_ms" in stream
     assert "added_ttft_p50_ms" in stream
@@ -161,5 +164,8 @@ def test_bench_gateway_reports_the_floor_ratios_and_cpu_per_call(tmp_path):
         "target": ">= 0.75",
     }
     assert targets["added_p50_over_floor_ms_at_4_clients"]["target"] == "<= 0.3"
-    assert targets["cpu_us_per_call_at_4_clients"] == plain["cpu_us_per_call"]
+    assert targets["cpu_us_per_call_at_4_clients"] == {
+        **plain["cpu_us_per_call"],
+        "gateway_over_floor": plain["gateway_over_floor_cpu"],
+    }
     assert report["gateway_errors"] == 0
