@@ -20,13 +20,17 @@ SETTLE_S = 0.25
 class UpstreamResponse:
     """The head of a node's answer; read the body with ``read()`` or ``sse()``."""
 
-    __slots__ = ("_conn", "headers", "reused", "status")
+    __slots__ = ("_conn", "event_buffered", "headers", "reused", "status")
 
     def __init__(self, conn: _Connection, reused: bool):
         self._conn: _Connection | None = conn
         self.status: int = conn.status
         self.headers: dict[str, str] = conn.headers
         self.reused = reused  # whether the connection came from the pool
+        # While sse() is suspended at an event: whether the next event with data has
+        # already come in, so the next __anext__ returns without waiting. A relay may
+        # hold what it has to write and send the two (or more) in one write.
+        self.event_buffered = False
 
     async def read(self) -> bytes:
         """The whole body; releases the connection afterwards."""
@@ -88,7 +92,9 @@ class UpstreamResponse:
                                 continue
                         if payload == b"[DONE]" and not conn.complete:
                             await _settle(conn)
+                        self.event_buffered = _data_follows(buffer, start)
                         yield payload
+                        self.event_buffered = False
                         if self._conn is not conn:  # released or aborted meanwhile
                             raise self._gone(conn)
                     buffer = buffer[start:] + tail if start or tail else buffer
@@ -150,6 +156,14 @@ async def _settle(conn: _Connection) -> None:
         async with asyncio.timeout(SETTLE_S):
             while not conn.complete and conn.error is None and not conn._chunks:
                 await conn.wait()
+
+
+def _data_follows(buffer: bytes, start: int) -> bool:
+    """Whether ``buffer[start:]`` begins with a complete event block that has data."""
+    end = buffer.find(b"\n\n", start)
+    if end < 0:
+        return False
+    return buffer.startswith(b"data:", start) or buffer.find(b"\ndata:", start, end) >= 0
 
 
 def _event_data(block: bytes) -> bytes | None:
