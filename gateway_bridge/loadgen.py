@@ -16,6 +16,9 @@ OpenAI chat/completions, Anthropic and Gemini chunks are recognised).
 ``cpu_seconds`` is this process's CPU time over the window: the generator is
 asyncio.Protocol + httptools (+ uvloop when importable), so it stays a small
 share of a 2-core machine, but the benchmark should report it.
+``--cpu-pid PID`` (repeatable) adds ``server_cpu_seconds``: each such
+process's CPU time (user + system, all its threads, from ``/proc``) over the
+same window, so a server's CPU per call is that divided by ``requests``.
 
 ``--stream`` reads answers as SSE and sets ``"stream": true`` in JSON object
 bodies that do not say (except for Gemini URLs, where streaming is in the URL).
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import ssl as ssl_module
 import sys
 import time
@@ -225,6 +229,24 @@ def _has_content(payload: bytes) -> bool:
     return False
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (all threads) from /proc; None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+
+
+def _cpu_of(pids) -> dict[int, float | None]:
+    return {pid: process_cpu_seconds(pid) for pid in pids}
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -289,6 +311,7 @@ async def drive(
     timeout: float = 60.0,
     drain: float = 2.0,
     method: str = "POST",
+    cpu_pids: Iterable[int] = (),
 ) -> dict:
     """Run the load inside the running event loop; returns the summary dict."""
     payloads, host, port, ssl, server_hostname = _payloads(url, bodies, headers, stream, method)
@@ -300,13 +323,18 @@ async def drive(
     run.window_start = started + warmup
     run.deadline = run.window_start + seconds
     cpu_at_start = cpu_at_end = None
+    cpu_pids = list(cpu_pids)
+    servers_at_start: dict = {}
+    servers_at_end: dict = {}
     connecting = [loop.create_task(run.connect()) for _ in range(concurrency)]
     while not run.all_done.done():
         now = _perf()
         if cpu_at_start is None and now >= run.window_start:
             cpu_at_start = time.process_time()
+            servers_at_start = _cpu_of(cpu_pids)
         if cpu_at_end is None and now >= run.deadline:
             cpu_at_end = time.process_time()
+            servers_at_end = _cpu_of(cpu_pids)
         if now >= run.deadline + drain + 1.0:
             break  # connections that never came up
         if now >= run.deadline + drain:
@@ -323,13 +351,15 @@ async def drive(
     cpu = end - (cpu_at_start if cpu_at_start is not None else end)
     for task in connecting:
         task.cancel()
+    if cpu_pids and not servers_at_end:
+        servers_at_end = _cpu_of(cpu_pids)
     run.latencies.sort()
     run.ttfts.sort()
     requests = sum(run.statuses.values())
     ok = len(run.latencies)
     errors = requests - ok + sum(run.error_kinds.values())
     mean = sum(run.latencies) / ok * 1000 if ok else None
-    return {
+    result = {
         "requests": requests,
         "ok": ok,
         "errors": errors,
@@ -350,6 +380,15 @@ async def drive(
         "warmup": warmup,
         "cpu_seconds": round(cpu, 3),
     }
+    if cpu_pids:
+        server_cpu = {}
+        for pid in cpu_pids:
+            start, end = servers_at_start.get(pid), servers_at_end.get(pid)
+            server_cpu[str(pid)] = (
+                round(end - start, 3) if start is not None and end is not None else None
+            )
+        result["server_cpu_seconds"] = server_cpu
+    return result
 
 
 def run_load(
@@ -365,6 +404,7 @@ def run_load(
     drain: float = 2.0,
     method: str = "POST",
     use_uvloop: bool = True,
+    cpu_pids: Iterable[int] = (),
 ) -> dict:
     """Run a closed-loop load on a fresh event loop (uvloop when importable).
 
@@ -382,6 +422,7 @@ def run_load(
         timeout=timeout,
         drain=drain,
         method=method,
+        cpu_pids=cpu_pids,
     )
     if use_uvloop:
         try:
@@ -418,6 +459,7 @@ def main(argv: list[str] | None = None) -> None:
     add("--timeout", type=float, default=60.0, help="per request, seconds")
     add("--method", default="POST")
     add("--no-uvloop", action="store_true")
+    add("--cpu-pid", type=int, action="append", default=[], help="report this process's CPU")
     options = parser.parse_args(argv)
     if options.bodies_file:
         with open(options.bodies_file, "rb") as f:
@@ -438,6 +480,7 @@ def main(argv: list[str] | None = None) -> None:
         timeout=options.timeout,
         method=options.method.upper(),
         use_uvloop=not options.no_uvloop,
+        cpu_pids=options.cpu_pid,
     )
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")

@@ -219,6 +219,22 @@ def prefix_key(prefix: str, chars: int) -> bytes:
     return hashlib.blake2b(prefix[:chars].encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+class _LazyKey:
+    """A prefix's affinity key, hashed on first use (a single free node needs none)."""
+
+    __slots__ = ("_chars", "_key", "_prefix")
+
+    def __init__(self, prefix: str, chars: int):
+        self._prefix = prefix
+        self._chars = chars
+        self._key: bytes | None = None
+
+    def value(self) -> bytes:
+        if self._key is None:
+            self._key = prefix_key(self._prefix, self._chars)
+        return self._key
+
+
 def rendezvous_score(key: bytes, node_id: int, weight: int) -> float:
     digest = hashlib.blake2b(key + node_id.to_bytes(8, "little", signed=True), digest_size=8)
     u = (int.from_bytes(digest.digest(), "little") + 1) / (2**64 + 2)  # in (0, 1)
@@ -265,12 +281,12 @@ class Router:
     ) -> Lease:
         timeout = self.config.queue_timeout if timeout is None else timeout
         policy = self.policy_for(model)
-        key = prefix_key(prefix, self.config.prefix_chars) if policy == "prefix_affinity" else b""
-        started = self.now()
-        loop_started = time.monotonic()
+        # The prefix hash is computed when a choice among several nodes needs it.
+        key = _LazyKey(prefix, self.config.prefix_chars) if policy == "prefix_affinity" else b""
+        started = now = self.now()
+        loop_started = None
         waiter: _Waiter | None = None
         while True:
-            now = self.now()
             candidates = [
                 n for n in nodes if n.node_id not in exclude and self.breaker(n).available(now)
             ]
@@ -281,7 +297,10 @@ class Router:
                 raise NoCandidates(model)
             node = self._choose(model, policy, candidates, key)
             if node is not None:
-                return self._take(node, self.now() - started, policy)
+                return self._take(node, now - started if waiter is None else self.now() - started,
+                                  policy)  # fmt: skip
+            if loop_started is None:
+                loop_started = time.monotonic()
             queue = self._queues.setdefault(model, [])
             if waiter is None:
                 if len(queue) >= self.config.max_queue_depth:
@@ -312,6 +331,7 @@ class Router:
                     # We were woken for a slot we will not take: pass it on.
                     self._wake_for(waiter.node_ids)
                 raise
+            now = self.now()
 
     def stats(self) -> dict:
         nodes = {}
@@ -347,6 +367,8 @@ class Router:
             return self._round_robin(model, free)
         if policy == "least_outstanding":
             return self._least(free)
+        if isinstance(key, _LazyKey):
+            key = key.value()
         in_flight = self.in_flight
         total = sum(in_flight.get(n.node_id, 0) for n in candidates) + 1
         weights = sum(max(n.weight, 1) for n in candidates)
@@ -405,7 +427,8 @@ class Router:
                 self.on_transition(node, breaker)
             except Exception:  # reporting must never break routing
                 logger.exception("circuit transition listener failed")
-        self._wake_for(frozenset((node.node_id,)))
+        if self._queues:
+            self._wake_for(frozenset((node.node_id,)))
 
     def _wake_for(self, node_ids: frozenset[int]) -> None:
         """Wake the first waiter (priority, then arrival) a freed node can serve."""

@@ -100,6 +100,12 @@ def format_duration(ms: int) -> str:
     return f"{sec}s"
 
 
+_HEADER_NAMES = {
+    dim: (f"x-ratelimit-limit-{dim}", f"x-ratelimit-remaining-{dim}", f"x-ratelimit-reset-{dim}")
+    for dim in ("requests", "tokens")
+}
+
+
 def rate_headers(
     rules: list[RateRule],
     states: list[RuleState],
@@ -107,28 +113,39 @@ def rate_headers(
     forced: tuple[str, int] | None = None,
 ) -> list[tuple[str, str]]:
     """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the most
-    constraining rule per dimension (the least remaining); ``forced`` =
-    (dimension, rule index) names the rule that refused, which wins."""
+    constraining rule per dimension (the least remaining; of equals, the one
+    that resets last); ``forced`` = (dimension, rule index) names the rule
+    that refused, which wins."""
+    if len(rules) != len(states):
+        raise ValueError("one state per rule")
     out: list[tuple[str, str]] = []
     for dim in ("requests", "tokens"):
-        best = None
-        for i, (rule, st) in enumerate(zip(rules, states, strict=True)):
-            limit = rule.rpm if dim == "requests" else rule.tpm
+        requests = dim == "requests"
+        best = None  # (remaining, reset_ms, limit)
+        for i, rule in enumerate(rules):
+            limit = rule.rpm if requests else rule.tpm
             if limit is None:
                 continue
-            remaining = max(0, limit - (st.requests if dim == "requests" else st.tokens))
-            cand = (remaining, -st.reset_ms, limit, st.reset_ms)
-            if forced == (dim, i):
-                best = cand
+            st = states[i]
+            remaining = limit - (st.requests if requests else st.tokens)
+            if remaining < 0:
+                remaining = 0
+            if forced is not None and forced[0] == dim and forced[1] == i:
+                best = (remaining, st.reset_ms, limit)
                 break
-            if best is None or cand[:2] < best[:2]:
-                best = cand
+            if (
+                best is None
+                or remaining < best[0]
+                or (remaining == best[0] and st.reset_ms > best[1])
+            ):
+                best = (remaining, st.reset_ms, limit)
         if best is not None:
-            remaining, _, limit, reset_ms = best
+            remaining, reset_ms, limit = best
+            names = _HEADER_NAMES[dim]
             out += [
-                (f"x-ratelimit-limit-{dim}", str(limit)),
-                (f"x-ratelimit-remaining-{dim}", str(remaining)),
-                (f"x-ratelimit-reset-{dim}", format_duration(reset_ms)),
+                (names[0], str(limit)),
+                (names[1], str(remaining)),
+                (names[2], format_duration(reset_ms)),
             ]
     return out
 

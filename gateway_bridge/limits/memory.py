@@ -167,17 +167,16 @@ class MemoryLimitStore:
             if reservation_id in self._records:
                 raise DuplicateReservation(reservation_id)
             buckets = [self._bucket(c.key, now_ms) for c in caps]
-            missing = [c.key for c, b in zip(caps, buckets, strict=True) if b is None]
-            if missing:
-                raise BucketsMissing(missing)
+            if None in buckets:
+                raise BucketsMissing([c.key for c, b in zip(caps, buckets, strict=True) if not b])
             cur = now_ms // self.slot_ms
             windows = [self._window(r.key, cur) for r in rates]
-            states = [self._state(w, now_ms) for w in windows]
             for cap, b in zip(caps, buckets, strict=True):
                 if b.used + b.reserved + amount > cap.limit:
-                    headers = rate_headers(rates, states)
+                    headers = rate_headers(rates, self._states(windows, now_ms))
                     raise cap_refusal(cap, b.used, b.reserved, amount, now_ms / 1000, headers)
-            for i, (rule, w) in enumerate(zip(rates, windows, strict=True)):
+            for i, rule in enumerate(rates):
+                w = windows[i]
                 reqs, toks = (w.requests, w.tokens) if w else (0, 0)
                 kind = 0
                 if rule.rpm is not None and reqs + 1 > rule.rpm:
@@ -187,35 +186,47 @@ class MemoryLimitStore:
                 elif rule.tpm is not None and toks + tokens > rule.tpm:
                     kind, wait = REFUSED_TPM, self._wait_ms(w, now_ms, 1, tokens, rule.tpm)
                 if kind:
+                    states = self._states(windows, now_ms)
                     dim = "requests" if kind == REFUSED_RPM else "tokens"
                     headers = rate_headers(rates, states, forced=(dim, i))
                     raise rate_refusal(kind, rule, states[i], tokens, wait, self.window_ms, headers)
             # Admitted: reserve on every bucket, count on every rule.
             deadline = now_ms + max(1, round(hold_seconds * 1000))
+            held = (amount, deadline)
+            entry = (deadline, reservation_id)
             for b in buckets:
                 b.reserved += amount
-                b.live[reservation_id] = (amount, deadline)
-                heapq.heappush(b.heap, (deadline, reservation_id))
+                b.live[reservation_id] = held
+                heapq.heappush(b.heap, entry)
             after = []
-            for rule, w in zip(rates, windows, strict=True):
+            # Every window now counts this request, so each rule's window resets one
+            # full window after the current slot.
+            reset = (cur + self.slots + 1) * self.slot_ms - now_ms
+            for i, rule in enumerate(rates):
+                w = windows[i]
                 if w is None:
                     w = self._windows[rule.key] = _Window(oldest=cur, newest=cur)
-                counts = w.slots.setdefault(cur, [0, 0])
+                counts = w.slots.get(cur)
+                if counts is None:
+                    counts = w.slots[cur] = [0, 0]
                 counts[0] += 1
                 counts[1] += tokens
                 w.requests += 1
                 w.tokens += tokens
                 w.newest = cur
-                after.append(self._state(w, now_ms))
+                after.append(RuleState(w.requests, w.tokens, reset))
             self._records[reservation_id] = _Record(
                 amount,
                 tokens,
                 cur,
-                tuple(c.key for c in caps),
-                tuple(r.key for r in rates),
+                tuple([c.key for c in caps]),
+                tuple([r.key for r in rates]),
                 deadline + RECORD_GRACE_MS,
             )
             return Admission(reservation_id, rate_headers(rates, after))
+
+    def _states(self, windows: list[_Window | None], now_ms: int) -> list[RuleState]:
+        return [self._state(w, now_ms) for w in windows]
 
     def _finish(self, reservation_id: str, cost: int | None, tokens: int) -> None:
         with self._lock:

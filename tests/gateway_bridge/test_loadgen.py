@@ -92,3 +92,21 @@ def test_command_sends_bodies_round_robin_with_headers_and_prints_json(tmp_path)
     assert result["requests"] == result["statuses"]["200"] + result["statuses"]["500"]
     assert result["errors"] == result["statuses"]["500"] > 0
     assert result["concurrency"] == 1
+
+
+def test_reports_a_server_process_cpu_over_the_window():
+    with node_process("--profile", "instant", via="module") as node:
+        result = run_load(
+            node.base_url + CHAT,
+            [chat(3)],
+            {},
+            concurrency=2,
+            seconds=0.5,
+            warmup=0.1,
+            cpu_pids=[node.process.pid, 2**22 + 1],  # the node, and a pid that does not exist
+        )
+
+    cpu = result["server_cpu_seconds"]
+    assert result["ok"] > 10
+    assert 0 < cpu[str(node.process.pid)] < 5
+    assert cpu[str(2**22 + 1)] is None

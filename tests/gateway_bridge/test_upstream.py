@@ -14,7 +14,7 @@ import ssl
 
 import pytest
 
-from gateway_bridge.upstream import UpstreamError, UpstreamPool
+from gateway_bridge.upstreams import UpstreamError, UpstreamPool
 from tests.inference_node.server_helpers import metric_value, node_process
 
 CHAT = "/v1/chat/completions"
@@ -510,6 +510,36 @@ def test_no_retry_on_a_fresh_connection_or_after_response_bytes():
         return results
 
     assert run(scenario()) == [("closed", 1), ("closed", 1)]
+
+
+def test_sse_says_when_the_next_event_is_already_in():
+    pieces = [
+        b"data: 1\n\ndata: 2\n\n: ping\n\n",  # 1 is followed by 2; 2 only by a comment
+        b"data: 3\n\nid: 9\ndata: 4\n\n",  # an event whose data is not its first line
+        b"data: [DONE]\n\n",
+    ]
+
+    async def handle(reader, writer, n):
+        await read_request(reader)
+        writer.write(SSE_HEAD)
+        for piece in pieces:
+            writer.write(chunk(piece))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def scenario():
+        pool = UpstreamPool()
+        async with raw_server(handle) as (url, _):
+            resp = await pool.request("POST", url, CHAT, b"{}")
+            seen = [(data, resp.event_buffered) async for data in resp.sse()]
+        await pool.close()
+        return seen, resp.event_buffered
+
+    seen, after = run(scenario())
+    assert seen == [(b"1", True), (b"2", False), (b"3", True), (b"4", False), (b"[DONE]", False)]
+    assert after is False
 
 
 def test_sse_comments_multiline_data_crlf_and_odd_splits():

@@ -6,8 +6,15 @@ IP allowlist, spend caps and rate limits are all set (so every rule runs),
 and the closed-loop load generator (gateway_bridge.loadgen) in its own
 process. For each step of concurrent clients, plain and streamed, the same
 load goes to the node directly and through the gateway; the difference is
-the gateway's added latency. Then every usage event the gateway emitted is
-ingested by a real Celery worker and counted in the database.
+the gateway's added latency. The same load also goes through the floor
+(gateway_bridge.floor: a bare uvicorn + aiohttp pass-through to the same node,
+started here with the gateway's uvicorn settings), so each step reports the
+gateway's requests/s as a share of the floor's, both proxies' added latency
+and their CPU time per call (the server process's user + system time over the
+measured window, from /proc, divided by the calls answered in it). With
+``--repeat N`` each step runs N times, direct, floor and gateway interleaved,
+and reports medians with the spread. Then every usage event the gateway
+emitted is ingested by a real Celery worker and counted in the database.
 
 The cache-affinity figure runs four simulator nodes (realistic latency
 profile, bounded prefix caches) and a workload of many tenants with long
@@ -25,12 +32,13 @@ import random
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
-from pathlib import Path
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
@@ -80,8 +88,53 @@ def _post(url: str, body: dict, headers: dict | None = None, timeout: float = 10
         return resp.read()
 
 
+def _uvicorn(app: str, port: int, *extra: str) -> list[str]:
+    """The uvicorn command line the gateway and the floor share: one process, httptools,
+    uvloop when importable, no access log, no proxy headers."""
+    cmd = [
+        sys.executable, "-m", "uvicorn", app, *extra, "--host", "127.0.0.1",
+        "--port", str(port), "--lifespan", "on", "--no-access-log", "--log-level", "warning",
+        "--http", "httptools", "--no-proxy-headers",
+    ]  # fmt: skip
+    try:
+        import uvloop  # noqa: F401
+
+        cmd += ["--loop", "uvloop"]
+    except ImportError:
+        pass
+    return cmd
+
+
+def _wait_up(proc: subprocess.Popen, url: str, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            _get(url, timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {what} exited at start") from None
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the {what} did not start")
+
+
+def start_floor(node_url: str, port: int) -> tuple[subprocess.Popen, str]:
+    """The bare pass-through (gateway_bridge.floor) to ``node_url``, on 127.0.0.1:``port``."""
+    from gateway_bridge.floor import UPSTREAM_ENV
+
+    env = {**os.environ, UPSTREAM_ENV: node_url}
+    cmd = _uvicorn("gateway_bridge.floor:create_app", port, "--factory")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
+    url = f"http://127.0.0.1:{port}"
+    _wait_up(proc, f"{url}/health", "floor proxy")
+    return proc, url
+
+
 def _load(url: str, *, bodies: list[dict], headers: dict, concurrency: int, seconds: float,
-          stream: bool, warmup: float) -> dict:  # fmt: skip
+          stream: bool, warmup: float, cpu_pid: int | None = None) -> dict:  # fmt: skip
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for body in bodies:
             f.write(json.dumps(body) + "\n")
@@ -94,6 +147,8 @@ def _load(url: str, *, bodies: list[dict], headers: dict, concurrency: int, seco
         cmd += ["--header", f"{name}: {value}"]
     if stream:
         cmd.append("--stream")
+    if cpu_pid is not None:
+        cmd += ["--cpu-pid", str(cpu_pid)]
     try:
         out = subprocess.run(  # noqa: S603 - our own interpreter and module
             cmd, capture_output=True, text=True, check=True, timeout=seconds * 4 + 60
@@ -123,6 +178,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-affinity", action="store_true", help="skip the affinity figure")
         parser.add_argument("--affinity-seconds", type=float, default=10.0)
         parser.add_argument("--tenants", type=int, default=24)
+        parser.add_argument(
+            "--repeat", type=int, default=1, help="runs per step (medians and spread reported)"
+        )
+        parser.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
 
     # --- setup --------------------------------------------------------------
 
@@ -185,29 +244,10 @@ class Command(BaseCommand):
             **os.environ,
             "GATEWAY_ROUTING_OVERRIDES": f"{AFFINITY_MODEL}=prefix_affinity,{RR_MODEL}=round_robin",
         }
-        cmd = [
-            sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1",
-            "--port", str(port), "--lifespan", "on", "--no-access-log", "--log-level", "warning",
-            "--http", "httptools", "--no-proxy-headers",
-        ]  # fmt: skip
-        try:
-            import uvloop  # noqa: F401
-
-            cmd += ["--loop", "uvloop"]
-        except ImportError:
-            pass
+        cmd = _uvicorn("console.asgi:application", port)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                _get(f"http://127.0.0.1:{port}/metrics", timeout=1)
-                return proc
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError("the gateway exited at start") from None
-                time.sleep(0.2)
-        proc.kill()
-        raise RuntimeError("the gateway did not start")
+        _wait_up(proc, f"http://127.0.0.1:{port}/metrics", "gateway")
+        return proc
 
     # --- run ------------------------------------------------------------------
 
@@ -238,31 +278,34 @@ class Command(BaseCommand):
             direct_body = {**body, "model": "sim-chat-small"}
             node_auth = {"Authorization": f"Bearer {NODE_TOKEN}"}
             _post(f"{gw}/v1/chat/completions", body, auth)  # the key is now cached
+            targets = {
+                "direct": (f"{node_url}/v1/chat/completions", direct_body, node_auth, None),
+                "gateway": (f"{gw}/v1/chat/completions", body, auth, gateway.pid),
+            }
+            if not opts["no_floor"]:
+                floor, floor_url = start_floor(node_url, _free_port())
+                procs.append(floor)
+                _post(f"{floor_url}/v1/chat/completions", direct_body, node_auth)
+                targets["floor"] = (
+                    f"{floor_url}/v1/chat/completions", direct_body, node_auth, floor.pid
+                )  # fmt: skip
             steps = [int(s) for s in opts["steps"].split(",") if s]
             modes = [m for m in opts["modes"].split(",") if m]
             rows = []
             for mode in modes:
                 stream = mode == "stream"
                 for clients in steps:
-                    direct = _load(
-                        f"{node_url}/v1/chat/completions", bodies=[direct_body], headers=node_auth,
-                        concurrency=clients, seconds=seconds, stream=stream, warmup=warmup,
-                    )  # fmt: skip
-                    via = _load(
-                        f"{gw}/v1/chat/completions", bodies=[body], headers=auth,
-                        concurrency=clients, seconds=seconds, stream=stream, warmup=warmup,
-                    )  # fmt: skip
-                    row = {
-                        "mode": mode,
-                        "clients": clients,
-                        "gateway": _summary(via),
-                        "direct": _summary(direct),
-                        "added_p50_ms": _diff(via, direct, "p50_ms"),
-                        "added_p90_ms": _diff(via, direct, "p90_ms"),
-                        "added_p99_ms": _diff(via, direct, "p99_ms"),
-                    }
-                    if stream:
-                        row["added_ttft_p50_ms"] = _diff(via, direct, "ttft_p50_ms")
+                    runs = []
+                    for _ in range(max(1, opts["repeat"])):
+                        # direct, floor, gateway back to back: one repeat sees one machine state
+                        run = {}
+                        for name, (url, b, h, pid) in targets.items():
+                            run[name] = _load(
+                                url, bodies=[b], headers=h, concurrency=clients, seconds=seconds,
+                                stream=stream, warmup=warmup, cpu_pid=pid,
+                            )  # fmt: skip
+                        runs.append(run)
+                    row = _row(mode, clients, runs)
                     rows.append(row)
                     self.stderr.write(json.dumps(row))
             report["steps"] = rows
@@ -413,14 +456,91 @@ class Command(BaseCommand):
 
 def _summary(r: dict) -> dict:
     keys = ("requests_per_second", "p50_ms", "p90_ms", "p99_ms", "ttft_p50_ms", "errors",
-            "cpu_seconds")  # fmt: skip
+            "cpu_seconds", "cpu_us_per_call")  # fmt: skip
     return {k: r.get(k) for k in keys if r.get(k) is not None}
+
+
+def _with_server_cpu(r: dict) -> dict:
+    """The run's result plus the server's CPU µs per answered call (when measured)."""
+    cpus = [v for v in (r.get("server_cpu_seconds") or {}).values() if v is not None]
+    if cpus and r.get("requests"):
+        r = {**r, "cpu_us_per_call": round(sum(cpus) / r["requests"] * 1e6, 1)}
+    return r
+
+
+def _median_of(results: list[dict]) -> dict:
+    """Each numeric figure's median over the repeats (a single run is itself)."""
+    if len(results) == 1:
+        return results[0]
+    out = {}
+    for key in results[0]:
+        values = [r.get(key) for r in results]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            out[key] = round(statistics.median(values), 3)
+    return out
 
 
 def _diff(a: dict, b: dict, key: str):
     if a.get(key) is None or b.get(key) is None:
         return None
     return round(a[key] - b[key], 3)
+
+
+def _ratio(a: dict, b: dict, key: str = "requests_per_second"):
+    if not a.get(key) or not b.get(key):
+        return None
+    return round(a[key] / b[key], 3)
+
+
+def _row(mode: str, clients: int, runs: list[dict]) -> dict:
+    """One step's figures: medians over its repeats, and each repeat's within-run ratios."""
+    runs = [{name: _with_server_cpu(r) for name, r in run.items()} for run in runs]
+    via = _median_of([run["gateway"] for run in runs])
+    direct = _median_of([run["direct"] for run in runs])
+    row = {
+        "mode": mode,
+        "clients": clients,
+        "gateway": _summary(via),
+        "direct": _summary(direct),
+        "added_p50_ms": _diff(via, direct, "p50_ms"),
+        "added_p90_ms": _diff(via, direct, "p90_ms"),
+        "added_p99_ms": _diff(via, direct, "p99_ms"),
+    }
+    if mode == "stream":
+        row["added_ttft_p50_ms"] = _diff(via, direct, "ttft_p50_ms")
+    if "floor" not in runs[0]:
+        return row
+    floor = _median_of([run["floor"] for run in runs])
+    row["floor"] = _summary(floor)
+    row["floor_added_p50_ms"] = _diff(floor, direct, "p50_ms")
+    row["floor_added_p99_ms"] = _diff(floor, direct, "p99_ms")
+    if mode == "stream":
+        row["floor_added_ttft_p50_ms"] = _diff(floor, direct, "ttft_p50_ms")
+    # Within-run comparisons, each repeat on its own, then their median: a repeat's
+    # three runs saw the same machine, the repeats may not have.
+    each = [
+        {
+            "gateway_over_floor_rps": _ratio(run["gateway"], run["floor"]),
+            "added_p50_over_floor_ms": _diff(run["gateway"], run["floor"], "p50_ms"),
+            # CPU per call, gateway over floor: the steadiest figure on a busy machine
+            # (contention inflates both processes' CPU per call alike).
+            "gateway_over_floor_cpu": _ratio(run["gateway"], run["floor"], "cpu_us_per_call"),
+            "rps": {name: r.get("requests_per_second") for name, r in run.items()},
+        }
+        for run in runs
+    ]
+    for key in ("gateway_over_floor_rps", "added_p50_over_floor_ms", "gateway_over_floor_cpu"):
+        values = [e[key] for e in each if e[key] is not None]
+        row[key] = round(statistics.median(values), 3) if values else None
+        if len(values) > 1:
+            row[key + "_spread"] = [min(values), max(values)]
+    row["cpu_us_per_call"] = {
+        "gateway": via.get("cpu_us_per_call"),
+        "floor": floor.get("cpu_us_per_call"),
+    }
+    if len(runs) > 1:
+        row["repeats"] = each
+    return row
 
 
 def _targets(rows: list[dict]) -> dict:
@@ -431,6 +551,22 @@ def _targets(rows: list[dict]) -> dict:
     r = find("plain", 4)
     if r:
         out["added_p50_ms_at_4_clients"] = {"value": r["added_p50_ms"], "target": "<= 1"}
+        if "floor" in r:
+            out["added_p50_over_floor_ms_at_4_clients"] = {
+                "value": r["added_p50_over_floor_ms"],
+                "target": "<= 0.3",
+            }
+    for clients in (4, 50):
+        r = find("plain", clients)
+        if r and "floor" in r:
+            out[f"gateway_over_floor_rps_at_{clients}_clients"] = {
+                "value": r["gateway_over_floor_rps"],
+                "target": ">= 0.75",
+            }
+            out[f"cpu_us_per_call_at_{clients}_clients"] = {
+                **r["cpu_us_per_call"],
+                "gateway_over_floor": r["gateway_over_floor_cpu"],
+            }
     r = find("plain", 50)
     if r:
         out["plain_rps_at_50_clients"] = {
@@ -441,6 +577,3 @@ def _targets(rows: list[dict]) -> dict:
     if r:
         out["added_p99_ms_at_200_clients"] = {"value": r["added_p99_ms"], "target": "< 10"}
     return out
-
-
-Path  # noqa: B018 - keep the import for type checkers of subclasses
