@@ -34,11 +34,15 @@ from pathlib import Path
 from django.conf import settings
 
 from gateway_bridge import cache as response_cache
+from gateway_bridge.circuits import CircuitReporter
+from gateway_bridge.limits import Limits, build_store
 from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.pipeline import admit, auth, body, cached, forward, local, relay, route
 from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
+from gateway_bridge.routing import Router, RouterConfig
 from gateway_bridge.state import GatewayState
+from gateway_bridge.upstreams import UpstreamPool
 from usage.facade import ENDPOINTS as _ENDPOINTS
 
 logger = logging.getLogger(__name__)
@@ -75,11 +79,6 @@ class Gateway:
     and metrics, and ``handle``, which runs a call through the pipeline."""
 
     def __init__(self, *, emitter=None, limits=None, circuits=None):
-        from gateway_bridge.circuits import CircuitReporter
-        from gateway_bridge.limits import Limits, build_store
-        from gateway_bridge.routing import Router, RouterConfig
-        from gateway_bridge.upstream import UpstreamPool
-
         self.state = GatewayState()
         self.metrics = GatewayMetrics()
         self.router = Router(

@@ -33,7 +33,7 @@ from gateway_bridge.protocols.base import (
     GatewayError,
 )
 from gateway_bridge.routing import NoCandidates, Outcome, QueueFull, QueueTimeout
-from gateway_bridge.upstream import UpstreamError
+from gateway_bridge.upstreams import UpstreamError
 
 if TYPE_CHECKING:
     from gateway_bridge.gateway import Gateway

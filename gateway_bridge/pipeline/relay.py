@@ -25,7 +25,7 @@ from gateway_bridge import answers
 from gateway_bridge.pipeline.adapters import ADAPTERS, DEFAULT
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
 from gateway_bridge.protocols.base import UPSTREAM, CallRequest, GatewayError
-from gateway_bridge.upstream import UpstreamError
+from gateway_bridge.upstreams import UpstreamError
 from gateway_bridge.usage_mapping import TokenUsage, from_openai
 
 if TYPE_CHECKING:

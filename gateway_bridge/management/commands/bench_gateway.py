@@ -43,6 +43,10 @@ import urllib.request
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from accounts.facade import Actor, ApiKey, Membership, Organization, Role, User, api_key_issue
+from inference_node.facade import Node, NodeHealth, NodeModel, NodeStatus
+from usage.facade import CallRecord, CatalogModel, Price
+
 BENCH_ORG = "bench-gateway"
 BENCH_MODEL = "bench-chat"
 AFFINITY_MODEL = "bench-affinity"
@@ -186,11 +190,6 @@ class Command(BaseCommand):
     # --- setup --------------------------------------------------------------
 
     def _setup(self, node_url: str) -> tuple[object, str]:
-        from accounts.actors import Actor
-        from accounts.models import ApiKey, Membership, Organization, Role, User
-        from accounts.services import api_key_issue
-        from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
-        from usage.models import CatalogModel, Price
 
         org, _ = Organization.objects.get_or_create(
             slug=BENCH_ORG,
@@ -253,8 +252,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         from django.utils import timezone
-
-        from usage.models import CallRecord
 
         call_command("migrate", verbosity=0)
         run_started = timezone.now()
@@ -331,13 +328,11 @@ class Command(BaseCommand):
                     proc.wait(20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-        del CallRecord
         self.stdout.write(json.dumps(report, indent=2))
 
     def _ingest(self, org, emitted: int, since) -> dict:
         """A real Celery worker ingests what this run's gateway emitted; only this
         run's calls are counted (the organization keeps earlier runs' calls)."""
-        from usage.models import CallRecord
 
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "console", "worker", "--loglevel", "warning",
@@ -368,7 +363,6 @@ class Command(BaseCommand):
         }
 
     def _affinity(self, org, gw: str, auth: dict, opts) -> dict:
-        from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
 
         nodes = []
         procs = []
