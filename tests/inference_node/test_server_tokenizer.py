@@ -54,8 +54,7 @@ def test_pieces_join_back_to_the_text():
 def test_ids_are_stable_across_processes():
     text = "The same prompt gives the same ids"
     code = (
-        "import json; from console.tokens import tokenize; "
-        f"print(json.dumps(tokenize({text!r})))"
+        f"import json; from console.tokens import tokenize; print(json.dumps(tokenize({text!r})))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(
