@@ -139,8 +139,9 @@ def encode(events) -> bytes:
     return orjson.dumps(events)
 
 
-def to_wire(events: list) -> list[dict]:
-    """A batch as the worker receives it: a list of wire dicts."""
+def to_wire(events):
+    """What the worker receives for an event (a wire dict) or a batch (a list
+    of them): ``encode``, read back."""
     return orjson.loads(orjson.dumps(events))
 
 
