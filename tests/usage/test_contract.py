@@ -22,8 +22,8 @@ from invoicing.services import ledger_entry_create
 from tests.usage.factories import event
 from usage.events import FIELD_NAMES, STORED_FIELDS, UsageEvent, _parse_valid, _values, parse
 from usage.facade import OrgUsageTotals
-from usage.ingest import ingest_events
-from usage.ingest.rows import CALL_COLUMNS
+from usage.ingest import ingest_events, pg
+from usage.ingest.rows import CALL_COLUMNS, CallRow
 from usage.models import CallRecord
 
 T0 = datetime(2025, 3, 4, 10, 15, tzinfo=UTC)
@@ -55,6 +55,24 @@ def test_a_valid_event_takes_the_fast_path():
     assert fast is not None
     assert fast == parse(d)
     assert fast.request_id == d["request_id"] and fast.started_at == T0
+
+
+def test_the_copy_line_holds_each_columns_value_under_its_name():
+    """PostgreSQL's COPY text (its writer streams it): tab-separated, in
+    ``COPY_COLUMNS`` order, ``\\N`` for NULL."""
+    values = dict.fromkeys(CALL_COLUMNS)
+    values.update(request_id="req-1", organization_id=3, api_key_id=9, model="m", node_id=None)
+    values.update(protocol="gemini", endpoint="embedContent", stream=True, status_code=200)
+    values.update(error_type="", input_tokens=5, cache_status="miss", currency="EUR", cost=17)
+    values.update(priced=True, price_id=4, latency_us=0, client_ip="::1", ttft_us=0)
+    line = pg._line(CallRow(**values), "S", "F", "I")
+    assert line.endswith("\n")
+    copied = dict(zip(pg.COPY_COLUMNS, line[:-1].split("\t"), strict=True))
+    assert set(copied) == set(CALL_COLUMNS)
+    expected = {name: "\\N" if v is None else str(v) for name, v in values.items()}
+    expected.update(started_at="S", finished_at="F", ingested_at="I")
+    assert copied == expected
+    assert (copied["stream"], copied["node_id"], copied["ttft_us"]) == ("True", "\\N", "0")
 
 
 def _old_spool_line(seq: int, batch: list[dict]) -> bytes:
