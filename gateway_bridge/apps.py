@@ -1,11 +1,21 @@
 from django.apps import AppConfig
 
 
+def _balance_changed(*, organization_id: int, delta: int) -> None:
+    """``console.hooks.BALANCE_CHANGED``: a prepaid balance moved (not by
+    usage) and committed; credit this process's limit counters."""
+    from gateway_bridge import notify
+
+    notify.balance_changed(organization_id, delta)
+
+
 class GatewayBridgeConfig(AppConfig):
     name = "gateway_bridge"
     verbose_name = "Gateway bridge"
 
     def ready(self) -> None:
+        from console import hooks
         from gateway_bridge import notify
 
         notify.connect_signals()
+        hooks.connect(hooks.BALANCE_CHANGED, _balance_changed)

@@ -12,6 +12,13 @@ before any live batch is sent. Ingest is idempotent and keyed by
 ``request_id``, so order does not matter for correctness; this keeps the
 spool bounded once the broker is back, and it means a broker outage costs
 one failed publish per interval, not one per batch.
+
+Encoding: the queue holds ``usage.facade.UsageEvent`` objects as the gateway
+built them; a batch is encoded once, when it is published, by orjson
+(dataclasses and datetimes natively), as the body of a standard JSON Celery
+message that any worker reads with kombu's own JSON decoder. A batch going
+to the spool is written as wire dicts (``to_wire``), and batches replayed
+from it (wire dicts, maybe written by an older process) publish the same way.
 """
 
 from __future__ import annotations
@@ -22,11 +29,24 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from kombu import serialization
+
 from gateway_bridge.spool import Spool
+from usage.facade import UsageEvent, encode, to_wire
 
 logger = logging.getLogger(__name__)
 
-Send = Callable[[list[dict]], object]
+Send = Callable[[list], object]
+
+# The Celery serializer of published batches: JSON written by orjson (the
+# usage contract's ``encode``), the same content type as kombu's "json", so
+# workers decode it as any JSON message. Registered for encoding only; the
+# content type keeps naming kombu's "json" for everything that decodes.
+SERIALIZER = "usage-orjson"
+serialization.register(
+    SERIALIZER, encode, None, content_type="application/json", content_encoding="utf-8"
+)
+serialization.registry.type_to_name["application/json"] = "json"
 
 
 class CelerySend:
@@ -40,10 +60,12 @@ class CelerySend:
         connect_timeout: float = 2.0,
         broker_url: str | None = None,
         task: str = "usage.ingest_batch",
+        serializer: str = SERIALIZER,
     ):
         self.connect_timeout = connect_timeout
         self.broker_url = broker_url  # None: the configured broker
         self.task = task
+        self.serializer = serializer
         self._conn = None
 
     def _connection(self):
@@ -63,11 +85,17 @@ class CelerySend:
             )
         return self._conn
 
-    def __call__(self, batch: list[dict]) -> None:
+    def __call__(self, batch: list) -> None:
         from console.celery import app
 
         try:
-            app.send_task(self.task, args=[batch], retry=False, connection=self._connection())
+            app.send_task(
+                self.task,
+                args=[batch],
+                retry=False,
+                connection=self._connection(),
+                serializer=self.serializer,
+            )
         except Exception:
             self.close()  # reconnect next time
             raise
@@ -109,7 +137,7 @@ class UsageEmitter:
         self.replayed_batches = 0
         self.dropped_batches = 0
         self._drained = 0
-        self._queue: deque[dict] = deque()
+        self._queue: deque[UsageEvent] = deque()
         self._wake = threading.Event()
         self._closing = False
         self._next_replay = 0.0  # replay at once if a previous run left a spool
@@ -118,8 +146,8 @@ class UsageEmitter:
 
     # --- caller side (the event loop) ----------------------------------
 
-    def emit(self, event: dict) -> None:
-        """Queue one event dict (``UsageEvent.to_dict()``). O(1), no I/O."""
+    def emit(self, event: UsageEvent) -> None:
+        """Queue one event (a wire dict is taken too). O(1), no I/O."""
         if self._closing:
             raise RuntimeError("UsageEmitter is closed")
         q = self._queue
@@ -195,7 +223,7 @@ class UsageEmitter:
             self._replay()
         return flushed
 
-    def _deliver(self, batch: list[dict]) -> None:
+    def _deliver(self, batch: list) -> None:
         if self.spool_pending and not self._replay():
             self._to_spool(batch)
             return
@@ -210,9 +238,9 @@ class UsageEmitter:
         else:
             self.sent_batches += 1
 
-    def _to_spool(self, batch: list[dict]) -> None:
+    def _to_spool(self, batch: list) -> None:
         try:
-            self.spool.append(batch)
+            self.spool.append(to_wire(batch))
         except Exception:
             self.dropped_batches += 1
             logger.exception("usage emitter: could not spool %d events; they are lost", len(batch))

@@ -28,7 +28,6 @@ import functools
 import logging
 import os
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -39,19 +38,13 @@ from gateway_bridge.limits import Limits, build_store
 from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.pipeline import admit, auth, body, cached, forward, local, relay, route
 from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
+from gateway_bridge.pipeline.usage_event import usage_event
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
 from gateway_bridge.routing import Router, RouterConfig
 from gateway_bridge.state import GatewayState
 from gateway_bridge.upstreams import UpstreamPool
-from usage.facade import ENDPOINTS as _ENDPOINTS
 
 logger = logging.getLogger(__name__)
-
-PRIORITY_CODES = {"low": 0, "normal": 1, "high": 2}
-
-
-def _now_iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat()
 
 
 def _open_spool():
@@ -334,42 +327,8 @@ class Gateway:
         self.metrics.observe_call(
             call.protocol, call.endpoint, call.status, call.stream, elapsed, call.ttft, overhead
         )
-        if not call.record or call.entry is None:
-            return
-        auth = call.entry.auth
-        u = call.usage
-        ok = call.status < 400
-        self.emitter.emit(
-            {
-                "request_id": call.request_id,
-                "started_at": _now_iso(call.started),
-                "finished_at": _now_iso(call.started + elapsed),
-                "organization_id": auth.organization_id,
-                "sub_account_id": auth.sub_account_id,
-                "api_key_id": auth.key_id,
-                "model": call.model or "(unknown)",
-                "node_id": call.node_id,
-                "protocol": call.protocol,
-                "endpoint": call.endpoint if call.endpoint in _ENDPOINTS else "chat.completions",
-                "stream": call.stream,
-                "status_code": call.status,
-                "error_type": "" if ok else (call.error_type or "error")[:64],
-                "input_tokens": u.input,
-                "cache_read_tokens": u.cache_read,
-                "cache_write_tokens": u.cache_write,
-                "output_tokens": u.output,
-                "reasoning_tokens": min(u.reasoning, u.output),
-                "ttft_us": int(call.ttft * 1e6) if call.ttft is not None else None,
-                "latency_us": int(elapsed * 1e6),
-                "upstream_us": int(upstream * 1e6) if upstream is not None else None,
-                "overhead_us": int(overhead * 1e6),
-                "queue_us": int(call.queue_s * 1e6),
-                "client_ip": call.client_ip,
-                "priority": PRIORITY_CODES.get(auth.priority, 1),
-                "cache_status": call.cache_status,
-                "version": 1,
-            }
-        )
+        if call.record and call.entry is not None:
+            self.emitter.emit(usage_event(call, elapsed, overhead))
 
     async def _metrics(self, headers: dict, send) -> None:
         token = settings.GATEWAY_METRICS_TOKEN

@@ -1,6 +1,23 @@
-"""The usage event: what the gateway reports about one call, and its
-validation. Validation is plain Python on purpose: it runs 50,000 times a
-second in the ingest worker, where a serializer framework costs ten times more.
+"""The usage contract: what the gateway reports about one call, how it
+travels, and how ingest reads it back.
+
+``UsageEvent`` is the one definition of the event. The gateway builds it
+(``gateway_bridge.pipeline.usage_event``), the emitter serializes it with
+``encode`` (orjson: dataclasses and datetimes natively, RFC 3339 timestamps),
+and ingest validates the wire dict with ``parse`` into a ``ParsedEvent``, a
+NamedTuple whose fields are the event's (``version`` aside), from which the
+call row (``usage.ingest.rows.CallRow``) is derived. Adding a field is one
+edit here (the field and its validation rule) plus the gateway line that
+fills it (and the call table's column).
+
+``SCHEMA_VERSION`` is the wire format's version: it changes when a field's
+meaning or the set of fields changes, and ingest refuses a version it does
+not read. Batches spooled on disk by an older gateway process replay through
+the same ``parse``, so a change must keep reading what the previous version
+wrote (or ingest both).
+
+Validation is plain Python on purpose: it runs 50,000 times a second in the
+ingest worker, where a serializer framework costs ten times more.
 
 Token classes are already mapped by the gateway: ``input_tokens`` is the
 uncached prompt, ``cache_read_tokens`` and ``cache_write_tokens`` are the
@@ -15,7 +32,9 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from functools import lru_cache
 from operator import itemgetter
+from typing import NamedTuple, get_type_hints
 
+import orjson
 from django.conf import settings
 
 SCHEMA_VERSION = 1
@@ -52,8 +71,15 @@ class InvalidEvent(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen and without __slots__, on purpose: the gateway builds one per
+# call, and a frozen dataclass's __init__ costs ten times a plain one's
+# (object.__setattr__ per field), while orjson serializes a __slots__
+# dataclass four times slower than one with a __dict__. Keyword-only, so no
+# caller fills a field by position. Treat an event as immutable.
+@dataclass(kw_only=True)
 class UsageEvent:
+    """One call, as the gateway reports it (see the module docstring)."""
+
     request_id: str
     started_at: datetime
     finished_at: datetime
@@ -83,18 +109,51 @@ class UsageEvent:
     version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
-        out = {f: getattr(self, f) for f in FIELD_NAMES}
-        out["started_at"] = self.started_at.isoformat()
-        out["finished_at"] = self.finished_at.isoformat()
-        return out
+        """The wire dict: what ``encode`` writes for this event, read back."""
+        return orjson.loads(orjson.dumps(self))
 
     @classmethod
     def from_dict(cls, d: dict) -> UsageEvent:
-        return cls(*parse(d))
+        return cls(**parse(d)._asdict())
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(UsageEvent))
 FIELD_SET = frozenset(FIELD_NAMES)
+# What a call record keeps of an event: every field but the wire version.
+_HINTS = get_type_hints(UsageEvent)
+ParsedEvent = NamedTuple(  # the contract's fields, not spelled twice
+    "ParsedEvent", [(name, _HINTS[name]) for name in FIELD_NAMES if name != "version"]
+)
+ParsedEvent.__doc__ = "A validated event: ``UsageEvent``'s fields but ``version``, in its order."
+STORED_FIELDS: tuple[str, ...] = ParsedEvent._fields
+_STARTED = FIELD_NAMES.index("started_at")
+_FINISHED = FIELD_NAMES.index("finished_at")
+_VERSION = FIELD_NAMES.index("version")
+_new_tuple = tuple.__new__
+
+
+def encode(events) -> bytes:
+    """The wire form of an event, a batch of them, or anything holding them:
+    JSON, timestamps as RFC 3339 strings (what ``datetime.isoformat`` writes).
+    Wire dicts (a batch replayed from the spool) encode unchanged."""
+    return orjson.dumps(events)
+
+
+def to_wire(events):
+    """What the worker receives for an event (a wire dict) or a batch (a list
+    of them): ``encode``, read back."""
+    return orjson.loads(orjson.dumps(events))
+
+
+def _stored(values, started: datetime, finished: datetime) -> ParsedEvent:
+    """``values`` (in ``FIELD_NAMES`` order) with parsed timestamps, less ``version``."""
+    out = list(values)
+    out[_STARTED] = started
+    out[_FINISHED] = finished
+    del out[_VERSION]
+    return _new_tuple(ParsedEvent, out)
+
+
 _NULLABLE_INTS = ("sub_account_id", "node_id", "ttft_us", "upstream_us", "overhead_us", "queue_us")
 
 
@@ -147,10 +206,10 @@ def latest_start() -> float:
     return time.time() + settings.USAGE_MAX_FUTURE_SKEW_SECONDS
 
 
-def parse(d: dict, latest: float | None = None) -> tuple:
-    """Validate one event dict; return its values in ``FIELD_NAMES`` order
-    with timestamps as aware datetimes. Raises ``InvalidEvent``. ``latest``
-    is ``latest_start()``, passed in by callers that parse many events."""
+def parse(d: dict, latest: float | None = None) -> ParsedEvent:
+    """Validate one wire dict; return its values (timestamps as aware
+    datetimes) as a ``ParsedEvent``. Raises ``InvalidEvent``. ``latest`` is
+    ``latest_start()``, passed in by callers that parse many events."""
     if latest is None:
         latest = latest_start()
     if type(d) is dict and len(d) == _N_FIELDS:
@@ -163,7 +222,7 @@ def parse(d: dict, latest: float | None = None) -> tuple:
     return _parse_checked(d, latest)
 
 
-def _parse_valid(v: tuple, latest: float) -> tuple | None:
+def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
     """The fast path for a valid event (the common case): every rule of
     ``_parse_checked`` as one expression over the values; ``None`` (or an
     exception) on any failure, and ``_parse_checked`` then says which."""
@@ -245,10 +304,10 @@ def _parse_valid(v: tuple, latest: float) -> tuple | None:
         or started.timestamp() > latest
     ):
         return None
-    return (request_id, started, finished, *v[3:])
+    return _stored(v, started, finished)
 
 
-def _parse_checked(d: dict, latest: float) -> tuple:
+def _parse_checked(d: dict, latest: float) -> ParsedEvent:
     """``parse`` one rule at a time, raising the first rule's ``InvalidEvent``."""
     if type(d) is not dict or d.keys() != FIELD_SET:
         raise _field_error(d)
@@ -346,35 +405,7 @@ def _parse_checked(d: dict, latest: float) -> tuple:
         skew = settings.USAGE_MAX_FUTURE_SKEW_SECONDS
         raise InvalidEvent(f"started_at is more than {skew} s in the future")
 
-    return (
-        request_id,
-        started,
-        finished,
-        d["organization_id"],
-        d["sub_account_id"],
-        d["api_key_id"],
-        model,
-        d["node_id"],
-        protocol,
-        endpoint,
-        stream,
-        status,
-        error_type,
-        inp,
-        cr,
-        cw,
-        out,
-        rsn,
-        d["ttft_us"],
-        latency,
-        d["upstream_us"],
-        d["overhead_us"],
-        d["queue_us"],
-        ip,
-        priority,
-        cache_status,
-        version,
-    )
+    return _stored(_values(d), started, finished)
 
 
 def utc(dt: datetime) -> datetime:

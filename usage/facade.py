@@ -10,8 +10,12 @@ What is published, by topic:
   and ``discount_for`` (list price gets the organization's discount, a
   negotiated price pays full), ``PriceRow`` and ``TokenCounts``, and the
   ``PriceBook`` of every price row in memory;
-* the usage event the gateway builds (``UsageEvent``) and its vocabulary
-  (``ENDPOINTS``);
+* the usage contract: the event the gateway builds and the emitter encodes
+  (``UsageEvent``, ``encode``, ``to_wire``, ``SCHEMA_VERSION``, ``ENDPOINTS``),
+  and the per-organization totals ingest hands to ``console.hooks.CALLS_INGESTED``
+  receivers (``OrgUsageTotals``);
+* what a key or sub-account spent per period, for the gateway's cap seeding
+  (``spend_by_period`` with ``SPEND_BY_KEY`` / ``SPEND_BY_SUB_ACCOUNT``);
 * the models other apps read: call records and hourly rollups (with their
   ``Grain``), the catalogue and its prices, and what re-rating leaves for
   invoicing (``Adjustment``, ``RerateRun``, ``PeriodClose``);
@@ -26,7 +30,7 @@ What is published, by topic:
 from __future__ import annotations
 
 from usage.analytics import Series, cache_savings, series
-from usage.events import ENDPOINTS, UsageEvent
+from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
 from usage.logs import csv_text, visible_keys
 from usage.models import (
@@ -42,14 +46,22 @@ from usage.models import (
 from usage.prices import PriceBook
 from usage.rating import PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
 from usage.seed import seed_catalog
+from usage.spend import KEY as SPEND_BY_KEY
+from usage.spend import SUB_ACCOUNT as SPEND_BY_SUB_ACCOUNT
+from usage.spend import spend_by_period
+from usage.totals import OrgUsageTotals
 
 __all__ = [
     "ENDPOINTS",
+    "SCHEMA_VERSION",
+    "SPEND_BY_KEY",
+    "SPEND_BY_SUB_ACCOUNT",
     "Adjustment",
     "CallRecord",
     "CatalogModel",
     "Grain",
     "KeyChoiceField",
+    "OrgUsageTotals",
     "OrganizationFilterMixin",
     "PeriodClose",
     "Price",
@@ -64,8 +76,11 @@ __all__ = [
     "csv_text",
     "discount_for",
     "discount_ppm_for",
+    "encode",
     "rate",
     "seed_catalog",
     "series",
+    "spend_by_period",
+    "to_wire",
     "visible_keys",
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 PPM = 1_000_000
 TOKENS_PER_MTOK = 1_000_000
@@ -82,6 +82,16 @@ def discount_ppm_for(discount_rate: Decimal | str | int) -> int:
     return int(ppm)
 
 
-def discount_for(price: PriceRow, org_discount_ppm: int) -> int:
-    """A negotiated price is used as is; a list price gets the organization's rate."""
+class _PriceOwner(Protocol):
+    organization_id: int | None
+
+
+def discount_for(price: PriceRow | _PriceOwner, org_discount_ppm: int) -> int:
+    """The one discount rule: the ``discount_ppm`` to ``rate`` a call at.
+
+    A negotiated price (a row of one organization) is what the organization
+    pays, so it pays full (``PPM``); a list price gets the organization's
+    discount (``discount_ppm_for(organization.discount_rate)``). ``price`` is
+    a ``PriceRow`` or a ``Price`` model row. Admission, ingest, re-rating and
+    invoices all ask this function."""
     return PPM if price.organization_id is not None else org_discount_ppm

@@ -25,7 +25,7 @@ from usage.ingest.aggregate import grain_cells, mode_of
 from usage.ingest.rollup_sql import KEY_COLUMNS
 from usage.models import Adjustment, CallRecord, Grain, PeriodClose, RerateRun, Rollup
 from usage.prices import PriceBook
-from usage.rating import PPM, discount_ppm_for, rate
+from usage.rating import discount_for, discount_ppm_for, rate
 
 CHUNK = 2000
 
@@ -204,7 +204,7 @@ def _rerate_chunk(chunk, book, terms, periods, run, summary, per_org, dry_run) -
         if price is None:
             new_cost, new_price_id, priced = 0, None, False
         else:
-            ppm = PPM if price.organization_id is not None else org_ppm
+            ppm = discount_for(price, org_ppm)
             tokens = (
                 call.input_tokens,
                 call.cache_read_tokens,

@@ -19,7 +19,7 @@ from django.db.models import Count, Sum
 from accounts.facade import BillingMode, Organization
 from invoicing.models import BillingProfile, LineKind, TokenClass
 from invoicing.money import PPM, allocate, div_round, to_minor
-from usage.facade import Adjustment, CallRecord, Price, RerateRun, discount_ppm_for
+from usage.facade import Adjustment, CallRecord, Price, RerateRun, discount_for, discount_ppm_for
 
 CLASSES = (
     (TokenClass.INPUT, "input_tokens", "input_per_mtok"),
@@ -99,7 +99,7 @@ def _usage_lines(org: Organization, start: datetime, end: datetime) -> tuple[lis
                     Line(LineKind.USAGE, f"{g['model']} (price no longer listed)", cost, g["model"])
                 )
             continue
-        ppm = PPM if price.organization_id is not None else org_ppm
+        ppm = discount_for(price, org_ppm)
         tokens = [int(g[col] or 0) for _, col, _ in CLASSES]
         unit = [getattr(price, attr) for _, _, attr in CLASSES]
         amounts = allocate(cost, [t * u for t, u in zip(tokens, unit, strict=True)])

@@ -2,15 +2,17 @@
 
 Every movement is a new ``LedgerEntry`` keyed by (organization, kind,
 reference), so a retried or redelivered write is a no-op. After a
-non-usage movement commits, running gateways are told
-(``gateway_bridge.notify.balance_changed``); usage debits are the gateway's
-own settled reservations, so it already knows them."""
+non-usage movement commits, ``console.hooks.BALANCE_CHANGED`` fires (the
+gateway connects to it and re-reads the balance); usage debits are the
+gateway's own settled reservations, so it already knows them. Usage debits
+come from ``console.hooks.CALLS_INGESTED`` (``InvoicingConfig.ready``
+connects ``ledger_usage_debit``), with usage's per-organization totals."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections import defaultdict
+from collections.abc import Sequence
 from datetime import timedelta
 
 from django.conf import settings
@@ -20,8 +22,10 @@ from django.utils import timezone as tz
 
 from accounts.errors import ValidationFailed
 from accounts.models import BillingMode, Membership, Organization, Role
+from console import hooks
 from console.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
+from usage.facade import OrgUsageTotals
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +36,8 @@ MAX_ENTRY = 10_000_000 * 1_000_000
 
 
 def _notify_balance_changed(organization_id: int, delta: int) -> None:
-    from gateway_bridge import notify
-
     try:
-        notify.balance_changed(organization_id, delta)
+        hooks.fire(hooks.BALANCE_CHANGED, organization_id=organization_id, delta=delta)
     except Exception:  # the ledger has committed; a gateway refresh will catch up
         logger.exception("balance_changed notification failed for org %s", organization_id)
 
@@ -166,25 +168,22 @@ def prepaid_adjust(
     return entry
 
 
-def _batch_reference(request_ids: list[str]) -> str:
+def _batch_reference(request_ids: Sequence[str]) -> str:
     digest = hashlib.sha256("\n".join(sorted(request_ids)).encode()).hexdigest()
     return f"ingest:{digest[:48]}"
 
 
-def ledger_usage_debit(rows: list[tuple]) -> int:
-    """Called by usage ingest inside its transaction with the call rows it has
-    just inserted (``usage.ingest.CALL_COLUMNS`` layout): one negative usage
-    entry per prepaid organization, the sum of the calls' costs. The
-    reference is a digest of the calls' request ids, so the same calls can
-    never be debited twice (a redelivered batch inserts nothing and does not
-    get here). Returns the number of entries written."""
-    if not rows:
+def ledger_usage_debit(*, totals: Sequence[OrgUsageTotals]) -> int:
+    """The receiver of ``console.hooks.CALLS_INGESTED``: usage ingest calls it
+    inside its transaction with the totals of the calls it has just stored,
+    one per organization. Writes one negative usage entry per prepaid
+    organization, the sum of the calls' costs. The reference is a digest of
+    the calls' request ids, so the same calls can never be debited twice (a
+    redelivered batch inserts nothing and does not get here). Returns the
+    number of entries written."""
+    per_org = {t.organization_id: t for t in totals}
+    if not per_org:
         return 0
-    per_org: dict[int, list] = defaultdict(lambda: [0, []])
-    for row in rows:
-        acc = per_org[row[3]]
-        acc[0] += row[27]
-        acc[1].append(row[0])
     prepaid = dict(
         Organization.objects.filter(
             pk__in=list(per_org), billing_mode=BillingMode.PREPAID
@@ -194,13 +193,13 @@ def ledger_usage_debit(rows: list[tuple]) -> int:
         LedgerEntry(
             organization_id=org_id,
             kind=LedgerKind.USAGE,
-            amount=-cost,
+            amount=-t.cost,
             currency=prepaid[org_id],
-            reference=_batch_reference(ids),
-            reason=f"{len(ids)} calls",
+            reference=_batch_reference(t.request_ids),
+            reason=f"{t.calls} calls",
         )
-        for org_id, (cost, ids) in sorted(per_org.items())
-        if org_id in prepaid and cost
+        for org_id, t in sorted(per_org.items())
+        if org_id in prepaid and t.cost
     ]
     if entries:
         LedgerEntry.objects.bulk_create(entries, ignore_conflicts=True)

@@ -17,18 +17,21 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from gateway_bridge.app import Router
+from usage.facade import to_wire
 
 
 class ListEmitter:
-    """Collects usage events (the emitter's interface, without a broker)."""
+    """Collects usage events (the emitter's interface, without a broker), as
+    the worker would receive them: wire dicts, through the contract's encoding."""
 
     def __init__(self) -> None:
         self.events: list[dict] = []
         self._cond = threading.Condition()
 
-    def emit(self, event: dict) -> None:
+    def emit(self, event) -> None:
+        wire = to_wire(event)
         with self._cond:
-            self.events.append(event)
+            self.events.append(wire)
             self._cond.notify_all()
 
     @property

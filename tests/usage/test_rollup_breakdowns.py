@@ -16,6 +16,7 @@ from tests.usage.factories import PriceFactory, event, expected_rollups, stored_
 from usage import ingest
 from usage.ingest import ingest_events
 from usage.ingest.aggregate import SUM_COLUMNS, sum_calls
+from usage.ingest.rows import CALL_COLUMNS, CallRow
 from usage.models import CallRecord, CatalogModel, Rollup
 from usage.rerate import rerate
 from usage.retention import prune_calls
@@ -107,13 +108,13 @@ def test_every_new_sum_equals_the_call_records_at_every_grain(catalog, org, keys
     ("code", "column"), [(code, column) for _s, code, column in REFUSALS] + [("", None)]
 )
 def test_each_error_code_counts_in_at_most_one_cause(code, column):
-    row = [None] * 31
-    row[3:8] = [1, None, 1, "m", None]
-    row[10:13] = [False, 429, code]
-    row[13:20] = [0, 0, 0, 0, 0, None, 5]
-    row[20:23] = [None, None, None]
-    row[25], row[27], row[28] = "miss", 0, True
-    (sums,) = sum_calls([tuple(row)], [0]).values()
+    values = dict.fromkeys(CALL_COLUMNS)  # a call row, by name; unset fields are None
+    values.update(organization_id=1, api_key_id=1, model="m", stream=False, status_code=429)
+    values.update(error_type=code, latency_us=5, cache_status="miss", cost=0, priced=True)
+    values.update(input_tokens=0, cache_read_tokens=0, cache_write_tokens=0, output_tokens=0)
+    values.update(reasoning_tokens=0)
+    row = CallRow(**values)
+    (sums,) = sum_calls([row], [0]).values()
     got = {c: sums[SUM_COLUMNS.index(c)] for c in NEW_SUMS}
     assert got == {c: int(c == column) for c in NEW_SUMS}
 

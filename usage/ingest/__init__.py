@@ -2,7 +2,13 @@
 letters, never silently), skip request ids already stored, rate each call
 once, insert the calls in bulk and add exactly the newly inserted ones to
 the hourly rollups in the same transaction, so a rollup row always equals
-the sum of its call records and a redelivered batch changes nothing."""
+the sum of its call records and a redelivered batch changes nothing.
+
+Events are read through the usage contract (``usage.events.parse``) into
+named rows (``usage.ingest.rows.CallRow``). Once the calls are stored, the
+transaction fires ``console.hooks.CALLS_INGESTED`` with per-organization
+totals (``usage.totals``): what the prepaid ledger debits, without usage
+knowing who listens."""
 
 from __future__ import annotations
 
@@ -14,51 +20,18 @@ from operator import itemgetter
 from django.db import connection, transaction
 from django.utils import timezone as tz
 
-from invoicing.services.ledger import ledger_usage_debit
+from console import hooks
 from usage.events import InvalidEvent, latest_start, parse
 from usage.ingest import generic, pg
 from usage.ingest.aggregate import all_grains, sum_calls
 from usage.ingest.directory import Directory, get_directory
 from usage.ingest.pg import copy_stamp
+from usage.ingest.rows import CALL_COLUMNS, CallRow, call_row
 from usage.models import DeadLetter
 from usage.prices import PriceBook, get_price_book
-from usage.rating import PPM, rate
+from usage.rating import discount_for, rate
+from usage.totals import org_totals
 
-# The call-row layout: the event's fields in schema order, then what ingest adds.
-CALL_COLUMNS = (
-    "request_id",
-    "started_at",
-    "finished_at",
-    "organization_id",
-    "sub_account_id",
-    "api_key_id",
-    "model",
-    "node_id",
-    "protocol",
-    "endpoint",
-    "stream",
-    "status_code",
-    "error_type",
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "ttft_us",
-    "latency_us",
-    "upstream_us",
-    "overhead_us",
-    "queue_us",
-    "client_ip",
-    "priority",
-    "cache_status",
-    "currency",
-    "cost",
-    "priced",
-    "price_id",
-    "ingested_at",
-)
-_N_EVENT = 26  # event fields copied into the row (all but ``version``)
 _claim = itemgetter("organization_id", "api_key_id", "sub_account_id", "model")
 DEADLOCK_ATTEMPTS = 5
 logger = logging.getLogger(__name__)
@@ -73,7 +46,7 @@ class IngestResult:
 
 @dataclass(slots=True)
 class _Batch:
-    rows: list
+    rows: list[CallRow]
     hours: list
     dead: list
     duplicates: int
@@ -145,7 +118,7 @@ def _prepare(
     accepted row as soon as it is ready (the PostgreSQL COPY stream)."""
     orgs = directory.orgs
     keys = directory.keys
-    rows: list[tuple] = []
+    rows: list[CallRow] = []
     hours: list[int] = []
     dead: list[tuple] = []
     seen: set[str] = set()
@@ -154,39 +127,43 @@ def _prepare(
     latest = latest_start()
     for raw in raw_events:
         try:
-            p = parse(raw, latest)
+            e = parse(raw, latest)
         except InvalidEvent as exc:
             dead.append(_dead(raw, exc.reason))
             continue
-        rid = p[0]
+        rid = e.request_id
         if rid in seen:
             duplicates += 1
             continue
-        org_id = p[3]
+        org_id = e.organization_id
         terms = orgs.get(org_id)
         if terms is None:
             dead.append(_dead(raw, f"unknown organization_id {org_id}"))
             continue
-        key = keys.get(p[5])
-        if key is None or key[0] != org_id or key[1] != p[4]:
-            problem = _key_problem(directory, p[5], org_id, p[4])
+        key = keys.get(e.api_key_id)
+        if key is None or key[0] != org_id or key[1] != e.sub_account_id:
+            problem = _key_problem(directory, e.api_key_id, org_id, e.sub_account_id)
             if problem:
                 dead.append(_dead(raw, problem))
                 continue
         seen.add(rid)
-        ts = p[1].timestamp()
+        ts = e.started_at.timestamp()
         currency = terms.currency
-        price = lookup(p[6], currency, org_id, ts)
+        price = lookup(e.model, currency, org_id, ts)
         if price is None:
-            tail = (currency, 0, False, None, now)
+            row = call_row(e, currency, 0, None, now)
         else:
-            ppm = PPM if price.organization_id is not None else terms.discount_ppm
-            tail = (currency, rate((p[13], p[14], p[15], p[16]), price, ppm), True, price.id, now)
-        row = p[:_N_EVENT] + tail
+            tokens = (e.input_tokens, e.cache_read_tokens, e.cache_write_tokens, e.output_tokens)
+            cost = rate(tokens, price, discount_for(price, terms.discount_ppm))
+            row = call_row(e, currency, cost, price.id, now)
         rows.append(row)
         hours.append(int(ts // 3600) * 3600)
         if sink is not None:
-            sink(row, copy_stamp(raw["started_at"], p[1]), copy_stamp(raw["finished_at"], p[2]))
+            sink(
+                row,
+                copy_stamp(raw["started_at"], e.started_at),
+                copy_stamp(raw["finished_at"], e.finished_at),
+            )
     currencies = {org_id: t.currency for org_id, t in orgs.items()}
     return _Batch(rows, hours, dead, duplicates, currencies)
 
@@ -248,7 +225,7 @@ def _ingest_postgresql(raw_events: list) -> IngestResult:
     directory = get_directory()
     book = _preflight(raw_events, get_price_book(), directory)
     with transaction.atomic():
-        stream = pg.StreamingInsert(CALL_COLUMNS, now)
+        stream = pg.StreamingInsert(now)
         try:
             batch = _prepare(raw_events, book, directory, now, sink=stream.add)
         except BaseException as exc:
@@ -265,7 +242,7 @@ def _ingest_postgresql(raw_events: list) -> IngestResult:
         if rows:
             pg.apply_rollups(arrays, batch.currencies)
             pg.touch_keys(_last_used(rows))
-            ledger_usage_debit(rows)  # prepaid organizations: one debit per batch
+            _calls_ingested(rows)
         if batch.dead:
             _store_dead_letters(batch.dead, now)
     return _result(batch, len(rows))
@@ -285,21 +262,27 @@ def _ingest_generic(raw_events: list) -> IngestResult:
             if rows:
                 generic.apply_rollups(all_grains(sum_calls(rows, hours)), batch.currencies)
                 generic.touch_keys(_last_used(rows))
-                ledger_usage_debit(rows)  # prepaid organizations: one debit per batch
+                _calls_ingested(rows)
         if batch.dead:
             _store_dead_letters(batch.dead, now)
     return _result(batch, len(rows))
 
 
-def _only(rows: list, hours: list, inserted: set[str]) -> tuple[list, list]:
-    keep = [i for i, row in enumerate(rows) if row[0] in inserted]
+def _calls_ingested(rows: list[CallRow]) -> None:
+    """Tell the receivers of ``CALLS_INGESTED`` (the prepaid ledger: one
+    debit per organization and batch), inside the ingest transaction."""
+    hooks.fire(hooks.CALLS_INGESTED, totals=org_totals(rows))
+
+
+def _only(rows: list[CallRow], hours: list, inserted: set[str]) -> tuple[list, list]:
+    keep = [i for i, row in enumerate(rows) if row.request_id in inserted]
     return [rows[i] for i in keep], [hours[i] for i in keep]
 
 
-def _last_used(rows: list[tuple]) -> dict[int, datetime]:
+def _last_used(rows: list[CallRow]) -> dict[int, datetime]:
     last: dict[int, datetime] = {}
     for row in rows:
-        k, t = row[5], row[2]
+        k, t = row.api_key_id, row.finished_at
         if k not in last or last[k] < t:
             last[k] = t
     return last

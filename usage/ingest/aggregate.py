@@ -12,15 +12,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from usage.ingest.rows import CallRow
 from usage.models import Grain
 from usage.sketch import _INV_LOG_GAMMA
-
-# Columns of a call row (see ``usage.ingest.CALL_COLUMNS``).
-R_ORG, R_SUB, R_KEY, R_MODEL, R_NODE, R_PROTOCOL = 3, 4, 5, 6, 7, 8
-R_STREAM, R_STATUS, R_ERROR = 10, 11, 12
-R_INPUT, R_CACHE_READ, R_CACHE_WRITE, R_OUTPUT, R_REASONING = 13, 14, 15, 16, 17
-R_TTFT, R_LATENCY, R_UPSTREAM, R_OVERHEAD, R_QUEUE = 18, 19, 20, 21, 22
-R_CACHE_STATUS, R_COST, R_PRICED = 25, 27, 28
 
 # Sums kept per cell, in this order, then the two bucket lists.
 SUM_COLUMNS = (
@@ -108,7 +102,7 @@ def grain_cells(org, sub, key, model, node, protocol, mode, hour) -> tuple[tuple
     )
 
 
-def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
+def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
     """FULL-grain sums keyed by (org, sub, key, model, node, protocol, mode, hour_ts)."""
     cells: dict[tuple, list] = {}
     log = math.log
@@ -116,21 +110,22 @@ def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
     inv = _INV_LOG_GAMMA
     slots = _REFUSAL_SLOT
     for row, hour in zip(rows, hours, strict=True):
+        stream = row.stream
         key = (
-            row[R_ORG],
-            row[R_SUB] or 0,
-            row[R_KEY],
-            row[R_MODEL],
-            row[R_NODE] or 0,
-            row[R_PROTOCOL],
-            mode_of(row[R_STREAM]),
+            row.organization_id,
+            row.sub_account_id or 0,
+            row.api_key_id,
+            row.model,
+            row.node_id or 0,
+            row.protocol,
+            mode_of(stream),
             hour,
         )
         a = cells.get(key)
         if a is None:
             a = cells[key] = [0] * N_SUMS + [[], []]
         a[0] += 1
-        status = row[R_STATUS]
+        status = row.status_code
         if 200 <= status < 300:
             a[1] += 1
         elif 400 <= status < 500:
@@ -139,39 +134,39 @@ def sum_calls(rows: list[tuple], hours: list[int]) -> dict[tuple, list]:
                 a[3] += 1
         elif status >= 500:
             a[4] += 1
-        if row[R_STREAM]:
+        if stream:
             a[5] += 1
-        cache = row[R_CACHE_STATUS]
+        cache = row.cache_status
         if cache != "miss":
             a[6] += 1
             if cache == "response_hit":
                 a[_RESPONSE_CACHE] += 1
-        if not row[R_PRICED]:
+        if not row.priced:
             a[7] += 1
-        a[8] += row[R_INPUT]
-        a[9] += row[R_CACHE_READ]
-        a[10] += row[R_CACHE_WRITE]
-        a[11] += row[R_OUTPUT]
-        a[12] += row[R_REASONING]
-        a[13] += row[R_COST]
-        lat = row[R_LATENCY]
+        a[8] += row.input_tokens
+        a[9] += row.cache_read_tokens
+        a[10] += row.cache_write_tokens
+        a[11] += row.output_tokens
+        a[12] += row.reasoning_tokens
+        a[13] += row.cost
+        lat = row.latency_us
         a[14] += lat
         a[LAT_BINS].append(ceil(log(lat) * inv) if lat else ZERO)
-        ttft = row[R_TTFT]
+        ttft = row.ttft_us
         if ttft is not None:
             a[15] += 1
             a[16] += ttft
             a[TTFT_BINS].append(ceil(log(ttft) * inv) if ttft else ZERO)
-        t = row[R_QUEUE]
+        t = row.queue_us
         if t:
             a[_QUEUE] += t
-        t = row[R_OVERHEAD]
+        t = row.overhead_us
         if t:
             a[_OVERHEAD] += t
-        t = row[R_UPSTREAM]
+        t = row.upstream_us
         if t:
             a[_UPSTREAM] += t
-        err = row[R_ERROR]
+        err = row.error_type
         if err:
             slot = slots.get(err)
             if slot is None and err.endswith(CAP_SUFFIX):

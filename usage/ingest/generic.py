@@ -13,6 +13,7 @@ from django.db import connection
 
 from usage.ingest.aggregate import LAT_BINS, TTFT_BINS
 from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS, merged_hist
+from usage.ingest.rows import CallRow
 
 # SQLite allows 32766 parameters per statement; 31 columns x 500 rows stays well under.
 CHUNK = 500
@@ -32,7 +33,7 @@ def _adapter(columns: tuple[str, ...]):
     return convert
 
 
-def insert_calls(rows: list[tuple], columns: tuple[str, ...]) -> set[str] | None:
+def insert_calls(rows: list[CallRow], columns: tuple[str, ...]) -> set[str] | None:
     convert = _adapter(columns)
     cols = ", ".join(columns)
     one = "(" + ", ".join(["%s"] * len(columns)) + ")"

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from operator import itemgetter
 
 import psycopg
 from django.db import connection
 
 from usage.ingest.aggregate import LAT_BINS, TTFT_BINS, bucket_counts
 from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS
+from usage.ingest.rows import CALL_COLUMNS, CallRow
 from usage.sketch import add_counts_to_encoded, encode_counts
 
 STAGE = "usage_call_stage"
@@ -61,16 +63,20 @@ def copy_stamp(raw, parsed: datetime) -> str:
 _OFFSET_SEPS = frozenset({"+:", "-:"})
 
 
-def _line(r: tuple, s: str, f: str, ingested: str) -> str:
-    n = _N
-    return (
-        f"{r[0]}\t{s}\t{f}\t{r[3]}\t{n if r[4] is None else r[4]}\t{r[5]}\t{r[6]}\t"
-        f"{n if r[7] is None else r[7]}\t{r[8]}\t{r[9]}\t{r[10]}\t{r[11]}\t{r[12]}\t"
-        f"{r[13]}\t{r[14]}\t{r[15]}\t{r[16]}\t{r[17]}\t{n if r[18] is None else r[18]}\t"
-        f"{r[19]}\t{n if r[20] is None else r[20]}\t{n if r[21] is None else r[21]}\t"
-        f"{n if r[22] is None else r[22]}\t{n if r[23] is None else r[23]}\t{r[24]}\t"
-        f"{r[25]}\t{r[26]}\t{r[27]}\t{r[28]}\t{n if r[29] is None else r[29]}\t{ingested}\n"
-    )
+# The COPY's columns: the three timestamps first (their text is made apart,
+# see ``copy_stamp``), then every other column of the call row in its order.
+_STAMPS = ("started_at", "finished_at", "ingested_at")
+COPY_COLUMNS: tuple[str, ...] = (*_STAMPS, *(c for c in CALL_COLUMNS if c not in _STAMPS))
+_rest = itemgetter(*(CALL_COLUMNS.index(c) for c in COPY_COLUMNS[len(_STAMPS) :]))
+_null = {None: _N}.get  # _null(v, v): the COPY text of NULL, else v itself
+_LINE = "\t".join(["%s"] * len(COPY_COLUMNS)) + "\n"
+
+
+def _line(row: CallRow, started: str, finished: str, ingested: str) -> str:
+    """A call row's COPY text line (``COPY_COLUMNS`` order): ``%s`` of an int
+    or a bool is text PostgreSQL reads, and strings need no escaping."""
+    values = _rest(row)
+    return _LINE % (started, finished, ingested, *map(_null, values, values))
 
 
 class StreamingInsert:
@@ -87,8 +93,8 @@ class StreamingInsert:
 
     FLUSH_EVERY = 200
 
-    def __init__(self, columns: tuple[str, ...], ingested_at: datetime):
-        self._cols = ", ".join(columns)
+    def __init__(self, ingested_at: datetime):
+        self._cols = ", ".join(COPY_COLUMNS)
         self._ingested = ingested_at.isoformat()
         self.lines: list[str] = []
         self._unsent = 0
@@ -100,7 +106,7 @@ class StreamingInsert:
         self._copy_cm = self._cur.copy(f"COPY usage_call ({self._cols}) FROM STDIN")
         self._copy = self._copy_cm.__enter__()
 
-    def add(self, row: tuple, started: str, finished: str) -> None:
+    def add(self, row: CallRow, started: str, finished: str) -> None:
         self.lines.append(_line(row, started, finished, self._ingested))
         self._unsent += 1
         if self._unsent >= self.FLUSH_EVERY:

@@ -1,0 +1,79 @@
+"""The last stage of a call: its usage event, built from the per-call state.
+
+``usage_event`` fills every field of the usage contract
+(``usage.facade.UsageEvent``) from what the stages recorded on the call,
+once the call is over; the gateway hands the result to the emitter, which
+encodes batches of them for the ingest worker. A field added to the contract
+is one keyword here (the contract's test fails until it is filled).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Protocol
+
+from usage.facade import ENDPOINTS, UsageEvent
+
+# A key's priority class, as the event's small integer.
+PRIORITY_CODES = {"low": 0, "normal": 1, "high": 2}
+_fromtimestamp = datetime.fromtimestamp
+
+
+class CallState(Protocol):
+    """What this stage reads of the gateway's per-call state (``Call``)."""
+
+    request_id: str
+    started: float  # time.time() when the call arrived
+    entry: object  # the key cache entry: ``.auth`` is the authenticated key
+    model: str | None
+    node_id: int | None
+    protocol: str
+    endpoint: str
+    stream: bool
+    status: int
+    error_type: str
+    usage: object  # gateway_bridge.usage_mapping.TokenUsage
+    ttft: float | None
+    upstream_s: float | None
+    queue_s: float
+    client_ip: str | None
+    cache_status: str
+
+
+def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
+    """The usage event of a finished call that ``elapsed`` seconds in all,
+    ``overhead`` of them in the gateway itself. ``call.entry`` is set (only
+    authenticated calls are recorded)."""
+    auth = call.entry.auth
+    u = call.usage
+    ttft = call.ttft
+    upstream = call.upstream_s
+    started = call.started
+    return UsageEvent(
+        request_id=call.request_id,
+        started_at=_fromtimestamp(started, UTC),
+        finished_at=_fromtimestamp(started + elapsed, UTC),
+        organization_id=auth.organization_id,
+        sub_account_id=auth.sub_account_id,
+        api_key_id=auth.key_id,
+        model=call.model or "(unknown)",
+        node_id=call.node_id,
+        protocol=call.protocol,
+        endpoint=call.endpoint if call.endpoint in ENDPOINTS else "chat.completions",
+        stream=call.stream,
+        status_code=call.status,
+        error_type="" if call.status < 400 else (call.error_type or "error")[:64],
+        input_tokens=u.input,
+        cache_read_tokens=u.cache_read,
+        cache_write_tokens=u.cache_write,
+        output_tokens=u.output,
+        reasoning_tokens=min(u.reasoning, u.output),
+        ttft_us=int(ttft * 1e6) if ttft is not None else None,
+        latency_us=int(elapsed * 1e6),
+        upstream_us=int(upstream * 1e6) if upstream is not None else None,
+        overhead_us=int(overhead * 1e6),
+        queue_us=int(call.queue_s * 1e6),
+        client_ip=call.client_ip,
+        priority=PRIORITY_CODES.get(auth.priority, 1),
+        cache_status=call.cache_status,
+    )
