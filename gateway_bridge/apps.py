@@ -3,10 +3,11 @@ from django.apps import AppConfig
 
 def _balance_changed(*, organization_id: int, delta: int) -> None:
     """``console.hooks.BALANCE_CHANGED``: a prepaid balance moved (not by
-    usage) and committed; credit this process's limit counters."""
-    from gateway_bridge import notify
+    usage) and committed; credit the gateways' limit counters. Imported here:
+    the limits read usage's models, which an AppConfig module may not import."""
+    from gateway_bridge.limits import credit_balance
 
-    notify.balance_changed(organization_id, delta)
+    credit_balance(organization_id, delta)
 
 
 class GatewayBridgeConfig(AppConfig):

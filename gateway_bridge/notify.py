@@ -91,17 +91,6 @@ def publish_on_commit(message: str) -> None:
     transaction.on_commit(lambda: publish(message))
 
 
-def balance_changed(organization_id: int, delta: int) -> None:
-    """A prepaid organization's balance moved by ``delta`` micro-units for a
-    reason other than usage (top-up, refund to balance, grant, adjustment).
-    Call it after the ledger entry committed."""
-    # Inside: gateway_bridge.limits imports this module (``deliver``). Goes away
-    # once invoicing's balance changes reach the limits through console.hooks.
-    from gateway_bridge.limits import credit_balance
-
-    credit_balance(organization_id, delta)
-
-
 def key_changed(key_id: int) -> None:
     """An API key changed (the signal handlers call this for every save)."""
     publish_on_commit(f"key:{key_id}")

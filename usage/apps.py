@@ -10,7 +10,7 @@ class UsageConfig(AppConfig):
         # process as soon as one changes (other workers follow within the TTL).
         from django.db.models.signals import post_delete, post_save
 
-        from accounts.models import ApiKey, Organization
+        from accounts.facade import ApiKey, Organization
         from usage.ingest.directory import invalidate_directory
         from usage.models import Price
         from usage.prices import invalidate_price_book

@@ -19,8 +19,7 @@ from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone as tz
 
-from accounts.audit import audit_record
-from accounts.models import Organization
+from accounts.facade import Organization, audit_record
 from usage.ingest.aggregate import grain_cells, mode_of
 from usage.ingest.rollup_sql import KEY_COLUMNS
 from usage.models import Adjustment, CallRecord, Grain, PeriodClose, RerateRun, Rollup

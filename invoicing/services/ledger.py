@@ -20,8 +20,15 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone as tz
 
-from accounts.errors import ValidationFailed
-from accounts.models import BillingMode, Membership, Organization, Role
+from accounts.facade import (
+    BillingMode,
+    Membership,
+    Organization,
+    Perm,
+    Role,
+    ValidationFailed,
+    audit_record,
+)
 from console import hooks
 from console.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
@@ -126,9 +133,6 @@ def prepaid_adjust(
     a resubmitted form one entry. Without one, the same member asking for the
     same kind, amount and reason again within ``MANUAL_REPEAT_WINDOW`` gets
     the first entry back instead of a second one."""
-    from accounts.audit import audit_record
-    from accounts.permissions import Perm
-
     actor.require(Perm.BILLING_MANAGE)
     if kind not in (LedgerKind.ADJUSTMENT, LedgerKind.GRANT):
         raise ValidationFailed.from_fields({"kind": "Only grants and adjustments are manual."})

@@ -13,7 +13,7 @@ from django.utils import timezone
 from accounts.keys import authenticated_view
 from accounts.models import ApiKey
 from console import hooks
-from gateway_bridge import notify
+from gateway_bridge import limits, notify
 from gateway_bridge.limits.rebuild import seed_values
 from invoicing.models import LedgerKind
 from invoicing.selectors import prepaid_balance
@@ -56,7 +56,7 @@ def test_a_failing_gateway_receiver_does_not_fail_the_top_up(org, monkeypatch):
     def broken(organization_id, delta):
         raise ConnectionError("no gateway today")
 
-    monkeypatch.setattr(notify, "balance_changed", broken)
+    monkeypatch.setattr(limits, "credit_balance", broken)
     _, created = ledger_entry_create(
         organization_id=org.pk, kind=LedgerKind.TOP_UP, amount=USD, reference="pi_10"
     )

@@ -25,12 +25,19 @@ def refund_worker():
 
 @pytest.fixture
 def notified():
-    """What ``gateway_bridge.notify.balance_changed`` was told, in order."""
+    """What ``console.hooks.BALANCE_CHANGED`` told its receivers, in order."""
+    from console import hooks
+
     calls: list[tuple[int, int]] = []
-    with mock.patch(
-        "gateway_bridge.notify.balance_changed", side_effect=lambda o, d: calls.append((o, d))
-    ):
+
+    def heard(*, organization_id: int, delta: int) -> None:
+        calls.append((organization_id, delta))
+
+    hooks.connect(hooks.BALANCE_CHANGED, heard)
+    try:
         yield calls
+    finally:
+        hooks.disconnect(hooks.BALANCE_CHANGED, heard)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from accounts.models import ApiKey, Organization
+from accounts.facade import ApiKey, Organization
 from usage.rating import discount_ppm_for
 
 
