@@ -36,6 +36,9 @@ PRICE_REFRESH_SECONDS = 5.0
 NODE_REFRESH_SECONDS = 1.0
 NEGATIVE_CACHE_SECONDS = 1.0
 MAX_CACHED_KEYS = 100_000
+# Presented keys whose keyed hash is remembered (the HMAC is a fixed cost per
+# call otherwise); the memo only maps a secret to its hash, never to a verdict.
+MAX_DIGESTS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,9 @@ class GatewayState:
         # keyed hash of the presented key -> (KeyEntry | None, loaded_at monotonic)
         self._keys: dict[str, tuple[KeyEntry | None, float]] = {}
         self._loading: dict[str, asyncio.Future] = {}
+        # presented key -> its keyed hash (bounded; see digest())
+        self._digests: dict[str, str] = {}
+        self._pepper = None
         # Key, sub-account and organization change messages heard (for /metrics).
         self.key_invalidations = 0
         self.last_key_invalidation = 0.0  # POSIX seconds
@@ -174,9 +180,27 @@ class GatewayState:
 
     # --- keys -------------------------------------------------------------
 
+    def digest(self, raw: str) -> str:
+        """``keyed_hash(raw)``, remembered for the last few thousand presented
+        keys. Only the hash is remembered: whether the key is usable is the
+        key cache's answer (``key``), checked on every call as before, so a
+        revoked key is refused at once. Never logged or exposed."""
+        digests = self._digests
+        digest = digests.get(raw)
+        if digest is not None and self._pepper is settings.API_KEY_PEPPER:
+            return digest
+        if self._pepper is not settings.API_KEY_PEPPER:
+            digests.clear()
+            self._pepper = settings.API_KEY_PEPPER
+        digest = keyed_hash(raw)
+        if len(digests) >= MAX_DIGESTS:
+            digests.clear()
+        digests[raw] = digest
+        return digest
+
     async def key(self, raw: str) -> KeyEntry | None:
         """The cached entry for a presented key; ``None`` if it is not usable."""
-        digest = keyed_hash(raw)
+        digest = self.digest(raw)
         now = time.monotonic()
         hit = self._keys.get(digest)
         if hit is not None:
