@@ -120,6 +120,18 @@ def _gemini(u: Mapping) -> TokenUsage:
 
 
 def from_openai(usage) -> TokenUsage | None:
+    # The common shape first: two plain counts (and a total), no details.
+    if type(usage) is dict and len(usage) <= 3:
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        if (
+            type(prompt) is int
+            and type(completion) is int
+            and 0 <= prompt <= MAX_COUNT
+            and 0 <= completion <= MAX_COUNT
+            and (len(usage) == 2 or "total_tokens" in usage)
+        ):
+            return TokenUsage(input=prompt, output=completion)
     return _usage(_openai, usage)
 
 
