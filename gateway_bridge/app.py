@@ -27,6 +27,7 @@ def freeze_startup_heap() -> None:
         gc.collect()
         gc.freeze()
 
+
 GATEWAY_PREFIXES = ("/v1/", "/v1beta/")
 
 

@@ -130,16 +130,25 @@ _COUNT = st.one_of(
 )
 
 
+_DETAILS = st.dictionaries(st.sampled_from(["cached_tokens", "audio_tokens"]), _COUNT, max_size=2)
+
+
 @given(
     st.dictionaries(
         st.sampled_from(
-            ["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"]
+            [
+                "prompt_tokens",
+                "completion_tokens",
+                "total_tokens",
+                "prompt_tokens_details",
+                "completion_tokens_details",
+            ]
         ),
-        _COUNT,
-        max_size=4,
+        st.one_of(_COUNT, _DETAILS),
+        max_size=5,
     )
 )
 def test_openai_plain_counts_map_as_the_general_rule_does(usage):
-    """``from_openai``'s shortcut for two plain counts (and a total) agrees with
-    the general mapping on every input, malformed ones included."""
+    """``from_openai``'s shortcut for two plain counts (a total, cached tokens)
+    agrees with the general mapping on every input, malformed ones included."""
     assert um.from_openai(usage) == um._usage(um._openai, usage)
