@@ -89,14 +89,15 @@ class AuthenticatedKey:
     response_cache_seconds: int = 0
 
     def model_allowed(self, model: str) -> bool:
-        return all(
-            not rule or model in rule
-            for rule in (
-                self.allowed_models_key,
-                self.allowed_models_sub_account,
-                self.allowed_models_org,
-            )
-        )
+        # Each level in turn (not all() over a generator: this runs on every call).
+        rule = self.allowed_models_key
+        if rule and model not in rule:
+            return False
+        rule = self.allowed_models_sub_account
+        if rule and model not in rule:
+            return False
+        rule = self.allowed_models_org
+        return not rule or model in rule
 
     def ip_allowed(self, ip: str) -> bool:
         return ipnet.allowed(ip, self.ip_allowlist)

@@ -9,9 +9,24 @@ the gateway starts with the server and flushes its usage buffer on shutdown.
 
 from __future__ import annotations
 
+import gc
 import logging
 
 logger = logging.getLogger(__name__)
+_heap_frozen = False
+
+
+def freeze_startup_heap() -> None:
+    """Once per process, after start-up: move what is alive now (Django, the
+    apps, the gateway's caches) out of the garbage collector's reach, so its
+    full collections scan only what calls allocate — not a pause of about a
+    tenth of a second, every few thousand calls, of the server's only loop."""
+    global _heap_frozen
+    if not _heap_frozen:
+        _heap_frozen = True
+        gc.collect()
+        gc.freeze()
+
 
 GATEWAY_PREFIXES = ("/v1/", "/v1beta/")
 
@@ -56,6 +71,7 @@ class Router:
                     logger.exception("gateway failed to start")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
+                freeze_startup_heap()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._gateway is not None:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from accounts.facade import AuthenticatedKey, Organization, api_key_authenticate, keyed_hash
 from console import ipnet
@@ -36,6 +36,9 @@ PRICE_REFRESH_SECONDS = 5.0
 NODE_REFRESH_SECONDS = 1.0
 NEGATIVE_CACHE_SECONDS = 1.0
 MAX_CACHED_KEYS = 100_000
+# Presented keys whose keyed hash is remembered (the HMAC is a fixed cost per
+# call otherwise); the memo only maps a secret to its hash, never to a verdict.
+MAX_DIGESTS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,23 @@ class CatalogInfo:
     created: int
 
 
+def _db_done() -> None:
+    """After a load on a gateway thread: with SQLite (the embedded mode, which
+    reloads nodes and keys every second) the thread keeps its connection for
+    the next load, as opening one is most of a load's cost; a connection that
+    saw an error, and every other database's, is closed as before."""
+    conn = connection
+    if (
+        conn.vendor == "sqlite"
+        and conn.connection is not None
+        and not conn.errors_occurred
+        and not conn.in_atomic_block
+    ):
+        conn.close_at = None  # not obsolete: close_old_connections keeps it
+        return
+    close_old_connections()
+
+
 def _load_key(raw: str) -> KeyEntry | None:
     close_old_connections()
     try:
@@ -80,7 +100,7 @@ def _load_key(raw: str) -> KeyEntry | None:
             loaded_at=time.monotonic(),
         )
     finally:
-        close_old_connections()
+        _db_done()
 
 
 def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
@@ -101,7 +121,7 @@ def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
         }
         return book, catalog
     finally:
-        close_old_connections()
+        _db_done()
 
 
 def _load_nodes():
@@ -109,7 +129,7 @@ def _load_nodes():
     try:
         return build_routing_snapshot()
     finally:
-        close_old_connections()
+        _db_done()
 
 
 class GatewayState:
@@ -119,6 +139,9 @@ class GatewayState:
         # keyed hash of the presented key -> (KeyEntry | None, loaded_at monotonic)
         self._keys: dict[str, tuple[KeyEntry | None, float]] = {}
         self._loading: dict[str, asyncio.Future] = {}
+        # presented key -> its keyed hash (bounded; see digest())
+        self._digests: dict[str, str] = {}
+        self._pepper = None
         # Key, sub-account and organization change messages heard (for /metrics).
         self.key_invalidations = 0
         self.last_key_invalidation = 0.0  # POSIX seconds
@@ -174,9 +197,27 @@ class GatewayState:
 
     # --- keys -------------------------------------------------------------
 
+    def digest(self, raw: str) -> str:
+        """``keyed_hash(raw)``, remembered for the last few thousand presented
+        keys. Only the hash is remembered: whether the key is usable is the
+        key cache's answer (``key``), checked on every call as before, so a
+        revoked key is refused at once. Never logged or exposed."""
+        digests = self._digests
+        digest = digests.get(raw)
+        if digest is not None and self._pepper is settings.API_KEY_PEPPER:
+            return digest
+        if self._pepper is not settings.API_KEY_PEPPER:
+            digests.clear()
+            self._pepper = settings.API_KEY_PEPPER
+        digest = keyed_hash(raw)
+        if len(digests) >= MAX_DIGESTS:
+            digests.clear()
+        digests[raw] = digest
+        return digest
+
     async def key(self, raw: str) -> KeyEntry | None:
         """The cached entry for a presented key; ``None`` if it is not usable."""
-        digest = keyed_hash(raw)
+        digest = self.digest(raw)
         now = time.monotonic()
         hit = self._keys.get(digest)
         if hit is not None:

@@ -120,6 +120,26 @@ def _gemini(u: Mapping) -> TokenUsage:
 
 
 def from_openai(usage) -> TokenUsage | None:
+    # The common shapes first, as ``_openai`` maps them: two plain counts (and a
+    # total), with or without ``prompt_tokens_details`` holding only cached_tokens.
+    if type(usage) is dict and len(usage) <= 4:
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        if (
+            type(prompt) is int
+            and type(completion) is int
+            and 0 <= prompt <= MAX_COUNT
+            and 0 <= completion <= MAX_COUNT
+        ):
+            rest = len(usage) - 2 - ("total_tokens" in usage)
+            if rest == 0:
+                return TokenUsage(input=prompt, output=completion)
+            details = usage.get("prompt_tokens_details")
+            if rest == 1 and type(details) is dict and len(details) == 1:
+                cached = details.get("cached_tokens")
+                if type(cached) is int and 0 <= cached <= MAX_COUNT:
+                    cached = min(cached, prompt)
+                    return TokenUsage(input=prompt - cached, cache_read=cached, output=completion)
     return _usage(_openai, usage)
 
 

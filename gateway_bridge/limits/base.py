@@ -84,8 +84,21 @@ class DuplicateReservation(ValueError):
 # --- headers ------------------------------------------------------------------
 
 
+_DURATIONS: dict[int, str] = {}  # ms -> text, for the resets of the last few thousand ms
+
+
 def format_duration(ms: int) -> str:
     """OpenAI's reset format (Go durations): "20ms", "1s", "1.5s", "6m0s", "1h2m3s"."""
+    text = _DURATIONS.get(ms)
+    if text is None:
+        text = _format_duration(ms)
+        if len(_DURATIONS) >= 4096:
+            _DURATIONS.clear()
+        _DURATIONS[ms] = text
+    return text
+
+
+def _format_duration(ms: int) -> str:
     ms = max(0, int(ms))
     if ms < 1000:
         return f"{ms}ms"

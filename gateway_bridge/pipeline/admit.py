@@ -150,12 +150,12 @@ def worst_case(gw: Gateway, call: Call, models, req: CallRequest, out_budget: in
     return prices, worst
 
 
-def _plan(gw: Gateway, auth, now_ts: float):
+def _plan(gw: Gateway, auth, now_ts: float, now: datetime):
     """The key's caps and rate rules, cached until the earliest period end."""
     cached = gw._plans.get(auth.key_id)
     if cached is not None and cached[0] is auth and now_ts < cached[1]:
         return cached[2]
-    planned = plan(auth, datetime.fromtimestamp(now_ts, UTC))
+    planned = plan(auth, now)
     # Valid until the earliest period end (a new day gets new buckets).
     ends = [c.resets_at for c in planned[0] if c.resets_at]
     valid = min([*ends, now_ts + 60.0])
@@ -170,14 +170,15 @@ async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
     the key has no caps or limits at all (nothing to settle later)."""
     auth = call.entry.auth
     now_ts = time.time()
-    planned = _plan(gw, auth, now_ts)
+    now = datetime.fromtimestamp(now_ts, UTC)
+    planned = _plan(gw, auth, now_ts, now)
     caps, rates = planned
     if not caps and not rates:
         return False
     try:
         admission = await gw.limits.admit(
             auth,
-            datetime.fromtimestamp(now_ts, UTC),
+            now,
             call.request_id,
             amount,
             tokens,
@@ -195,7 +196,7 @@ async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
             "Spend limits cannot be checked right now; retry shortly.",
             headers=[("retry-after", "1")],
         ) from None
-    call.headers_out += [(k.encode(), str(v).encode()) for k, v in admission.headers]
+    call.headers_out += [(k.encode(), v.encode()) for k, v in admission.headers]
     return True
 
 

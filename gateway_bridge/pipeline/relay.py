@@ -130,6 +130,7 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
 
     watcher = asyncio.create_task(watch())
     collected: list[dict] = [] if ckey and cache_ttl else None
+    out = b""  # rendered, not yet written
     try:
         try:
             out = adapter.stream_start(req.model)
@@ -148,7 +149,9 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
                 piece = adapter.stream_chunk(chunk, req.model)
                 if piece:
                     out = out + piece if out else piece
-                if out:
+                # One write for every event already in (``event_buffered``: the next
+                # one has arrived); an event is never held back waiting for the node.
+                if out and not resp.event_buffered:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     out = b""
                 data = await events.__anext__()
@@ -179,7 +182,7 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
                 await send(
                     {
                         "type": "http.response.body",
-                        "body": adapter.stream_error(err),
+                        "body": out + adapter.stream_error(err),
                         "more_body": False,
                     }
                 )
@@ -196,7 +199,7 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
             await send(
                 {
                     "type": "http.response.body",
-                    "body": adapter.stream_end(usage, req.model),
+                    "body": out + adapter.stream_end(usage, req.model),
                     "more_body": False,
                 }
             )

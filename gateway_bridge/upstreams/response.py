@@ -92,7 +92,10 @@ class UpstreamResponse:
                                 continue
                         if payload == b"[DONE]" and not conn.complete:
                             await _settle(conn)
-                        self.event_buffered = _data_follows(buffer, start)
+                        # (Not when the next is a [DONE] that may wait in _settle.)
+                        self.event_buffered = _data_follows(buffer, start) and (
+                            conn.complete or not buffer.startswith(b"data: [DONE]", start)
+                        )
                         yield payload
                         self.event_buffered = False
                         if self._conn is not conn:  # released or aborted meanwhile

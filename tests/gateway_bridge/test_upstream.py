@@ -812,3 +812,34 @@ def test_https_with_the_pools_ssl_context_and_keep_alive(tmp_path):
     assert bodies == [b"secure 1", b"secure 1"]  # one TLS connection, kept alive
     assert seen[0] == f"host: {url.removeprefix('https://')}"
     assert refused == "connect"
+
+
+def test_a_done_still_waiting_for_the_body_end_is_not_counted_as_in():
+    """[DONE] is followed by a wait for the end of the body (``_settle``): an
+    event before it is not reported as followed by one already in unless the
+    body has ended, so a relay never holds it across that wait."""
+
+    async def handle(reader, writer, n):
+        await read_request(reader)
+        writer.write(SSE_HEAD)
+        late = n == 1  # the first connection ends its body a moment later
+        writer.write(chunk(b"data: 1\n\ndata: [DONE]\n\n") + (b"" if late else b"0\r\n\r\n"))
+        await writer.drain()
+        if late:
+            await asyncio.sleep(0.05)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    async def scenario():
+        pool = UpstreamPool()
+        seen = []
+        async with raw_server(handle) as (url, _):
+            for _ in range(2):
+                resp = await pool.request("POST", url, CHAT, b"{}")
+                seen.append([(data, resp.event_buffered) async for data in resp.sse()])
+        await pool.close()
+        return seen
+
+    late_end, ended = run(scenario())
+    assert late_end == [(b"1", False), (b"[DONE]", False)]
+    assert ended == [(b"1", True), (b"[DONE]", False)]

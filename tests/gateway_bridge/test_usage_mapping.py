@@ -119,3 +119,36 @@ def test_round_trips_through_every_protocol(inp, cr, cw, out, data):
     assert um.from_openai(um.to_openai(t)) == TokenUsage(inp + cw, cr, 0, out, reasoning)
     assert um.from_gemini(um.to_gemini(t)) == TokenUsage(inp + cw, cr, 0, out, reasoning)
     assert um.to_openai(t)["total_tokens"] == t.prompt_total + out
+
+
+_COUNT = st.one_of(
+    st.integers(min_value=-5, max_value=um.MAX_COUNT + 5),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.none(),
+    st.text(max_size=3),
+)
+
+
+_DETAILS = st.dictionaries(st.sampled_from(["cached_tokens", "audio_tokens"]), _COUNT, max_size=2)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "prompt_tokens",
+                "completion_tokens",
+                "total_tokens",
+                "prompt_tokens_details",
+                "completion_tokens_details",
+            ]
+        ),
+        st.one_of(_COUNT, _DETAILS),
+        max_size=5,
+    )
+)
+def test_openai_plain_counts_map_as_the_general_rule_does(usage):
+    """``from_openai``'s shortcut for two plain counts (a total, cached tokens)
+    agrees with the general mapping on every input, malformed ones included."""
+    assert um.from_openai(usage) == um._usage(um._openai, usage)

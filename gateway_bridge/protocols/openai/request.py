@@ -70,20 +70,29 @@ def _model(body: dict) -> str:
     return value
 
 
+# The fields _sampling checks before ``stream``: each check passes an absent field.
+_SHARED = frozenset({
+    "n", "temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "user",
+    "stop", "logit_bias", "metadata", "store", "service_tier",
+})  # fmt: skip
+
+
 def _sampling(body: dict) -> tuple[bool, bool, int | None]:
     """The checks the generation endpoints share; returns (stream, include_usage, n)."""
-    n = int_field(body, "n", 1, MAX_N)
-    number_field(body, "temperature", 0, 2)
-    number_field(body, "top_p", 0, 1)
-    number_field(body, "presence_penalty", -2, 2)
-    number_field(body, "frequency_penalty", -2, 2)
-    int_field(body, "seed")
-    string_field(body, "user")
-    _stop(body)
-    _logit_bias(body)
-    _metadata(body)
-    bool_field(body, "store")
-    string_field(body, "service_tier", ("auto", "default", "flex", "scale", "priority"))
+    n = None
+    if not _SHARED.isdisjoint(body):
+        n = int_field(body, "n", 1, MAX_N)
+        number_field(body, "temperature", 0, 2)
+        number_field(body, "top_p", 0, 1)
+        number_field(body, "presence_penalty", -2, 2)
+        number_field(body, "frequency_penalty", -2, 2)
+        int_field(body, "seed")
+        string_field(body, "user")
+        _stop(body)
+        _logit_bias(body)
+        _metadata(body)
+        bool_field(body, "store")
+        string_field(body, "service_tier", ("auto", "default", "flex", "scale", "priority"))
     stream = bool(bool_field(body, "stream"))
     options = object_field(body, "stream_options")
     include_usage = False

@@ -157,3 +157,25 @@ def test_a_missing_or_unknown_key_is_401_and_not_recorded(headers, code):
         asyncio.run(auth.authenticate(_State({}), ipnet.EMPTY, call, {"client": None}, headers))
     assert (exc.value.status, exc.value.code) == (401, code)
     assert call.record is False
+
+
+def test_the_key_digest_is_remembered_bounded_and_follows_the_pepper(settings, monkeypatch):
+    """The HMAC of a presented key is remembered (secret → hash only, never a
+    verdict: the key cache still decides, so a revoked key is refused at once),
+    at most ``MAX_DIGESTS`` of them, and a new pepper forgets them all."""
+    from accounts.facade import keyed_hash
+    from gateway_bridge import state as state_module
+
+    monkeypatch.setattr(state_module, "MAX_DIGESTS", 3)
+    st = state_module.GatewayState()
+    try:
+        keys = [f"sk-key{i}" for i in range(5)]
+        for raw in keys:
+            assert st.digest(raw) == keyed_hash(raw)
+            assert st.digest(raw) == keyed_hash(raw)  # remembered
+            assert len(st._digests) <= 3
+        settings.API_KEY_PEPPER = "another-pepper"
+        assert st.digest(keys[-1]) == keyed_hash(keys[-1])
+        assert list(st._digests) == [keys[-1]]
+    finally:
+        st.executor.shutdown(wait=False)
