@@ -45,8 +45,9 @@ def build_store() -> LimitStore:
 
 
 def credit_balance(organization_id: int, delta: int) -> None:
-    """A prepaid balance moved for a reason other than usage (sync; called by
-    invoicing after its ledger entry committed). With Redis the shared bucket
+    """A prepaid balance moved for a reason other than usage (sync; the
+    gateway's ``console.hooks.BALANCE_CHANGED`` receiver, after the ledger
+    entry committed). With Redis the shared bucket
     is credited once, here; with the in-process store, every gateway in this
     process credits its own (``apply_local_credit``). A bucket not seeded yet
     is left alone: its seed reads the ledger, this entry included."""
@@ -65,6 +66,8 @@ def credit_balance(organization_id: int, delta: int) -> None:
         finally:
             client.close()
         return
+    # Here, not at the top: the stores run without Django (a contender process
+    # in the limits tests), and notify reads the apps' models.
     from gateway_bridge import notify
 
     notify.deliver(f"balance:{organization_id}:{int(delta)}")
