@@ -124,9 +124,13 @@ def budget(gw: Gateway, req: CallRequest, nodes) -> int:
     return out
 
 
-def discount(call: Call, price) -> int:
-    """The discount (ppm) ``price`` gets for this call's organization."""
-    return discount_for(price, call.entry.discount_ppm)
+def cost(call: Call, tokens: tuple[int, int, int, int], price) -> int:
+    """What ``tokens`` (input, cache read, cache write, output) cost this call's
+    organization at ``price`` (0 without a price): ``usage.rating.rate`` with
+    the one discount rule, as ingest rates the call afterwards."""
+    if price is None:
+        return 0
+    return rate(tokens, price, discount_for(price, call.entry.discount_ppm))
 
 
 def worst_case(gw: Gateway, call: Call, models, req: CallRequest, out_budget: int, ts: float):
@@ -146,16 +150,16 @@ def worst_case(gw: Gateway, call: Call, models, req: CallRequest, out_budget: in
             tokens = (0, 0, prompt, out_budget)
         else:
             tokens = (prompt, 0, 0, out_budget)
-        worst = max(worst, rate(tokens, price, discount_for(price, call.entry.discount_ppm)))
+        worst = max(worst, cost(call, tokens, price))
     return prices, worst
 
 
-def _plan(gw: Gateway, auth, now_ts: float, now: datetime):
+def _plan(gw: Gateway, auth, now_ts: float):
     """The key's caps and rate rules, cached until the earliest period end."""
     cached = gw._plans.get(auth.key_id)
     if cached is not None and cached[0] is auth and now_ts < cached[1]:
         return cached[2]
-    planned = plan(auth, now)
+    planned = plan(auth, datetime.fromtimestamp(now_ts, UTC))
     # Valid until the earliest period end (a new day gets new buckets).
     ends = [c.resets_at for c in planned[0] if c.resets_at]
     valid = min([*ends, now_ts + 60.0])
@@ -170,15 +174,14 @@ async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
     the key has no caps or limits at all (nothing to settle later)."""
     auth = call.entry.auth
     now_ts = time.time()
-    now = datetime.fromtimestamp(now_ts, UTC)
-    planned = _plan(gw, auth, now_ts, now)
+    planned = _plan(gw, auth, now_ts)
     caps, rates = planned
     if not caps and not rates:
         return False
     try:
         admission = await gw.limits.admit(
             auth,
-            now,
+            datetime.fromtimestamp(now_ts, UTC),
             call.request_id,
             amount,
             tokens,
@@ -208,12 +211,5 @@ async def settle(gw: Gateway, call: Call, price) -> None:
     if usage is NO_USAGE:
         await store.release(call.request_id)
         return
-    if price is None:
-        cost = 0
-    else:
-        cost = rate(
-            (usage.input, usage.cache_read, usage.cache_write, usage.output),
-            price,
-            discount_for(price, call.entry.discount_ppm),
-        )
-    await store.settle(call.request_id, cost, usage.prompt_total + usage.output)
+    actual = cost(call, (usage.input, usage.cache_read, usage.cache_write, usage.output), price)
+    await store.settle(call.request_id, actual, usage.prompt_total + usage.output)

@@ -18,7 +18,6 @@ from gateway_bridge.pipeline import admit, relay
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import CallRequest
 from gateway_bridge.usage_mapping import TokenUsage
-from usage.facade import discount_for, rate
 
 if TYPE_CHECKING:
     from gateway_bridge.gateway import Gateway
@@ -55,15 +54,7 @@ async def serve(gw: Gateway, call: Call, req: CallRequest, hit: dict, price, sen
     )
     call.cache_status = "response_hit"
     call.headers_out.append(_HIT)
-    cost = (
-        rate(
-            (0, usage.cache_read, 0, usage.output),
-            price,
-            discount_for(price, call.entry.discount_ppm),
-        )
-        if price
-        else 0
-    )
+    cost = admit.cost(call, (0, usage.cache_read, 0, usage.output), price)
     reserved = await admit.reserve(gw, call, cost, usage.prompt_total + usage.output)
     call.usage = usage
     if reserved:

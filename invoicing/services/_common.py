@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import calendar
 import re
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -45,11 +44,6 @@ def period_of(when: datetime, timezone_name: str) -> str:
 def previous_period(period: str) -> str:
     year, month = parse_period(period)
     return f"{year - 1:04d}-12" if month == 1 else f"{year:04d}-{month - 1:02d}"
-
-
-def month_days(period: str) -> int:
-    year, month = parse_period(period)
-    return calendar.monthrange(year, month)[1]
 
 
 def event(invoice, type_: str, actor=None, **params) -> None:
