@@ -22,6 +22,15 @@ tokens of the content (text parts joined by newlines) + ``<|end|>``; then the
 generation prompt ``<|start|>`` + ``assistant`` + ``<|sep|>``. Each marker is
 one token, so a message costs its content and role tokens plus three, and the
 generation prompt adds three more (``assistant`` is one token).
+
+Media (images, PDFs and other documents) cost ``media_tokens(n)`` for ``n``
+bytes of decoded data: ``MEDIA_BASE_TOKENS`` plus one per ``MEDIA_BYTES_PER_TOKEN``
+bytes (a part given only by URL costs the base). Their ids are the marker
+``MEDIA_ID`` followed by ids drawn from a hash of the data, so the same picture
+gives the same ids (and hits a prefix cache). In OpenAI chat content the media
+parts are ``image_url`` (a ``data:`` URL or a URL), ``input_audio`` and
+``file`` (``file_data`` as a ``data:`` URL or base64); ``chat_prompt_tokens``
+counts them after the message's text, in order.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ from functools import lru_cache
 
 VOCAB_SIZE = 200_000
 START_ID, SEP_ID, END_ID = 1, 2, 3
+MEDIA_ID = 4
+MEDIA_BASE_TOKENS = 85
+MEDIA_BYTES_PER_TOKEN = 750
 FIRST_TEXT_ID = 16
 RUN_PIECE = 4
 
@@ -100,6 +112,59 @@ def content_text(content: object) -> str:
     return ""
 
 
+def media_tokens(data_bytes: int) -> int:
+    """Tokens of one image or document of ``data_bytes`` decoded bytes (0: given by URL)."""
+    return MEDIA_BASE_TOKENS + max(0, data_bytes) // MEDIA_BYTES_PER_TOKEN
+
+
+def _data_of(value: object) -> str:
+    """The base64 data of a ``data:`` URL (or of bare base64), "" for a plain URL."""
+    if not isinstance(value, str):
+        return ""
+    if value.startswith("data:"):
+        return value.partition(",")[2]
+    if value.startswith(("http://", "https://", "gs://", "file-")):
+        return ""
+    return value
+
+
+def media_parts(content: object) -> list[str]:
+    """The base64 data of each media part of OpenAI chat ``content``, in order
+    ("" for a part given by URL or file id)."""
+    if not isinstance(content, list):
+        return []
+    out = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "image_url":
+            image = part.get("image_url")
+            out.append(_data_of(image.get("url") if isinstance(image, dict) else image))
+        elif kind == "input_audio":
+            audio = part.get("input_audio")
+            out.append(_data_of(audio.get("data") if isinstance(audio, dict) else ""))
+        elif kind == "file":
+            file = part.get("file")
+            out.append(_data_of(file.get("file_data") if isinstance(file, dict) else ""))
+    return out
+
+
+def media_ids(data: str) -> list[int]:
+    """Token ids of one media part (its base64 ``data``; "" for a URL)."""
+    size = len(data) * 3 // 4
+    count = media_tokens(size)
+    seed = hashlib.blake2b(data.encode("ascii", "replace"), digest_size=8).digest()
+    base = int.from_bytes(seed, "little")
+    span = VOCAB_SIZE - FIRST_TEXT_ID
+    return [MEDIA_ID] + [FIRST_TEXT_ID + (base + i * 7919) % span for i in range(count - 1)]
+
+
+def content_media_tokens(content: object) -> int:
+    """How many tokens the media parts of OpenAI chat ``content`` cost."""
+    return sum(media_tokens(len(data) * 3 // 4) for data in media_parts(content))
+
+
 def chat_prompt_tokens(messages: list[dict]) -> list[int]:
     """Token ids of a chat prompt under the documented template, generation prompt included."""
     ids: list[int] = []
@@ -110,7 +175,11 @@ def chat_prompt_tokens(messages: list[dict]) -> list[int]:
         if isinstance(name, str) and name:
             ids.extend(tokenize(" " + name))
         ids.append(SEP_ID)
-        ids.extend(tokenize(content_text(message.get("content"))))
+        content = message.get("content")
+        ids.extend(tokenize(content_text(content)))
+        if type(content) is list:
+            for data in media_parts(content):
+                ids.extend(media_ids(data))
         ids.append(END_ID)
     ids.append(START_ID)
     ids.extend(tokenize("assistant"))

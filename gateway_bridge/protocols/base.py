@@ -118,6 +118,18 @@ class CallRequest:
     response: ResponseAdapter
     # Anything else the adapter wants to remember (tool names, ...).
     extra: dict[str, Any] = field(default_factory=dict)
+    # Native pass-through (a channel that speaks the client's protocol): the
+    # client's body as it arrived, and as parsed, and the query string of the
+    # request (Gemini's ``alt=sse``). ``gateway_bridge.pipeline.native`` sends
+    # ``raw`` with only the model id rewritten.
+    raw: bytes = b""
+    client_body: dict[str, Any] | None = None
+    query: str = ""
+    # What ``body`` (the OpenAI pivot) could not carry, as "<path>: <what>"
+    # (an Anthropic ``container``, a ``document`` block a channel of another
+    # protocol cannot take, ...): a channel of the client's own protocol takes
+    # the call as sent; any other answers 400 naming the first of them.
+    untranslatable: tuple[str, ...] = ()
 
 
 class ResponseAdapter:

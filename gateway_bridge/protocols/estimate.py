@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import orjson
 
-from console.tokens import count_tokens
+from console.tokens import content_media_tokens, count_tokens
 
 #: How much of the rendered prompt ``CallRequest.prefix_text`` keeps (characters).
 PREFIX_CHARS = 4096
@@ -131,6 +131,8 @@ def chat_prompt(messages: list[dict], tools: list | None = None) -> tuple[int, s
         if calls and isinstance(calls, list):
             text += _calls_text(calls)
         total += count_text(text)
+        if type(content) is list:
+            total += content_media_tokens(content)
         if size < PREFIX_CHARS:
             piece = f"<|start|>{role}{' ' + name if name else ''}<|sep|>{text}<|end|>"
             pieces.append(piece)

@@ -1,0 +1,51 @@
+"""Vendor dialects: how the gateway talks to a channel of each kind.
+
+A channel (``inference_node.models.Node``) has a kind; each kind speaks one
+wire protocol, and that protocol's dialect module here knows how to call it:
+
+    kind                 dialect     auth header
+    openai_compatible    openai      Authorization: Bearer (vLLM, SGLang, DeepSeek, Kimi, ...)
+    openai               openai      Authorization: Bearer
+    anthropic            anthropic   x-api-key + anthropic-version (+ anthropic-beta passed on)
+    gemini               gemini      x-goog-api-key
+
+Two ways through a dialect (``gateway_bridge.pipeline.forward`` chooses):
+
+* **native** — the client's protocol is the channel's: the client's body goes
+  as it was sent (only the model id rewritten, ``pipeline.native``), the answer
+  and its stream come back byte for byte, and usage is read from the vendor's
+  own fields (``native_usage`` / ``NativeStreamUsage``);
+* **translated** — the client's request was parsed into the OpenAI chat pivot
+  (``CallRequest.body``); ``from_chat`` writes it in the channel's protocol,
+  ``to_chat`` and ``StreamReader`` turn the answer back into OpenAI chat
+  objects, which the client protocol's response adapter renders as before.
+
+Every dialect module exposes the same names (see ``base``). Pure: no I/O, no
+Django, no clock.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+KIND_DIALECT = {
+    "openai_compatible": "openai",
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gemini",
+}
+
+
+class _Dialects(dict):
+    def __missing__(self, name):
+        module = importlib.import_module(f"gateway_bridge.vendors.{name}")
+        self[name] = module
+        return module
+
+
+DIALECTS = _Dialects()
+
+
+def dialect_for(kind: str):
+    """The dialect module of a channel kind (``openai`` for an unknown one)."""
+    return DIALECTS[KIND_DIALECT.get(kind, "openai")]

@@ -1,0 +1,76 @@
+"""What every dialect module (``openai``, ``anthropic``, ``gemini``) exposes.
+
+This module documents the interface and holds what the dialects share; each
+dialect module defines these names at module level:
+
+``PROTOCOL: str``
+    The client protocol whose calls this dialect takes natively.
+
+``auth_headers(secret: str, client_headers: dict[str, str]) -> list[tuple[str, str]]``
+    The headers that authenticate a call with one credential (and, for
+    Anthropic, ``anthropic-version`` — the client's, else ``DEFAULT_VERSION`` —
+    and the client's ``anthropic-beta`` passed on). ``client_headers`` has
+    lower-case names. An empty secret sends no auth header.
+
+``path(endpoint: str, upstream_model: str, stream: bool) -> str``
+    The path (with query) of a translated call for a pivot endpoint
+    (``chat.completions``, ``embeddings``, ``completions``); raises
+    ``GatewayError`` (400, code ``unsupported``) for an endpoint the vendor
+    lacks.
+
+``native_path(endpoint: str, upstream_model: str, stream: bool, query: str) -> str``
+    The path of a native call of the client's endpoint (Gemini names the model
+    in the path; ``query`` is the client's query string less its ``key``).
+
+``models_path: str``
+    Where the vendor lists models (the health probe reads it).
+
+``from_chat(body: dict, upstream_model: str, stream: bool) -> dict``
+    The OpenAI chat pivot body → this vendor's request body. What the vendor
+    cannot take raises ``GatewayError`` 400 (code ``unsupported``) naming it.
+
+``to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]``
+    A vendor's plain answer → an OpenAI ``chat.completion`` dict (``model`` is
+    put in it) and its usage read from the vendor's own fields
+    (``gateway_bridge.usage_mapping``). Raises ``GatewayError`` (502,
+    ``upstream_invalid_response``) for an answer of the wrong shape.
+
+``StreamReader(model: str)``
+    ``.feed(event: str | None, data: dict) -> list[dict]``: one vendor stream
+    event (its SSE ``event:`` name and parsed ``data``) → the OpenAI
+    ``chat.completion.chunk`` dicts it amounts to (possibly none);
+    ``.usage -> TokenUsage | None`` (the vendor's own counts so far);
+    ``.finished -> bool`` (the vendor's terminal event came). An ``error``
+    event raises ``GatewayError`` with the vendor's message.
+
+``native_usage(obj: dict) -> TokenUsage | None``
+    The usage of a native plain answer.
+
+``NativeStreamUsage()``
+    ``.feed(event: str | None, data: bytes) -> None`` for each event of a
+    native stream (parse only what usage needs); ``.usage``; ``.content``
+    (True once an event carried generated content: the call's first token);
+    ``.finished``; ``.error`` (a ``GatewayError`` when the vendor streamed an
+    error event, else None).
+
+``error_of(status: int, raw: bytes) -> GatewayError``
+    A vendor's error answer (its own error body, HTML, or nothing) → the
+    gateway's error: 4xx keep their status and the vendor's message; 5xx and
+    unknown statuses become 502 ``upstream_error``.
+"""
+
+from __future__ import annotations
+
+from gateway_bridge.protocols.base import KIND_STATUS, UPSTREAM, GatewayError
+
+_KIND_OF_STATUS = {status: kind for kind, status in KIND_STATUS.items()}
+
+
+def status_error(status: int, message: str, code: str) -> GatewayError:
+    """A vendor's error as the gateway's: a 4xx keeps its status (the
+    client's fault or a limit), anything else is the upstream's failure (502)."""
+    message = (message or f"The vendor answered HTTP {status}.")[:2000]
+    if 400 <= status < 500:
+        kind = _KIND_OF_STATUS.get(status, "invalid_request")
+        return GatewayError(kind, code or "upstream_client_error", message, status=status)
+    return GatewayError(UPSTREAM, code or "upstream_error", message)
