@@ -7,6 +7,7 @@ malformed, so a typo fails the process at start instead of at first use.
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 from pathlib import Path
@@ -79,6 +80,23 @@ def read_or_create_secret(path: Path, *, nbytes: int = 48) -> str:
     except FileNotFoundError:
         pass
     value = secrets.token_urlsafe(nbytes)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    os.chmod(path, 0o600)
+    return value
+
+
+def read_or_create_fernet_key(path: Path) -> str:
+    """A Fernet key stored at ``path`` (mode 0600), created on first use."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        value = path.read_text().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(value + "\n")

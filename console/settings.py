@@ -33,6 +33,17 @@ if PRODUCTION:
 SECRET_KEY = SECRET_KEY or config.read_or_create_secret(VAR_DIR / "secret_key")
 # The pepper keys the HMAC of every API key secret. Changing it invalidates all keys.
 API_KEY_PEPPER = API_KEY_PEPPER or config.read_or_create_secret(VAR_DIR / "api_key_pepper")
+# Fernet keys that seal vendor credentials and node tokens at rest (console.crypto):
+# the first seals, every one opens (rotation: new key first, `manage.py reseal_secrets`).
+CONSOLE_SECRET_KEYS = config.env_list("CONSOLE_SECRET_KEYS", [])
+if PRODUCTION and not CONSOLE_SECRET_KEYS:
+    raise ImproperlyConfigured(
+        "CONSOLE_PRODUCTION is set but CONSOLE_SECRET_KEYS is missing; "
+        "production secrets must come from the environment"
+    )
+CONSOLE_SECRET_KEYS = CONSOLE_SECRET_KEYS or [
+    config.read_or_create_fernet_key(VAR_DIR / "secret_box_key")
+]
 
 ALLOWED_HOSTS = config.env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = config.env_list("CSRF_TRUSTED_ORIGINS", [])

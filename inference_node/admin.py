@@ -51,6 +51,7 @@ class NodeAdminForm(forms.ModelForm):
 
 class NodeModelInline(admin.TabularInline):
     model = NodeModel
+    fields = ("public_name", "upstream_name", "context_window")
     extra = 1
 
 

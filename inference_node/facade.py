@@ -16,8 +16,19 @@ platform nodes); and the gateway's routing snapshot (``RoutingSnapshot`` of
 
 from __future__ import annotations
 
-from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
+from inference_node.models import (
+    Credential,
+    CredentialStatus,
+    HealthCheck,
+    Node,
+    NodeHealth,
+    NodeKind,
+    NodeModel,
+    NodeStatus,
+)
 from inference_node.selectors import (
+    CostPrice,
+    RoutableCredential,
     RoutableNode,
     RoutingSnapshot,
     build_routing_snapshot,
@@ -26,10 +37,16 @@ from inference_node.selectors import (
 )
 
 __all__ = [
+    "CostPrice",
+    "Credential",
+    "CredentialStatus",
+    "HealthCheck",
     "Node",
     "NodeHealth",
+    "NodeKind",
     "NodeModel",
     "NodeStatus",
+    "RoutableCredential",
     "RoutableNode",
     "RoutingSnapshot",
     "build_routing_snapshot",

@@ -14,7 +14,15 @@ from asgiref.sync import sync_to_async
 from django.db.models import Prefetch, Q, QuerySet
 
 from accounts.facade import Actor, NotFound, Perm, PermissionDenied
-from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
+from inference_node.models import (
+    Credential,
+    CredentialStatus,
+    HealthCheck,
+    Node,
+    NodeHealth,
+    NodeModel,
+    NodeStatus,
+)
 
 # --- console ------------------------------------------------------------------------
 
@@ -80,6 +88,35 @@ SNAPSHOT_TTL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
+class RoutableCredential:
+    """One credential of a channel's key pool, as the gateway presents it.
+    ``credential_id`` None: the node's own token (or none at all)."""
+
+    credential_id: int | None
+    secret: str
+    weight: int = 1
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
+    max_concurrency: int | None = None
+    hint: str = ""
+
+    def __repr__(self) -> str:  # never the secret in logs
+        return f"RoutableCredential({self.credential_id}, {self.hint!r})"
+
+
+@dataclass(frozen=True)
+class CostPrice:
+    """What the vendor charges for a model on a channel: micro-units of
+    ``currency`` per million tokens of each class."""
+
+    currency: str
+    input_per_mtok: int
+    cache_read_per_mtok: int
+    cache_write_per_mtok: int
+    output_per_mtok: int
+
+
+@dataclass(frozen=True)
 class RoutableNode:
     """One node able to serve one public model, as the gateway needs it."""
 
@@ -97,6 +134,13 @@ class RoutableNode:
     prefix_cache_hit_rate: float | None
     labels: Mapping[str, str]
     organization_id: int | None
+    kind: str = "openai_compatible"
+    api_path: str = ""
+    tier: int = 0
+    # The key pool: never empty (a node without credentials has one entry for
+    # its own token, which may be "").
+    credentials: tuple[RoutableCredential, ...] = ()
+    cost: CostPrice | None = None
 
     def __repr__(self) -> str:  # never the token in logs
         return f"RoutableNode({self.node_id}, {self.name!r}, {self.upstream_model!r})"
@@ -133,23 +177,74 @@ class RoutingSnapshot:
         }
 
 
-def build_routing_snapshot() -> RoutingSnapshot:
-    """One query: the models of every healthy, active node, with their node."""
-    rows = (
-        NodeModel.objects.filter(node__status=NodeStatus.ACTIVE, node__health=NodeHealth.HEALTHY)
-        .select_related("node")
-        .order_by("public_name", "node__organization_id", "node__name", "node_id")
+def routable_nodes() -> Q:
+    """Which nodes take calls: active ones that are healthy — or, for vendor
+    channels judged by traffic or a vendor probe, not known to be down."""
+    return Q(node__status=NodeStatus.ACTIVE) & (
+        Q(node__health=NodeHealth.HEALTHY)
+        | (~Q(node__health_check=HealthCheck.HEALTH) & ~Q(node__health=NodeHealth.UNHEALTHY))
     )
+
+
+def _key_pools() -> dict[int, tuple[RoutableCredential, ...]]:
+    pools: dict[int, list[RoutableCredential]] = {}
+    for c in Credential.objects.filter(status=CredentialStatus.ACTIVE).order_by("node_id", "id"):
+        pools.setdefault(c.node_id, []).append(
+            RoutableCredential(
+                credential_id=c.pk,
+                secret=c.secret,
+                weight=c.weight,
+                rpm_limit=c.rpm_limit,
+                tpm_limit=c.tpm_limit,
+                max_concurrency=c.max_concurrency,
+                hint=c.secret_hint,
+            )
+        )
+    return {node_id: tuple(pool) for node_id, pool in pools.items()}
+
+
+def _cost(row: NodeModel) -> CostPrice | None:
+    if not row.has_cost:
+        return None
+    return CostPrice(
+        currency=row.cost_currency,
+        input_per_mtok=row.cost_input_per_mtok or 0,
+        cache_read_per_mtok=row.cost_cache_read_per_mtok or 0,
+        cache_write_per_mtok=row.cost_cache_write_per_mtok or 0,
+        output_per_mtok=row.cost_output_per_mtok or 0,
+    )
+
+
+def build_routing_snapshot() -> RoutingSnapshot:
+    """Two queries: the models of every routable node, with their node, and
+    the active credentials of every node. A vendor channel without an active
+    credential is left out (it cannot authenticate)."""
+    rows = (
+        NodeModel.objects.filter(routable_nodes())
+        .select_related("node")
+        .order_by("public_name", "tier", "node__organization_id", "node__name", "node_id")
+    )
+    pools = _key_pools()
     grouped: dict[str, dict[int | None, list[RoutableNode]]] = {}
+    own_token: dict[int, tuple[RoutableCredential, ...]] = {}
     for row in rows:
         node = row.node
+        pool = pools.get(node.pk)
+        if pool is None:
+            if node.health_check != HealthCheck.HEALTH:
+                continue  # a vendor channel with no usable credential
+            pool = own_token.get(node.pk)
+            if pool is None:
+                pool = own_token[node.pk] = (
+                    RoutableCredential(None, node.token, hint=node.token_hint),
+                )
         context = row.context_window or _discovered_length(node, row.upstream_name)
         entry = RoutableNode(
             node_id=node.pk,
             name=node.name,
             base_url=node.base_url,
             token=node.token,
-            weight=node.weight,
+            weight=row.weight or node.weight,
             max_concurrency=node.max_concurrency,
             upstream_model=row.upstream_name,
             context_window=context,
@@ -159,6 +254,11 @@ def build_routing_snapshot() -> RoutingSnapshot:
             prefix_cache_hit_rate=node.prefix_cache_hit_rate,
             labels=MappingProxyType({str(k): str(v) for k, v in (node.labels or {}).items()}),
             organization_id=node.organization_id,
+            kind=node.kind,
+            api_path=node.api_path,
+            tier=row.tier,
+            credentials=pool,
+            cost=_cost(row),
         )
         grouped.setdefault(row.public_name, {}).setdefault(node.organization_id, []).append(entry)
     frozen = {

@@ -4,6 +4,7 @@ headers), and login rate limiting."""
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import subprocess
@@ -143,6 +144,7 @@ def _production_env(tmp_path, **extra) -> dict:
         CONSOLE_VAR_DIR=str(tmp_path),
         DJANGO_SECRET_KEY=secrets.token_urlsafe(64),
         API_KEY_PEPPER=secrets.token_urlsafe(32),
+        CONSOLE_SECRET_KEYS=base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         DJANGO_ALLOWED_HOSTS="console.example.com",
         **extra,
     )

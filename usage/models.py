@@ -19,6 +19,12 @@ class ModelKind(models.TextChoices):
     EMBEDDING = "embedding", "Embeddings"
 
 
+class Modality(models.TextChoices):
+    TEXT = "text", "Text"
+    # Takes images (and documents) in the prompt.
+    VISION = "vision", "Text and images"
+
+
 class CatalogModel(models.Model):
     """A public model name callers may ask for."""
 
@@ -28,6 +34,7 @@ class CatalogModel(models.Model):
     provider = models.CharField(max_length=64, blank=True)
     kind = models.CharField(max_length=16, choices=ModelKind.choices, default=ModelKind.CHAT)
     context_window = models.PositiveIntegerField(default=8192)
+    modality = models.CharField(max_length=8, choices=Modality.choices, default=Modality.TEXT)
     enabled = models.BooleanField(default=True)
     # Public model names to try, in order, when no node can serve this one.
     fallbacks = models.JSONField(default=list, blank=True)

@@ -103,8 +103,9 @@ def test_models_lists_what_an_org_can_be_served(org, other_org, fleet):
     assert snap.models(None) == {"llama", "mistral"}
 
 
-def test_snapshot_is_built_with_one_query(org, fleet, django_assert_num_queries):
-    with django_assert_num_queries(1):
+def test_snapshot_is_built_with_two_queries(org, fleet, django_assert_num_queries):
+    """The routable models with their nodes, and every active key pool."""
+    with django_assert_num_queries(2):
         routing_snapshot()
 
 

@@ -1,0 +1,104 @@
+"""Secrets at rest: vendor credentials and node tokens, sealed with Fernet.
+
+``seal`` encrypts with the first key of ``CONSOLE_SECRET_KEYS`` (AES-128-CBC
++ HMAC-SHA256, authenticated, from ``cryptography``); ``unseal`` tries every
+key, so keys can be rotated: put the new key first, keep the old ones after
+it, run ``manage.py reseal_secrets`` (every sealed value re-encrypted with the
+new key), then drop the old keys. Without the setting (the embedded default)
+one key is generated into ``var/secret_box_key``; production requires the
+setting.
+
+``SealedTextField`` is a model field that holds a sealed value in the database
+and the clear text in memory: code reads and assigns clear text, the column
+never holds it. ``hint`` is all that may ever be shown of a secret (its last
+four characters, when it is long enough that they reveal little).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import models
+
+# Every Fernet token starts with these bytes (version 0x80, base64url).
+_TOKEN_PREFIX = "gAAAAA"  # noqa: S105 - a format marker, not a secret
+
+
+class SecretUnreadable(Exception):
+    """A sealed value no configured key opens (a key was dropped too early)."""
+
+
+@lru_cache(maxsize=4)
+def _box(keys: tuple[str, ...]) -> MultiFernet:
+    try:
+        return MultiFernet([Fernet(k.encode()) for k in keys])
+    except (ValueError, TypeError) as exc:
+        raise ImproperlyConfigured(
+            "CONSOLE_SECRET_KEYS must be Fernet keys (32 url-safe base64 bytes each; "
+            "make one with `python -c 'from cryptography.fernet import Fernet; "
+            "print(Fernet.generate_key().decode())'`)"
+        ) from exc
+
+
+def box() -> MultiFernet:
+    keys = tuple(settings.CONSOLE_SECRET_KEYS)
+    if not keys:
+        raise ImproperlyConfigured("CONSOLE_SECRET_KEYS is empty")
+    return _box(keys)
+
+
+def seal(clear: str) -> str:
+    """The sealed form of ``clear`` ("" stays "")."""
+    if not clear:
+        return ""
+    return box().encrypt(clear.encode()).decode("ascii")
+
+
+def unseal(sealed: str) -> str:
+    if not sealed:
+        return ""
+    try:
+        return box().decrypt(sealed.encode("ascii")).decode()
+    except (InvalidToken, UnicodeError) as exc:
+        raise SecretUnreadable("a stored secret cannot be opened with CONSOLE_SECRET_KEYS") from exc
+
+
+def reseal(sealed: str) -> str:
+    """``sealed`` re-encrypted with the first key."""
+    if not sealed:
+        return ""
+    try:
+        return box().rotate(sealed.encode("ascii")).decode("ascii")
+    except InvalidToken as exc:
+        raise SecretUnreadable("a stored secret cannot be opened with CONSOLE_SECRET_KEYS") from exc
+
+
+def is_sealed(value: str) -> bool:
+    return value.startswith(_TOKEN_PREFIX)
+
+
+def hint(secret: str) -> str:
+    """What may be shown of a secret: "…" and its last four characters when it
+    has at least 12, "set" when shorter, "" when there is none."""
+    if not secret:
+        return ""
+    return f"…{secret[-4:]}" if len(secret) >= 12 else "set"
+
+
+class SealedTextField(models.TextField):
+    """A text column that stores ``seal(value)`` and reads back the clear text.
+    Not for lookups: equal clear texts seal differently."""
+
+    def from_db_value(self, value, expression, connection):
+        if value is None or value == "":
+            return value
+        return unseal(value)
+
+    def get_prep_value(self, value):
+        value = super().get_prep_value(value)
+        if value is None or value == "":
+            return value
+        return seal(value)
