@@ -51,6 +51,8 @@ class Call:
     __slots__ = (
         "cache_status",
         "client_ip",
+        "cost_price",
+        "credential_id",
         "endpoint",
         "entry",
         "error_type",
@@ -81,6 +83,11 @@ class Call:
         self.model = None
         self.node_id = None
         self.node_name = None
+        # The key-pool credential the call went out with (None: the node's own
+        # token) and what the channel's vendor charges for the model that
+        # served it (inference_node's CostPrice, None: unknown).
+        self.credential_id = None
+        self.cost_price = None
         self.stream = False
         self.status = 200
         self.error_type = ""
