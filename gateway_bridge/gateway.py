@@ -34,6 +34,7 @@ from django.conf import settings
 
 from gateway_bridge import cache as response_cache
 from gateway_bridge.circuits import CircuitReporter
+from gateway_bridge.keypool import KeyPool
 from gateway_bridge.limits import Limits, build_store
 from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.pipeline import admit, auth, body, cached, forward, local, relay, route
@@ -92,6 +93,9 @@ class Gateway:
         self.circuits = circuits if circuits is not None else CircuitReporter()
         self.router.on_transition = self.circuits.report
         self.pool = UpstreamPool()
+        # Credentials of the channels' key pools: cooling, refused, breakers, limits.
+        self.keys = KeyPool(self.router.config)
+        self.keys.on_refused = self.state.report_refused_credential
         self.limits = Limits(limits if limits is not None else build_store())
         self._emitter = emitter
         self._spool_lock_fd = None
@@ -284,12 +288,14 @@ class Gateway:
 
     async def _generate(self, call: Call, scope, receive, send, headers, path_model) -> None:
         entry = await auth.authenticate(self.state, self.trusted, call, scope, headers)
+        call.client_headers = headers
         if path_model is not None:
             call.model = safe_model(path_model)
-        data = await body.read_json(receive, headers, self.max_body)
+        raw = await body.read_raw(receive, headers, self.max_body)
+        data = body.loads(raw)
         if call.model is None and isinstance(data, dict):
             call.model = safe_model(data.get("model"))
-        req = body.parse(call, data, scope, headers, path_model)
+        req = body.parse(call, data, scope, headers, path_model, raw)
         call.model = safe_model(req.model)
         call.stream = req.stream
         call.endpoint = req.endpoint

@@ -20,6 +20,12 @@ Policies (per model, default ``prefix_affinity``):
 * ``least_outstanding`` — fewest in-flight calls per unit of weight, then the
   node's own reported queue, then id.
 
+Priority tiers: a node carries a ``tier`` (0 primary, 1 backup, ...); a call
+goes to the lowest tier that has a candidate (breaker closed or probing, not
+excluded by an earlier try, ``usable`` — the key pool has a credential left),
+and queues there when that tier's nodes are all busy: backups take failures,
+not overflow.
+
 Circuit breaker per node: a rolling window of one-second buckets; it opens
 when errors / calls >= ``breaker_error_rate`` with at least
 ``breaker_min_calls`` calls in the window; after ``breaker_open_seconds`` it
@@ -278,6 +284,7 @@ class Router:
         priority: str = "normal",
         exclude: frozenset[int] = frozenset(),
         timeout: float | None = None,
+        usable: Callable[[object], bool] | None = None,
     ) -> Lease:
         timeout = self.config.queue_timeout if timeout is None else timeout
         policy = self.policy_for(model)
@@ -288,13 +295,25 @@ class Router:
         waiter: _Waiter | None = None
         while True:
             candidates = [
-                n for n in nodes if n.node_id not in exclude and self.breaker(n).available(now)
+                n
+                for n in nodes
+                if n.node_id not in exclude
+                and self.breaker(n).available(now)
+                and (usable is None or usable(n))
             ]
             if not candidates:
                 # A retry that excluded every node still retries one of them.
-                candidates = [n for n in nodes if self.breaker(n).available(now)]
+                candidates = [
+                    n
+                    for n in nodes
+                    if self.breaker(n).available(now) and (usable is None or usable(n))
+                ]
             if not candidates:
                 raise NoCandidates(model)
+            if len(candidates) > 1:
+                top = min(getattr(n, "tier", 0) for n in candidates)
+                if any(getattr(n, "tier", 0) != top for n in candidates):
+                    candidates = [n for n in candidates if getattr(n, "tier", 0) == top]
             node = self._choose(model, policy, candidates, key)
             if node is not None:
                 return self._take(node, now - started if waiter is None else self.now() - started,

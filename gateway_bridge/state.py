@@ -406,6 +406,28 @@ class GatewayState:
                 self.nodes = result
                 self._nodes_at = time.monotonic()
 
+    def report_refused_credential(self, credential_id: int, status: int, message: str) -> None:
+        """A vendor refused a credential: have the registry disable it (audit
+        event, the channel marked down when it was its last key) on a gateway
+        thread; the node refresh that follows drops it from every process."""
+
+        def report():
+            close_old_connections()
+            try:
+                from inference_node.facade import credential_refused
+
+                credential_refused(credential_id=credential_id, status=status, message=message)
+            except Exception:
+                logger.exception("gateway: could not disable refused credential %s", credential_id)
+            finally:
+                _db_done()
+            self._nodes_dirty = True
+
+        try:
+            self.executor.submit(report)
+        except RuntimeError:  # shutting down
+            logger.warning("gateway: not reporting credential %s: shutting down", credential_id)
+
     async def _refresher(self) -> None:
         while True:
             await asyncio.sleep(0.2)

@@ -34,6 +34,11 @@ def too_large(max_body: int) -> GatewayError:
 
 async def read_json(receive, headers: dict, max_body: int):
     """The request body, parsed as JSON."""
+    return loads(await read_raw(receive, headers, max_body))
+
+
+async def read_raw(receive, headers: dict, max_body: int) -> bytes:
+    """The request body's bytes (size limit and content type checked)."""
     length = headers.get("content-length")
     if length is not None:
         try:
@@ -64,7 +69,11 @@ async def read_json(receive, headers: dict, max_body: int):
             chunks.append(chunk)
         if not message.get("more_body"):
             break
-    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def loads(raw: bytes):
+    """The body parsed as JSON (a clear 400 when it is not)."""
     if not raw.strip():
         raise GatewayError(INVALID_REQUEST, "invalid_json", "The request body is empty.")
     try:
@@ -78,12 +87,22 @@ async def read_json(receive, headers: dict, max_body: int):
         ) from None
 
 
-def parse(call: Call, data, scope, headers: dict, path_model: str | None) -> CallRequest:
-    """The call, validated and normalized by its protocol's adapter."""
-    return ADAPTERS[call.protocol].parse_call(
-        call.endpoint,
-        data,
-        path_model=path_model,
-        query=scope.get("query_string") or b"",
-        headers=headers,
+def parse(
+    call: Call, data, scope, headers: dict, path_model: str | None, raw: bytes = b""
+) -> CallRequest:
+    """The call, validated and normalized by its protocol's adapter, with what
+    a native channel needs: the body as sent, and the query less any ``key``."""
+    query = scope.get("query_string") or b""
+    req = ADAPTERS[call.protocol].parse_call(
+        call.endpoint, data, path_model=path_model, query=query, headers=headers
     )
+    req.raw = raw
+    if type(data) is dict:
+        req.client_body = data
+    if query:
+        req.query = "&".join(
+            part
+            for part in query.decode("latin-1").split("&")
+            if part and not part.startswith("key=")
+        )
+    return req

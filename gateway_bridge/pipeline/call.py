@@ -50,6 +50,7 @@ class Call:
 
     __slots__ = (
         "cache_status",
+        "client_headers",
         "client_ip",
         "cost_price",
         "credential_id",
@@ -96,6 +97,9 @@ class Call:
         self.upstream_s = None
         self.queue_s = 0.0
         self.client_ip = None
+        # The client's request headers (lower-case names), for a vendor dialect
+        # that passes some on (anthropic-version, anthropic-beta).
+        self.client_headers: dict[str, str] = {}
         self.cache_status = "miss"
         self.headers_out: list[tuple[bytes, bytes]] = []
         self.record = True

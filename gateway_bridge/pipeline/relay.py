@@ -72,10 +72,13 @@ async def start_stream(call: Call, adapter, send) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-async def plain(gw: Gateway, call: Call, req: CallRequest, obj: dict, send, ckey, cache_ttl):
-    """A node's whole answer, rendered for the client (and cached if asked)."""
+async def plain(gw: Gateway, call: Call, req: CallRequest, obj: dict, send, ckey, cache_ttl, usage=None):  # fmt: skip  # noqa: E501
+    """A node's whole answer (an OpenAI chat object: a vendor's was turned into
+    one by its dialect, which read ``usage`` from the vendor's own fields),
+    rendered for the client (and cached if asked)."""
     adapter = req.response
-    usage = adapter.usage_of(obj)
+    if usage is None:
+        usage = adapter.usage_of(obj)
     if usage is None:
         usage = TokenUsage(input=req.prompt_tokens_estimate, output=answers.output_tokens(obj))
     call.usage = usage
@@ -91,22 +94,43 @@ async def plain(gw: Gateway, call: Call, req: CallRequest, obj: dict, send, ckey
         )
 
 
-async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send, t_up, ckey, cache_ttl) -> bool:  # fmt: skip  # noqa: E501
+async def _translated(events, reader):
+    """A vendor's stream events as OpenAI chunks (the dialect's ``StreamReader``),
+    encoded as the node's would be; ``[DONE]`` once the vendor's stream ends."""
+    async for data in events:
+        obj = answers.json_object(data)
+        if obj is None:
+            yield data
+            continue
+        for chunk in reader.feed(None, obj):
+            yield chunk
+        if reader.finished:
+            break
+    yield b"[DONE]"
+
+
+async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send, t_up, ckey, cache_ttl, reader=None) -> bool:  # fmt: skip  # noqa: E501
     """Relay a streamed answer. Returns True when it ran to its end; raises
     StreamStarted when it broke after bytes reached the client, and
-    UpstreamError / Retry when it broke before."""
+    UpstreamError / Retry when it broke before. ``reader``: a vendor dialect's
+    StreamReader when the channel speaks another protocol (its events become
+    OpenAI chunks; usage is the vendor's own)."""
     adapter = req.response
-    events = resp.sse().__aiter__()
+    events = resp.sse().__aiter__() if reader is None else _translated(resp.sse(), reader)
     # The first event decides: before it nothing has reached the client.
     try:
         first = await events.__anext__()
     except StopAsyncIteration:
         first = b"[DONE]"
+    except GatewayError as err:  # a vendor's error event before anything was sent
+        if err.status >= 500 or err.status == 429:
+            raise Retry(err) from None
+        raise
     if first == b"[DONE]":
         raise Retry(
             GatewayError(UPSTREAM, "upstream_empty_stream", "The node ended the stream at once.")
         )
-    chunk = answers.json_object(first)
+    chunk = first if type(first) is dict else answers.json_object(first)
     if chunk is None:
         raise Retry(
             GatewayError(
@@ -157,7 +181,7 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
                 data = await events.__anext__()
                 if data == b"[DONE]":
                     break
-                chunk = answers.json_object(data)
+                chunk = data if type(data) is dict else answers.json_object(data)
                 if chunk is None:
                     raise GatewayError(
                         UPSTREAM,
@@ -169,13 +193,13 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
         except (UpstreamError, GatewayError, OSError) as exc:
             call.upstream_s = time.perf_counter() - t_up
             if disconnected.is_set() or isinstance(exc, OSError):
-                bill_partial(call, req, usage, texts)
+                bill_partial(call, req, _vendor_usage(reader, usage), texts)
                 gw.metrics.disconnects += 1
                 call.status = 499
                 call.error_type = "client_disconnected"
                 raise StreamStarted(node_fault=False) from None
             err = exc if isinstance(exc, GatewayError) else answers.upstream_exception_error(exc)
-            bill_partial(call, req, usage, texts)
+            bill_partial(call, req, _vendor_usage(reader, usage), texts)
             call.status = err.status
             call.error_type = err.code
             with contextlib.suppress(OSError):
@@ -188,6 +212,8 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
                 )
             raise StreamStarted(node_fault=True) from None
         call.upstream_s = time.perf_counter() - t_up
+        if reader is not None and reader.usage is not None:
+            usage = reader.usage
         if usage is None:
             usage = TokenUsage(
                 input=req.prompt_tokens_estimate, output=count_tokens("".join(texts))
@@ -217,6 +243,13 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
         return True
     finally:
         watcher.cancel()
+
+
+def _vendor_usage(reader, usage):
+    """The vendor's own counts when a dialect read them, else the chunks' usage."""
+    if reader is not None and reader.usage is not None:
+        return reader.usage
+    return usage
 
 
 def bill_partial(call: Call, req: CallRequest, usage, texts) -> None:

@@ -115,6 +115,30 @@ class UpstreamResponse:
             raise
         self.release()
 
+    async def chunks(self):
+        """Yield the body as it arrives, chunk by chunk, untouched (native
+        pass-through relays them as they are). Releases the connection at the
+        end; closes it on an error or if iteration stops early."""
+        conn = self._conn
+        if conn is None:
+            raise UpstreamError("closed", "the response was already released")
+        try:
+            while True:
+                if self._conn is not conn:
+                    raise self._gone(conn)
+                if conn._chunks:
+                    yield conn.take()
+                    continue
+                if conn.complete:
+                    break
+                if conn.error is not None:
+                    raise _public(conn.error)
+                await conn.wait()
+        except BaseException:
+            self.abort()
+            raise
+        self.release()
+
     @staticmethod
     def _gone(conn: _Connection) -> BaseException:
         if conn.error is not None:

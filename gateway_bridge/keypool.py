@@ -1,0 +1,224 @@
+"""Choosing a credential of a channel's key pool for one call, and what each
+answer teaches about it.
+
+A channel (a ``RoutableNode``) carries its pool: the active credentials with
+their weight and optional RPM / TPM / concurrency limits. Per process, this
+module keeps what the database does not need to know:
+
+* **cooling** — a vendor's 429 cools that credential for its ``retry-after``
+  (bounded by ``MAX_COOL_SECONDS``; ``DEFAULT_COOL_SECONDS`` without one), and
+  calls go to the pool's other credentials meanwhile;
+* **refused** — a 401 / 403 takes the credential out of this process's pool
+  at once and reports it (``on_refused``, run off the event loop) so the
+  registry disables it with an audit event and every process drops it; it is
+  never tried again in a loop;
+* **breakers** — a circuit per credential (``routing.Breaker``, the same rule
+  as the channel's), fed by each call's outcome;
+* **limits** — in-flight calls per credential and its requests and tokens of
+  the last 60 s, checked against the credential's own limits (per process:
+  with N gateway processes each may use the whole limit; set the limits to
+  the vendor's divided by N).
+
+``pick`` chooses among the usable credentials by weight (a seeded random
+draw, so a pool of equal weights spreads calls evenly). ``usable`` tells the
+router whether a channel has any credential left, so a channel whose keys
+are all cooling or refused is skipped and the next channel, tier or fallback
+model takes the call: the router's prefix affinity only ranks channels that
+can take it, so it never blocks failover.
+
+A node without a pool (a self-hosted server: its one entry is its own token)
+costs nothing here: it is always usable and never cooled (a 429 from it
+feeds its breaker, as before).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+
+from gateway_bridge.routing import Breaker, Outcome, RouterConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_COOL_SECONDS = 5.0
+MAX_COOL_SECONDS = 600.0
+WINDOW_SECONDS = 60.0
+
+
+def retry_after_seconds(headers: dict[str, str]) -> float:
+    """The vendor's ``retry-after`` (seconds; an HTTP date is not worth a
+    parser here) or Anthropic's/OpenAI's reset headers, bounded."""
+    for name in ("retry-after", "retry-after-ms"):
+        value = headers.get(name)
+        if not value:
+            continue
+        try:
+            seconds = float(value) / (1000.0 if name.endswith("-ms") else 1.0)
+        except ValueError:
+            continue
+        if seconds == seconds and seconds >= 0:  # not NaN
+            return min(max(seconds, 0.1), MAX_COOL_SECONDS)
+    return DEFAULT_COOL_SECONDS
+
+
+class _Use:
+    """What this process knows of one pooled credential."""
+
+    __slots__ = ("breaker", "cool_until", "in_flight", "refused", "requests", "tokens")
+
+    def __init__(self, config: RouterConfig):
+        self.breaker = Breaker(config)
+        self.cool_until = 0.0
+        self.in_flight = 0
+        self.refused = False
+        self.requests: deque[float] = deque()  # start times, last WINDOW_SECONDS
+        self.tokens: deque[tuple[float, int]] = deque()
+
+
+class KeyPool:
+    def __init__(
+        self,
+        config: RouterConfig | None = None,
+        *,
+        now: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.config = config or RouterConfig()
+        self.now = now or time.monotonic
+        self.rng = rng or random.Random()  # noqa: S311 - load spreading, not security
+        self._uses: dict[int, _Use] = {}
+        # Called as on_refused(credential_id, status, message) once per refused credential.
+        self.on_refused: Callable[[int, int, str], None] | None = None
+        self.coolings = 0
+        self.refusals = 0
+
+    # --- state of one credential -------------------------------------------------
+
+    def _use(self, credential_id: int) -> _Use:
+        use = self._uses.get(credential_id)
+        if use is None:
+            use = self._uses[credential_id] = _Use(self.config)
+        return use
+
+    def _available(self, cred, now: float, tokens: int = 0) -> bool:
+        if cred.credential_id is None:
+            return True
+        use = self._uses.get(cred.credential_id)
+        if use is None:
+            return True
+        if use.refused or use.cool_until > now or not use.breaker.available(now):
+            return False
+        if cred.max_concurrency and use.in_flight >= cred.max_concurrency:
+            return False
+        if cred.rpm_limit or cred.tpm_limit:
+            horizon = now - WINDOW_SECONDS
+            while use.requests and use.requests[0] <= horizon:
+                use.requests.popleft()
+            while use.tokens and use.tokens[0][0] <= horizon:
+                use.tokens.popleft()
+            if cred.rpm_limit and len(use.requests) >= cred.rpm_limit:
+                return False
+            if cred.tpm_limit and sum(t for _, t in use.tokens) + tokens > cred.tpm_limit:
+                return False
+        return True
+
+    # --- for the router and the forward stage ------------------------------------
+
+    def usable(self, node, exclude: frozenset[int] | set[int] = frozenset()) -> bool:
+        """Whether any credential of the channel (but those in ``exclude``,
+        which failed this call already) can take a call now."""
+        creds = node.credentials
+        if not creds or (len(creds) == 1 and creds[0].credential_id is None):
+            return True
+        now = self.now()
+        return any(c.credential_id not in exclude and self._available(c, now) for c in creds)
+
+    def pick(self, node, exclude: frozenset[int] | set[int] = frozenset(), tokens: int = 0):
+        """A credential for a call of about ``tokens`` tokens (weighted among
+        the usable ones not in ``exclude``), or None when none is left."""
+        creds = node.credentials
+        if not creds:
+            return None
+        if len(creds) == 1 and creds[0].credential_id is None:
+            return creds[0]
+        now = self.now()
+        usable = [
+            c
+            for c in creds
+            if c.credential_id not in exclude and self._available(c, now, tokens)
+        ]
+        if not usable:
+            return None
+        if len(usable) == 1:
+            return usable[0]
+        total = sum(max(c.weight, 1) for c in usable)
+        point = self.rng.random() * total
+        for cred in usable:
+            point -= max(cred.weight, 1)
+            if point < 0:
+                return cred
+        return usable[-1]
+
+    def taken(self, cred, tokens: int) -> bool:
+        """A call goes out with ``cred``; True when it is a half-open probe."""
+        if cred.credential_id is None:
+            return False
+        use = self._use(cred.credential_id)
+        use.in_flight += 1
+        if cred.rpm_limit or cred.tpm_limit:
+            now = self.now()
+            use.requests.append(now)
+            use.tokens.append((now, tokens))
+        return use.breaker.taken()
+
+    def release(self, cred, outcome: Outcome, probe: bool) -> None:
+        if cred.credential_id is None:
+            return
+        use = self._use(cred.credential_id)
+        use.in_flight = max(0, use.in_flight - 1)
+        use.breaker.record(outcome, self.now(), probe)
+
+    def cool(self, cred, seconds: float) -> None:
+        """The vendor said 429 for this credential: rest it ``seconds``."""
+        if cred.credential_id is None:
+            return
+        use = self._use(cred.credential_id)
+        use.cool_until = max(use.cool_until, self.now() + seconds)
+        self.coolings += 1
+
+    def refuse(self, cred, status: int, message: str) -> None:
+        """The vendor refused this credential (401 / 403): out of the pool now,
+        reported once to be disabled for good."""
+        if cred.credential_id is None:
+            return
+        use = self._use(cred.credential_id)
+        if use.refused:
+            return
+        use.refused = True
+        self.refusals += 1
+        logger.warning(
+            "gateway: the vendor refused credential %s (%s) with HTTP %s; taking it out",
+            cred.credential_id,
+            cred.hint,
+            status,
+        )
+        if self.on_refused is not None:
+            try:
+                self.on_refused(cred.credential_id, status, message)
+            except Exception:  # reporting must never break a call
+                logger.exception("gateway: reporting a refused credential failed")
+
+    def stats(self) -> dict[int, dict]:
+        now = self.now()
+        return {
+            cid: {
+                "in_flight": use.in_flight,
+                "cooling": use.cool_until > now,
+                "refused": use.refused,
+                "state": use.breaker.state,
+            }
+            for cid, use in self._uses.items()
+        }
