@@ -62,6 +62,7 @@ class CatalogInfo:
     fallbacks: tuple[str, ...]
     enabled: bool
     created: int
+    modality: str = "text"  # "text" | "vision" (takes images and documents)
 
 
 def _db_done() -> None:
@@ -116,6 +117,7 @@ def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
                 fallbacks=tuple(str(f) for f in (m.fallbacks or ())),
                 enabled=m.enabled,
                 created=int(m.created_at.timestamp()),
+                modality=m.modality,
             )
             for m in CatalogModel.objects.all()
         }

@@ -120,6 +120,52 @@ CATALOG: tuple[tuple, ...] = (
         [],
         ("0.01", "0"),
     ),
+    # The demo vendor channels (`manage.py up`): the simulator speaking the OpenAI,
+    # Anthropic and Gemini APIs with vendor keys, as the real vendors do.
+    (
+        "sim-gpt",
+        "Simulated GPT (OpenAI API)",
+        "sim",
+        "openai",
+        "chat",
+        128_000,
+        [],
+        ("2.50", "10.00"),
+    ),
+    (
+        "sim-claude",
+        "Simulated Claude (Anthropic API)",
+        "sim",
+        "anthropic",
+        "chat",
+        200_000,
+        [],
+        ("3.00", "15.00"),
+    ),
+    (
+        "sim-gemini",
+        "Simulated Gemini (Gemini API)",
+        "sim",
+        "google",
+        "chat",
+        1_000_000,
+        [],
+        ("1.25", "10.00"),
+    ),
+)
+# Models of the catalogue that take images and documents in the prompt.
+VISION = frozenset(
+    {
+        "gpt-4o",
+        "gpt-4o-mini",
+        "claude-3-5-sonnet",
+        "claude-3-5-haiku",
+        "gemini-1.5-pro",
+        "gemini-1.5-flash",
+        "sim-gpt",
+        "sim-claude",
+        "sim-gemini",
+    }
 )
 
 
@@ -145,18 +191,20 @@ def seed_catalog(catalog_model=None, price_model=None) -> int:
     if catalog_model is None or price_model is None:
         catalog_model, price_model = CatalogModel, Price
     created = 0
+    # (Migrations older than the modality column pass models without it.)
+    has_modality = any(f.name == "modality" for f in catalog_model._meta.get_fields())
     for name, display, family, provider, kind, context, fallbacks, (inp, out) in CATALOG:
-        model, was_created = catalog_model.objects.get_or_create(
-            name=name,
-            defaults={
-                "display_name": display,
-                "family": family,
-                "provider": provider,
-                "kind": kind,
-                "context_window": context,
-                "fallbacks": fallbacks,
-            },
-        )
+        defaults = {
+            "display_name": display,
+            "family": family,
+            "provider": provider,
+            "kind": kind,
+            "context_window": context,
+            "fallbacks": fallbacks,
+        }
+        if has_modality:
+            defaults["modality"] = "vision" if name in VISION else "text"
+        model, was_created = catalog_model.objects.get_or_create(name=name, defaults=defaults)
         created += was_created
         if not price_model.objects.filter(model=model, currency="USD", organization=None).exists():
             price_model.objects.create(

@@ -41,6 +41,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger("gateway_bridge.gateway")
 
 EMBEDDING_ENDPOINTS = frozenset({"embeddings", "embedContent", "batchEmbedContents"})
+MEDIA_PARTS = frozenset({"image_url", "input_audio", "file"})
+
+
+def has_media(body: dict) -> bool:
+    """Whether the pivot body's messages carry an image, audio or document part."""
+    for message in body.get("messages") or ():
+        content = message.get("content") if type(message) is dict else None
+        if type(content) is list:
+            for part in content:
+                if type(part) is dict and part.get("type") in MEDIA_PARTS:
+                    return True
+    return False
 MAX_CACHED_PLANS = 100_000
 
 
@@ -64,6 +76,14 @@ def chain(gw: Gateway, call: Call, req: CallRequest):
     if info is not None and not info.enabled:
         raise GatewayError(
             NOT_FOUND, "model_not_found", f"The model '{req.model}' is disabled.", param="model"
+        )
+    if info is not None and info.modality == "text" and has_media(req.body):
+        raise GatewayError(
+            INVALID_REQUEST,
+            "unsupported_media",
+            f"The model '{req.model}' takes text only; remove the image or document parts, "
+            "or choose a model that takes images.",
+            param="messages",
         )
     names = [req.model]
     if info is not None:

@@ -3,6 +3,15 @@
 from django.db import migrations, models
 
 
+def seed_vendor_models(apps, schema_editor):
+    """The demo vendor channels' models, and the seeded models that take images."""
+    from usage.seed import VISION, seed_catalog
+
+    catalog = apps.get_model("usage", "CatalogModel")
+    seed_catalog(catalog, apps.get_model("usage", "Price"))
+    catalog.objects.filter(name__in=VISION).update(modality="vision")
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("usage", "0005_rollup_protocol_mode"),
@@ -18,4 +27,5 @@ class Migration(migrations.Migration):
                 max_length=8,
             ),
         ),
+        migrations.RunPython(seed_vendor_models, migrations.RunPython.noop),
     ]
