@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import time
 from collections import deque
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import unquote_plus
 
 from .http import Request
 
@@ -31,10 +31,11 @@ def masked(value: str) -> str:
 
 
 def _query(query: str) -> str:
-    pairs = parse_qsl(query, keep_blank_values=True)
-    if not any(name == "key" for name, _ in pairs):
-        return query
-    return urlencode([(n, masked(v) if n == "key" else v) for n, v in pairs], safe="…")
+    """The query as received, the value of ``key`` masked."""
+    parts = query.split("&")
+    return "&".join(
+        "key=" + masked(unquote_plus(p[4:])) if p.startswith("key=") else p for p in parts
+    )
 
 
 class RequestLog:
