@@ -135,8 +135,11 @@ def _thinking(body: dict, max_tokens: int | None) -> tuple[int, bool]:
         return 0, True
     thinking = dictionary(value, "thinking")
     kind = thinking.get("type")
-    if kind not in ("enabled", "disabled", "adaptive"):
-        raise bad("thinking.type", "Input should be 'enabled', 'disabled' or 'adaptive'")
+    if kind not in ("enabled", "disabled", "adaptive", "between_tools"):
+        raise bad(
+            "thinking.type",
+            "Input should be 'enabled', 'disabled', 'adaptive' or 'between_tools'",
+        )
     if kind == "disabled":
         return 0, True
     display = thinking.get("display") or "summarized"
@@ -148,7 +151,7 @@ def _thinking(body: dict, max_tokens: int | None) -> tuple[int, bool]:
     if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
         raise bad("", "Thinking may not be enabled when tool_choice forces tool use.")
     limit = max_tokens or 1 << 20
-    if kind == "adaptive":
+    if kind in ("adaptive", "between_tools"):
         return max(1, limit // 2), display == "summarized"
     budget = _int(thinking, "budget_tokens", 1024)
     if budget is None:

@@ -5,6 +5,7 @@ media counting, validation and errors in Anthropic's shape."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import time
 
@@ -485,3 +486,26 @@ def test_injected_faults_answer_in_anthropics_format(node, field, status, kind):
     assert got == status
     assert error["error"]["type"] == kind
     assert headers["retry-after"] == "1"
+
+
+def test_a_dropped_stream_stops_after_the_set_tokens(node):
+    node.post("/admin/faults", {"drop_after_tokens": 2})
+    body = json.dumps({"model": MODEL, "max_tokens": 8, "stream": True, "messages": user("hi")})
+    conn = node.connection()
+    try:
+        headers = {**VERSION, "authorization": f"Bearer {TOKEN}"}
+        conn.request("POST", "/v1/messages", body=body, headers=headers)
+        response = conn.getresponse()
+        assert response.status == 200
+        received, dropped = b"", False
+        try:
+            while chunk := response.read1(65536):
+                received += chunk
+        except http.client.IncompleteRead:
+            dropped = True
+    finally:
+        conn.close()
+        node.post("/admin/faults", {"drop_after_tokens": 0})
+    assert dropped
+    assert received.count(b"event: content_block_delta") == 2
+    assert b"message_stop" not in received
