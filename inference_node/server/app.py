@@ -1,10 +1,18 @@
-"""Wiring: routes, node-token checks, the admin endpoint, and the process runner.
+"""Wiring: routes of the three front-ends, credential checks, the admin endpoint,
+and the process runner.
+
+Each request is first given its dialect (``dialects.dialect_of``: OpenAI,
+Anthropic, Gemini, or none for health, metrics and admin); its POSTs are
+captured (``capture``), its credentials checked (``vendor_auth``), and every
+error it gets is rendered in its vendor's shape (``dialects.error_response``).
 
 Admin endpoint: ``GET /admin/faults`` reads the fault settings, ``POST
 /admin/faults`` merges a JSON object of fault fields and returns the result,
-``POST /admin/reset`` clears the prefix caches and counters. It always needs
-``Authorization: Bearer <token>``; a node started without ``--token`` answers
-403 ``admin_disabled`` there, so a node nobody secured cannot be reconfigured.
+``GET /admin/requests`` returns the captured requests, ``POST /admin/reset``
+clears the prefix and prompt caches, the counters and the capture. It always
+needs ``Authorization: Bearer <token>``; a node started without ``--token``
+answers 403 ``admin_disabled`` there, so a node nobody secured cannot be
+reconfigured.
 """
 
 from __future__ import annotations
@@ -15,15 +23,21 @@ import json
 import signal
 import sys
 import time
+from functools import partial
 
 from . import metrics
+from .anthropic import AnthropicEndpoints
+from .capture import RequestLog
 from .config import FaultError, NodeConfig
+from .dialects import ANTHROPIC, GEMINI, dialect_of, error_response, is_gemini_model_path
 from .engine import ModelEngine
 from .faults import FaultInjector
+from .gemini import GeminiEndpoints
 from .generation import GenerationEndpoints
 from .http import Request, Response, close_connections, start_server, sweep_idle
 from .latency import LatencyModel
 from .protocol import ApiError
+from .vendor_auth import KeyGuard
 
 VERSION = "0.1.0-sim"
 
@@ -32,12 +46,15 @@ def _json(status: int, obj) -> Response:
     return Response(status, json.dumps(obj).encode())
 
 
-class NodeApp(GenerationEndpoints):
+class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints):
     def __init__(self, config: NodeConfig):
         self.config = config
         self.engines = {
             spec.name: ModelEngine(
-                spec, cache_blocks=config.prefix_cache_blocks, max_running=config.max_running
+                spec,
+                cache_blocks=config.prefix_cache_blocks,
+                max_running=config.max_running,
+                cache_ttl_scale=config.cache_ttl_scale,
             )
             for spec in config.models
         }
@@ -48,6 +65,8 @@ class NodeApp(GenerationEndpoints):
             seed=config.seed,
         )
         self.faults = FaultInjector(config.faults, config.seed)
+        self.keys = KeyGuard(config, self.faults)
+        self.captured = RequestLog()
         self.started = int(time.time())
         self._token = config.token.encode()
         self._routes = {
@@ -55,36 +74,71 @@ class NodeApp(GenerationEndpoints):
             "/v1/completions": {"POST": self._completions},
             "/v1/embeddings": {"POST": self.embeddings},
             "/v1/models": {"GET": self._models},
+            "/v1/messages": {"POST": self.anthropic_messages},
+            "/v1/messages/count_tokens": {"POST": self.anthropic_count_tokens},
+            "/v1beta/models": {"GET": partial(self.gemini_models, version="v1beta")},
             "/health": {"GET": self._health},
             "/version": {"GET": self._version},
             "/metrics": {"GET": self._metrics},
             "/admin/faults": {"GET": self._faults_get, "POST": self._faults_post},
+            "/admin/requests": {"GET": self._requests_get},
             "/admin/reset": {"POST": self._reset},
         }
 
+    def _model_route(self, path: str, dialect: str | None) -> dict | None:
+        """The routes with a model in the path: ``/v1/models/{id}`` and Gemini's
+        ``/{version}/models/{model}[:method]``."""
+        version, _, rest = path[1:].partition("/")
+        if version not in ("v1", "v1beta") or not rest.startswith("models/"):
+            return None
+        model = rest[len("models/") :]
+        if not model:
+            return None
+        if is_gemini_model_path(path):
+            name, sep, method = model.rpartition(":")
+            if sep:
+                call = partial(self.gemini_call, version=version, model=name, method=method)
+                return {"POST": call}
+            return {"GET": partial(self.gemini_models, version=version, model=model)}
+        if dialect == ANTHROPIC:
+            return {"GET": partial(self.anthropic_models, model=model)}
+        if dialect == GEMINI:
+            return {"GET": partial(self.gemini_models, version=version, model=model)}
+        return {"GET": partial(self._models, model=model)}
+
+    def _resolve(self, request: Request, path: str, dialect: str | None):
+        route = self._routes.get(path) or self._model_route(path, dialect)
+        if path == "/v1/models" and dialect == ANTHROPIC:
+            route = {"GET": self.anthropic_models}
+        elif path == "/v1/models" and dialect == GEMINI:
+            route = {"GET": partial(self.gemini_models, version="v1")}
+        if route is None:
+            raise ApiError(404, f"Unknown route {request.method} {request.path}.", code="not_found")
+        handler = route.get(request.method)
+        if handler is None:
+            allowed = ", ".join(sorted(route))
+            raise ApiError(
+                405,
+                f"Method {request.method} is not allowed on {request.path}; use {allowed}.",
+                code="method_not_allowed",
+                headers=(("allow", allowed),),
+            )
+        return handler
+
     async def handle(self, request: Request, conn) -> Response | None:
-        route = self._routes.get(request.path.rstrip("/") or "/")
+        path = request.path.rstrip("/") or "/"
+        dialect = dialect_of(request, path)
+        if dialect is not None and request.method == "POST":
+            self.captured.add(request)
         try:
-            if route is None:
-                raise ApiError(
-                    404, f"Unknown route {request.method} {request.path}.", code="not_found"
-                )
-            handler = route.get(request.method)
-            if handler is None:
-                allowed = ", ".join(sorted(route))
-                raise ApiError(
-                    405,
-                    f"Method {request.method} is not allowed on {request.path}; use {allowed}.",
-                    code="method_not_allowed",
-                    headers=(("allow", allowed),),
-                )
-            if request.path.startswith("/v1/"):
-                self._check_token(request)
-            elif request.path.startswith("/admin/"):
+            handler = self._resolve(request, path, dialect)
+            if path.startswith("/admin/"):
                 self._check_admin(request)
+            elif dialect is not None:
+                self.keys.check(request, dialect)
             return await handler(request, conn)
         except ApiError as error:
-            return Response(error.status, error.body(), headers=error.headers)
+            return error_response(dialect, error)
 
     def _token_matches(self, request: Request) -> bool:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
@@ -117,20 +171,28 @@ class NodeApp(GenerationEndpoints):
     async def _completions(self, request, conn):
         return await self.generation(request, conn, chat=False)
 
-    async def _models(self, request, conn) -> Response:
-        data = [
-            {
-                "id": spec.name,
-                "object": "model",
-                "created": self.started,
-                "owned_by": "inference-node-sim",
-                "root": spec.name,
-                "parent": None,
-                "max_model_len": spec.context,
-                "permission": [],
-            }
-            for spec in self.config.models
-        ]
+    def _openai_model(self, spec) -> dict:
+        return {
+            "id": spec.name,
+            "object": "model",
+            "created": self.started,
+            "owned_by": "inference-node-sim",
+            "root": spec.name,
+            "parent": None,
+            "max_model_len": spec.context,
+            "permission": [],
+        }
+
+    async def _models(self, request, conn, model: str | None = None) -> Response:
+        if model is not None:
+            spec = self.config.model(model)
+            if spec is None:
+                raise ApiError(
+                    404, f"The model '{model}' does not exist.", param="model",
+                    code="model_not_found",
+                )  # fmt: skip
+            return _json(200, self._openai_model(spec))
+        data = [self._openai_model(spec) for spec in self.config.models]
         return _json(200, {"object": "list", "data": data})
 
     async def _health(self, request, conn) -> Response:
@@ -157,9 +219,13 @@ class NodeApp(GenerationEndpoints):
             raise ApiError(400, error.message, param=error.param or None) from None
         return _json(200, settings.as_dict())
 
+    async def _requests_get(self, request, conn) -> Response:
+        return _json(200, {"requests": self.captured.entries()})
+
     async def _reset(self, request, conn) -> Response:
         for engine in self.engines.values():
             engine.reset()
+        self.captured.clear()
         return _json(200, {"status": "ok"})
 
 

@@ -2,6 +2,28 @@
 
 One argument parser serves both ``python -m inference_node.server`` and
 ``manage.py run_node``, so the two accept exactly the same flags.
+
+Vendor mode (the OpenAI, Anthropic and Gemini front-ends, see ``vendor_auth``):
+
+* ``--api-keys k1,k2``: every generation and model-list call must present one
+  of these keys the way its vendor wants it (OpenAI ``Authorization: Bearer``,
+  Anthropic ``x-api-key``, Gemini ``x-goog-api-key`` or ``?key=``). Without
+  it the node is open, or takes the ``--token`` node token (in the same
+  headers) as today. ``/health`` is always open; ``/admin`` needs ``--token``.
+* ``--key-faults KEY=STATUS,...`` and the fault field ``key_faults``
+  (``{"<key>": status}``, status one of ``KEY_FAULT_STATUSES``): a call that
+  presents that key gets that error in its front-end's format; a 429 carries
+  ``retry-after: key_retry_after_seconds`` (``--key-retry-after-seconds``,
+  default 2). So one credential of a pool can fail while another works.
+* ``--cache-min-tokens N`` (default 32): Anthropic ``cache_control``
+  breakpoints whose prefix is shorter are not cached (Anthropic's own minimum
+  is 1024 or more; a small one lets demos with a short system prompt cache).
+* ``--cache-ttl-scale F`` (default 1): multiplies Anthropic's cache lifetimes
+  (5 minutes, 1 hour), e.g. 0.01 to watch entries expire in tests.
+
+Model names are free: ``--models gpt-sim,claude-sim,gemini-sim,text-embed-sim``
+serves the three chat models on every front-end and the embedding model (a name
+containing ``embed``) on OpenAI's ``/v1/embeddings``.
 """
 
 from __future__ import annotations
@@ -74,12 +96,18 @@ class FaultSettings:
     spike_ms: float = 500.0
     hang_after_tokens: int = 0
     drop_after_tokens: int = 0
+    # Per-credential faults: {"<api key>": status}; a POST replaces the whole map.
+    key_faults: dict[str, int] = field(default_factory=dict)
+    key_retry_after_seconds: int = 2
 
     RATE_FIELDS = ("fault_500_rate", "fault_429_rate", "fault_503_rate", "spike_rate")
-    TOKEN_FIELDS = ("hang_after_tokens", "drop_after_tokens")
+    TOKEN_FIELDS = ("hang_after_tokens", "drop_after_tokens", "key_retry_after_seconds")
+    OFF_AT_ZERO = ("hang_after_tokens", "drop_after_tokens")
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["key_faults"] = dict(self.key_faults)
+        return out
 
     def merged(self, changes: object) -> FaultSettings:
         """A copy with ``changes`` (a JSON object) applied; ValueError(param, message)
@@ -102,14 +130,35 @@ class FaultError(ValueError):
         self.message = message
 
 
-def _check_fault_value(name: str, value: object) -> float | int:
+KEY_FAULT_STATUSES = (401, 403, 429, 500, 503, 529)
+
+
+def check_key_faults(value: object) -> dict[str, int]:
+    """A ``key_faults`` map, checked (raises FaultError)."""
+    if not isinstance(value, dict):
+        raise FaultError("key_faults", "'key_faults' must be an object of {api key: status}.")
+    out = {}
+    for key, status in value.items():
+        if not key:
+            raise FaultError("key_faults", "'key_faults' keys must be non-empty API keys.")
+        if isinstance(status, bool) or status not in KEY_FAULT_STATUSES:
+            allowed = ", ".join(str(s) for s in KEY_FAULT_STATUSES)
+            raise FaultError("key_faults", f"'key_faults' statuses must be one of {allowed}.")
+        out[key] = int(status)
+    return out
+
+
+def _check_fault_value(name: str, value: object) -> float | int | dict:
+    if name == "key_faults":
+        return check_key_faults(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise FaultError(name, f"'{name}' must be a number.")
     if name in FaultSettings.RATE_FIELDS and not 0.0 <= value <= 1.0:
         raise FaultError(name, f"'{name}' must be between 0 and 1.")
     if name in FaultSettings.TOKEN_FIELDS:
         if value != int(value) or value < 0:
-            raise FaultError(name, f"'{name}' must be a whole number >= 0 (0 is off).")
+            off = " (0 is off)" if name in FaultSettings.OFF_AT_ZERO else ""
+            raise FaultError(name, f"'{name}' must be a whole number >= 0{off}.")
         return int(value)
     if value < 0 or (name == "spike_multiplier" and value < 1):
         raise FaultError(name, f"'{name}' is out of range.")
@@ -129,6 +178,9 @@ class NodeConfig:
     max_running: int = 64
     faults: FaultSettings = field(default_factory=FaultSettings)
     seed: int = 0
+    api_keys: tuple[str, ...] = ()
+    cache_min_tokens: int = 32
+    cache_ttl_scale: float = 1.0
 
     def model(self, name: str) -> ModelSpec | None:
         for spec in self.models:
@@ -164,6 +216,30 @@ def parse_models(raw: str) -> tuple[ModelSpec, ...]:
     if not specs:
         raise argparse.ArgumentTypeError("at least one model is needed")
     return tuple(specs)
+
+
+def parse_api_keys(raw: str) -> tuple[str, ...]:
+    """``k1,k2``: the API keys of vendor mode (duplicates dropped, order kept)."""
+    keys = tuple(dict.fromkeys(k.strip() for k in raw.split(",") if k.strip()))
+    if not keys:
+        raise argparse.ArgumentTypeError("--api-keys needs at least one key")
+    return keys
+
+
+def parse_key_faults(raw: str) -> dict[str, int]:
+    """``KEY=STATUS,...``: the initial ``key_faults``."""
+    out: dict[str, object] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        key, sep, status = item.rpartition("=")
+        if not sep or not status.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"'{item}' is not KEY=STATUS")
+        out[key.strip()] = int(status)
+    try:
+        return check_key_faults(out)
+    except FaultError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
 
 
 def _rate(raw: str) -> float:
@@ -216,6 +292,31 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add("--spike-ms", type=_non_negative(float), default=500.0)
     add("--hang-after-tokens", type=_non_negative(int), default=0)
     add("--drop-after-tokens", type=_non_negative(int), default=0)
+    add(
+        "--api-keys",
+        type=parse_api_keys,
+        default=(),
+        help="vendor mode: calls must present one of these keys (k1,k2) in their vendor's header",
+    )
+    add(
+        "--key-faults",
+        type=parse_key_faults,
+        default={},
+        help="KEY=STATUS,...: calls with KEY get STATUS (401, 403, 429, 500, 503, 529)",
+    )
+    add("--key-retry-after-seconds", type=_non_negative(int), default=2)
+    add(
+        "--cache-min-tokens",
+        type=_non_negative(int),
+        default=32,
+        help="shortest prefix an Anthropic cache_control breakpoint caches (tokens)",
+    )
+    add(
+        "--cache-ttl-scale",
+        type=_non_negative(float),
+        default=1.0,
+        help="multiplies Anthropic's cache lifetimes (5 min, 1 h)",
+    )
 
 
 def config_from_options(options: dict) -> NodeConfig:
@@ -239,6 +340,8 @@ def config_from_options(options: dict) -> NodeConfig:
         spike_ms=options["spike_ms"],
         hang_after_tokens=options["hang_after_tokens"],
         drop_after_tokens=options["drop_after_tokens"],
+        key_faults=dict(options.get("key_faults") or {}),
+        key_retry_after_seconds=options.get("key_retry_after_seconds", 2),
     )
     return NodeConfig(
         host=options["host"],
@@ -252,4 +355,7 @@ def config_from_options(options: dict) -> NodeConfig:
         max_running=options["max_running"],
         faults=faults,
         seed=options["seed"],
+        api_keys=tuple(options.get("api_keys") or ()),
+        cache_min_tokens=options.get("cache_min_tokens", 32),
+        cache_ttl_scale=options.get("cache_ttl_scale", 1.0),
     )

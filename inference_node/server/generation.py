@@ -80,6 +80,10 @@ class GenerationEndpoints:
             )
         return engine
 
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
     async def _sleep(self, unscaled: float) -> None:
         seconds = unscaled * self.latency.time_scale
         if seconds > 0:
@@ -100,6 +104,64 @@ class GenerationEndpoints:
         if self.latency.sleeps or decision.spike:
             await self._sleep(prefill)
 
+    async def run_generation(self, engine, prompt_ids: list[int], respond, *, uncached=None):
+        """The flow every front-end shares: draw faults (an injected error is raised),
+        take a batch slot, look the prompt up in the prefix cache, sleep the prefill,
+        then return ``await respond(cached, started)``. ``uncached(cached)``, when
+        given, says how many tokens to prefill instead (Anthropic's explicit cache)."""
+        decision = self._draw_faults()
+        started = asyncio.get_running_loop().time()
+        scheduler = engine.scheduler
+        await _batch_slot(scheduler)
+        try:
+            cached = engine.cache.admit(prompt_ids).cached_tokens
+            engine.metrics.prompt_tokens += len(prompt_ids)
+            todo = len(prompt_ids) - cached if uncached is None else uncached(cached)
+            await self._prefill(decision, todo, scheduler.running)
+            return await respond(cached, started)
+        except asyncio.CancelledError:
+            engine.metrics.success["abort"] += 1
+            raise
+        finally:
+            scheduler.release()
+
+    async def whole_wait(self, conn, engine, longest: int) -> bool:
+        """Before a whole (unstreamed) answer of ``longest`` tokens: the stall and drop
+        faults, then the decode time. False when the connection was dropped."""
+        faults = self.faults.settings
+        if faults.hang_after_tokens and longest > faults.hang_after_tokens:
+            await asyncio.get_running_loop().create_future()  # stalls until the client goes
+        if faults.drop_after_tokens and longest > faults.drop_after_tokens:
+            conn.abort()
+            return False
+        if self.latency.sleeps and longest > 1:
+            await self._sleep(self.latency.itl_seconds(engine.scheduler.running) * (longest - 1))
+        return True
+
+    async def pace(self, conn, engine, step: int) -> bool:
+        """Before streamed output token ``step``: the stall and drop faults, then the
+        inter-token gap. False when the connection was dropped."""
+        faults = self.faults.settings
+        if faults.hang_after_tokens and step == faults.hang_after_tokens:
+            await asyncio.get_running_loop().create_future()  # stalls until the client goes
+        if faults.drop_after_tokens and step == faults.drop_after_tokens:
+            conn.abort()
+            return False
+        if step and self.latency.sleeps:
+            await self._sleep(self.latency.itl_seconds(engine.scheduler.running))
+        return True
+
+    def record(self, engine, reasons, started: float, first_token_at: float, tokens: int) -> None:
+        """Count a finished generation: output tokens, vLLM finish reasons
+        (``stop``/``length``), time to first token and end-to-end latency."""
+        now = asyncio.get_running_loop().time()
+        metrics = engine.metrics
+        metrics.generation_tokens += tokens
+        for reason in reasons:
+            metrics.success[reason] += 1
+        metrics.ttft.observe(first_token_at - started)
+        metrics.e2e.observe(now - started)
+
     async def generation(self, request, conn, *, chat: bool) -> Response | None:
         body = protocol.load_json_object(request.body)
         req = protocol.parse_chat(body) if chat else protocol.parse_completion(body)
@@ -114,39 +176,20 @@ class GenerationEndpoints:
             max_tokens = req.max_tokens
             if prompt_len + max_tokens > context:
                 raise protocol.context_error(context, prompt_len, max_tokens, req.prompt_param)
-        decision = self._draw_faults()
 
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        scheduler = engine.scheduler
-        await _batch_slot(scheduler)
-        try:
-            cached = engine.cache.admit(req.prompt_ids).cached_tokens
-            engine.metrics.prompt_tokens += prompt_len
+        async def respond(cached: int, started: float):
             gens = [_choice(req, max_tokens, i) for i in range(req.n)]
-            await self._prefill(decision, prompt_len - cached, scheduler.running)
             meta = _Meta(chat, req.model, prompt_len, cached, started)
             if req.stream:
                 return await self._stream(conn, engine, req, gens, meta)
             return await self._whole(conn, engine, gens, meta)
-        except asyncio.CancelledError:
-            engine.metrics.success["abort"] += 1
-            raise
-        finally:
-            scheduler.release()
+
+        return await self.run_generation(engine, req.prompt_ids, respond)
 
     async def _whole(self, conn, engine, gens: list[Generation], meta) -> Response | None:
-        loop = asyncio.get_running_loop()
-        first_token_at = loop.time()
-        longest = max(len(g.deltas) for g in gens)
-        faults = self.faults.settings
-        if faults.hang_after_tokens and longest > faults.hang_after_tokens:
-            await loop.create_future()  # stalls until the client goes away
-        if faults.drop_after_tokens and longest > faults.drop_after_tokens:
-            conn.abort()
+        first_token_at = asyncio.get_running_loop().time()
+        if not await self.whole_wait(conn, engine, max(len(g.deltas) for g in gens)):
             return None
-        if self.latency.sleeps and longest > 1:
-            await self._sleep(self.latency.itl_seconds(engine.scheduler.running) * (longest - 1))
         completion = sum(g.completion_tokens for g in gens)
         self._finish(engine, gens, meta, first_token_at, completion)
         created = int(time.time())
@@ -172,13 +215,9 @@ class GenerationEndpoints:
         return Response(200, _dumps(body))
 
     def _finish(self, engine, gens, meta, first_token_at: float, completion: int) -> None:
-        now = asyncio.get_running_loop().time()
-        metrics = engine.metrics
-        metrics.generation_tokens += completion
-        for g in gens:  # the engine's reasons: a tool call is a "stop"
-            metrics.success["stop" if g.tool_call else g.finish_reason] += 1
-        metrics.ttft.observe(first_token_at - meta.started)
-        metrics.e2e.observe(now - meta.started)
+        # the engine's reasons: a tool call is a "stop"
+        reasons = ["stop" if g.tool_call else g.finish_reason for g in gens]
+        self.record(engine, reasons, meta.started, first_token_at, completion)
 
     async def _stream(self, conn, engine, req, gens: list[Generation], meta) -> None:
         loop = asyncio.get_running_loop()
@@ -212,17 +251,10 @@ class GenerationEndpoints:
                 for i, g in enumerate(gens)
             ]
             await conn.write_chunk(chunk(roles))
-        faults = self.faults.settings
         steps = max(len(g.deltas) for g in gens)
-        sleeps = self.latency.sleeps
         for step in range(steps):
-            if faults.hang_after_tokens and step == faults.hang_after_tokens:
-                await loop.create_future()  # the stream stalls until the client goes away
-            if faults.drop_after_tokens and step == faults.drop_after_tokens:
-                conn.abort()
+            if not await self.pace(conn, engine, step):
                 return None
-            if step and sleeps:
-                await self._sleep(self.latency.itl_seconds(engine.scheduler.running))
             parts = [content(i, g.deltas[step]) for i, g in enumerate(gens) if step < len(g.deltas)]
             await conn.write_chunk(chunk(parts))
         finals = [content(i, "", g.finish_reason) for i, g in enumerate(gens)]

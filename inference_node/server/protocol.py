@@ -35,6 +35,7 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: tuple[tuple[str, str], ...] = (),
+        details: list | None = None,  # Gemini's ``error.details``
     ):
         super().__init__(message)
         self.status = status
@@ -43,6 +44,7 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = headers
+        self.details = details
 
     def body(self) -> bytes:
         error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
@@ -171,6 +173,9 @@ def _common(body: dict, prompt_ids: list[int], prompt_param: str, max_name: str)
     )
 
 
+_MEDIA_PARTS = {"image_url": "url", "input_audio": "data", "file": None}
+
+
 def _check_content(index: int, message: dict) -> None:
     content = message.get("content")
     param = f"messages[{index}].content"
@@ -183,12 +188,18 @@ def _check_content(index: int, message: dict) -> None:
     if not isinstance(content, list):
         raise invalid(param, f"'{param}' must be a string or a list of content parts.")
     for part_index, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text":
+        where = f"{param}[{part_index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise invalid(f"{where}.text", "A text part needs a string 'text'.")
+        elif kind in _MEDIA_PARTS:  # counted by console.tokens' media rule
+            if not isinstance(part.get(kind), dict | str):
+                raise invalid(f"{where}.{kind}", f"A {kind} part needs an object '{kind}'.")
+        else:
             raise invalid(
-                f"{param}[{part_index}]", "Only content parts of type 'text' are supported."
+                where, "Content parts must be of type 'text', 'image_url', 'input_audio' or 'file'."
             )
-        if not isinstance(part.get("text"), str):
-            raise invalid(f"{param}[{part_index}].text", "A text part needs a string 'text'.")
 
 
 def _check_tool_calls(index: int, message: dict) -> None:
@@ -333,6 +344,12 @@ def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     elif choice == "required" or (choice == "auto" and messages[-1]["role"] == "user"):
         plan.call = _best_function(functions, user_text)
     return plan
+
+
+def tool_plan(body: dict, messages: list[dict]) -> ToolPlan:
+    """The ``ToolPlan`` of an OpenAI-shaped ``tools`` / ``tool_choice`` and messages (the
+    Anthropic and Gemini front-ends translate theirs to this shape first)."""
+    return _plan(body, messages, _tools(body))
 
 
 def parse_chat(body: dict) -> GenerationRequest:

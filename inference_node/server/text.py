@@ -14,6 +14,7 @@ tool results starts by quoting them (``results_lead``).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import random
@@ -100,6 +101,8 @@ class Generation:
     finish_reason: str
     # A tool call answer: {"id", "name"}; its arguments are the deltas.
     tool_call: dict | None = None
+    # The stop string that ended the text, if one did (Anthropic reports it).
+    stop_sequence: str | None = None
 
     @property
     def text(self) -> str:
@@ -130,6 +133,23 @@ def generate(
         if cut is not None:
             return cut
     return Generation(pieces_out, len(pieces_out), finish)
+
+
+# -- thinking ------------------------------------------------------------------------------
+
+THINKING_INDEX = 0x5EED  # the thinking text's draw differs from every choice's
+
+
+def generate_thinking(prompt_ids: list[int], *, budget: int, seed: int | None = None) -> Generation:
+    """The reasoning that comes before an answer (Anthropic thinking blocks, Gemini
+    thoughts): text drawn like an answer, from another seed, at most ``budget`` tokens."""
+    return generate(prompt_ids, max_tokens=max(1, budget), seed=seed, index=THINKING_INDEX)
+
+
+def thinking_signature(text: str) -> str:
+    """A stable opaque signature of a thinking text (as vendors sign theirs)."""
+    digest = hashlib.blake2b(text.encode(), digest_size=48, salt=b"sim-sig").digest()
+    return base64.b64encode(digest).decode()
 
 
 # -- tool calls ------------------------------------------------------------------------------
@@ -302,4 +322,4 @@ def _apply_stop(pieces: list[str], stop: tuple[str, ...]) -> Generation | None:
         offset += len(piece)
         if offset >= end_of_stop:
             break
-    return Generation(deltas, used, "stop")
+    return Generation(deltas, used, "stop", stop_sequence=hit)

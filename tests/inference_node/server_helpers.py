@@ -60,12 +60,16 @@ class RunningNode:
         token: str | None = None,
         raw: bytes | None = None,
         timeout: float = 5.0,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, dict, object]:
-        """One request; returns (status, lower-cased headers, JSON body or text)."""
+        """One request; returns (status, lower-cased headers, JSON body or text).
+        ``headers`` are added (a vendor's key header, ``anthropic-version``)."""
+        extra = headers or {}
         headers = {"content-type": "application/json"}
         token = self.token if token is None else token
         if token:
             headers["authorization"] = f"Bearer {token}"
+        headers.update(extra)
         payload = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         conn = self.connection(timeout)
         try:
@@ -108,6 +112,20 @@ class RunningNode:
         finally:
             conn.close()
 
+    def raw(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict, bytes]:
+        """One request with exactly these headers and body bytes; returns (status,
+        lower-cased headers, body bytes) — streamed bodies read to the end."""
+        conn = self.connection()
+        try:
+            conn.request(method, path, body=body or None, headers=headers or {})
+            response = conn.getresponse()
+            data = response.read()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+        finally:
+            conn.close()
+
     def metrics(self) -> str:
         status, _, text = self.request("GET", "/metrics")
         assert status == 200
@@ -126,6 +144,18 @@ def parse_sse(text: str) -> tuple[list[dict], bool]:
         else:
             events.append(json.loads(payload))
     return events, done
+
+
+def parse_named_sse(text: str) -> list[tuple[str, dict]]:
+    """Server-sent events with ``event:`` lines (Anthropic's): [(event name, data)]."""
+    events = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        assert lines[0].startswith("event: ") and lines[1].startswith("data: "), block
+        events.append((lines[0][len("event: ") :], json.loads(lines[1][len("data: ") :])))
+    return events
 
 
 def metric_value(text: str, name: str, model: str = "sim-chat-small", **labels: str) -> float:

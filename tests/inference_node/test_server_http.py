@@ -11,6 +11,7 @@ import struct
 
 import pytest
 
+from console.tokens import media_tokens
 from inference_node.server.http import Response, start_server, sweep_idle
 from tests.inference_node.server_helpers import TOKEN, inprocess_node, metric_value
 
@@ -39,6 +40,32 @@ def test_models_list_is_openai_shaped_with_max_model_len(node):
         "tiny": 64,
     }
     assert all(m["object"] == "model" for m in body["data"])
+
+
+def test_a_model_is_retrieved_by_id(node):
+    status, _, model = node.request("GET", "/v1/models/tiny")
+    assert (status, model["id"], model["max_model_len"]) == (200, "tiny", 64)
+    status, _, error = node.request("GET", "/v1/models/nope")
+    assert (status, error["error"]["code"]) == (404, "model_not_found")
+
+
+@pytest.mark.parametrize(
+    ("part", "cost"),
+    [
+        (
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 4000}},
+            media_tokens(3000),
+        ),
+        ({"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}, 85),
+        ({"type": "file", "file": {"file_data": "data:application/pdf;base64," + "A" * 8}}, 85),
+    ],
+)
+def test_media_parts_are_counted_by_the_media_rule(node, part, cost):
+    text = {"type": "text", "text": "Describe this."}
+    plain = node.chat("", messages=[{"role": "user", "content": [text]}], max_tokens=1)
+    with_media = node.chat("", messages=[{"role": "user", "content": [text, part]}], max_tokens=1)
+    added = with_media["usage"]["prompt_tokens"] - plain["usage"]["prompt_tokens"]
+    assert added == cost
 
 
 def test_health_needs_no_token(node):
