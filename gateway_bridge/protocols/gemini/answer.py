@@ -8,6 +8,11 @@ answers, and the model list.
 * Streams: a chunk per text delta; function calls are sent whole (Gemini never
   streams partial arguments) in the last chunk, which also carries
   ``finishReason`` and the billed ``usageMetadata``.
+* Thoughts: an upstream's ``reasoning_content`` (a vendor channel that thinks)
+  becomes ``thought: true`` parts before the text, as Gemini sends them, when
+  the client asked with ``thinkingConfig.includeThoughts``; otherwise it is not
+  shown (its tokens are still in ``thoughtsTokenCount`` when the upstream
+  reported them).
 """
 
 from __future__ import annotations
@@ -74,8 +79,17 @@ class GenerateResponse(ResponseAdapter):
     """The node's chat completion as a GenerateContentResponse; a stream
     keeps its state (open function calls, finish reasons) here."""
 
-    def __init__(self, *, input_estimate: int, stream: bool, alt_sse: bool, tool_names=()) -> None:
+    def __init__(
+        self,
+        *,
+        input_estimate: int,
+        stream: bool,
+        alt_sse: bool,
+        tool_names=(),
+        include_thoughts: bool = False,
+    ) -> None:
         self.input_estimate = input_estimate
+        self.include_thoughts = include_thoughts
         self.alt_sse = alt_sse
         self.stream_content_type = (
             "text/event-stream" if alt_sse or not stream else "application/json"
@@ -104,7 +118,7 @@ class GenerateResponse(ResponseAdapter):
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
                 raise invalid_answer()
-            parts: list[dict] = []
+            parts: list[dict] = self._thought(message.get("reasoning_content"))
             text = message.get("content")
             if isinstance(text, str) and text:
                 parts.append({"text": text})
@@ -128,6 +142,13 @@ class GenerateResponse(ResponseAdapter):
                 "responseId": _response_id(upstream.get("id")),
             }
         )
+
+    def _thought(self, text: object) -> list[dict]:
+        """A thought part for ``reasoning_content`` (counted as output either way)."""
+        if not isinstance(text, str) or not text:
+            return []
+        self._output.append(text)
+        return [{"text": text, "thought": True}] if self.include_thoughts else []
 
     # ---- streams
 
@@ -165,12 +186,13 @@ class GenerateResponse(ResponseAdapter):
                 slot["arguments"] += _text_or_empty(function.get("arguments"))
             if choice.get("finish_reason") is not None:
                 self._finish[index] = _finish_reason(choice["finish_reason"])
+            parts = self._thought(delta.get("reasoning_content"))
             text = delta.get("content")
             if isinstance(text, str) and text:
                 self._output.append(text)
-                candidates.append(
-                    {"content": {"parts": [{"text": text}], "role": "model"}, "index": index}
-                )
+                parts.append({"text": text})
+            if parts:
+                candidates.append({"content": {"parts": parts, "role": "model"}, "index": index})
         if not candidates:
             return b""
         return self._frame(

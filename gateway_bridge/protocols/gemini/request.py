@@ -3,9 +3,8 @@
 Proto JSON: camelCase and snake_case field names are both accepted (``fields``
 returns camelCase keys), an unknown field is ``Invalid JSON payload received.
 Unknown name "x"``, a wrong type ``Invalid value at 'path' (TYPE_STRING)``, and
-error paths are spelled in snake_case. ``inlineData``, ``fileData``,
-``executableCode`` and ``codeExecutionResult`` parts are refused with a 400 that
-says they are not supported: the nodes take text only.
+error paths are spelled in snake_case. What the OpenAI pivot cannot carry is
+not refused here: ``translate`` records it (``CallRequest.untranslatable``).
 """
 
 from __future__ import annotations
@@ -45,12 +44,6 @@ PART = {
     "videoMetadata",
     "partMetadata",
     "mediaResolution",
-}
-UNSUPPORTED_PARTS = {
-    "inlineData": "inline data (images, audio, documents) is",
-    "fileData": "file data is",
-    "executableCode": "executable code parts are",
-    "codeExecutionResult": "code execution results are",
 }
 TOOL = {
     "functionDeclarations",
@@ -131,7 +124,7 @@ def bad(path: str, problem: str, code: str = "invalid_request") -> GatewayError:
 
 def unsupported(path: str, what: str) -> GatewayError:
     return invalid(
-        f"{path}: {what} not supported by this gateway (its models take text only).",
+        f"{path}: {what} not supported by this gateway.",
         param=path,
         code="unsupported",
     )

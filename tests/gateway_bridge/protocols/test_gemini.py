@@ -232,11 +232,14 @@ def test_json_output_becomes_response_format():
         ({"contents": [{"role": "robot", "parts": [{"text": "x"}]}]}, "contents[0].role", "role"),
         (
             {"contents": [{"parts": [{"inlineData": {"mimeType": "image/png", "data": "x"}}]}]},
-            "contents[0].parts[0].inline_data",
-            "not supported",
+            "contents[0].parts[0].inline_data.data",
+            "Base64 decoding failed",
         ),
-        ({"contents": [user("x")], "tools": [{"googleSearch": {}}]}, "tools[0].google_search", ""),
-        ({"contents": [user("x")], "cachedContent": "cachedContents/1"}, "cached_content", ""),
+        (
+            {"contents": [{"parts": [{"inlineData": {"data": "aGk="}}]}]},
+            "contents[0].parts[0].inline_data.mime_type",
+            "required",
+        ),
         (
             {"contents": [user("x")], "generationConfig": {"temperature": "hot"}},
             "generation_config.temperature",
