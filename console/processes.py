@@ -57,11 +57,13 @@ class Supervisor:
     children: list[Child] = field(default_factory=list)
     stop_requested: int | None = None  # the signal that asked us to stop
 
-    def start(self, name: str, argv: Sequence[str]) -> Child:
+    def start(self, name: str, argv: Sequence[str], env_extra: dict | None = None) -> Child:
+        """Start a child; ``env_extra`` adds variables to its environment (secrets
+        go there rather than on the logged, ``ps``-visible command line)."""
         child = Child(name, list(argv))
         child.proc = subprocess.Popen(  # noqa: S603 - argv is built by us, never a shell
             child.argv,
-            env=self.env,
+            env={**self.env, **env_extra} if env_extra else self.env,
             cwd=self.cwd,
             process_group=0,
             preexec_fn=_die_with_parent,  # the supervisor runs no threads

@@ -29,6 +29,7 @@ containing ``embed``) on OpenAI's ``/v1/embeddings``.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field, fields, replace
 
 CHAT = "chat"
@@ -296,7 +297,9 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--api-keys",
         type=parse_api_keys,
         default=(),
-        help="vendor mode: calls must present one of these keys (k1,k2) in their vendor's header",
+        help="vendor mode: calls must present one of these keys (k1,k2) in their vendor's "
+        "header; also read from the environment variable SIM_API_KEYS (keeps them off the "
+        "process list)",
     )
     add(
         "--key-faults",
@@ -355,7 +358,8 @@ def config_from_options(options: dict) -> NodeConfig:
         max_running=options["max_running"],
         faults=faults,
         seed=options["seed"],
-        api_keys=tuple(options.get("api_keys") or ()),
+        api_keys=tuple(options.get("api_keys") or ())
+        or (parse_api_keys(os.environ["SIM_API_KEYS"]) if os.environ.get("SIM_API_KEYS") else ()),
         cache_min_tokens=options.get("cache_min_tokens", 32),
         cache_ttl_scale=options.get("cache_ttl_scale", 1.0),
     )

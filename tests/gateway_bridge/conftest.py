@@ -14,6 +14,7 @@ from accounts.models import Role
 from inference_node.models import Node
 from tests.factories import MembershipFactory, OrganizationFactory, issue_key
 from tests.gateway_bridge.harness import running_gateway
+from tests.gateway_bridge.vendor_fixtures import vendor, vendor_sim  # noqa: F401 - fixtures
 from tests.inference_node.factories import NodeFactory
 from tests.inference_node.server_helpers import node_process
 from usage.seed import seed_catalog

@@ -2,7 +2,16 @@
 
 Migrates the database, makes sure a demo organization with a login and an API
 key exists (unless ``--no-demo``), then runs the ASGI server, a Celery worker
-and Celery beat as child processes until Ctrl-C or SIGTERM."""
+and Celery beat as child processes until Ctrl-C or SIGTERM.
+
+Two bundled simulators stand in for the upstreams: a self-hosted
+OpenAI-compatible node (``simulator-1``: sim-chat-small, sim-chat-large,
+sim-embed) and a vendor simulator that speaks the OpenAI, Anthropic and
+Gemini APIs and demands vendor API keys like the real ones. The latter backs
+one demo channel of each kind (``sim-openai``, ``sim-anthropic``,
+``sim-gemini``: the models sim-gpt, sim-claude and sim-gemini), each with a
+key pool of one credential and a cost price, so the demo key calls all three
+vendor paths in the first minute."""
 
 from __future__ import annotations
 
@@ -29,7 +38,15 @@ from accounts.facade import (
     organization_create,
 )
 from console.processes import ChildDied, Supervisor
-from inference_node.facade import Node, NodeHealth, NodeModel, invalidate_routing_snapshot
+from inference_node.facade import (
+    Credential,
+    HealthCheck,
+    Node,
+    NodeHealth,
+    NodeKind,
+    NodeModel,
+    invalidate_routing_snapshot,
+)
 
 DEMO_EMAIL = "demo@example.com"
 DEMO_ORG_NAME = "Demo Org"
@@ -38,6 +55,18 @@ DEMO_KEY_NAME = "Demo key"
 SIMULATOR_NODE_NAME = "simulator-1"
 # The bundled simulator's models: (public name, context window).
 SIMULATOR_MODELS = (("sim-chat-small", 8192), ("sim-chat-large", 32768), ("sim-embed", 8192))
+
+
+# The demo vendor channels: (channel name, kind, public model, the vendor's model id,
+# context window, cost price in micro-USD per Mtok: input, cache read, cache write, output).
+VENDOR_CHANNELS = (
+    ("sim-openai", NodeKind.OPENAI, "sim-gpt", "gpt-sim", 128_000,
+     (1_750_000, 175_000, 2_187_500, 7_000_000)),
+    ("sim-anthropic", NodeKind.ANTHROPIC, "sim-claude", "claude-sim", 200_000,
+     (2_100_000, 210_000, 2_625_000, 10_500_000)),
+    ("sim-gemini", NodeKind.GEMINI, "sim-gemini", "gemini-sim", 1_000_000,
+     (875_000, 87_500, 1_093_750, 7_000_000)),
+)  # fmt: skip
 
 
 def demo_password() -> str:
@@ -108,6 +137,55 @@ def ensure_simulator_node(port: int) -> None:
     invalidate_routing_snapshot()
 
 
+def vendor_key() -> str:
+    """The vendor simulator's API key (derived from the secret key: the same on
+    every start, never printed)."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), b"vendor-simulator-key", hashlib.sha256)
+    return "sk-sim-" + digest.hexdigest()[:40]
+
+
+def ensure_vendor_channels(port: int) -> None:
+    """Register the vendor simulator as three shared channels, one per kind,
+    each with the simulator's key in its pool and a cost price per model."""
+    base_url = f"http://127.0.0.1:{port}"
+    secret = vendor_key()
+    with transaction.atomic():
+        for name, kind, public, upstream, context, cost in VENDOR_CHANNELS:
+            node, created = Node.objects.get_or_create(
+                organization=None,
+                name=name,
+                defaults={
+                    "base_url": base_url,
+                    "kind": kind,
+                    "health_check": HealthCheck.MODELS,
+                    "labels": {"hardware": "simulator", "vendor": kind},
+                },
+            )
+            if not created and node.base_url != base_url:
+                node.base_url = base_url
+                node.health = NodeHealth.UNKNOWN
+                node.save(update_fields=["base_url", "health", "updated_at"])
+            if not node.credentials.exists():
+                Credential.objects.create(
+                    node=node, label="simulator key", secret=secret, secret_hint=secret[-4:]
+                )
+            inp, read, write, out = cost
+            NodeModel.objects.get_or_create(
+                node=node,
+                public_name=public,
+                defaults={
+                    "upstream_name": upstream,
+                    "context_window": context,
+                    "cost_currency": "USD",
+                    "cost_input_per_mtok": inp,
+                    "cost_cache_read_per_mtok": read,
+                    "cost_cache_write_per_mtok": write,
+                    "cost_output_per_mtok": out,
+                },
+            )
+    invalidate_routing_snapshot()
+
+
 class Command(BaseCommand):
     help = "Migrate, create the demo organization, and run the web server, worker and beat."
 
@@ -119,6 +197,12 @@ class Command(BaseCommand):
             type=int,
             default=9001,
             help="Port of the bundled simulator inference node (0: do not start one).",
+        )
+        parser.add_argument(
+            "--vendor-port",
+            type=int,
+            default=9002,
+            help="Port of the vendor simulator behind the demo channels (0: none).",
         )
         parser.add_argument("--no-demo", action="store_true", help="Do not create the demo data.")
         parser.add_argument(
@@ -137,6 +221,7 @@ class Command(BaseCommand):
         host: str,
         port: int,
         node_port: int,
+        vendor_port: int,
         no_demo: bool,
         new_demo_key: bool,
         **options,
@@ -145,6 +230,8 @@ class Command(BaseCommand):
             raise CommandError(f"--port {port} is not a TCP port")
         if not 0 <= node_port < 65536 or node_port == port:
             raise CommandError(f"--node-port {node_port} is not a free TCP port")
+        if not 0 <= vendor_port < 65536 or (vendor_port and vendor_port in (port, node_port)):
+            raise CommandError(f"--vendor-port {vendor_port} is not a free TCP port")
         call_command("migrate", interactive=False, verbosity=0)
         display_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
         if ":" in display_host:
@@ -157,10 +244,16 @@ class Command(BaseCommand):
         if node_port:
             ensure_simulator_node(node_port)
             self.say(f"Simulator node: http://127.0.0.1:{node_port}/v1")
+        if vendor_port:
+            ensure_vendor_channels(vendor_port)
+            self.say(
+                f"Vendor simulator: http://127.0.0.1:{vendor_port} "
+                "(channels sim-openai, sim-anthropic, sim-gemini)"
+            )
         connections.close_all()  # the children open their own
-        sys.exit(self.run_children(host, port, node_port))
+        sys.exit(self.run_children(host, port, node_port, vendor_port))
 
-    def run_children(self, host: str, port: int, node_port: int) -> int:
+    def run_children(self, host: str, port: int, node_port: int, vendor_port: int = 0) -> int:
         py = sys.executable
         env = os.environ.copy()
         env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -182,6 +275,25 @@ class Command(BaseCommand):
                         "--profile",
                         "realistic",
                     ],
+                )
+            if vendor_port:
+                models = ",".join(f"{up}:{ctx}" for _, _, _, up, ctx, _ in VENDOR_CHANNELS)
+                sup.start(
+                    "vendor-sim",
+                    [
+                        py,
+                        "-m",
+                        "inference_node.server",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(vendor_port),
+                        "--profile",
+                        "realistic",
+                        "--models",
+                        models,
+                    ],
+                    env_extra={"SIM_API_KEYS": vendor_key()},
                 )
             sup.start(
                 "web",
@@ -243,6 +355,7 @@ class Command(BaseCommand):
             wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
             wait_host = "::1" if wait_host == "::" else wait_host
             node_up = not node_port or sup.wait_for_port("127.0.0.1", node_port)
+            node_up = node_up and (not vendor_port or sup.wait_for_port("127.0.0.1", vendor_port))
             if node_up and sup.wait_for_port(wait_host, port):
                 self.say("Ready.")
                 sup.watch()
