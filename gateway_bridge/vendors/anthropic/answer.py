@@ -37,7 +37,11 @@ def finish_reason(stop_reason: object) -> str | None:
     """OpenAI's finish_reason for Anthropic's ``stop_reason`` (None while unknown)."""
     if stop_reason is None:
         return None
-    return FINISH_REASONS.get(stop_reason, "stop")
+    return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
+
+
+def _text(value: object, default: str = "") -> str:
+    return value if isinstance(value, str) and value else default
 
 
 def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
@@ -59,10 +63,10 @@ def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
         elif kind == "tool_use":
             calls.append(
                 {
-                    "id": block.get("id") or f"toolu_{len(calls)}",
+                    "id": _text(block.get("id"), f"toolu_{len(calls)}"),
                     "type": "function",
                     "function": {
-                        "name": block.get("name") or "",
+                        "name": _text(block.get("name")),
                         "arguments": dumps(block.get("input") or {}).decode(),
                     },
                 }
@@ -74,7 +78,7 @@ def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
         message["tool_calls"] = calls
     usage = native_usage(obj)
     answer = {
-        "id": obj.get("id") or "msg_vendor",
+        "id": _text(obj.get("id"), "msg_vendor"),
         "object": "chat.completion",
         "created": 0,
         "model": model,
@@ -121,24 +125,29 @@ class StreamReader:
 
     def _tool_start(self, index: object, block: dict) -> list[dict]:
         position = len(self._tools)
-        self._tools[index] = position
+        if isinstance(index, int):
+            self._tools[index] = position
         call = {
             "index": position,
-            "id": block.get("id") or f"toolu_{position}",
+            "id": _text(block.get("id"), f"toolu_{position}"),
             "type": "function",
-            "function": {"name": block.get("name") or "", "arguments": ""},
+            "function": {"name": _text(block.get("name")), "arguments": ""},
         }
         return [self._chunk({"tool_calls": [call]})]
 
     def _delta(self, index: object, delta: object) -> list[dict]:
-        kind = delta.get("type") if isinstance(delta, dict) else None
-        if kind == "text_delta" and delta.get("text"):
-            return [self._chunk({"content": delta["text"]})]
-        if kind == "thinking_delta" and delta.get("thinking"):
-            return [self._chunk({"reasoning_content": delta["thinking"]})]
-        if kind == "input_json_delta" and delta.get("partial_json") and index in self._tools:
-            call = {"index": self._tools[index], "function": {"arguments": delta["partial_json"]}}
-            return [self._chunk({"tool_calls": [call]})]
+        if not isinstance(delta, dict):
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta" and (text := _text(delta.get("text"))):
+            return [self._chunk({"content": text})]
+        if kind == "thinking_delta" and (thought := _text(delta.get("thinking"))):
+            return [self._chunk({"reasoning_content": thought})]
+        if kind == "input_json_delta" and (part := _text(delta.get("partial_json"))):
+            position = self._tools.get(index) if isinstance(index, int) else None
+            if position is not None:
+                call = {"index": position, "function": {"arguments": part}}
+                return [self._chunk({"tool_calls": [call]})]
         return []  # signature_delta, citations_delta, ...
 
     def feed(self, event: str | None, data: dict) -> list[dict]:
@@ -157,8 +166,8 @@ class StreamReader:
             block = block if isinstance(block, dict) else {}
             if block.get("type") == "tool_use":
                 return self._tool_start(data.get("index"), block)
-            if block.get("type") == "text" and block.get("text"):
-                return [self._chunk({"content": block["text"]})]
+            if block.get("type") == "text" and (text := _text(block.get("text"))):
+                return [self._chunk({"content": text})]
             return []
         if kind == "content_block_delta":
             return self._delta(data.get("index"), data.get("delta"))
