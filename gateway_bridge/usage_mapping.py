@@ -12,7 +12,10 @@ their fields include:
   ``completion_tokens_details.reasoning_tokens``. The Responses API spells
   them ``input_tokens``/``input_tokens_details``/``output_tokens``.
 - Anthropic: ``input_tokens`` *excludes* ``cache_read_input_tokens`` and
-  ``cache_creation_input_tokens`` (do not subtract). In a stream,
+  ``cache_creation_input_tokens`` (do not subtract). Cache writes are also
+  broken down by lifetime in ``cache_creation.ephemeral_5m_input_tokens`` and
+  ``ephemeral_1h_input_tokens``: cache write is their sum (the two spellings
+  agree; when one is missing or short, the larger counts). In a stream,
   ``message_start`` carries the input side and each ``message_delta``
   carries cumulative counts: merge, never add.
 - Gemini: ``promptTokenCount`` *includes* ``cachedContentTokenCount``;
@@ -99,10 +102,14 @@ def _openai(u: Mapping) -> TokenUsage:
 
 
 def _anthropic(u: Mapping) -> TokenUsage:
+    by_lifetime = _sub(u, "cache_creation")
+    lifetimes = _count(by_lifetime, "ephemeral_5m_input_tokens") + _count(
+        by_lifetime, "ephemeral_1h_input_tokens"
+    )
     return TokenUsage(
         input=_count(u, "input_tokens"),
         cache_read=_count(u, "cache_read_input_tokens"),
-        cache_write=_count(u, "cache_creation_input_tokens"),
+        cache_write=max(_count(u, "cache_creation_input_tokens"), lifetimes),
         output=_count(u, "output_tokens"),
     )
 

@@ -51,6 +51,38 @@ def test_anthropic_input_excludes_cache_reads_and_writes():
     )
 
 
+def test_anthropic_cache_writes_of_both_lifetimes_are_one_class():
+    usage = {
+        "input_tokens": 50,
+        "cache_creation_input_tokens": 1800,
+        "cache_read_input_tokens": 0,
+        "cache_creation": {"ephemeral_5m_input_tokens": 600, "ephemeral_1h_input_tokens": 1200},
+        "output_tokens": 7,
+        "service_tier": "standard",
+        "server_tool_use": {"web_search_requests": 1},
+    }
+    assert um.from_anthropic(usage) == TokenUsage(input=50, cache_write=1800, output=7)
+    # only the breakdown (a proxy that drops the total): its sum
+    del usage["cache_creation_input_tokens"]
+    assert um.from_anthropic(usage).cache_write == 1800
+    # a malformed breakdown is malformed usage
+    assert um.from_anthropic({**usage, "cache_creation": "1800"}) is None
+    assert um.from_anthropic({**usage, "cache_creation": {"ephemeral_1h_input_tokens": -1}}) is None
+
+
+def test_anthropic_stream_cache_breakdown_is_cumulative_too():
+    start = {
+        "input_tokens": 472,
+        "cache_creation_input_tokens": 1800,
+        "cache_creation": {"ephemeral_5m_input_tokens": 600, "ephemeral_1h_input_tokens": 1200},
+        "output_tokens": 2,
+    }
+    final = {**start, "output_tokens": 89}  # newer message_delta events repeat every count
+    assert um.from_anthropic_stream([start, {"output_tokens": 40}, final]) == TokenUsage(
+        input=472, cache_write=1800, output=89
+    )
+
+
 def test_anthropic_stream_counts_are_cumulative_not_added():
     events = [
         {"input_tokens": 25, "cache_read_input_tokens": 4000, "output_tokens": 1},  # message_start

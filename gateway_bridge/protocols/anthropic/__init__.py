@@ -1,9 +1,12 @@
 """The Anthropic Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``,
-``GET /v1/models``) on top of the nodes' OpenAI chat protocol.
+``GET /v1/models``) on top of the OpenAI chat pivot.
 
 ``request`` validates the client's body the way Anthropic does, ``translate``
-turns it into the node's OpenAI chat body and the ``CallRequest``, ``answer``
-renders the node's answers (plain and streamed) back as Anthropic messages,
+turns it into the pivot (``content`` its messages, ``media`` its images and
+documents, ``thinking`` the thinking budget ⇄ ``reasoning_effort`` table) and
+the ``CallRequest`` (with what the pivot cannot carry in ``untranslatable``:
+only a channel that speaks Anthropic takes such a call, as sent), ``answer``
+renders pivot answers (plain and streamed) back as Anthropic messages,
 ``errors`` Anthropic's error body. Pure: no I/O, no Django, no clock.
 """
 

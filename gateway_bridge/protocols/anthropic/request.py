@@ -4,12 +4,16 @@ dotted path.
 
 Top-level fields are strict, like Anthropic (``"xyz: Extra inputs are not
 permitted"``); inside content blocks unknown keys (``cache_control``,
-``citations``) are accepted and ignored. ``image``, ``document`` and the
-server-tool blocks, and ``container``, ``mcp_servers`` and
-``context_management``, are refused with a 400 that says they are not
-supported: the nodes take text only. ``thinking``, ``top_k``, ``metadata``,
-``service_tier`` and the newer account-side fields are validated here and not
-forwarded (``protocols.anthropic.translate`` builds the node's body).
+``citations``) are accepted. ``image`` and ``document`` blocks are checked
+here and translated (``protocols.anthropic.media``). What the OpenAI pivot
+cannot carry — the server-tool and MCP blocks, ``search_result`` and
+``container_upload`` blocks, and the ``container``, ``mcp_servers`` and
+``context_management`` fields — is no longer refused: it is recorded in
+``CallRequest.untranslatable`` (a channel that speaks Anthropic takes the call
+as sent; any other refuses it). ``top_k``, ``metadata``, ``service_tier`` and
+the newer account-side fields are validated here and not forwarded;
+``thinking`` is validated here and becomes the pivot's ``reasoning_effort``
+(``protocols.anthropic.translate`` builds the pivot).
 """
 
 from __future__ import annotations
@@ -43,15 +47,14 @@ FIELDS = {
     "workspace_id",
     "output_config",  # ``format`` is forwarded as response_format, ``effort`` ignored
 }
-# Real Anthropic features the gateway cannot offer: a clearer 400 than "extra input".
-UNSUPPORTED_FIELDS = {
+# Real Anthropic fields and blocks the OpenAI pivot cannot carry: recorded as
+# untranslatable (a native channel takes them as sent).
+UNTRANSLATABLE_FIELDS = {
     "container",
     "mcp_servers",
     "context_management",
 }
-UNSUPPORTED_BLOCKS = {
-    "image",
-    "document",
+UNTRANSLATABLE_BLOCKS = {
     "search_result",
     "container_upload",
     "server_tool_use",
@@ -63,6 +66,7 @@ UNSUPPORTED_BLOCKS = {
     "mcp_tool_use",
     "mcp_tool_result",
 }
+MEDIA_BLOCKS = {"image", "document"}
 THINKING_BLOCKS = {"thinking", "redacted_thinking"}
 _THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
@@ -70,10 +74,6 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
 def bad(path: str, problem: str, code: str = "invalid_request") -> GatewayError:
     return invalid(f"{path}: {problem}", param=path, code=code)
-
-
-def unsupported(path: str, what: str) -> GatewayError:
-    return bad(path, f"{what} not supported by this gateway", code="unsupported")
 
 
 def string(value: object, path: str) -> str:
@@ -127,10 +127,12 @@ def block_type(block: object, path: str) -> tuple[dict, str]:
     kind = block.get("type")
     if kind is None:
         raise bad(f"{path}.type", "Field required")
-    kind = string(kind, f"{path}.type")
-    if kind in UNSUPPORTED_BLOCKS:
-        raise unsupported(path, f"{kind} content blocks are")
-    return block, kind
+    return block, string(kind, f"{path}.type")
+
+
+def untranslatable_block(path: str, kind: str) -> str:
+    """The ``CallRequest.untranslatable`` entry of a block the pivot cannot carry."""
+    return f"{path}: {kind} content blocks"
 
 
 def system_text(value: object) -> str:
@@ -145,7 +147,10 @@ def system_text(value: object) -> str:
     return "\n".join(parts)
 
 
-def tool_result_text(block: dict, path: str) -> str:
+def tool_result_text(block: dict, path: str, untranslatable: list[str]) -> str:
+    """A ``tool_result``'s content as the tool message's text. Images, documents
+    and search results in it are recorded as untranslatable (an OpenAI tool
+    message carries text only)."""
     content = block.get("content")
     if content is None:
         text = ""
@@ -155,6 +160,9 @@ def tool_result_text(block: dict, path: str) -> str:
         texts = []
         for i, part in enumerate(array(content, f"{path}.content")):
             part, kind = block_type(part, f"{path}.content.{i}")
+            if kind in MEDIA_BLOCKS or kind == "search_result":
+                untranslatable.append(untranslatable_block(f"{path}.content.{i}", kind))
+                continue
             if kind != "text":
                 raise bad(f"{path}.content.{i}.type", "Input should be 'text'")
             texts.append(text_block(part, f"{path}.content.{i}"))
@@ -219,13 +227,16 @@ def check_ignored_fields(body: dict) -> None:
         raise bad("speed", "Input should be 'standard' or 'fast'")
 
 
-def check_head(body: object, *, require_max_tokens: bool) -> tuple[dict, str, int | None]:
-    """The body's top-level fields, its model and ``max_tokens``: (body, model, max_tokens)."""
+def check_head(
+    body: object, *, require_max_tokens: bool, untranslatable: list[str]
+) -> tuple[dict, str, int | None]:
+    """The body's top-level fields, its model and ``max_tokens``: (body, model,
+    max_tokens); the fields the pivot cannot carry go to ``untranslatable``."""
     body = json_object(body)
     for key in body:
-        if key in UNSUPPORTED_FIELDS:
-            raise unsupported(key, "this field is")
-        if key not in FIELDS:
+        if key in UNTRANSLATABLE_FIELDS:
+            untranslatable.append(f"{key}: the {key} field")
+        elif key not in FIELDS:
             raise bad(key, "Extra inputs are not permitted")
     if "model" not in body:
         raise bad("model", "Field required")
@@ -256,7 +267,7 @@ def check_top_k(body: dict) -> None:
 
 def check_account_fields(body: dict, max_tokens: int | None) -> None:
     """``metadata``, ``service_tier``, ``thinking`` and the newer account-side fields:
-    validated, not forwarded."""
+    validated (``thinking`` is translated to ``reasoning_effort`` afterwards)."""
     metadata = body.get("metadata")
     if metadata is not None:
         metadata = dictionary(metadata, "metadata")

@@ -1,25 +1,33 @@
-"""Anthropic Messages requests → the node's OpenAI chat body.
+"""Anthropic Messages requests → the OpenAI chat pivot (``CallRequest.body``).
 
-Decisions, where Anthropic's API and a text-only OpenAI node do not meet:
+Decisions, where Anthropic's API and the pivot do not meet (the messages
+themselves: ``protocols.anthropic.content``; images and documents:
+``protocols.anthropic.media``):
 
-* ``thinking`` is validated and then ignored: the nodes expose no thinking
-  blocks, and an answer without them is still a valid answer (clients that
-  always send ``thinking`` keep working). Earlier ``thinking`` /
-  ``redacted_thinking`` blocks in assistant turns are dropped, as Anthropic
-  drops them from non-tool turns.
+* ``thinking`` becomes the pivot's ``reasoning_effort`` by the budget table of
+  ``protocols.anthropic.thinking`` (enabled: by ``budget_tokens``; adaptive:
+  ``output_config.effort`` when given; disabled: none). Earlier ``thinking`` /
+  ``redacted_thinking`` blocks in assistant turns are dropped from the pivot.
 * ``temperature`` and ``top_p`` (still sent by older clients; the 2.x SDK no
   longer has them) are forwarded; ``top_k``, ``metadata``, ``service_tier`` and
   the newer ``cache_control``, ``diagnostics``, ``inference_geo``, ``speed``,
-  ``user_profile_id``, ``workspace_id`` and ``output_config.effort`` are
-  validated (``request``) and not forwarded. ``output_config.format`` (a JSON
-  schema) becomes OpenAI's ``response_format`` (vLLM's guided decoding).
-* A ``tool_result`` with ``is_error`` reaches the node as a tool message whose
-  content starts with ``"Error: "`` (OpenAI has no error flag).
+  ``user_profile_id``, ``workspace_id`` and ``output_config.effort`` (other than
+  with adaptive thinking) are validated (``request``) and not in the pivot; a
+  native channel gets them, and block-level ``cache_control``, as sent.
+  ``output_config.format`` (a JSON schema) becomes OpenAI's
+  ``response_format`` (vLLM's guided decoding).
+* What the pivot cannot carry — ``container``, ``mcp_servers``,
+  ``context_management``, server tools (``web_search_...``, ``bash_...``, ...),
+  server-tool / MCP / ``search_result`` / ``container_upload`` blocks,
+  Files API sources, citations — is recorded in ``CallRequest.untranslatable``
+  ("<path>: <what>") and the call parses: a channel that speaks Anthropic takes
+  it as sent, any other refuses it (400 naming the first entry).
 * A final assistant message (a prefill) is forwarded with vLLM's
   ``continue_final_message``; the answer continues it, as Anthropic's does.
 * The prompt estimate (also the ``count_tokens`` answer) and the affinity
-  prefix come from the translated body (``protocols.estimate``), as for every
-  protocol.
+  prefix come from the pivot (``protocols.estimate``, images and documents by
+  ``console.tokens``' media rule), as for every protocol; untranslatable
+  blocks are not counted.
 """
 
 from __future__ import annotations
@@ -27,192 +35,41 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from gateway_bridge.protocols.anthropic.answer import MessagesResponse
+from gateway_bridge.protocols.anthropic.content import messages as translate_messages
 from gateway_bridge.protocols.anthropic.request import (
-    THINKING_BLOCKS,
     TOOL_NAME,
     array,
     bad,
-    block_type,
     boolean,
     check_account_fields,
     check_head,
     check_top_k,
     dictionary,
-    is_empty,
-    missing_results,
     number,
     string,
     system_text,
-    text_block,
-    tool_result_text,
-    unknown_block,
-    unsupported,
 )
+from gateway_bridge.protocols.anthropic.thinking import effort_of_thinking
 from gateway_bridge.protocols.base import CallRequest, dumps
-from gateway_bridge.protocols.checks import ID_CHARS
 from gateway_bridge.protocols.estimate import chat_prompt
 
 UPSTREAM_PATH = "/v1/chat/completions"
 _EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
-def _text_content(texts: list[str]) -> str | list[dict]:
-    if len(texts) == 1:
-        return texts[0]
-    return [{"type": "text", "text": t} for t in texts]
-
-
-def _user(index: int, content: object, expected_ids: list[str]) -> list[dict]:
-    """One Anthropic user turn → tool messages (in order), then the user's text."""
-    path = f"messages.{index}"
-    if isinstance(content, str):
-        if expected_ids:
-            raise missing_results(index - 1, expected_ids)
-        return [{"role": "user", "content": content}] if content else []
-    blocks = array(content, f"{path}.content")
-    tools: list[dict] = []
-    texts: list[str] = []
-    for i, block in enumerate(blocks):
-        bpath = f"{path}.content.{i}"
-        block, kind = block_type(block, bpath)
-        if kind == "text":
-            texts.append(text_block(block, bpath))
-        elif kind == "tool_result":
-            if "tool_use_id" not in block:
-                raise bad(f"{bpath}.tool_use_id", "Field required")
-            call_id = string(block["tool_use_id"], f"{bpath}.tool_use_id")
-            if call_id not in expected_ids:
-                raise bad(
-                    bpath,
-                    f"unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each "
-                    "`tool_result` block must have a corresponding `tool_use` block in the "
-                    "previous message.",
-                )
-            text = tool_result_text(block, bpath)
-            tools.append({"role": "tool", "tool_call_id": call_id, "content": text})
-        elif kind == "tool_use":
-            raise bad(f"{bpath}.type", "tool_use blocks are only allowed in assistant messages")
-        elif kind in THINKING_BLOCKS:
-            raise bad(f"{bpath}.type", f"{kind} blocks are only allowed in assistant messages")
-        else:
-            raise unknown_block(bpath, kind)
-    answered = {m["tool_call_id"] for m in tools}
-    missing = [i for i in expected_ids if i not in answered]
-    if missing:
-        raise missing_results(index - 1, missing)
-    if texts:
-        tools.append({"role": "user", "content": _text_content(texts)})
-    return tools
-
-
-def _assistant(index: int, content: object) -> tuple[dict | None, list[str]]:
-    """One Anthropic assistant turn → an assistant message (or None when
-    empty) and the ids of its tool_use blocks."""
-    path = f"messages.{index}"
-    if isinstance(content, str):
-        return ({"role": "assistant", "content": content} if content else None), []
-    texts: list[str] = []
-    calls: list[dict] = []
-    for i, block in enumerate(array(content, f"{path}.content")):
-        bpath = f"{path}.content.{i}"
-        block, kind = block_type(block, bpath)
-        if kind == "text":
-            texts.append(text_block(block, bpath))
-        elif kind == "tool_use":
-            for key in ("id", "name", "input"):
-                if key not in block:
-                    raise bad(f"{bpath}.{key}", "Field required")
-            call_id = string(block["id"], f"{bpath}.id")
-            if not call_id or ID_CHARS.search(call_id):
-                raise bad(f"{bpath}.id", "String should match pattern '^[a-zA-Z0-9_-]+$'")
-            name = string(block["name"], f"{bpath}.name")
-            arguments = dumps(dictionary(block["input"], f"{bpath}.input")).decode()
-            calls.append(
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments},
-                }
-            )
-        elif kind in THINKING_BLOCKS:
-            continue
-        elif kind == "tool_result":
-            raise bad(f"{bpath}.type", "tool_result blocks are only allowed in user messages")
-        else:
-            raise unknown_block(bpath, kind)
-    if not texts and not calls:
-        return None, []
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if calls:
-        message["tool_calls"] = calls
-    return message, [c["id"] for c in calls]
-
-
-def _messages(value: object) -> tuple[list[dict], bool]:
-    """Anthropic messages → OpenAI messages, and whether the last one is a prefill."""
-    if value is None:
-        raise bad("messages", "Field required")
-    messages = array(value, "messages")
-    if not messages:
-        raise bad("messages", "at least one message is required")
-    out: list[dict] = []
-    expected: list[str] = []  # tool_use ids the next user turn must answer
-    last = len(messages) - 1
-    prefill = False
-    for index, message in enumerate(messages):
-        path = f"messages.{index}"
-        message = dictionary(message, path)
-        for key in message:
-            if key not in ("role", "content"):
-                raise bad(f"{path}.{key}", "Extra inputs are not permitted")
-        for key in ("role", "content"):
-            if key not in message:
-                raise bad(f"{path}.{key}", "Field required")
-        role, content = message["role"], message["content"]
-        if role == "system":
-            raise bad(
-                f"{path}.role",
-                'Unexpected role "system". The Messages API accepts a top-level `system` '
-                'parameter, not "system" as an input message role.',
-            )
-        if role not in ("user", "assistant"):
-            raise bad(f"{path}.role", "Input should be 'user' or 'assistant'")
-        if not isinstance(content, str | list):
-            raise bad(f"{path}.content", "Input should be a valid list")
-        if is_empty(content) and not (role == "assistant" and index == last):
-            raise bad(
-                path,
-                "all messages must have non-empty content except for the optional final "
-                "assistant message",
-            )
-        if role == "user":
-            out.extend(_user(index, content, expected))
-            expected = []
-            continue
-        if expected:
-            raise missing_results(index - 1, expected)
-        converted, expected = _assistant(index, content)
-        if converted is None:
-            continue
-        if index == last and not expected:
-            text = converted["content"] or ""
-            if text != text.rstrip():
-                raise bad(path, "final assistant content cannot end with trailing whitespace")
-            prefill = True
-        out.append(converted)
-    if expected:
-        raise missing_results(last, expected)
-    return out, prefill
-
-
-def _tools(value: object) -> tuple[list[dict], list[str]]:
+def _tools(value: object, skipped: list[str]) -> tuple[list[dict], list[str]]:
+    """(pivot tools, every tool name); Anthropic's server and built-in tools
+    (``web_search_...``, ``bash_...``) are untranslatable."""
     tools, names = [], []
     for i, tool in enumerate(array(value, "tools")):
         path = f"tools.{i}"
         tool = dictionary(tool, path)
         kind = tool.get("type")
         if kind not in (None, "custom"):
-            raise unsupported(path, f"server tool {kind!r} is")
+            skipped.append(f"{path}: the server tool {kind!r}")
+            if isinstance(tool.get("name"), str):
+                names.append(tool["name"])
+            continue
         for key in ("name", "input_schema"):
             if key not in tool:
                 raise bad(f"{path}.{key}", "Field required")
@@ -260,15 +117,17 @@ def _tool_choice(value: object, names: list[str], body: dict) -> None:
         body["parallel_tool_calls"] = False
 
 
-def _output_config(value: object, out: dict) -> None:
+def _output_config(value: object, out: dict) -> str | None:
+    """Validate ``output_config``, put its ``format`` in the pivot; returns its ``effort``."""
     config = dictionary(value, "output_config")
-    if config.get("effort") not in (None, *_EFFORTS):
+    effort = config.get("effort")
+    if effort not in (None, *_EFFORTS):
         raise bad(
             "output_config.effort", "Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
         )
     fmt = config.get("format")
     if fmt is None:
-        return
+        return effort
     fmt = dictionary(fmt, "output_config.format")
     if fmt.get("type") != "json_schema":
         raise bad("output_config.format.type", "Input should be 'json_schema'")
@@ -279,6 +138,7 @@ def _output_config(value: object, out: dict) -> None:
         "type": "json_schema",
         "json_schema": {"name": "output", "schema": schema, "strict": True},
     }
+    return effort
 
 
 class Facts(NamedTuple):
@@ -292,12 +152,26 @@ class Facts(NamedTuple):
     stops: list[str]
     names: list[str]  # tool names
     temperature: float | None
+    untranslatable: tuple[str, ...]  # what the pivot cannot carry, "<path>: <what>"
+
+
+def _server_tools_only_choice(out: dict, tools: list[dict]) -> None:
+    """A tool choice that names a server tool, or with no pivot tool left, is
+    not the pivot's (the call is untranslatable anyway)."""
+    choice = out.get("tool_choice")
+    names = {t["function"]["name"] for t in tools}
+    if not names or (isinstance(choice, dict) and choice["function"]["name"] not in names):
+        out.pop("tool_choice", None)
+        out.pop("parallel_tool_calls", None)
 
 
 def _parse(body: object, *, require_max_tokens: bool) -> tuple[dict, Facts]:
     """Validate and translate; returns (OpenAI body, facts for the CallRequest)."""
-    body, model, max_tokens = check_head(body, require_max_tokens=require_max_tokens)
-    messages, prefill = _messages(body.get("messages"))
+    skipped: list[str] = []
+    body, model, max_tokens = check_head(
+        body, require_max_tokens=require_max_tokens, untranslatable=skipped
+    )
+    messages, prefill = translate_messages(body.get("messages"), skipped)
     system = body.get("system")
     if system is not None:
         system = system_text(system)
@@ -327,19 +201,27 @@ def _parse(body: object, *, require_max_tokens: bool) -> tuple[dict, Facts]:
     tools: list[dict] = []
     names: list[str] = []
     if body.get("tools") is not None:
-        tools, names = _tools(body["tools"])
+        tools, names = _tools(body["tools"], skipped)
         if tools:
             out["tools"] = tools
     if body.get("tool_choice") is not None:
         _tool_choice(body["tool_choice"], names, out)
+        _server_tools_only_choice(out, tools)
     check_account_fields(body, max_tokens)
+    output_effort = None
     if body.get("output_config") is not None:
-        _output_config(body["output_config"], out)
+        output_effort = _output_config(body["output_config"], out)
+    effort = effort_of_thinking(body.get("thinking"), output_effort)
+    if effort is not None:
+        out["reasoning_effort"] = effort
     if prefill:
         out["continue_final_message"] = True
         out["add_generation_prompt"] = False
     estimate, prefix = chat_prompt(messages, tools)
-    return out, Facts(model, stream, max_tokens, estimate, prefix, stops, names, temperature)
+    facts = Facts(
+        model, stream, max_tokens, estimate, prefix, stops, names, temperature, tuple(skipped)
+    )
+    return out, facts
 
 
 def parse_messages(body: object, headers: dict[str, str]) -> CallRequest:
@@ -366,6 +248,8 @@ def parse_messages(body: object, headers: dict[str, str]) -> CallRequest:
         deterministic=facts.temperature == 0,
         response=adapter,
         extra=extra,
+        client_body=body,
+        untranslatable=facts.untranslatable,
     )
 
 

@@ -186,7 +186,7 @@ def test_sdk_plain_tool_use_block():
 
 
 def test_sdk_sees_validation_errors_as_bad_request():
-    image = {"type": "image", "source": {"type": "url", "url": "http://x/cat.png"}}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": "AA"}}
     with pytest.raises(anthropic.BadRequestError) as caught:
         client(FakeGateway()).messages.create(
             model=MODEL, max_tokens=100, messages=[{"role": "user", "content": [image]}]
@@ -194,7 +194,8 @@ def test_sdk_sees_validation_errors_as_bad_request():
     assert caught.value.status_code == 400
     assert caught.value.body["error"] == {
         "type": "invalid_request_error",
-        "message": "messages.0.content.0: image content blocks are not supported by this gateway",
+        "message": "messages.0.content.0.source.media_type: Input should be 'image/jpeg', "
+        "'image/png', 'image/gif' or 'image/webp'",
     }
 
 

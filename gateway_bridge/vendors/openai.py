@@ -1,0 +1,213 @@
+"""The OpenAI dialect: channels of kind ``openai`` (the OpenAI API) and
+``openai_compatible`` (vLLM, SGLang, llama.cpp, DeepSeek, Kimi, GLM, Qwen, ...).
+
+The pivot is OpenAI chat, so a translated call is the pivot body as it is
+(only the model id set) and the answer is already the pivot's: ``to_chat`` and
+``StreamReader`` pass it through and read its usage
+(``usage_mapping.from_openai``).
+
+Decisions:
+
+* A stream is finished at ``[DONE]`` or at the first ``finish_reason`` (the
+  usage chunk that follows it is still read while it comes): servers that
+  close without ``[DONE]`` are common among the compatible ones.
+* A native stream's first token is the first choice delta with ``content``,
+  ``tool_calls``, ``reasoning_content`` / ``reasoning`` (or a completion's
+  ``text``). Once it is seen, a chunk is parsed only when its ``usage`` or
+  ``finish_reason`` is not null.
+* Errors: OpenAI's ``{"error": {"message", "type", "code"}}``, vLLM's flat
+  ``{"object": "error", "message", ...}``, ``{"detail": ...}`` and
+  ``{"error": "text"}`` are read; HTML or an empty body gives a message
+  naming the status only. A 401 or 403 keeps its status with the code
+  ``upstream_auth_failed`` (the gateway then disables the credential), and any
+  API key the vendor echoes (``sk-...``) is masked.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from gateway_bridge.protocols.base import INVALID_REQUEST, GatewayError
+from gateway_bridge.usage_mapping import TokenUsage, from_openai
+from gateway_bridge.vendors.base import status_error
+
+PROTOCOL = "openai"
+models_path = "/v1/models"
+
+_PATHS = {
+    "chat.completions": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
+_NATIVE_PATHS = {**_PATHS, "responses": "/v1/responses"}
+AUTH_FAILED = "upstream_auth_failed"
+
+
+def auth_headers(secret: str, client_headers: dict[str, str]) -> list[tuple[str, str]]:
+    """``Authorization: Bearer <secret>`` (nothing for an empty secret)."""
+    return [("authorization", f"Bearer {secret}")] if secret else []
+
+
+def _unsupported(endpoint: str) -> GatewayError:
+    return GatewayError(
+        INVALID_REQUEST,
+        "unsupported",
+        f"The '{endpoint}' endpoint is not supported by this channel.",
+    )
+
+
+def path(endpoint: str, upstream_model: str, stream: bool) -> str:
+    try:
+        return _PATHS[endpoint]
+    except KeyError:
+        raise _unsupported(endpoint) from None
+
+
+def native_path(endpoint: str, upstream_model: str, stream: bool, query: str) -> str:
+    try:
+        base = _NATIVE_PATHS[endpoint]
+    except KeyError:
+        raise _unsupported(endpoint) from None
+    return f"{base}?{query}" if query else base
+
+
+def from_chat(body: dict, upstream_model: str, stream: bool) -> dict:
+    """The pivot as it is, with the channel's model id (a shallow copy)."""
+    return {**body, "model": upstream_model}
+
+
+def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
+    return {**obj, "model": model}, native_usage(obj)
+
+
+def native_usage(obj: dict) -> TokenUsage | None:
+    return from_openai(obj.get("usage")) if isinstance(obj, dict) else None
+
+
+def _finished(chunk: dict) -> bool:
+    choices = chunk.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("finish_reason") is not None for c in choices
+    )
+
+
+def _has_content(chunk: dict) -> bool:
+    choices = chunk.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("text"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and any(
+            delta.get(k) for k in ("content", "tool_calls", "reasoning_content", "reasoning")
+        ):
+            return True
+    return False
+
+
+class StreamReader:
+    """OpenAI chunks pass through; the usage is the last ``usage`` a chunk carried."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self.usage: TokenUsage | None = None
+        self.finished = False
+
+    def feed(self, event: str | None, data) -> list[dict]:
+        if not isinstance(data, dict):  # "[DONE]"
+            self.finished = True
+            return []
+        if data.get("usage") is not None:
+            usage = from_openai(data["usage"])
+            if usage is not None:
+                self.usage = usage
+        if _finished(data):
+            self.finished = True
+        return [data]
+
+
+# A chunk whose usage or finish_reason is not null (only those need parsing
+# once the first token was seen).
+_WORTH_PARSING = re.compile(rb'"(?:usage|finish_reason)"\s*:\s*[^n\s]')
+
+
+class NativeStreamUsage:
+    """Usage, first token and end of a native OpenAI stream (``data:`` payloads)."""
+
+    def __init__(self):
+        self.usage: TokenUsage | None = None
+        self.content = False
+        self.finished = False
+        self.error: GatewayError | None = None
+
+    def feed(self, event: str | None, data: bytes) -> None:
+        if data.strip() == b"[DONE]":
+            self.finished = True
+            return
+        if self.content and not _WORTH_PARSING.search(data):
+            return
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(chunk, dict):
+            return
+        if isinstance(chunk.get("error"), dict):  # an error streamed as a chunk
+            self.error = _error_of_body(502, chunk)
+            return
+        if chunk.get("usage") is not None:
+            usage = from_openai(chunk["usage"])
+            if usage is not None:
+                self.usage = usage
+        if not self.content and _has_content(chunk):
+            self.content = True
+        if _finished(chunk):
+            self.finished = True
+
+
+_KEYS = re.compile(r"\b(sk|rk|pk|key)-[A-Za-z0-9_*.\-]{4,}")
+
+
+def _mask(message: str) -> str:
+    """The vendor's message with any API key it echoes masked."""
+    return _KEYS.sub(r"\1-***", message)
+
+
+def _error_of_body(status: int, body: object, fallback: str = "") -> GatewayError:
+    message, code = "", ""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            message = error.get("message") or ""
+            code = error.get("code") or error.get("type") or ""
+        elif isinstance(error, str):
+            message = error
+        elif isinstance(body.get("message"), str):  # vLLM's flat error
+            message = body["message"]
+            code = body.get("type") or ""
+        elif isinstance(body.get("detail"), str):
+            message = body["detail"]
+    message = _mask(message) if isinstance(message, str) and message else fallback
+    code = code if isinstance(code, str) else ""
+    if status in (401, 403):
+        detail = f": {message}" if message and message != fallback else "."
+        message = f"The vendor refused the channel's credential (HTTP {status}){detail}"
+        return status_error(status, message, AUTH_FAILED)
+    return status_error(status, message, code if 400 <= status < 500 else "")
+
+
+def error_of(status: int, raw: bytes) -> GatewayError:
+    """The vendor's error answer as the gateway's (see the module docstring)."""
+    if not raw or not raw.strip():
+        return _error_of_body(status, None, f"The vendor answered HTTP {status} with no body.")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    fallback = f"The vendor answered HTTP {status} with a body that is not JSON."
+    if isinstance(body, dict):
+        fallback = f"The vendor answered HTTP {status}."
+    return _error_of_body(status, body, fallback)

@@ -1,0 +1,183 @@
+"""The OpenAI dialect (OpenAI and OpenAI-compatible channels): the pivot passes
+as it is, answers and streams pass back with their usage, and the vendors'
+error bodies become the gateway's errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway_bridge.protocols.base import GatewayError
+from gateway_bridge.usage_mapping import TokenUsage
+from gateway_bridge.vendors import dialect_for
+
+oa = dialect_for("openai")
+
+
+def test_both_openai_kinds_and_unknown_kinds_use_this_dialect():
+    assert dialect_for("openai_compatible") is oa
+    assert dialect_for("something_new") is oa
+    assert oa.PROTOCOL == "openai"
+
+
+def test_bearer_auth_and_none_without_a_secret():
+    assert oa.auth_headers("sk-test", {"anthropic-version": "x"}) == [
+        ("authorization", "Bearer sk-test")
+    ]
+    assert oa.auth_headers("", {}) == []
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "path"),
+    [
+        ("chat.completions", "/v1/chat/completions"),
+        ("completions", "/v1/completions"),
+        ("embeddings", "/v1/embeddings"),
+    ],
+)
+def test_paths(endpoint, path):
+    assert oa.path(endpoint, "m", True) == path
+    assert oa.native_path(endpoint, "m", True, "") == path
+    assert oa.models_path == "/v1/models"
+
+
+def test_an_endpoint_openai_lacks_is_a_400():
+    with pytest.raises(GatewayError) as caught:
+        oa.path("generateContent", "m", False)
+    assert (caught.value.status, caught.value.code) == (400, "unsupported")
+
+
+def test_from_chat_sets_the_channels_model_on_a_copy():
+    body = {"model": "public", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    out = oa.from_chat(body, "gpt-4o-2024-08-06", False)
+    assert out == {**body, "model": "gpt-4o-2024-08-06"}
+    assert body["model"] == "public"
+
+
+ANSWER = {
+    "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
+    "object": "chat.completion",
+    "created": 1741569952,
+    "model": "gpt-4.1-2025-04-14",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Hello!", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 1200,
+        "completion_tokens": 300,
+        "total_tokens": 1500,
+        "prompt_tokens_details": {"cached_tokens": 1024, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 120, "audio_tokens": 0},
+    },
+}
+
+
+def test_to_chat_passes_the_answer_with_its_usage():
+    answer, usage = oa.to_chat(ANSWER, "public")
+    assert answer == {**ANSWER, "model": "public"}
+    assert usage == TokenUsage(input=176, cache_read=1024, output=300, reasoning=120)
+    assert oa.native_usage(ANSWER) == usage
+
+
+def chunk(delta, finish=None, usage=None):
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4.1",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+USAGE = {"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}
+STREAM = [
+    chunk({"role": "assistant", "content": ""}),
+    chunk({"reasoning_content": "Thinking."}),
+    chunk({"content": "Hel"}),
+    chunk({"content": "lo"}),
+    chunk({}, "stop"),
+    {**chunk({}), "choices": [], "usage": USAGE},
+]
+
+
+def test_the_stream_reader_passes_chunks_and_keeps_the_usage():
+    reader = oa.StreamReader("public")
+    out = []
+    for c in STREAM:
+        out.extend(reader.feed(None, c))
+    assert out == STREAM
+    assert reader.finished
+    assert reader.usage == TokenUsage(input=40, output=5)
+    assert reader.feed(None, "[DONE]") == []
+
+
+def payloads(chunks) -> list[bytes]:
+    return [json.dumps(c, separators=(", ", ": ")).encode() for c in chunks] + [b"[DONE]"]
+
+
+def test_a_native_stream_is_read_for_usage_first_token_and_end():
+    native = oa.NativeStreamUsage()
+    content = []
+    for data in payloads(STREAM):
+        native.feed(None, data)
+        content.append(native.content)
+    assert content[:2] == [False, True]  # the role chunk is no token; reasoning is
+    assert native.usage == TokenUsage(input=40, output=5)
+    assert native.finished and native.error is None
+
+
+def test_a_native_stream_counts_tool_calls_as_content_and_ends_at_done():
+    native = oa.NativeStreamUsage()
+    call = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "f", "arguments": ""},
+    }
+    native.feed(None, json.dumps(chunk({"role": "assistant"})).encode())
+    assert not native.content
+    native.feed(None, json.dumps(chunk({"tool_calls": [call]})).encode())
+    assert native.content and not native.finished
+    native.feed(None, b"[DONE]")
+    assert native.finished and native.usage is None
+
+
+@pytest.mark.parametrize(
+    ("status", "raw", "expected_status", "code", "words"),
+    [
+        (
+            400,
+            {"error": {"message": "Invalid value for 'n'", "type": "invalid_request_error", "param": "n", "code": "invalid_value"}},
+            400, "invalid_value", "Invalid value for 'n'",
+        ),
+        (
+            401,
+            {"error": {"message": "Incorrect API key provided: sk-proj-****************abcd.", "type": "invalid_request_error", "code": "invalid_api_key"}},
+            401, "upstream_auth_failed", "Incorrect API key provided: sk-***",
+        ),
+        (403, {"error": {"message": "Project does not have access", "type": "invalid_request_error"}}, 403, "upstream_auth_failed", "access"),
+        (
+            429,
+            {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}},
+            429, "insufficient_quota", "quota",
+        ),
+        (400, {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError", "code": 400}, 400, "BadRequestError", "too large"),
+        (404, {"detail": "Not Found"}, 404, "upstream_client_error", "Not Found"),
+        (500, {"error": {"message": "The server had an error", "type": "server_error"}}, 502, "upstream_error", "server had an error"),
+        (502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", 502, "upstream_error", "not JSON"),
+        (503, b"", 502, "upstream_error", "no body"),
+    ],
+)  # fmt: skip
+def test_error_of(status, raw, expected_status, code, words):
+    raw = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
+    err = oa.error_of(status, raw)
+    assert (err.status, err.code) == (expected_status, code)
+    assert words in err.message
+    assert "abcd" not in err.message and "<html>" not in err.message
