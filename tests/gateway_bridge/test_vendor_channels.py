@@ -10,12 +10,11 @@ import base64
 import json
 
 import anthropic
-import httpx
 import openai
 from google import genai
 from google.genai import types
 
-from tests.gateway_bridge.vendor_fixtures import KEY_A, PNG, captured, demo_channels
+from tests.gateway_bridge.vendor_fixtures import KEY_A, PNG, captured, demo_channels, post
 from usage.ingest import ingest_events
 from usage.models import CallRecord
 from usage.prices import price_for
@@ -215,19 +214,19 @@ def test_a_native_call_reaches_the_vendor_byte_for_byte_but_the_model_id(
         b' "metadata": {"user_id": "u-1"}, "temperature": 0.50,'
         b' "service_tier": "auto", "context_management": {"edits": []}}'
     )
-    response = httpx.post(
-        f"{gw.url}/v1/messages",
-        content=body,
-        headers={
+    status, answer = post(
+        gw.url,
+        "/v1/messages",
+        body,
+        {
             "x-api-key": tenant.raw,
             "anthropic-version": "2023-06-01",
             "anthropic-beta": "context-management-2025-06-27",
             "content-type": "application/json",
         },
-        timeout=10,
     )
-    assert response.status_code == 200, response.text
-    assert response.json()["type"] == "message"
+    assert status == 200, answer
+    assert json.loads(answer)["type"] == "message"
     sent = captured(vendor)[-1]
     assert base64.b64decode(sent["body_base64"]) == body.replace(
         b'"sim-claude"', b'"claude-sim"', 1

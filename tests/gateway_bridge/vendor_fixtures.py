@@ -5,8 +5,10 @@ helpers that register shared channels of each kind with a key pool."""
 from __future__ import annotations
 
 import base64
+import http.client
+import json
+from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from inference_node.models import Credential, HealthCheck, Node, NodeModel
@@ -49,14 +51,27 @@ def vendor_sim():
 
 
 def admin(sim, path: str, body: dict | None = None) -> dict:
-    headers = {"Authorization": f"Bearer {VENDOR_ADMIN}"}
-    url = f"{sim.base_url}{path}"
-    if body is None:
-        response = httpx.get(url, headers=headers, timeout=5)
-    else:
-        response = httpx.post(url, json=body, headers=headers, timeout=5)
-    response.raise_for_status()
-    return response.json()
+    status, answer = post(
+        sim.base_url,
+        path,
+        None if body is None else json.dumps(body).encode(),
+        {"Authorization": f"Bearer {VENDOR_ADMIN}", "Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    assert status == 200, answer
+    return json.loads(answer)
+
+
+def post(base_url: str, path: str, body: bytes | None, headers: dict, method="POST"):
+    """(status, body bytes) of one request to a loopback server."""
+    parts = urlsplit(base_url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
 
 
 @pytest.fixture

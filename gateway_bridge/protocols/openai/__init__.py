@@ -29,7 +29,7 @@ from gateway_bridge.protocols.openai.request import (
     MAX_N,
     MAX_STOP,
     ROLES,
-    UNSUPPORTED_PARTS,
+    MEDIA_PARTS,
 )
 from gateway_bridge.protocols.openai.translate import (
     PROTOCOL,
@@ -52,7 +52,7 @@ __all__ = [
     "PREFIX_CHARS",
     "PROTOCOL",
     "ROLES",
-    "UNSUPPORTED_PARTS",
+    "MEDIA_PARTS",
     "OpenAIResponse",
     "chat_prompt_estimate",
     "count_text",

@@ -27,7 +27,10 @@ from gateway_bridge.protocols.openai.fields import (
 MAX_N = 16  # the nodes' limit (OpenAI's is 128)
 MAX_STOP = 4
 ROLES = ("system", "assistant", "user", "function", "tool", "developer")
-UNSUPPORTED_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file"}
+# Media parts of a user message, and the field each must carry: they pass to the
+# channel (OpenAI's own shape; translated for an Anthropic or Gemini channel); a
+# text-only model refuses them at admission (catalogue modality).
+MEDIA_PARTS = {"image_url": "url", "input_audio": "data", "file": None}
 
 # Fields forwarded to the node, per endpoint; IGNORED ones are accepted and dropped.
 _SAMPLING = {
@@ -174,13 +177,9 @@ def _content_text(
         if not isinstance(part, dict):
             raise type_error(where, "object", part)
         kind = part.get("type")
-        if media and kind in UNSUPPORTED_PARTS:
-            raise invalid(
-                f"Content parts of type '{kind}' are not supported: this gateway's models take "
-                f"text only (no {UNSUPPORTED_PARTS[kind]} input).",
-                param=f"{where}.type",
-                code="unsupported_content_type",
-            )
+        if media and kind in MEDIA_PARTS:
+            _media_part(where, kind, part)
+            continue
         if kind not in parts:
             raise bad_value(
                 f"{where}.type",
@@ -193,6 +192,28 @@ def _content_text(
         if kind == "text":
             texts.append(text)
     return "\n".join(texts)
+
+
+def _media_part(where: str, kind: str, part: dict) -> None:
+    """An ``image_url``, ``input_audio`` or ``file`` part, checked as OpenAI does."""
+    inner = part.get(kind)
+    if not isinstance(inner, dict):
+        raise type_error(f"{where}.{kind}", "object", inner)
+    field = MEDIA_PARTS[kind]
+    if field is not None:
+        value = inner.get(field)
+        if not isinstance(value, str) or not value:
+            raise invalid(
+                f"Missing required parameter: '{where}.{kind}.{field}'.",
+                param=f"{where}.{kind}.{field}",
+                code="missing_required_parameter",
+            )
+    elif not isinstance(inner.get("file_data"), str) and not isinstance(inner.get("file_id"), str):
+        raise invalid(
+            f"Missing required parameter: '{where}.file.file_data' or '{where}.file.file_id'.",
+            param=f"{where}.file",
+            code="missing_required_parameter",
+        )
 
 
 def _tool_calls(param: str, calls: object) -> list[str]:

@@ -155,12 +155,24 @@ def test_unknown_field_is_openais_message():
 
 
 @pytest.mark.parametrize("kind", ["image_url", "input_audio", "file"])
-def test_media_parts_are_refused_clearly(kind):
+def test_media_parts_without_their_data_are_refused_clearly(kind):
     content = [{"type": "text", "text": "what is this?"}, {"type": kind, kind: {}}]
     err = rejected(adapter.parse_chat, chat(messages=[{"role": "user", "content": content}]))
-    assert err.param == "messages[0].content[1].type"
-    assert err.code == "unsupported_content_type"
-    assert "not supported" in err.message
+    assert err.param.startswith(f"messages[0].content[1].{kind}")
+    assert err.code == "missing_required_parameter"
+
+
+def test_media_parts_pass_to_the_channel_and_count_as_tokens():
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 7500}}
+    plain = chat(messages=[{"role": "user", "content": [{"type": "text", "text": "what?"}]}])
+    with_image = chat(
+        messages=[{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}]
+    )
+    req = adapter.parse_chat(with_image)
+    assert req.body["messages"][0]["content"][1] == image
+    # 85 + one token per 750 bytes of the decoded image (console.tokens' media rule).
+    extra = req.prompt_tokens_estimate - adapter.parse_chat(plain).prompt_tokens_estimate
+    assert extra == 85 + 7500 * 3 // 4 // 750
 
 
 def test_wrong_type_message_reads_like_openai():
