@@ -14,7 +14,10 @@ Decisions:
 * A native stream's first token is the first choice delta with ``content``,
   ``tool_calls``, ``reasoning_content`` / ``reasoning`` (or a completion's
   ``text``). Once it is seen, a chunk is parsed only when its ``usage`` or
-  ``finish_reason`` is not null.
+  ``finish_reason`` is not null or it names an error.
+* An error streamed as a chunk (``{"error": {...}}``, vLLM's
+  ``{"object": "error", ...}``) is the vendor's failure: a 502 with its message
+  (``StreamReader`` raises it, ``NativeStreamUsage.error`` holds it).
 * Errors: OpenAI's ``{"error": {"message", "type", "code"}}``, vLLM's flat
   ``{"object": "error", "message", ...}``, ``{"detail": ...}`` and
   ``{"error": "text"}`` are read; HTML or an empty body gives a message
@@ -108,8 +111,17 @@ def _has_content(chunk: dict) -> bool:
     return False
 
 
+def _stream_error(chunk: dict) -> GatewayError | None:
+    """The error a stream chunk carries (OpenAI's ``{"error": {...}}``, vLLM's
+    ``{"object": "error", ...}``) as a 502, or None."""
+    if isinstance(chunk.get("error"), dict | str) or chunk.get("object") == "error":
+        return _error_of_body(502, chunk, "The vendor's stream ended with an error.")
+    return None
+
+
 class StreamReader:
-    """OpenAI chunks pass through; the usage is the last ``usage`` a chunk carried."""
+    """OpenAI chunks pass through; the usage is the last ``usage`` a chunk
+    carried; an error chunk raises the vendor's error (502)."""
 
     def __init__(self, model: str):
         self.model = model
@@ -120,6 +132,9 @@ class StreamReader:
         if not isinstance(data, dict):  # "[DONE]"
             self.finished = True
             return []
+        error = _stream_error(data)
+        if error is not None:
+            raise error
         if data.get("usage") is not None:
             usage = from_openai(data["usage"])
             if usage is not None:
@@ -129,9 +144,9 @@ class StreamReader:
         return [data]
 
 
-# A chunk whose usage or finish_reason is not null (only those need parsing
-# once the first token was seen).
-_WORTH_PARSING = re.compile(rb'"(?:usage|finish_reason)"\s*:\s*[^n\s]')
+# A chunk whose usage or finish_reason is not null, or an error (only those
+# need parsing once the first token was seen).
+_WORTH_PARSING = re.compile(rb'"(?:usage|finish_reason)"\s*:\s*[^n\s]|"error"')
 
 
 class NativeStreamUsage:
@@ -155,8 +170,9 @@ class NativeStreamUsage:
             return
         if not isinstance(chunk, dict):
             return
-        if isinstance(chunk.get("error"), dict):  # an error streamed as a chunk
-            self.error = _error_of_body(502, chunk)
+        error = _stream_error(chunk)
+        if error is not None:
+            self.error = error
             return
         if chunk.get("usage") is not None:
             usage = from_openai(chunk["usage"])

@@ -150,6 +150,26 @@ def test_a_native_stream_counts_tool_calls_as_content_and_ends_at_done():
 
 
 @pytest.mark.parametrize(
+    "error",
+    [
+        {"error": {"message": "CUDA out of memory", "type": "InternalServerError", "code": 500}},
+        {"object": "error", "message": "CUDA out of memory", "type": "InternalServerError"},
+    ],
+)
+def test_an_error_chunk_mid_stream_is_the_vendors_failure(error):
+    reader = oa.StreamReader("public")
+    reader.feed(None, STREAM[2])
+    with pytest.raises(GatewayError) as caught:
+        reader.feed(None, error)
+    assert (caught.value.status, caught.value.message) == (502, "CUDA out of memory")
+    native = oa.NativeStreamUsage()
+    for data in payloads(STREAM[:3])[:-1]:  # the first token came, no [DONE]
+        native.feed(None, data)
+    native.feed(None, json.dumps(error).encode())
+    assert native.error.status == 502 and native.error.message == "CUDA out of memory"
+
+
+@pytest.mark.parametrize(
     ("status", "raw", "expected_status", "code", "words"),
     [
         (
