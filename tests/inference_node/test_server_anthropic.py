@@ -544,3 +544,15 @@ def test_the_prompt_counts_as_the_gateway_estimates_it(client):
     }
     usage = client.messages.create(**body).usage
     assert usage.input_tokens == count_tokens_request(body)[1]
+
+
+def test_omitted_thinking_sends_only_its_signature(client):
+    message = client.messages.create(
+        model=MODEL,
+        max_tokens=2048,
+        thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"},
+        messages=user("Think about caching."),
+    )
+    thinking = message.content[0]
+    assert thinking.type == "thinking" and thinking.thinking == "" and thinking.signature
+    assert message.usage.output_tokens_details.thinking_tokens > 0

@@ -362,3 +362,13 @@ def test_the_prompt_counts_as_the_gateway_estimates_it(node):
     assert status == 200
     estimate = parse_generate(MODEL, body, stream=False, alt_sse=False).prompt_tokens_estimate
     assert answer["usageMetadata"]["promptTokenCount"] == estimate
+
+
+def test_several_candidates_are_answered_and_counted(client):
+    response = client.models.generate_content(
+        model=MODEL, contents="Hello", config=config(candidate_count=3, max_output_tokens=5)
+    )
+    assert [c.index for c in response.candidates] == [0, 1, 2]
+    texts = {c.content.parts[0].text for c in response.candidates}
+    assert len(texts) == 3
+    assert response.usage_metadata.candidates_token_count == 15
