@@ -318,9 +318,10 @@ class Reader:
             if not protocol._FUNCTION_NAME.fullmatch(name):
                 raise bad(f"{path}.name", "String should match pattern '^[a-zA-Z0-9_-]{1,64}$'")
             schema = dictionary(tool.get("input_schema"), f"{path}.input_schema")
-            function = {"name": name, "parameters": schema}
+            function = {"name": name}  # in the gateway's key order: the same template text
             if isinstance(tool.get("description"), str):
                 function["description"] = tool["description"]
+            function["parameters"] = schema
             tools.append({"type": "function", "function": function})
         return tools
 

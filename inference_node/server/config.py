@@ -5,9 +5,11 @@ One argument parser serves both ``python -m inference_node.server`` and
 
 Vendor mode (the OpenAI, Anthropic and Gemini front-ends, see ``vendor_auth``):
 
-* ``--api-keys k1,k2``: every generation and model-list call must present one
-  of these keys the way its vendor wants it (OpenAI ``Authorization: Bearer``,
-  Anthropic ``x-api-key``, Gemini ``x-goog-api-key`` or ``?key=``). Without
+* ``--api-keys k1,k2`` (or the environment variable ``SIM_API_KEYS``, which
+  keeps them off the process list; the flag wins): every generation and
+  model-list call must present one of these keys the way its vendor wants it
+  (OpenAI ``Authorization: Bearer``, Anthropic ``x-api-key`` or Bearer, Gemini
+  ``x-goog-api-key`` or ``?key=``). Without
   it the node is open, or takes the ``--token`` node token (in the same
   headers) as today. ``/health`` is always open; ``/admin`` needs ``--token``.
 * ``--key-faults KEY=STATUS,...`` and the fault field ``key_faults``

@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 
 from .config import FaultSettings
+from .protocol import ApiError
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,26 @@ class FaultInjector:
         """Extra unscaled delay a spiked request waits before its first token."""
         s = self.settings
         return prefill_seconds * (s.spike_multiplier - 1.0) + s.spike_ms / 1000.0
+
+
+def fault_error(status: int) -> ApiError:
+    """The error an injected fault answers (each front-end renders it in its shape)."""
+    if status == 429:
+        return ApiError(
+            429,
+            "Rate limit reached on this node (injected fault).",
+            type="rate_limit_error",
+            code="rate_limit_exceeded",
+            headers=(("retry-after", "1"),),
+        )
+    if status == 503:
+        return ApiError(
+            503,
+            "The node is overloaded; try again later (injected fault).",
+            type="server_error",
+            code="overloaded",
+            headers=(("retry-after", "1"),),
+        )
+    return ApiError(
+        500, "Internal server error (injected fault).", type="server_error", code="internal_error"
+    )

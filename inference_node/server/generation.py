@@ -1,9 +1,14 @@
-"""The generation endpoints: chat completions, completions and embeddings.
+"""The generation endpoints: chat completions, completions and embeddings, and
+the engine flow every front-end shares.
 
 Flow of a generation request: validate, check the model and its context
 window, draw faults, wait for a batch slot, look the prompt up in the prefix
 cache, sleep the prefill time (uncached tokens only), then emit tokens one
-inter-token latency apart (streamed) or all at once.
+inter-token latency apart (streamed) or all at once. ``run_generation``,
+``pace``, ``whole_wait`` and ``record`` are that flow's pieces; the Anthropic
+and Gemini front-ends (``anthropic``, ``gemini``) use them too, so latency,
+faults (stalls and drops included) and metrics are the same whatever the
+protocol.
 
 Context window rule: like vLLM, ``prompt + max_tokens`` must fit; when
 ``max_tokens`` is absent it defaults to what is left of the window, and a
@@ -24,6 +29,7 @@ from array import array
 
 from . import protocol
 from .config import CHAT, EMBEDDING
+from .faults import fault_error
 from .http import Response
 from .protocol import ApiError
 from .text import Generation, generate, generate_tool_call, prompt_seed, results_lead
@@ -37,28 +43,6 @@ def _dumps(obj) -> bytes:
 
 def _event(obj) -> bytes:
     return b"data: " + _dumps(obj) + b"\n\n"
-
-
-def _fault_error(status: int) -> ApiError:
-    if status == 429:
-        return ApiError(
-            429,
-            "Rate limit reached on this node (injected fault).",
-            type="rate_limit_error",
-            code="rate_limit_exceeded",
-            headers=(("retry-after", "1"),),
-        )
-    if status == 503:
-        return ApiError(
-            503,
-            "The node is overloaded; try again later (injected fault).",
-            type="server_error",
-            code="overloaded",
-            headers=(("retry-after", "1"),),
-        )
-    return ApiError(
-        500, "Internal server error (injected fault).", type="server_error", code="internal_error"
-    )
 
 
 class GenerationEndpoints:
@@ -93,7 +77,7 @@ class GenerationEndpoints:
         """This request's fault decision; an injected error status is raised here."""
         decision = self.faults.decide()
         if decision.status:
-            raise _fault_error(decision.status)
+            raise fault_error(decision.status)
         return decision
 
     async def _prefill(self, decision, uncached_tokens: int, running: int) -> None:

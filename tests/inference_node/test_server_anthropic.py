@@ -331,7 +331,7 @@ def test_a_streamed_tool_call_sends_its_input_as_json_deltas(client):
         max_tokens=100,
         tools=[WEATHER],
         tool_choice={"type": "tool", "name": "get_weather"},
-        messages=user("Weather in Lyon please"),
+        messages=user("the weather in Lyon please"),
     ) as stream:
         partial = [e.delta.partial_json for e in stream if e.type == "content_block_delta"]
         final = stream.get_final_message()
@@ -509,3 +509,50 @@ def test_a_dropped_stream_stops_after_the_set_tokens(node):
     assert dropped
     assert received.count(b"event: content_block_delta") == 2
     assert b"message_stop" not in received
+
+
+def test_the_prompt_counts_as_the_gateway_estimates_it(client):
+    from gateway_bridge.protocols.anthropic.translate import count_tokens_request
+
+    body = {
+        "model": MODEL,
+        "max_tokens": 5,
+        "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
+        "tools": [WEATHER],
+        "messages": [
+            *user("Weather in Paris?"),
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Let me check."},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "get_weather",
+                        "input": {"city": "Paris"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"},
+                    {"type": "text", "text": "Thanks"},
+                ],
+            },
+        ],
+    }
+    usage = client.messages.create(**body).usage
+    assert usage.input_tokens == count_tokens_request(body)[1]
+
+
+def test_omitted_thinking_sends_only_its_signature(client):
+    message = client.messages.create(
+        model=MODEL,
+        max_tokens=2048,
+        thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"},
+        messages=user("Think about caching."),
+    )
+    thinking = message.content[0]
+    assert thinking.type == "thinking" and thinking.thinking == "" and thinking.signature
+    assert message.usage.output_tokens_details.thinking_tokens > 0

@@ -168,7 +168,7 @@ def test_function_calling_then_an_answer_to_the_response(client):
         ),
     )
     tools = [types.Tool(function_declarations=[weather])]
-    question = types.Content(role="user", parts=[types.Part(text="Weather in Paris?")])
+    question = types.Content(role="user", parts=[types.Part(text="What is the weather in Paris?")])
     response = client.models.generate_content(
         model=MODEL, contents=[question], config=config(tools=tools)
     )
@@ -322,3 +322,53 @@ def test_injected_faults_answer_in_googles_format(node):
         node.post("/admin/faults", {"fault_429_rate": 0.0})
     assert status == 429
     assert error["error"]["status"] == "RESOURCE_EXHAUSTED"
+
+
+def test_the_prompt_counts_as_the_gateway_estimates_it(node):
+    from gateway_bridge.protocols.gemini.translate import parse_generate
+
+    body = {
+        "systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "tools": [
+            {
+                "functionDeclarations": [
+                    {
+                        "name": "get_weather",
+                        "description": "The weather of a city.",
+                        "parameters": {
+                            "type": "OBJECT",
+                            "properties": {"city": {"type": "STRING"}},
+                        },
+                    }
+                ]
+            }
+        ],
+        "contents": [
+            {"role": "user", "parts": [{"text": "Weather in Paris?"}]},
+            {
+                "role": "model",
+                "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}],
+            },
+            {
+                "role": "user",
+                "parts": [
+                    {"functionResponse": {"name": "get_weather", "response": {"sky": "Sunny"}}},
+                    {"text": "Thanks"},
+                ],
+            },
+        ],
+    }
+    status, answer = call(node, body)
+    assert status == 200
+    estimate = parse_generate(MODEL, body, stream=False, alt_sse=False).prompt_tokens_estimate
+    assert answer["usageMetadata"]["promptTokenCount"] == estimate
+
+
+def test_several_candidates_are_answered_and_counted(client):
+    response = client.models.generate_content(
+        model=MODEL, contents="Hello", config=config(candidate_count=3, max_output_tokens=5)
+    )
+    assert [c.index for c in response.candidates] == [0, 1, 2]
+    texts = {c.content.parts[0].text for c in response.candidates}
+    assert len(texts) == 3
+    assert response.usage_metadata.candidates_token_count == 15

@@ -12,7 +12,7 @@ import pytest
 from google import genai
 from google.genai import types
 
-from tests.inference_node.server_helpers import TOKEN, inprocess_node, node_process
+from tests.inference_node.server_helpers import TOKEN, inprocess_node, node_config, node_process
 
 GOOD = "sk-good-0123456789abcd"
 OTHER = "sk-other-9876543210wxyz"
@@ -258,3 +258,9 @@ def test_the_capture_is_an_admin_endpoint(node):
     with inprocess_node() as open_node:
         status, _, error = open_node.request("GET", "/admin/requests")
         assert (status, error["error"]["code"]) == (403, "admin_disabled")
+
+
+def test_the_keys_can_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SIM_API_KEYS", f"{GOOD},{OTHER}")
+    assert node_config().api_keys == (GOOD, OTHER)
+    assert node_config("--api-keys", BAD).api_keys == (BAD,)  # the flag wins
