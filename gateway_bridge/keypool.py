@@ -146,9 +146,7 @@ class KeyPool:
             return creds[0]
         now = self.now()
         usable = [
-            c
-            for c in creds
-            if c.credential_id not in exclude and self._available(c, now, tokens)
+            c for c in creds if c.credential_id not in exclude and self._available(c, now, tokens)
         ]
         if not usable:
             return None

@@ -53,6 +53,8 @@ def has_media(body: dict) -> bool:
                 if type(part) is dict and part.get("type") in MEDIA_PARTS:
                     return True
     return False
+
+
 MAX_CACHED_PLANS = 100_000
 
 

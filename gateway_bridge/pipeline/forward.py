@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 
 _NO_EXCLUSIONS: frozenset[int] = frozenset()
 _OUTCOME_NAMES = {outcome: outcome.name.lower() for outcome in Outcome}
+# vLLM's extensions the pivot may carry (an Anthropic prefill): the OpenAI API refuses them.
+VLLM_ONLY = ("continue_final_message", "add_generation_prompt")
 # Credential switches (a refused or cooling key) per call, beyond the retries.
 MAX_KEY_SWITCHES = 16
 
@@ -97,7 +99,10 @@ def _request(req: CallRequest, node, dialect, native_call: bool) -> tuple[str, b
         if req.stream:
             req.body["stream"] = True
             req.body["stream_options"] = {"include_usage": True}
-        payload = orjson.dumps(req.body)
+        body = req.body
+        if node.kind == "openai" and any(k in body for k in VLLM_ONLY):
+            body = {k: v for k, v in body.items() if k not in VLLM_ONLY}
+        payload = orjson.dumps(body)
         path = req.upstream_path
     else:
         payload = orjson.dumps(dialect.from_chat(req.body, upstream, req.stream))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from google import genai
 from google.genai import types
 
@@ -188,11 +187,6 @@ def test_an_inline_image_goes_to_the_node_which_answers_for_itself(gw, tenant):
     assert event["protocol"] == "gemini" and event["status_code"] == 400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the forward stage refuses CallRequest.untranslatable on channels of another "
-    "protocol: lands with the vendor-channel pipeline",
-)
 def test_a_built_in_tool_is_refused_by_a_channel_of_another_protocol(gw, tenant):
     body = {**HELLO, "tools": [{"googleSearch": {}}], "cachedContent": "cachedContents/c1"}
     status, _, data = post(gw, f"{BASE}:generateContent", body, raw_key=tenant.raw)

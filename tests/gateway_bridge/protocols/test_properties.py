@@ -851,9 +851,11 @@ def test_the_seed_requests_are_valid(parse, examples):
 
 def test_near_valid_requests_reach_deep():
     """The near-valid strategy really produces valid calls (not only rejections):
-    among its draws from the multi-turn seeds, some parse with three or more
-    messages (about one draw in 75). Generation only: ``find`` spent a minute
-    shrinking what it found."""
+    among its draws near the multi-turn seeds, some parse with three or more
+    messages. Drawn near those seeds only (the mixed strategy, with arbitrary
+    JSON beside them, parsed about one draw in 300 — too rare to hold whatever
+    constants Hypothesis picks up from the code). Generation only: ``find``
+    spent a minute shrinking what it found."""
     from hypothesis import Phase
 
     valid_deep = []
@@ -861,7 +863,11 @@ def test_near_valid_requests_reach_deep():
     @settings(
         max_examples=600, deadline=None, derandomize=True, database=None, phases=[Phase.generate]
     )
-    @given(requests_for(ANTHROPIC_MESSAGES, ANTHROPIC_KEYS))
+    @given(
+        st.sampled_from([b for b in ANTHROPIC_MESSAGES if len(b["messages"]) >= 3]).flatmap(
+            lambda body: near(body, ANTHROPIC_KEYS)
+        )
+    )
     def draw(body):
         if (
             check(anthropic.parse_messages, body, {}) is not None
