@@ -66,6 +66,12 @@ if TYPE_CHECKING:
 
 _NO_EXCLUSIONS: frozenset[int] = frozenset()
 _OUTCOME_NAMES = {outcome: outcome.name.lower() for outcome in Outcome}
+# The pivot's endpoint of a translated call (the client's may be "messages", ...).
+PIVOT_ENDPOINTS = {
+    "/v1/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
 # vLLM's extensions the pivot may carry (an Anthropic prefill): the OpenAI API refuses them.
 VLLM_ONLY = ("continue_final_message", "add_generation_prompt")
 # Credential switches (a refused or cooling key) per call, beyond the retries.
@@ -106,7 +112,9 @@ def _request(req: CallRequest, node, dialect, native_call: bool) -> tuple[str, b
         path = req.upstream_path
     else:
         payload = orjson.dumps(dialect.from_chat(req.body, upstream, req.stream))
-        path = dialect.path(req.endpoint, upstream, req.stream)
+        path = dialect.path(
+            PIVOT_ENDPOINTS.get(req.upstream_path, req.endpoint), upstream, req.stream
+        )
     return _prefixed(path, node.api_path), payload
 
 

@@ -28,8 +28,8 @@ from gateway_bridge.protocols.openai.request import (
     IGNORED,
     MAX_N,
     MAX_STOP,
-    ROLES,
     MEDIA_PARTS,
+    ROLES,
 )
 from gateway_bridge.protocols.openai.translate import (
     PROTOCOL,
@@ -49,10 +49,10 @@ __all__ = [
     "IGNORED",
     "MAX_N",
     "MAX_STOP",
+    "MEDIA_PARTS",
     "PREFIX_CHARS",
     "PROTOCOL",
     "ROLES",
-    "MEDIA_PARTS",
     "OpenAIResponse",
     "chat_prompt_estimate",
     "count_text",

@@ -39,8 +39,9 @@ _SAMPLING = {
 }  # fmt: skip
 CHAT_FIELDS = _SAMPLING | {
     "messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
-    "response_format", "top_logprobs",
+    "response_format", "top_logprobs", "reasoning_effort",
 }  # fmt: skip
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 COMPLETION_FIELDS = _SAMPLING | {"prompt", "suffix", "echo", "best_of"}
 EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions", "user"}
 IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"}
@@ -51,6 +52,12 @@ def _check_fields(body: object, known: set[str]) -> dict:
     body = json_object(body)
     for name in body:
         if name in known or name in IGNORED:
+            if name == "reasoning_effort" and body[name] not in (None, *REASONING_EFFORTS):
+                raise bad_value(
+                    name,
+                    f"Invalid value: '{body[name]}'. Supported values are: "
+                    f"{listing(REASONING_EFFORTS)}.",
+                )
             continue
         if name in DEPRECATED:
             raise invalid(
