@@ -121,13 +121,19 @@ def _whole_hour(t: datetime, name: str) -> datetime:
     return t
 
 
-def _grouped(grain: str, start: datetime, end: datetime, column: str) -> list[dict]:
-    return list(
+def grouped_query(grain: str, start: datetime, end: datetime, column: str):
+    """The sums of one grain's rollup rows over a range, by ``column`` and
+    currency (on PostgreSQL, a range of the ``usage_rollup_platform`` index)."""
+    return (
         Rollup.objects.filter(grain=grain, hour__gte=start, hour__lt=end)
         .values(column, "currency")
         .annotate(**_SUMS)
         .order_by()
     )
+
+
+def _grouped(grain: str, start: datetime, end: datetime, column: str) -> list[dict]:
+    return list(grouped_query(grain, start, end, column))
 
 
 def _lines(rows: list[dict], column: str, labels: dict) -> list[MarginLine]:

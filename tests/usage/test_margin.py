@@ -12,12 +12,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
+from tests.services import require
 from tests.usage.factories import event, expected_rollups, stored_rollups
 from tests.usage.margin_fixtures import T0, USD_COST, brute_force, seed_margin
 from usage import ingest
 from usage.facade import PPM, margin_basis_points, margin_report, rate
 from usage.ingest import ingest_events
-from usage.margin import NO_UPSTREAM
+from usage.margin import NO_UPSTREAM, grouped_query
 from usage.models import CallRecord, Rollup
 
 pytestmark = pytest.mark.django_db
@@ -166,3 +167,34 @@ def test_a_range_is_whole_utc_hours():
 )
 def test_the_margin_share_is_integer_basis_points(margin, revenue, bp):
     assert margin_basis_points(margin, revenue) == bp
+
+
+# The platform's rollups: a year of hours, every grain, the FULL grain
+# (sub-account x key x model x node x protocol x streaming) by far the largest.
+ROLLUPS_SQL = """
+INSERT INTO usage_rollup (
+    organization_id, grain, sub_account_id, api_key_id, model, node_id, hour, currency,
+    calls, calls_2xx, calls_4xx, calls_429, calls_5xx, stream_calls, cache_hit_calls,
+    unpriced_calls, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
+    reasoning_tokens, cost, latency_sum_us, ttft_count, ttft_sum_us, latency_hist, ttft_hist,
+    updated_at
+)
+SELECT 1 + g %% 40,
+       (ARRAY['full','full','full','full','full','full','key','sub','traffic','org','model',
+              'node'])[1 + g %% 12],
+       g %% 7, g %% 97, 'm' || (g %% 9), g %% 5, %s - (g / 40) * interval '1 hour', 'USD',
+       1, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 5, 0, 7, 1000, 0, 0, '', '', now()
+FROM generate_series(1, 200000) AS g
+"""
+
+
+def test_on_postgresql_the_margin_reads_an_index_range_of_its_grain():
+    require(connection.vendor == "postgresql", "query plans are checked on PostgreSQL")
+    with connection.cursor() as cur:
+        cur.execute(ROLLUPS_SQL, [T0])
+        cur.execute("ANALYZE usage_rollup")
+    for grain, column in (("model", "model"), ("node", "node_id"), ("org", "organization_id")):
+        qs = grouped_query(grain, T0 - timedelta(days=7), T0, column)
+        text = qs.explain()
+        assert "Seq Scan on usage_rollup" not in text, text
+        assert "usage_rollup_platform" in text, text
