@@ -11,10 +11,23 @@ edit here (the field and its validation rule) plus the gateway line that
 fills it (and the call table's column).
 
 ``SCHEMA_VERSION`` is the wire format's version: it changes when a field's
-meaning or the set of fields changes, and ingest refuses a version it does
+meaning changes or a field is removed, and ingest refuses a version it does
 not read. Batches spooled on disk by an older gateway process replay through
 the same ``parse``, so a change must keep reading what the previous version
-wrote (or ingest both).
+wrote (or ingest both). A field *added* with a default that means "not
+known" keeps the version: ``parse`` reads an event without the added fields
+(``ADDED_FIELDS``) as if they held their defaults, so batches spooled before
+the addition, and any producer not yet sending them (the synthetic traffic),
+still ingest. The added fields come all together or not at all. A worker
+older than the addition refuses a newer event ("unknown field(s)") into dead
+letters, as it would refuse a new version: deploy workers before gateways.
+
+Cost and margin (added to version 1): ``credential_id`` is the key-pool
+credential the call went out with (None: the channel's own token, or no
+upstream), ``upstream_cost`` what the upstream vendor charges for the call's
+tokens at the channel's cost price, rated by ``usage.rating.rate`` at full
+price, in micro-units of ``upstream_currency`` (an ISO 4217 code); 0 and ""
+when the channel has no cost price (a cost without a currency is refused).
 
 Validation is plain Python on purpose: it runs 50,000 times a second in the
 ingest worker, where a serializer framework costs ten times more.
@@ -61,6 +74,9 @@ MAX_ERROR_TYPE = 64
 # Bigger than any real call; keeps sums far from 64-bit overflow.
 MAX_TOKENS = 10**12
 MAX_DURATION_US = 10**13
+MAX_ID = 2**63 - 1
+# 10^9 currency units: far above any call, far below 64-bit sums.
+MAX_UPSTREAM_COST = 10**15
 
 
 class InvalidEvent(ValueError):
@@ -106,6 +122,11 @@ class UsageEvent:
     client_ip: str | None
     priority: int
     cache_status: str
+    # Added to version 1 (see ``ADDED_FIELDS``): the key-pool credential, and
+    # the vendor's charge for the call (0 and "" when unknown).
+    credential_id: int | None = None
+    upstream_cost: int = 0
+    upstream_currency: str = ""
     version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -119,6 +140,15 @@ class UsageEvent:
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(UsageEvent))
 FIELD_SET = frozenset(FIELD_NAMES)
+# Fields added to version 1 after its first release, with what an event
+# without them means (see the module docstring).
+ADDED_FIELDS: dict[str, object] = {
+    "credential_id": None,
+    "upstream_cost": 0,
+    "upstream_currency": "",
+}
+_FIRST_FIELD_SET = FIELD_SET - ADDED_FIELDS.keys()
+_N_FIRST_FIELDS = len(_FIRST_FIELD_SET)
 # What a call record keeps of an event: every field but the wire version.
 _HINTS = get_type_hints(UsageEvent)
 ParsedEvent = NamedTuple(  # the contract's fields, not spelled twice
@@ -157,6 +187,19 @@ def _stored(values, started: datetime, finished: datetime) -> ParsedEvent:
 _NULLABLE_INTS = ("sub_account_id", "node_id", "ttft_us", "upstream_us", "overhead_us", "queue_us")
 
 
+def _is_currency(code: str) -> bool:
+    """An ISO 4217 code's shape: three ASCII capital letters."""
+    return len(code) == 3 and code.isascii() and code.isalpha() and code.isupper()
+
+
+def _with_added(d):
+    """``d`` with the added fields' defaults when it is an event written
+    without them (before they were added); otherwise ``d`` itself."""
+    if type(d) is dict and len(d) == _N_FIRST_FIELDS and d.keys() == _FIRST_FIELD_SET:
+        return {**d, **ADDED_FIELDS}
+    return d
+
+
 def _parse_time(name: str, value) -> datetime:
     if type(value) is str:
         try:
@@ -185,7 +228,8 @@ def _field_error(d: dict) -> InvalidEvent:
     if not isinstance(d, dict):
         return InvalidEvent(f"event must be a JSON object, not {type(d).__name__}")
     keys = set(d)
-    missing = sorted(FIELD_SET - keys)
+    # The added fields are missing only when some of them are given.
+    missing = sorted((FIELD_SET if keys & ADDED_FIELDS.keys() else _FIRST_FIELD_SET) - keys)
     if missing:
         return InvalidEvent(f"missing field(s): {', '.join(missing)}")
     unknown = sorted(str(k) for k in keys - FIELD_SET)
@@ -212,13 +256,16 @@ def parse(d: dict, latest: float | None = None) -> ParsedEvent:
     ``latest_start()``, passed in by callers that parse many events."""
     if latest is None:
         latest = latest_start()
-    if type(d) is dict and len(d) == _N_FIELDS:
-        try:
-            parsed = _parse_valid(_values(d), latest)
-        except (KeyError, TypeError, ValueError):
-            parsed = None
-        if parsed is not None:
-            return parsed
+    if type(d) is dict:
+        if len(d) != _N_FIELDS:
+            d = _with_added(d)
+        if len(d) == _N_FIELDS:
+            try:
+                parsed = _parse_valid(_values(d), latest)
+            except (KeyError, TypeError, ValueError):
+                parsed = None
+            if parsed is not None:
+                return parsed
     return _parse_checked(d, latest)
 
 
@@ -253,6 +300,9 @@ def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
         ip,
         priority,
         cache_status,
+        credential,
+        upstream_cost,
+        upstream_currency,
         version,
     ) = v
     d_max = MAX_DURATION_US
@@ -262,6 +312,8 @@ def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
         and str is type(request_id) is type(model) is type(error_type)
         and int is type(version) is type(org) is type(key) is type(latency) is type(status)
         and int is type(inp) is type(cr) is type(cw) is type(out) is type(rsn) is type(priority)
+        and int is type(upstream_cost)
+        and type(upstream_currency) is str
         and type(stream) is bool
         and 0 < len(request_id) <= MAX_REQUEST_ID
         and request_id.isprintable()
@@ -291,6 +343,9 @@ def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
         and 100 <= status <= 599
         and -32768 <= priority <= 32767
         and (ip is None or (type(ip) is str and _check_ip(ip)))
+        and (credential is None or (type(credential) is int and 0 < credential <= MAX_ID))
+        and 0 <= upstream_cost <= MAX_UPSTREAM_COST
+        and (_is_currency(upstream_currency) or not (upstream_currency or upstream_cost))
         and type(started) is str
         and type(finished) is str
     ):
@@ -309,6 +364,7 @@ def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
 
 def _parse_checked(d: dict, latest: float) -> ParsedEvent:
     """``parse`` one rule at a time, raising the first rule's ``InvalidEvent``."""
+    d = _with_added(d)
     if type(d) is not dict or d.keys() != FIELD_SET:
         raise _field_error(d)
     version = d["version"]
@@ -396,6 +452,7 @@ def _parse_checked(d: dict, latest: float) -> ParsedEvent:
     ip = d["client_ip"]
     if ip is not None and (type(ip) is not str or not _check_ip(ip)):
         raise InvalidEvent(f"client_ip is not an IP address: {str(ip)[:64]!r}")
+    _check_upstream(d)
 
     started = _parse_time("started_at", d["started_at"])
     finished = _parse_time("finished_at", d["finished_at"])
@@ -406,6 +463,30 @@ def _parse_checked(d: dict, latest: float) -> ParsedEvent:
         raise InvalidEvent(f"started_at is more than {skew} s in the future")
 
     return _stored(_values(d), started, finished)
+
+
+def _check_upstream(d: dict) -> None:
+    """The rules of the added fields: the credential and the vendor's charge."""
+    credential = d["credential_id"]
+    if credential is not None:
+        if type(credential) is not int:
+            raise _bad_type("credential_id", "an integer or null", credential)
+        if not 0 < credential <= MAX_ID:
+            raise InvalidEvent("credential_id must be a positive id")
+    cost = d["upstream_cost"]
+    if type(cost) is not int:
+        raise _bad_type("upstream_cost", "an integer", cost)
+    if not 0 <= cost <= MAX_UPSTREAM_COST:
+        raise InvalidEvent(f"upstream_cost must be between 0 and {MAX_UPSTREAM_COST}")
+    currency = d["upstream_currency"]
+    if type(currency) is not str:
+        raise _bad_type("upstream_currency", "a string", currency)
+    if currency and not _is_currency(currency):
+        raise InvalidEvent(
+            f"upstream_currency must be a three-letter currency code: {currency[:8]!r}"
+        )
+    if cost and not currency:
+        raise InvalidEvent("upstream_cost is set without its upstream_currency")
 
 
 def utc(dt: datetime) -> datetime:

@@ -6,7 +6,8 @@ Other apps import from here and nowhere else in ``usage`` (the
 
 What is published, by topic:
 
-* money: ``rate`` (the one function that prices a call), ``discount_ppm_for``
+* money: ``rate`` (the one function that prices a call; ``PPM`` is the full
+  price, what a vendor's cost price is rated at), ``discount_ppm_for``
   and ``discount_for`` (list price gets the organization's discount, a
   negotiated price pays full), ``PriceRow`` and ``TokenCounts``, and the
   ``PriceBook`` of every price row in memory;
@@ -24,6 +25,10 @@ What is published, by topic:
   (``visible_keys``), the filter form pieces those pages share
   (``KeyChoiceField``, ``OrganizationFilterMixin``) and the CSV guard
   (``csv_text``);
+* margin, for platform staff only: ``margin_report`` (revenue, vendor cost
+  and margin by model, channel, organization and day, per currency, from the
+  rollups) into a ``MarginReport`` of ``MarginLine`` and ``MarginDay``, and
+  ``margin_basis_points`` (the integer margin share);
 * ``seed_catalog``, the default models and list prices.
 """
 
@@ -33,6 +38,7 @@ from usage.analytics import Series, cache_savings, series
 from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
 from usage.logs import csv_text, visible_keys
+from usage.margin import MarginDay, MarginLine, MarginReport, margin_basis_points, margin_report
 from usage.models import (
     Adjustment,
     CallRecord,
@@ -44,7 +50,7 @@ from usage.models import (
     Rollup,
 )
 from usage.prices import PriceBook
-from usage.rating import PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
+from usage.rating import PPM, PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
 from usage.seed import seed_catalog
 from usage.spend import KEY as SPEND_BY_KEY
 from usage.spend import SUB_ACCOUNT as SPEND_BY_SUB_ACCOUNT
@@ -53,6 +59,7 @@ from usage.totals import OrgUsageTotals
 
 __all__ = [
     "ENDPOINTS",
+    "PPM",
     "SCHEMA_VERSION",
     "SPEND_BY_KEY",
     "SPEND_BY_SUB_ACCOUNT",
@@ -61,6 +68,9 @@ __all__ = [
     "CatalogModel",
     "Grain",
     "KeyChoiceField",
+    "MarginDay",
+    "MarginLine",
+    "MarginReport",
     "OrgUsageTotals",
     "OrganizationFilterMixin",
     "PeriodClose",
@@ -77,6 +87,8 @@ __all__ = [
     "discount_for",
     "discount_ppm_for",
     "encode",
+    "margin_basis_points",
+    "margin_report",
     "rate",
     "seed_catalog",
     "series",

@@ -134,7 +134,15 @@ class CallRecord(models.Model):
     cache_status = models.CharField(
         max_length=16, choices=CacheStatus.choices, default=CacheStatus.MISS
     )
+    # The key-pool credential the call went out with (null: the channel's own
+    # token, or no upstream), and what the vendor charges for the call's tokens
+    # at the channel's cost price, in micro-units of ``upstream_currency`` (0
+    # and "" when unknown). Added later, hence db_default.
+    credential_id = models.BigIntegerField(null=True, blank=True)
+    upstream_cost = models.BigIntegerField(default=0, db_default=0)
+    upstream_currency = models.CharField(max_length=3, blank=True, default="", db_default="")
     currency = models.CharField(max_length=3)
+    # What the organization is charged for the call (its revenue to us).
     cost = models.BigIntegerField(default=0)
     # False when no price was in effect: recorded, cost 0, flagged for admins.
     priced = models.BooleanField(default=True)
@@ -220,6 +228,13 @@ class Rollup(models.Model):
     rate_limited_calls = models.BigIntegerField(default=0, db_default=0)
     cap_refused_calls = models.BigIntegerField(default=0, db_default=0)
     queue_refused_calls = models.BigIntegerField(default=0, db_default=0)
+    # What the upstream vendors charge for these calls, in ``currency`` (the
+    # organization's): the sum of ``CallRecord.upstream_cost`` over the calls
+    # whose upstream currency is the organization's. The calls an upstream
+    # served with tokens to pay for but whose cost is unknown or in another
+    # currency count in ``uncosted_calls`` (their cost is in no sum).
+    upstream_cost = models.BigIntegerField(default=0, db_default=0)
+    uncosted_calls = models.BigIntegerField(default=0, db_default=0)
     latency_hist = models.BinaryField(default=b"")
     ttft_hist = models.BinaryField(default=b"")
     updated_at = models.DateTimeField(default=tz.now)
@@ -243,7 +258,17 @@ class Rollup(models.Model):
                 name="usage_rollup_unique_cell",
             )
         ]
-        indexes = [models.Index(fields=["organization_id", "grain", "hour"])]
+        indexes = [
+            models.Index(fields=["organization_id", "grain", "hour"]),
+            # Platform-wide reads (margin across organizations) of one of these
+            # grains over a range. Small next to the FULL grain's rows, and
+            # written once per new row: sums change in place, keys never.
+            models.Index(
+                fields=["grain", "hour"],
+                name="usage_rollup_platform",
+                condition=models.Q(grain__in=["org", "model", "node"]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.organization_id}/{self.grain} {self.hour:%Y-%m-%d %H}h"

@@ -1,11 +1,14 @@
 from django.urls import path
 
-from console.analytics import views
+from console.analytics import margin, views
 
 app_name = "analytics"
 
 urlpatterns = [
     path("analytics/", views.index, name="index"),
+    # Platform staff only; before the pages' pattern, which it is not one of.
+    path("analytics/margin/", margin.margin_page, name="margin"),
+    path("analytics/margin/export.csv", margin.margin_csv, name="margin_csv"),
     *(path(f"analytics/{name}/", view, name=name) for name, view in views.PAGE_VIEWS.items()),
     *(
         path(f"analytics/charts/{name}/", view, name=f"chart_{name}")

@@ -143,11 +143,16 @@ def _form(request) -> AnalyticsForm:
 
 
 def _tabs(actor) -> list[tuple[str, str, str]]:
-    return [
+    tabs = [
         (name, spec.title, reverse(f"analytics:{name}"))
         for name, spec in PAGES.items()
         if any(actor.can(p) for p in spec.perms)
     ]
+    user = actor.user
+    # Platform staff only (see console.analytics.margin): no role shows it.
+    if user.is_active and user.is_staff:
+        tabs.append(("margin", "Margin", reverse("analytics:margin")))
+    return tabs
 
 
 def _page(request, name: str):

@@ -5,6 +5,12 @@
 once the call is over; the gateway hands the result to the emitter, which
 encodes batches of them for the ingest worker. A field added to the contract
 is one keyword here (the contract's test fails until it is filled).
+
+The vendor's charge for the call (``upstream_cost``) is rated here, once, by
+the one rating rule (``usage.facade.rate``, half up) at the channel's cost
+price (``call.cost_price``, set by the forward stage) at full price
+(``PPM``): the worker stores it as sent, in the cost price's currency. It
+costs nothing for a call without a cost price (0 and "").
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Protocol
 
-from usage.facade import ENDPOINTS, UsageEvent
+from usage.facade import ENDPOINTS, PPM, UsageEvent, rate
 
 # A key's priority class, as the event's small integer.
 PRIORITY_CODES = {"low": 0, "normal": 1, "high": 2}
@@ -38,6 +44,8 @@ class CallState(Protocol):
     queue_s: float
     client_ip: str | None
     cache_status: str
+    credential_id: int | None
+    cost_price: object | None  # inference_node's CostPrice: currency and prices per Mtok
 
 
 def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
@@ -49,6 +57,13 @@ def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
     ttft = call.ttft
     upstream = call.upstream_s
     started = call.started
+    price = call.cost_price
+    if price is None:
+        upstream_cost = 0
+        upstream_currency = ""
+    else:
+        upstream_cost = rate((u.input, u.cache_read, u.cache_write, u.output), price, PPM)
+        upstream_currency = price.currency
     return UsageEvent(
         request_id=call.request_id,
         started_at=_fromtimestamp(started, UTC),
@@ -76,4 +91,7 @@ def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
         client_ip=call.client_ip,
         priority=PRIORITY_CODES.get(auth.priority, 1),
         cache_status=call.cache_status,
+        credential_id=call.credential_id,
+        upstream_cost=upstream_cost,
+        upstream_currency=upstream_currency,
     )

@@ -1,8 +1,9 @@
 """The usage event the gateway builds is the usage contract's: for every
 protocol and endpoint that records a call, the real gateway's event
 round-trips through the wire (``encode``, ``parse``) and ingest into a call
-record holding the same values; and the gateway fills exactly the contract's
-fields, so the two cannot drift apart."""
+record holding the same values; the gateway fills exactly the contract's
+fields, so the two cannot drift apart; and a call served at a channel's cost
+price carries the vendor's charge for it, rated half up by the one rule."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from accounts.models import ApiKey
 from gateway_bridge.pipeline import usage_event as stage
 from gateway_bridge.usage_mapping import TokenUsage
+from inference_node.facade import CostPrice
+from tests.factories import OrganizationFactory
 from tests.gateway_bridge.harness import ListEmitter
 from tests.gateway_bridge.test_gateway_openai import raw_request
 from usage.events import FIELD_NAMES, STORED_FIELDS, UsageEvent, encode, parse, to_wire
+from usage.facade import PPM, rate
 from usage.ingest import ingest_events
 from usage.models import CallRecord
 
@@ -98,6 +103,8 @@ def test_each_endpoints_event_round_trips_through_the_wire_and_ingest(
     assert built.request_id == resp_headers["x-request-id"]
     assert (built.organization_id, built.api_key_id) == (tenant.org.pk, tenant.key.pk)
     assert built.status_code == 200 and built.error_type == ""
+    # (the simulator node has no cost price and no key pool)
+    assert (built.credential_id, built.upstream_cost, built.upstream_currency) == (None, 0, "")
     if endpoint != "count_tokens":  # counted in the gateway: no node, no usage
         assert built.input_tokens + built.cache_read_tokens + built.cache_write_tokens > 0
     # ... whose wire form parses back to the same event
@@ -148,6 +155,8 @@ def _call_state(**overrides) -> SimpleNamespace:
         "queue_s": 0.001,
         "client_ip": "2001:db8::1",
         "cache_status": "prefix_hit",
+        "credential_id": None,
+        "cost_price": None,
     }
     return SimpleNamespace(**{**state, **overrides})
 
@@ -181,6 +190,9 @@ def test_the_event_takes_each_value_from_the_call_state():
         client_ip="2001:db8::1",
         priority=2,
         cache_status="prefix_hit",
+        credential_id=None,
+        upstream_cost=0,
+        upstream_currency="",
     )
 
 
@@ -216,3 +228,82 @@ def test_the_wire_spells_timestamps_as_the_gateway_always_has():
         assert wire["finished_at"] == datetime.fromtimestamp(started + 0.25, UTC).isoformat()
         assert list(wire) == list(FIELD_NAMES)
     assert encode([event]) == b"[" + encode(event) + b"]"
+
+
+# A vendor's price per million tokens (micro-units): $2.50 in, $0.25 cached,
+# $3.125 cache write, $10 out.
+VENDOR = CostPrice(
+    currency="USD",
+    input_per_mtok=2_500_000,
+    cache_read_per_mtok=250_000,
+    cache_write_per_mtok=3_125_000,
+    output_per_mtok=10_000_000,
+)
+
+
+def test_a_call_at_a_cost_price_carries_the_vendors_charge_and_credential():
+    # Given a call that went out with credential 41 on a channel priced VENDOR
+    state = _call_state(
+        credential_id=41,
+        cost_price=VENDOR,
+        usage=TokenUsage(input=1000, cache_read=2000, cache_write=400, output=300, reasoning=7),
+    )
+    # When its event is built
+    event = stage.usage_event(state, 0.5, 0.01)
+    # Then it names the credential and what the vendor charges, in its currency:
+    # 1000*2.5 + 2000*0.25 + 400*3.125 + 300*10 = 2500 + 500 + 1250 + 3000 micro-units
+    assert event.credential_id == 41
+    assert (event.upstream_cost, event.upstream_currency) == (7_250, "USD")
+    assert event.upstream_cost == rate((1000, 2000, 400, 300), VENDOR, PPM)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "cost"),
+    [
+        ((1, 0, 0, 0), 3),  # 2.5 micro-units: a half rounds up
+        ((0, 1, 0, 0), 0),  # 0.25 rounds down
+        ((0, 0, 0, 1), 10),  # exact
+        ((0, 2, 0, 0), 1),  # 0.5 rounds up
+        ((3, 0, 0, 0), 8),  # 7.5 rounds up
+        ((0, 0, 1, 0), 3),  # 3.125 rounds down
+    ],
+)
+def test_the_vendors_charge_is_rounded_half_up_per_call(tokens, cost):
+    inp, cache_read, cache_write, out = tokens
+    usage = TokenUsage(input=inp, cache_read=cache_read, cache_write=cache_write, output=out)
+    event = stage.usage_event(_call_state(cost_price=VENDOR, usage=usage), 0.1, 0.0)
+    assert event.upstream_cost == cost
+
+
+def test_a_call_without_a_cost_price_has_no_vendor_charge():
+    event = stage.usage_event(_call_state(credential_id=None, cost_price=None), 0.1, 0.0)
+    assert (event.credential_id, event.upstream_cost, event.upstream_currency) == (None, 0, "")
+
+
+@pytest.mark.django_db
+def test_the_vendors_charge_round_trips_through_the_wire_into_the_call_record():
+    # Given the event of a call an EUR channel served with credential 7
+    org = OrganizationFactory(name="Initech", slug="initech", currency="EUR")
+    key = ApiKey.objects.create(
+        organization=org, name="k", public_id="tmargin00001", secret_hash="0" * 64
+    )
+    auth = SimpleNamespace(organization_id=org.pk, sub_account_id=None, key_id=key.pk,
+                           priority="normal")  # fmt: skip
+    eur = CostPrice("EUR", 1_000_000, 100_000, 1_250_000, 4_000_000)
+    state = _call_state(
+        entry=SimpleNamespace(auth=auth),
+        started=datetime.now(UTC).timestamp() - 5,
+        credential_id=7,
+        cost_price=eur,
+        usage=TokenUsage(input=1234, cache_read=5678, cache_write=9, output=321),
+    )
+    built = stage.usage_event(state, 0.5, 0.01)
+    # When it travels the wire and is ingested
+    wire = to_wire(built)
+    assert (wire["credential_id"], wire["upstream_currency"]) == (7, "EUR")
+    assert ingest_events([wire]).accepted == 1
+    # Then the call record holds the credential and the vendor's charge as rated
+    record = CallRecord.objects.get(request_id=built.request_id)
+    assert record.credential_id == 7
+    assert record.upstream_cost == rate((1234, 5678, 9, 321), eur, PPM) == 3_097
+    assert record.upstream_currency == "EUR" and record.currency == "EUR"

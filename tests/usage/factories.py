@@ -72,6 +72,9 @@ def event(
         "client_ip": "203.0.113.7",
         "priority": 0,
         "cache_status": "miss",
+        "credential_id": None,
+        "upstream_cost": 0,
+        "upstream_currency": "",
         "version": SCHEMA_VERSION,
     }
     data.update(overrides)
@@ -131,6 +134,10 @@ def expected_rollups(organization_id: int) -> dict[tuple, dict]:
                 or c.error_type == "prepaid_balance_exhausted"
             )
             s["queue_refused_calls"] += c.error_type in ("queue_timeout", "queue_full")
+            comparable = c.upstream_currency == c.currency
+            s["upstream_cost"] += c.upstream_cost if comparable else 0
+            billed = c.input_tokens + c.cache_read_tokens + c.cache_write_tokens + c.output_tokens
+            s["uncosted_calls"] += not comparable and c.node_id is not None and billed > 0
     return out
 
 

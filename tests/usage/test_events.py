@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 
 from tests.usage.factories import event
-from usage.events import FIELD_NAMES, SCHEMA_VERSION, InvalidEvent, UsageEvent, latest_start, parse
+from usage.events import (
+    ADDED_FIELDS,
+    FIELD_NAMES,
+    SCHEMA_VERSION,
+    InvalidEvent,
+    UsageEvent,
+    latest_start,
+    parse,
+)
 
 KEY = SimpleNamespace(organization_id=3, sub_account_id=None, pk=9)
 
@@ -65,6 +74,17 @@ def test_other_offsets_are_accepted_and_mean_the_same_instant():
         ({"started_at": "2025-03-04T10:15:00"}, "started_at has no time zone offset"),
         ({"started_at": 1700000000}, "started_at must be an ISO 8601 string, not int"),
         ({"finished_at": "2025-03-04T10:14:59+00:00"}, "finished_at is before started_at"),
+        ({"credential_id": "7"}, "credential_id must be an integer or null, not str"),
+        ({"credential_id": 0}, "credential_id must be a positive id"),
+        ({"credential_id": True}, "credential_id must be an integer or null, not bool"),
+        ({"upstream_cost": -1, "upstream_currency": "USD"}, "upstream_cost must be between 0"),
+        ({"upstream_cost": 10**15 + 1, "upstream_currency": "USD"}, "upstream_cost must be betw"),
+        ({"upstream_cost": 1.5, "upstream_currency": "USD"}, "upstream_cost must be an integer"),
+        ({"upstream_cost": None}, "upstream_cost must be an integer, not NoneType"),
+        ({"upstream_currency": "usd"}, "upstream_currency must be a three-letter currency code"),
+        ({"upstream_currency": "EURO"}, "upstream_currency must be a three-letter currency code"),
+        ({"upstream_currency": None}, "upstream_currency must be a string, not NoneType"),
+        ({"upstream_cost": 5}, "upstream_cost is set without its upstream_currency"),
     ],
 )
 def test_bad_values_have_a_precise_reason(change, reason):
@@ -83,6 +103,28 @@ def test_missing_and_unknown_fields_are_named():
         UsageEvent.from_dict({**good(), "colour": "red"})
     with pytest.raises(InvalidEvent, match="must be a JSON object, not list"):
         UsageEvent.from_dict([1, 2])
+
+
+def test_an_event_written_before_the_cost_fields_reads_as_having_no_cost():
+    """A gateway older than the vendor-cost fields (a spooled batch, the
+    synthetic traffic) sends events without them: they read as unknown."""
+    d = good()
+    first_form = {k: v for k, v in d.items() if k not in ADDED_FIELDS}
+    parsed = parse(first_form)
+    assert (parsed.credential_id, parsed.upstream_cost, parsed.upstream_currency) == (None, 0, "")
+    assert parsed == parse(d)
+    assert {f.name: f.default for f in fields(UsageEvent) if f.name in ADDED_FIELDS} == ADDED_FIELDS
+
+
+def test_the_cost_fields_come_all_together_or_not_at_all():
+    d = good(credential_id=3, upstream_cost=12, upstream_currency="EUR")
+    assert parse(d)[-3:] == (3, 12, "EUR")
+    del d["upstream_cost"], d["upstream_currency"]
+    with pytest.raises(InvalidEvent, match=r"missing field\(s\): upstream_cost, upstream_cur"):
+        parse(d)
+    no_cost = {k: v for k, v in good().items() if k not in ADDED_FIELDS and k != "model"}
+    with pytest.raises(InvalidEvent, match=r"missing field\(s\): model$"):
+        parse(no_cost)
 
 
 def test_far_future_start_is_refused_within_the_configured_skew(settings):
@@ -136,6 +178,10 @@ ODD_VALUES = [
     "messages",
     "2025-03-04T10:15:00+00:00",
     "10.0.0.1",
+    "USD",
+    "usd",
+    2**63,
+    10**15 + 1,
     ["x"],
     {},
 ]

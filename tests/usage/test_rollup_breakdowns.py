@@ -112,7 +112,7 @@ def test_each_error_code_counts_in_at_most_one_cause(code, column):
     values.update(organization_id=1, api_key_id=1, model="m", stream=False, status_code=429)
     values.update(error_type=code, latency_us=5, cache_status="miss", cost=0, priced=True)
     values.update(input_tokens=0, cache_read_tokens=0, cache_write_tokens=0, output_tokens=0)
-    values.update(reasoning_tokens=0)
+    values.update(reasoning_tokens=0, currency="USD", upstream_cost=0, upstream_currency="")
     row = CallRow(**values)
     (sums,) = sum_calls([row], [0]).values()
     got = {c: sums[SUM_COLUMNS.index(c)] for c in NEW_SUMS}

@@ -45,6 +45,10 @@ SUM_COLUMNS = (
     "rate_limited_calls",
     "cap_refused_calls",
     "queue_refused_calls",
+    # What upstream vendors charge, in the organization's currency, and the
+    # calls whose charge is not comparable (see ``sum_calls``).
+    "upstream_cost",
+    "uncosted_calls",
 )
 N_SUMS = len(SUM_COLUMNS)
 LAT_BINS = N_SUMS
@@ -57,6 +61,8 @@ TTFT_BINS = N_SUMS + 1
     _RATE_LIMITED,
     _CAP_REFUSED,
     _QUEUE_REFUSED,
+    _UPSTREAM_COST,
+    _UNCOSTED,
 ) = range(SUM_COLUMNS.index("queue_sum_us"), N_SUMS)
 
 # The gateway's refusal codes (``gateway_bridge.limits``, ``gateway_bridge.gateway``).
@@ -143,12 +149,23 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
                 a[_RESPONSE_CACHE] += 1
         if not row.priced:
             a[7] += 1
-        a[8] += row.input_tokens
-        a[9] += row.cache_read_tokens
-        a[10] += row.cache_write_tokens
-        a[11] += row.output_tokens
+        inp = row.input_tokens
+        cr = row.cache_read_tokens
+        cw = row.cache_write_tokens
+        out = row.output_tokens
+        a[8] += inp
+        a[9] += cr
+        a[10] += cw
+        a[11] += out
         a[12] += row.reasoning_tokens
         a[13] += row.cost
+        # The vendor's charge counts where it is in the organization's
+        # currency (the rollup's); a call an upstream served with tokens to pay
+        # for, at an unknown cost or in another currency, counts as uncosted.
+        if row.upstream_currency == row.currency:
+            a[_UPSTREAM_COST] += row.upstream_cost
+        elif row.node_id is not None and (inp or cr or cw or out):
+            a[_UNCOSTED] += 1
         lat = row.latency_us
         a[14] += lat
         a[LAT_BINS].append(ceil(log(lat) * inv) if lat else ZERO)
