@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from google import genai
 from google.genai import types
 
@@ -165,8 +164,8 @@ def test_errors_in_googles_format_and_recorded(gw, tenant):
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
-def test_an_inline_image_goes_to_the_node_which_answers_for_itself(gw, tenant):
-    # Given a picture sent inline, which the gateway no longer refuses itself
+def test_an_inline_image_reaches_the_model_check(gw, tenant):
+    # Given a picture sent inline, which the Gemini adapter carries into the pivot
     body = {
         "contents": [
             {
@@ -178,24 +177,22 @@ def test_an_inline_image_goes_to_the_node_which_answers_for_itself(gw, tenant):
             }
         ]
     }
-    # When it reaches the simulator, a text-only OpenAI node
+    # When the model asked for takes text only
     status, _, data = post(gw, f"{BASE}:generateContent", body, raw_key=tenant.raw)
-    # Then the node's refusal comes back in Google's format, and the call is recorded
+    # Then the gateway says so in Google's format, and the call is recorded
     error = json.loads(data)["error"]
     assert (status, error["status"]) == (400, "INVALID_ARGUMENT")
-    assert "text" in error["message"]
+    assert "'sim-chat-small' takes text only" in error["message"]
     [event] = gw.emitter.wait_for(1)
     assert event["protocol"] == "gemini" and event["status_code"] == 400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the forward stage refuses CallRequest.untranslatable on channels of another "
-    "protocol: lands with the vendor-channel pipeline",
-)
 def test_a_built_in_tool_is_refused_by_a_channel_of_another_protocol(gw, tenant):
+    # Given a call the OpenAI pivot cannot carry whole (it parses all the same)
     body = {**HELLO, "tools": [{"googleSearch": {}}], "cachedContent": "cachedContents/c1"}
+    # When its model is served by an OpenAI-compatible node
     status, _, data = post(gw, f"{BASE}:generateContent", body, raw_key=tenant.raw)
+    # Then it is a 400 naming the first thing the node could not be sent
     error = json.loads(data)["error"]
     assert (status, error["status"]) == (400, "INVALID_ARGUMENT")
-    assert "cached_content" in error["message"]
+    assert error["message"].startswith("cached_content: a cached content")
