@@ -103,6 +103,7 @@ RULES: list[tuple[str, Access]] = [
     ("usage:models", Access("page")),
     ("usage:*", Access("page", USAGE)),
     ("invoicing:*", BILLING),  # billing: finance, owners, admins only
+    ("analytics:margin*", Access("admin")),  # platform staff only: 404 for everyone else
     ("analytics:index", Access("page", (*USAGE, P.BILLING_VIEW))),
     ("analytics:billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:chart_billing", Access("page", (P.BILLING_VIEW,))),

@@ -1,16 +1,21 @@
 """The Gemini protocol end to end on raw HTTP (the forms the SDK does not
 use): keys in ``?key=`` and ``x-goog-api-key``, the JSON-array stream without
 ``alt=sse``, function responses, model pages, and errors in Google's format
-with the call recorded under its error type."""
+with the call recorded under its error type; and the Gemini channel taking
+calls of the other protocols through the Gemini dialect."""
 
 from __future__ import annotations
 
+import base64
 import json
 
+import anthropic
+import openai
 from google import genai
 from google.genai import types
 
 from tests.gateway_bridge.test_gateway_openai import raw_request
+from tests.gateway_bridge.vendor_fixtures import KEY_A, captured, demo_channels
 from usage.ingest import ingest_events
 from usage.models import CallRecord
 
@@ -164,8 +169,8 @@ def test_errors_in_googles_format_and_recorded(gw, tenant):
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
-def test_an_inline_image_goes_to_the_node_which_answers_for_itself(gw, tenant):
-    # Given a picture sent inline, which the gateway no longer refuses itself
+def test_an_inline_image_reaches_the_model_check(gw, tenant):
+    # Given a picture sent inline, which the Gemini adapter carries into the pivot
     body = {
         "contents": [
             {
@@ -177,19 +182,116 @@ def test_an_inline_image_goes_to_the_node_which_answers_for_itself(gw, tenant):
             }
         ]
     }
-    # When it reaches the simulator, a text-only OpenAI node
+    # When the model asked for takes text only
     status, _, data = post(gw, f"{BASE}:generateContent", body, raw_key=tenant.raw)
-    # Then the node's refusal comes back in Google's format, and the call is recorded
+    # Then the gateway says so in Google's format, and the call is recorded
     error = json.loads(data)["error"]
     assert (status, error["status"]) == (400, "INVALID_ARGUMENT")
-    assert "text" in error["message"]
+    assert "'sim-chat-small' takes text only" in error["message"]
     [event] = gw.emitter.wait_for(1)
     assert event["protocol"] == "gemini" and event["status_code"] == 400
 
 
 def test_a_built_in_tool_is_refused_by_a_channel_of_another_protocol(gw, tenant):
+    # Given a call the OpenAI pivot cannot carry whole (it parses all the same)
     body = {**HELLO, "tools": [{"googleSearch": {}}], "cachedContent": "cachedContents/c1"}
+    # When its model is served by an OpenAI-compatible node
     status, _, data = post(gw, f"{BASE}:generateContent", body, raw_key=tenant.raw)
+    # Then it is a 400 naming the first thing the node could not be sent
     error = json.loads(data)["error"]
     assert (status, error["status"]) == (400, "INVALID_ARGUMENT")
-    assert "cached_content" in error["message"]
+    assert error["message"].startswith("cached_content: a cached content")
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_openai_sdk_on_the_gemini_channel_is_translated(vendor, tenant, start_gateway):
+    # Given the demo Gemini channel (the simulator speaking Google's API)
+    demo_channels(vendor.base_url)
+    gw = start_gateway()
+    client = openai.OpenAI(api_key=tenant.raw, base_url=f"{gw.url}/v1", max_retries=0)
+    # When an OpenAI client sends a picture, a system prompt and a tool
+    answer = client.chat.completions.create(
+        model="sim-gemini",
+        max_tokens=40,
+        messages=[
+            {"role": "system", "content": "You look at pictures."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+                ],
+            },
+        ],
+        tools=[WEATHER],
+    )
+    # Then Google's API got a GenerateContentRequest, keyed in the header
+    sent = captured(vendor)[-1]
+    assert sent["path"] == "/v1beta/models/gemini-sim:generateContent"
+    assert sent["headers"]["x-goog-api-key"] == "…" + KEY_A[-4:]
+    body = json.loads(base64.b64decode(sent["body_base64"]))
+    assert body["systemInstruction"] == {"parts": [{"text": "You look at pictures."}]}
+    assert body["contents"][0]["parts"][1] == {"inlineData": {"mimeType": "image/png", "data": PNG}}
+    [declaration] = body["tools"][0]["functionDeclarations"]
+    assert declaration["parameters"] == {
+        "type": "OBJECT",
+        "properties": {"city": {"type": "STRING"}},
+    }
+    assert body["generationConfig"] == {"maxOutputTokens": 40}
+    # and the client an OpenAI answer, billed from Google's usage
+    assert answer.object == "chat.completion" and answer.model == "sim-gemini"
+    choice = answer.choices[0]
+    assert choice.message.content or choice.message.tool_calls
+    [event] = gw.emitter.wait_for(1)
+    assert event["protocol"] == "openai" and event["model"] == "sim-gemini"
+    assert event["input_tokens"] + event["cache_read_tokens"] == answer.usage.prompt_tokens
+    assert event["output_tokens"] == answer.usage.completion_tokens
+
+
+def test_openai_stream_on_the_gemini_channel_reads_googles_sse(vendor, tenant, start_gateway):
+    demo_channels(vendor.base_url)
+    gw = start_gateway()
+    client = openai.OpenAI(api_key=tenant.raw, base_url=f"{gw.url}/v1", max_retries=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="sim-gemini",
+            max_tokens=30,
+            stream=True,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "Hello"}],
+        )
+    )
+    assert captured(vendor)[-1]["path"] == (
+        "/v1beta/models/gemini-sim:streamGenerateContent?alt=sse"
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+    usage = chunks[-1].usage
+    [event] = gw.emitter.wait_for(1)
+    assert event["stream"] is True
+    assert event["output_tokens"] == usage.completion_tokens > 0
+
+
+def test_anthropic_sdk_on_the_gemini_channel_is_translated(vendor, tenant, start_gateway):
+    demo_channels(vendor.base_url)
+    gw = start_gateway()
+    client = anthropic.Anthropic(api_key=tenant.raw, base_url=gw.url, max_retries=0)
+    message = client.messages.create(
+        model="sim-gemini", max_tokens=30, messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert message.type == "message" and message.content[0].text
+    assert captured(vendor)[-1]["path"] == "/v1beta/models/gemini-sim:generateContent"

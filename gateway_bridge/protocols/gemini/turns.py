@@ -44,8 +44,13 @@ from gateway_bridge.protocols.gemini.request import (
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 _URL_SAFE = str.maketrans("-_", "+/")
-_AUDIO = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mp3": "mp3"}
-_AUDIO["audio/mpeg"] = "mp3"
+_AUDIO = {  # the audio the pivot's input_audio takes, by MIME type
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mp3": "mp3",
+    "audio/mpeg": "mp3",
+}
 _MIME = mimetypes.MimeTypes(filenames=())  # the standard library's table only
 _CODE_PARTS = {
     "executableCode": "an executable code part",
