@@ -14,7 +14,15 @@ import openai
 from google import genai
 from google.genai import types
 
-from tests.gateway_bridge.vendor_fixtures import KEY_A, PNG, captured, demo_channels, post
+from inference_node.selectors import CostPrice
+from tests.gateway_bridge.vendor_fixtures import (
+    COST,
+    KEY_A,
+    PNG,
+    captured,
+    demo_channels,
+    post,
+)
 from usage.ingest import ingest_events
 from usage.models import CallRecord
 from usage.prices import price_for
@@ -38,6 +46,10 @@ def classes(record) -> tuple[int, int, int, int]:
     )
 
 
+def cost_price() -> CostPrice:
+    return CostPrice("USD", *COST)
+
+
 def list_price_cost(model: str, record) -> int:
     price = price_for(model, "USD", record.organization_id, record.started_at)
     return rate(TokenCounts(*classes(record)), price, PPM)
@@ -46,7 +58,7 @@ def list_price_cost(model: str, record) -> int:
 def test_anthropic_sdk_on_an_anthropic_channel_caches_thinks_and_sees_the_image(
     vendor, tenant, start_gateway
 ):
-    demo_channels(vendor.base_url)
+    channels = demo_channels(vendor.base_url)
     gw = start_gateway()
     client = anthropic.Anthropic(api_key=tenant.raw, base_url=gw.url, max_retries=0)
     ask = {
@@ -94,6 +106,11 @@ def test_anthropic_sdk_on_an_anthropic_channel_caches_thinks_and_sees_the_image(
         assert record.model == "sim-claude" and record.protocol == "anthropic"
         # Priced at the cache-write price on the first call, the cache-read price on the second.
         assert record.cost == list_price_cost("sim-claude", record) > 0
+        # What the vendor charges, at the channel's cost price, and the key that paid it.
+        assert record.upstream_cost == rate(TokenCounts(*classes(record)), cost_price(), PPM)
+        assert record.upstream_currency == "USD"
+        assert record.credential_id == channels["anthropic"].credentials.get().pk
+        assert record.node_id == channels["anthropic"].pk
     assert one.cache_write_tokens > 0 and two.cache_read_tokens > 0
     assert two.cost < one.cost
 
