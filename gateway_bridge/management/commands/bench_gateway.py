@@ -16,6 +16,13 @@ measured window, from /proc, divided by the calls answered in it). With
 and reports medians with the spread. Then every usage event the gateway
 emitted is ingested by a real Celery worker and counted in the database.
 
+Modes ``native-plain`` and ``native-stream`` measure native pass-through: an
+Anthropic Messages client through the gateway to an Anthropic-kind channel (a
+second simulator in vendor mode, demanding its API key), against the same
+simulator called directly with the vendor key and through the floor: the
+client's bytes go out with only the model id rewritten and the vendor's
+events come back untouched; the stream rows report the TTFT it adds.
+
 The cache-affinity figure runs four simulator nodes (realistic latency
 profile, bounded prefix caches) and a workload of many tenants with long
 system prompts, routed by prefix affinity and by round robin: prefix-cache
@@ -44,11 +51,21 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from accounts.facade import Actor, ApiKey, Membership, Organization, Role, User, api_key_issue
-from inference_node.facade import Node, NodeHealth, NodeModel, NodeStatus
+from inference_node.facade import (
+    Credential,
+    HealthCheck,
+    Node,
+    NodeHealth,
+    NodeKind,
+    NodeModel,
+    NodeStatus,
+)
 from usage.facade import CallRecord, CatalogModel, Price
 
 BENCH_ORG = "bench-gateway"
 BENCH_MODEL = "bench-chat"
+NATIVE_MODEL = "bench-claude"
+VENDOR_KEY = "sk-bench-vendor-key-0000000000"
 AFFINITY_MODEL = "bench-affinity"
 RR_MODEL = "bench-round-robin"
 NODE_TOKEN = "bench-node-token"  # noqa: S105 - loopback simulator
@@ -189,7 +206,7 @@ class Command(BaseCommand):
 
     # --- setup --------------------------------------------------------------
 
-    def _setup(self, node_url: str) -> tuple[object, str]:
+    def _setup(self, node_url: str, vendor_url: str | None = None) -> tuple[object, str]:
 
         org, _ = Organization.objects.get_or_create(
             slug=BENCH_ORG,
@@ -201,7 +218,8 @@ class Command(BaseCommand):
             user=user, organization=org, defaults={"role": Role.OWNER}
         )
         for name, display in ((BENCH_MODEL, "Bench chat"), (AFFINITY_MODEL, "Bench affinity"),
-                              (RR_MODEL, "Bench round robin")):  # fmt: skip
+                              (RR_MODEL, "Bench round robin"),
+                              (NATIVE_MODEL, "Bench Claude (native)")):  # fmt: skip
             model, _ = CatalogModel.objects.get_or_create(
                 name=name, defaults={"display_name": display, "context_window": 32768}
             )
@@ -223,12 +241,23 @@ class Command(BaseCommand):
         NodeModel.objects.create(
             node=node, public_name=BENCH_MODEL, upstream_name="sim-chat-small", context_window=8192
         )
+        if vendor_url:
+            channel = Node.objects.create(
+                organization=org, name="bench-anthropic", kind=NodeKind.ANTHROPIC,
+                base_url=vendor_url, health_check=HealthCheck.TRAFFIC,
+                status=NodeStatus.ACTIVE, max_concurrency=4096,
+            )  # fmt: skip
+            Credential.objects.create(node=channel, secret=VENDOR_KEY, secret_hint=VENDOR_KEY[-4:])
+            NodeModel.objects.create(
+                node=channel, public_name=NATIVE_MODEL, upstream_name="claude-sim",
+                context_window=8192,
+            )  # fmt: skip
         ApiKey.objects.filter(organization=org).update(status="revoked")
         actor = Actor(membership, "127.0.0.1")
         _, raw = api_key_issue(
             actor=actor,
             name=f"bench-{int(time.time())}",
-            allowed_models=[BENCH_MODEL, AFFINITY_MODEL, RR_MODEL],
+            allowed_models=[BENCH_MODEL, AFFINITY_MODEL, RR_MODEL, NATIVE_MODEL],
             ip_allowlist=["127.0.0.1/32", "::1/128"],
             spend_cap_daily=BIG,
             spend_cap_monthly=BIG,
@@ -261,7 +290,14 @@ class Command(BaseCommand):
         try:
             node, node_url = _start_node("--profile", "instant")
             procs.append(node)
-            org, raw = self._setup(node_url)
+            modes = [m for m in opts["modes"].split(",") if m]
+            vendor_url = None
+            if any(m.startswith("native") for m in modes):
+                vendor, vendor_url = _start_node(
+                    "--profile", "instant", "--api-keys", VENDOR_KEY, "--models", "claude-sim"
+                )
+                procs.append(vendor)
+            org, raw = self._setup(node_url, vendor_url)
             port = _free_port()
             gateway = self._start_gateway(port)
             procs.append(gateway)
@@ -279,6 +315,22 @@ class Command(BaseCommand):
                 "direct": (f"{node_url}/v1/chat/completions", direct_body, node_auth, None),
                 "gateway": (f"{gw}/v1/chat/completions", body, auth, gateway.pid),
             }
+            native_targets = {}
+            if vendor_url:
+                native_body = {
+                    "model": NATIVE_MODEL,
+                    "max_tokens": 16,
+                    "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
+                }
+                vendor_body = {**native_body, "model": "claude-sim"}
+                version = {"anthropic-version": "2023-06-01"}
+                vendor_auth = {"x-api-key": VENDOR_KEY, **version}
+                gw_auth = {"x-api-key": raw, **version}
+                _post(f"{gw}/v1/messages", native_body, gw_auth)
+                native_targets = {
+                    "direct": (f"{vendor_url}/v1/messages", vendor_body, vendor_auth, None),
+                    "gateway": (f"{gw}/v1/messages", native_body, gw_auth, gateway.pid),
+                }
             if not opts["no_floor"]:
                 floor, floor_url = start_floor(node_url, _free_port())
                 procs.append(floor)
@@ -286,17 +338,23 @@ class Command(BaseCommand):
                 targets["floor"] = (
                     f"{floor_url}/v1/chat/completions", direct_body, node_auth, floor.pid
                 )  # fmt: skip
+                if vendor_url:
+                    vfloor, vfloor_url = start_floor(vendor_url, _free_port())
+                    procs.append(vfloor)
+                    native_targets["floor"] = (
+                        f"{vfloor_url}/v1/messages", vendor_body, vendor_auth, vfloor.pid
+                    )  # fmt: skip
             steps = [int(s) for s in opts["steps"].split(",") if s]
-            modes = [m for m in opts["modes"].split(",") if m]
             rows = []
             for mode in modes:
-                stream = mode == "stream"
+                stream = mode.endswith("stream")
+                mode_targets = native_targets if mode.startswith("native") else targets
                 for clients in steps:
                     runs = []
                     for _ in range(max(1, opts["repeat"])):
                         # direct, floor, gateway back to back: one repeat sees one machine state
                         run = {}
-                        for name, (url, b, h, pid) in targets.items():
+                        for name, (url, b, h, pid) in mode_targets.items():
                             run[name] = _load(
                                 url, bodies=[b], headers=h, concurrency=clients, seconds=seconds,
                                 stream=stream, warmup=warmup, cpu_pid=pid,
@@ -500,15 +558,16 @@ def _row(mode: str, clients: int, runs: list[dict]) -> dict:
         "added_p90_ms": _diff(via, direct, "p90_ms"),
         "added_p99_ms": _diff(via, direct, "p99_ms"),
     }
-    if mode == "stream":
+    if mode.endswith("stream"):
         row["added_ttft_p50_ms"] = _diff(via, direct, "ttft_p50_ms")
+        row["added_ttft_p90_ms"] = _diff(via, direct, "ttft_p90_ms")
     if "floor" not in runs[0]:
         return row
     floor = _median_of([run["floor"] for run in runs])
     row["floor"] = _summary(floor)
     row["floor_added_p50_ms"] = _diff(floor, direct, "p50_ms")
     row["floor_added_p99_ms"] = _diff(floor, direct, "p99_ms")
-    if mode == "stream":
+    if mode.endswith("stream"):
         row["floor_added_ttft_p50_ms"] = _diff(floor, direct, "ttft_p50_ms")
     # Within-run comparisons, each repeat on its own, then their median: a repeat's
     # three runs saw the same machine, the repeats may not have.
@@ -566,6 +625,12 @@ def _targets(rows: list[dict]) -> dict:
         out["plain_rps_at_50_clients"] = {
             "value": r["gateway"].get("requests_per_second"),
             "target": ">= 3000",
+        }
+    r = find("native-stream", 4)
+    if r:
+        out["native_stream_added_ttft_p50_ms_at_4_clients"] = {
+            "value": r.get("added_ttft_p50_ms"),
+            "floor": r.get("floor_added_ttft_p50_ms"),
         }
     r = find("plain", 200)
     if r:
