@@ -126,13 +126,15 @@ def test_bench_gateway_reports_the_floor_ratios_and_cpu_per_call(tmp_path):
     env["CONSOLE_VAR_DIR"] = str(tmp_path)
     out = subprocess.run(
         [sys.executable, "manage.py", "bench_gateway", "--seconds", "0.4", "--warmup", "0.1",
-         "--steps", "4", "--modes", "plain,stream", "--no-ingest", "--no-affinity"],
+         "--steps", "4", "--modes", "plain,stream,native-stream", "--no-ingest",
+         "--no-affinity"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     report = json.loads(out.stdout)
 
-    plain, stream = report["steps"]
-    for row in (plain, stream):
+    plain, stream, native = report["steps"]
+    assert native["mode"] == "native-stream"
+    for row in (plain, stream, native):
         for target in ("direct", "floor", "gateway"):
             assert row[target]["requests_per_second"] > 0
             assert row[target]["p50_ms"] > 0
@@ -155,9 +157,15 @@ def test_bench_gateway_reports_the_floor_ratios_and_cpu_per_call(tmp_path):
         assert row["gateway_over_floor_cpu"] == pytest.approx(
             row["cpu_us_per_call"]["gateway"] / row["cpu_us_per_call"]["floor"], abs=0.001
         )
-    assert stream["floor"]["ttft_p50_ms"] > 0
-    assert "floor_added_ttft_p50_ms" in stream
-    assert "added_ttft_p50_ms" in stream
+    for row in (stream, native):
+        assert row["floor"]["ttft_p50_ms"] > 0
+        assert row["added_ttft_p50_ms"] == pytest.approx(
+            row["gateway"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"], abs=0.001
+        )
+        assert "floor_added_ttft_p50_ms" in row
+    # Native pass-through: the Anthropic stream's TTFT added over the vendor called direct.
+    target = report["targets"]["native_stream_added_ttft_p50_ms_at_4_clients"]
+    assert target["value"] == native["added_ttft_p50_ms"]
     targets = report["targets"]
     assert targets["gateway_over_floor_rps_at_4_clients"] == {
         "value": plain["gateway_over_floor_rps"],
