@@ -56,6 +56,7 @@ class Up:
     def __init__(self, env: dict, *args: str):
         self.port = free_port()
         self.node_port = free_port()
+        self.vendor_port = free_port()
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -65,6 +66,8 @@ class Up:
                 str(self.port),
                 "--node-port",
                 str(self.node_port),
+                "--vendor-port",
+                str(self.vendor_port),
                 *args,
             ],
             cwd=ROOT,
@@ -132,12 +135,14 @@ def start(env: dict, *args: str) -> tuple[Up, dict]:
         login = up.wait_for(r"^Login: (\S+) / ([0-9a-f]{16})$")
         key = up.wait_for(r"^Demo API key: (.+)$")
         node = up.wait_for(r"^Simulator node: (http://127\.0\.0\.1:(\d+))/v1$")
+        vendor = up.wait_for(r"^Vendor simulator: http://127\.0\.0\.1:(\d+) ")
         up.wait_for(r"^Ready\.$")
     except BaseException:
         up.kill()
         raise
     assert int(console.group(2)) == up.port
     assert int(node.group(2)) == up.node_port
+    assert int(vendor.group(1)) == up.vendor_port
     return up, {
         "node": node.group(1),
         "url": console.group(1),
@@ -233,6 +238,33 @@ def test_up_runs_the_console_and_reuses_its_data(up_env):
     }
 
 
+def vendor_channels_through_the_gateway(oa, an, gm) -> None:
+    """The demo key reaches the three demo vendor channels at once (no probe
+    to wait for: they are judged by traffic): the OpenAI API kind, the
+    Anthropic kind natively, the Gemini kind natively."""
+    from google.genai import types
+
+    gpt = oa.chat.completions.create(
+        model="sim-gpt", messages=[{"role": "user", "content": "Hello"}], max_tokens=12
+    )
+    assert gpt.choices[0].message.content and gpt.usage.prompt_tokens > 0
+    claude = an.messages.create(
+        model="sim-claude",
+        max_tokens=12,
+        system=[
+            {"type": "text", "text": "You are terse. " * 40, "cache_control": {"type": "ephemeral"}}
+        ],
+        messages=[{"role": "user", "content": "Hello"}],
+    )
+    assert claude.content[-1].text and claude.usage.cache_creation_input_tokens > 0
+    gemini = gm.models.generate_content(
+        model="sim-gemini",
+        contents="Hello",
+        config=types.GenerateContentConfig(max_output_tokens=12),
+    )
+    assert gemini.text and gemini.usage_metadata.prompt_token_count > 0
+
+
 def sdk_calls_through_the_gateway(base: str, key: str) -> None:
     """The official OpenAI, Anthropic and Gemini SDKs, pointed at up's own port
     with the printed demo key, get answers (plain and streamed) with usage."""
@@ -287,6 +319,7 @@ def sdk_calls_through_the_gateway(base: str, key: str) -> None:
         config=types.GenerateContentConfig(max_output_tokens=12),
     )
     assert reply.text and reply.usage_metadata.prompt_token_count > 0
+    vendor_channels_through_the_gateway(oa, an, gm)
     # Hang up: up's server should not wait on idle keep-alive connections to stop.
     oa.close()
     an.close()
