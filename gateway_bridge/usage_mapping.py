@@ -8,7 +8,9 @@ thinking (shown, never billed twice). The protocols disagree about what
 their fields include:
 
 - OpenAI: ``prompt_tokens`` *includes* ``prompt_tokens_details.cached_tokens``
-  (so subtract them), ``completion_tokens`` includes
+  (so subtract them; DeepSeek says ``prompt_cache_hit_tokens``, Moonshot Kimi a
+  top-level ``cached_tokens``, both included in ``prompt_tokens`` too);
+  ``completion_tokens`` includes
   ``completion_tokens_details.reasoning_tokens``. The Responses API spells
   them ``input_tokens``/``input_tokens_details``/``output_tokens``.
 - Anthropic: ``input_tokens`` *excludes* ``cache_read_input_tokens`` and
@@ -90,6 +92,10 @@ def _openai(u: Mapping) -> TokenUsage:
     if "prompt_tokens" in u or "completion_tokens" in u:
         prompt, completion = _count(u, "prompt_tokens"), _count(u, "completion_tokens")
         cached = _count(_sub(u, "prompt_tokens_details"), "cached_tokens")
+        if not cached:
+            # OpenAI-compatible vendors' own spellings: DeepSeek's
+            # ``prompt_cache_hit_tokens``, Moonshot Kimi's top-level ``cached_tokens``.
+            cached = _count(u, "prompt_cache_hit_tokens") or _count(u, "cached_tokens")
         reasoning = _count(_sub(u, "completion_tokens_details"), "reasoning_tokens")
     else:  # the Responses API
         prompt, completion = _count(u, "input_tokens"), _count(u, "output_tokens")

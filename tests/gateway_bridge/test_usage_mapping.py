@@ -184,3 +184,23 @@ def test_openai_plain_counts_map_as_the_general_rule_does(usage):
     """``from_openai``'s shortcut for two plain counts (a total, cached tokens)
     agrees with the general mapping on every input, malformed ones included."""
     assert um.from_openai(usage) == um._usage(um._openai, usage)
+
+
+def test_openai_compatible_vendors_cached_token_spellings():
+    deepseek = {
+        "prompt_tokens": 1000,
+        "completion_tokens": 50,
+        "total_tokens": 1050,
+        "prompt_cache_hit_tokens": 800,
+        "prompt_cache_miss_tokens": 200,
+    }
+    assert um.from_openai(deepseek) == TokenUsage(input=200, cache_read=800, output=50)
+    kimi = {"prompt_tokens": 300, "completion_tokens": 9, "total_tokens": 309, "cached_tokens": 256}
+    assert um.from_openai(kimi) == TokenUsage(input=44, cache_read=256, output=9)
+    glm = {
+        "prompt_tokens": 90,
+        "completion_tokens": 5,
+        "total_tokens": 95,
+        "prompt_tokens_details": {"cached_tokens": 64},
+    }
+    assert um.from_openai(glm) == TokenUsage(input=26, cache_read=64, output=5)
