@@ -204,6 +204,12 @@ class Gateway:
         def invalidations():
             yield (), self.state.key_invalidations
 
+        def key_coolings():
+            yield (), self.keys.coolings
+
+        def key_refusals():
+            yield (), self.keys.refusals
+
         def last_invalidation():
             yield (), self.state.last_key_invalidation
 
@@ -234,6 +240,18 @@ class Gateway:
             "Key, sub-account and organization changes heard (cached keys dropped).",
             (),
             invalidations,
+        )
+        m.gauge(
+            "gateway_credential_coolings",
+            "Times a vendor's 429 cooled a credential of a channel's key pool.",
+            (),
+            key_coolings,
+        )
+        m.gauge(
+            "gateway_credential_refusals",
+            "Credentials a vendor refused (401 / 403), taken out of their pool.",
+            (),
+            key_refusals,
         )
         m.gauge(
             "gateway_last_key_invalidation_timestamp_seconds",

@@ -37,18 +37,22 @@ def ask(client, model="sim-gpt"):
 
 def test_a_rate_limited_key_cools_and_traffic_moves_to_the_other(vendor, tenant, start_gateway):
     node = channel(vendor.base_url, "openai", "sim-gpt", "gpt-sim", keys=(KEY_A, KEY_B))
+    # The failing key is by far the heavier: the first call goes to it.
+    node.credentials.filter(secret_hint=KEY_A[-4:]).update(weight=1000)
     admin(vendor, "/admin/faults", {"key_faults": {KEY_A: 429}, "key_retry_after_seconds": 60})
     gw = start_gateway()
     client = gpt(gw, tenant.raw)
     for _ in range(8):
         assert ask(client).choices[0].message.content
     used = keys_used(vendor)
-    assert used.count(KEY_A[-4:]) <= 1  # tried at most once, then resting for 60 s
+    assert used[0] == KEY_A[-4:] and used.count(KEY_A[-4:]) == 1  # then resting for 60 s
     assert used.count(KEY_B[-4:]) == 8
     events = gw.emitter.wait_for(8)
     assert len(events) == 8 and {e["status_code"] for e in events} == {200}
     b = node.credentials.get(secret_hint=KEY_B[-4:])
     assert {e["credential_id"] for e in events} == {b.pk}
+    metrics = gw.gateway.metrics.render()
+    assert "gateway_credential_coolings 1" in metrics
     # Cooling is not a fault of the key: it stays active in the registry.
     assert node.credentials.get(secret_hint=KEY_A[-4:]).status == CredentialStatus.ACTIVE
 
