@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from gateway_bridge import answers
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
 from gateway_bridge.protocols.base import UPSTREAM, CallRequest, GatewayError
 from gateway_bridge.upstreams import UpstreamError
@@ -226,10 +227,19 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, dialect, recei
                 call.status = 499
                 call.error_type = "client_disconnected"
                 raise StreamStarted(node_fault=False) from None
-            call.status = 502
-            call.error_type = getattr(exc, "reason", "upstream_error") or "upstream_error"
+            # The vendor broke off: end the stream with an error event in the
+            # client's protocol (its SDK raises instead of taking a cut answer).
+            err = answers.upstream_exception_error(exc)
+            call.status = err.status
+            call.error_type = err.code
             with contextlib.suppress(OSError):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": req.response.stream_error(err),
+                        "more_body": False,
+                    }
+                )
             raise StreamStarted(node_fault=True) from None
         call.upstream_s = time.perf_counter() - t_up
         splitter.close()
