@@ -12,10 +12,19 @@ one rule for which nodes an organization sees (its own plus the shared
 platform nodes); and the gateway's routing snapshot (``RoutingSnapshot`` of
 ``RoutableNode``, built by ``build_routing_snapshot``, dropped by
 ``invalidate_routing_snapshot`` after a change).
+
+For the gateway's key pools and upstream connections: ``credential_refused``
+(a vendor refused a key with 401 / 403: disable it, audit it, take the
+channel down when it was the last active one; idempotent, callable from a
+worker thread), and the address rules a tenant's upstream must pass at
+connect time too (``is_public_address``, ``refuse_internal_host``: DNS can
+change after a node was saved).
 """
 
 from __future__ import annotations
 
+from inference_node.addresses import is_public as is_public_address
+from inference_node.addresses import refuse_internal_host
 from inference_node.models import (
     Credential,
     CredentialStatus,
@@ -35,6 +44,7 @@ from inference_node.selectors import (
     invalidate_routing_snapshot,
     nodes_own_and_shared,
 )
+from inference_node.services.credentials import credential_refused
 
 __all__ = [
     "CostPrice",
@@ -50,6 +60,9 @@ __all__ = [
     "RoutableNode",
     "RoutingSnapshot",
     "build_routing_snapshot",
+    "credential_refused",
     "invalidate_routing_snapshot",
+    "is_public_address",
     "nodes_own_and_shared",
+    "refuse_internal_host",
 ]

@@ -1,61 +1,63 @@
-"""Probing nodes: ``/health``, ``/v1/models`` and ``/metrics`` of every node at
-once (asyncio + aiohttp, each request under a timeout), then recording what was
-seen and flipping a node's health after enough probes in a row.
+"""Node health: one probe round (``inference_node.probes`` asks, this module
+records), flipping a node's health after enough probes in a row, and the
+circuit-breaker transitions the gateways report.
 
-A probe succeeds when ``/health`` and ``/v1/models`` both answer 2xx (and the
-latter with a model list). ``/metrics`` is optional: 404 just means the node
-has none, and a broken one never fails the probe. Error texts are written here,
-never copied from exceptions, so they name no host, port or token: they are
-shown even for shared platform nodes whose address tenants must not learn."""
+Channels judged by ``traffic`` are not probed: their health is what the key
+pool left (``credential_refused`` takes a channel whose every key is disabled
+down) and the gateways' breakers decide the rest. Each flip is an audit event
+by "system".
+"""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import aiohttp
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
+from django.db.models import Prefetch
 
 from accounts.facade import AuditEvent, audit_record
-from inference_node.metrics import NodeLoad, node_load, recent_hit_rate
-from inference_node.models import Node, NodeHealth, NodeStatus
+from inference_node.metrics import recent_hit_rate
+from inference_node.models import (
+    Credential,
+    CredentialStatus,
+    HealthCheck,
+    Node,
+    NodeHealth,
+    NodeStatus,
+)
+from inference_node.probes import (
+    MAX_BODY_BYTES,
+    MAX_DISCOVERED_MODELS,
+    ProbeResult,
+    ProbeTarget,
+    probe_node,
+    probe_targets,
+    run_probes,
+)
 from inference_node.selectors import invalidate_routing_snapshot
 
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_DISCOVERED_MODELS",
+    "PROBED_STATUSES",
+    "HealthChange",
+    "ProbeResult",
+    "ProbeRound",
+    "ProbeTarget",
+    "probe_node",
+    "probe_nodes",
+    "probe_targets",
+    "record_circuit_events",
+    "record_probe",
+    "run_probes",
+]
+
 logger = logging.getLogger(__name__)
-MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_DISCOVERED_MODELS = 200
 PROBED_STATUSES = (NodeStatus.ACTIVE, NodeStatus.DRAINING)
-
-
-@dataclass(frozen=True)
-class ProbeTarget:
-    node_id: int
-    base_url: str
-    token: str = field(default="", repr=False)
-
-    @classmethod
-    def of(cls, node: Node) -> ProbeTarget:
-        return cls(node_id=node.pk, base_url=node.base_url, token=node.token)
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    node_id: int
-    ok: bool
-    probed_at: datetime
-    latency_ms: float | None = None  # round trip of /health
-    error: str = ""
-    # [{"id": ..., "max_model_len": ...}]; None when /v1/models gave no list.
-    models: tuple[dict, ...] | None = None
-    load: NodeLoad | None = None  # None when /metrics is absent or unreadable
-    metrics: str = "absent"  # "ok", "absent" (404) or "error"
 
 
 @dataclass(frozen=True)
@@ -74,165 +76,6 @@ class ProbeRound:
     @property
     def ok(self) -> int:
         return sum(r.ok for r in self.results)
-
-
-class _ProbeError(Exception):
-    """A failed request, with a message safe to show."""
-
-
-# --- the probes (no database) -------------------------------------------------------
-
-
-async def _get(session: aiohttp.ClientSession, url: str, target: ProbeTarget, path: str):
-    headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
-    try:
-        async with session.get(url, headers=headers, allow_redirects=False) as resp:
-            body = bytearray()
-            async for chunk in resp.content.iter_chunked(65536):
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise _ProbeError(f"{path} answered more than {MAX_BODY_BYTES} bytes")
-            return resp.status, bytes(body)
-    except _ProbeError:
-        raise
-    except TimeoutError:
-        raise _ProbeError(f"{path}: no answer within the timeout") from None
-    except aiohttp.ClientConnectorError as exc:
-        refused = isinstance(exc.os_error, ConnectionRefusedError)
-        raise _ProbeError(
-            "cannot connect (connection refused)" if refused else "cannot connect"
-        ) from None
-    except aiohttp.ServerDisconnectedError:
-        raise _ProbeError(f"{path}: the server closed the connection") from None
-    except aiohttp.ClientError as exc:
-        raise _ProbeError(f"{path}: {type(exc).__name__}") from None
-
-
-def _status_error(path: str, status: int) -> _ProbeError:
-    hint = " (check the node's token)" if status in (401, 403) else ""
-    return _ProbeError(f"{path} answered HTTP {status}{hint}")
-
-
-def _discovered(body: bytes) -> tuple[dict, ...]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise _ProbeError("/v1/models did not answer JSON") from None
-    items = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        raise _ProbeError("/v1/models answered no model list")
-    out = []
-    for item in items[:MAX_DISCOVERED_MODELS]:
-        if isinstance(item, dict) and isinstance(item.get("id"), str):
-            length = item.get("max_model_len")
-            ok_length = isinstance(length, int) and not isinstance(length, bool) and length > 0
-            out.append({"id": item["id"][:200], "max_model_len": length if ok_length else None})
-    return tuple(out)
-
-
-async def probe_node(
-    session: aiohttp.ClientSession, target: ProbeTarget, *, timeout: float
-) -> ProbeResult:
-    """One node's probe: the three requests run at once, each under ``timeout``."""
-    base = target.base_url.rstrip("/")
-    started = time.perf_counter()
-    health_ms: list[float] = []
-
-    async def health():
-        status, _ = await _get(session, f"{base}/health", target, "/health")
-        health_ms.append((time.perf_counter() - started) * 1000)
-        if not 200 <= status < 300:
-            raise _status_error("/health", status)
-
-    async def models():
-        status, body = await _get(session, f"{base}/v1/models", target, "/v1/models")
-        if not 200 <= status < 300:
-            raise _status_error("/v1/models", status)
-        return _discovered(body)
-
-    async def metrics():
-        status, body = await _get(session, f"{base}/metrics", target, "/metrics")
-        if status in (404, 405):
-            return None
-        if not 200 <= status < 300:
-            raise _status_error("/metrics", status)
-        return node_load(body.decode("utf-8", "replace"))
-
-    async def timed(coro):
-        return await asyncio.wait_for(coro, timeout)
-
-    outcomes = await asyncio.gather(
-        timed(health()), timed(models()), timed(metrics()), return_exceptions=True
-    )
-    now = timezone.now()
-    health_out, models_out, metrics_out = outcomes
-    for out in (health_out, models_out, metrics_out):
-        if isinstance(out, BaseException) and not isinstance(out, (_ProbeError, TimeoutError)):
-            raise out
-    if isinstance(metrics_out, NodeLoad):
-        load, metrics_state = metrics_out, "ok"
-    elif metrics_out is None:
-        load, metrics_state = None, "absent"
-    else:
-        load, metrics_state = None, "error"
-    latency = round(health_ms[0], 2) if health_ms else None
-    errors = [_message(o) for o in (health_out, models_out) if isinstance(o, BaseException)]
-    return ProbeResult(
-        node_id=target.node_id,
-        ok=not errors,
-        probed_at=now,
-        latency_ms=latency,
-        error="; ".join(dict.fromkeys(errors))[:500],
-        models=None if isinstance(models_out, BaseException) else models_out,
-        load=load,
-        metrics=metrics_state,
-    )
-
-
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer within the timeout"
-    return str(exc)
-
-
-async def probe_targets(
-    targets: Sequence[ProbeTarget], *, timeout: float, concurrency: int = 50
-) -> list[ProbeResult]:
-    """Probe all ``targets`` concurrently (at most ``concurrency`` at a time)."""
-    if not targets:
-        return []
-    gate = asyncio.Semaphore(concurrency)
-    connector = aiohttp.TCPConnector(limit=concurrency * 3, force_close=True)
-    client_timeout = aiohttp.ClientTimeout(total=timeout)
-    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout) as session:
-
-        async def one(target):
-            async with gate:
-                try:
-                    return await probe_node(session, target, timeout=timeout)
-                except Exception as exc:  # one odd node must not end the round
-                    logger.exception("probe of node %s failed unexpectedly", target.node_id)
-                    return ProbeResult(
-                        node_id=target.node_id,
-                        ok=False,
-                        probed_at=timezone.now(),
-                        error=f"probe failed ({type(exc).__name__})",
-                    )
-
-        return list(await asyncio.gather(*(one(t) for t in targets)))
-
-
-def run_probes(
-    targets: Sequence[ProbeTarget], *, timeout: float | None = None
-) -> list[ProbeResult]:
-    """Synchronous entry point (Celery task, console "test now")."""
-    return asyncio.run(
-        probe_targets(
-            targets,
-            timeout=float(timeout or settings.NODE_PROBE_TIMEOUT_SECONDS),
-            concurrency=settings.NODE_PROBE_CONCURRENCY,
-        )
-    )
 
 
 # --- recording (database) -------------------------------------------------------------
@@ -320,10 +163,23 @@ def _apply_load(node: Node, result: ProbeResult) -> None:
 
 
 def probe_nodes(nodes: Iterable[Node] | None = None) -> ProbeRound:
-    """Probe every active and draining node (or just ``nodes``) and record it."""
+    """Probe every active and draining node (or just ``nodes``) and record it.
+    Channels judged by traffic are skipped."""
     if nodes is None:
-        nodes = Node.objects.filter(status__in=PROBED_STATUSES).only("pk", "base_url", "token")
-    targets = [ProbeTarget.of(n) for n in nodes]
+        nodes = (
+            Node.objects.filter(status__in=PROBED_STATUSES)
+            .exclude(health_check=HealthCheck.TRAFFIC)
+            .prefetch_related(
+                Prefetch(
+                    "credentials",
+                    queryset=Credential.objects.filter(status=CredentialStatus.ACTIVE).order_by(
+                        "id"
+                    ),
+                    to_attr="active_keys",
+                )
+            )
+        )
+    targets = [ProbeTarget.of(n) for n in nodes if n.health_check != HealthCheck.TRAFFIC]
     results = run_probes(targets)
     changes = []
     for result in results:

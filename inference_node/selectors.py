@@ -26,6 +26,10 @@ from inference_node.models import (
 
 # --- console ------------------------------------------------------------------------
 
+# Why a vendor channel cannot be routed to for want of a key (its last_error, its badge).
+ALL_KEYS_DISABLED = "every API key is disabled"
+NO_API_KEY = "no API key"
+
 
 def nodes_own_and_shared(*organization_ids: int) -> QuerySet[Node]:
     """The nodes these organizations may see and route to: their own and the
@@ -45,7 +49,8 @@ def node_list(*, actor: Actor, status: str | None = None) -> QuerySet[Node]:
     if not (actor.can(Perm.NODES_VIEW) or actor.can(Perm.NODES_MANAGE)):
         raise PermissionDenied("Your role cannot see inference nodes.")
     qs = _visible(actor).prefetch_related(
-        Prefetch("models", queryset=NodeModel.objects.order_by("public_name"))
+        Prefetch("models", queryset=NodeModel.objects.order_by("public_name")),
+        Prefetch("credentials", queryset=Credential.objects.order_by("id")),
     )
     if status:
         qs = qs.filter(status=status)
@@ -71,6 +76,43 @@ def get_node(actor: Actor, node_id, *, for_change: bool = False, lock: bool = Fa
                 "Shared platform nodes are managed by the platform's staff.", code="shared_node"
             )
     return node
+
+
+def get_credential(actor: Actor, node_id, credential_id, *, for_change: bool = False):
+    """One API key of a node the actor may see (``get_node``'s rules); a key of
+    another node, or of another organization's, is "not found"."""
+    node = get_node(actor, node_id, for_change=for_change)
+    try:
+        return node.credentials.get(pk=credential_id)
+    except (Credential.DoesNotExist, ValueError, TypeError):
+        raise NotFound("No such API key on this node.") from None
+
+
+@dataclass(frozen=True)
+class KeyPool:
+    """A node's API keys as the console shows them (hints only, never secrets)."""
+
+    credentials: tuple[Credential, ...]
+    active: int
+    # A vendor channel with no usable key: it cannot be routed to.
+    down: bool
+
+    @property
+    def total(self) -> int:
+        return len(self.credentials)
+
+    @property
+    def down_reason(self) -> str:
+        if not self.down:
+            return ""
+        return ALL_KEYS_DISABLED if self.credentials else NO_API_KEY
+
+
+def key_pool(node: Node) -> KeyPool:
+    """From ``node.credentials`` (prefetched by ``node_list``)."""
+    credentials = tuple(sorted(node.credentials.all(), key=lambda c: c.pk))
+    active = sum(c.status == CredentialStatus.ACTIVE for c in credentials)
+    return KeyPool(credentials=credentials, active=active, down=node.is_vendor and not active)
 
 
 def missing_models(node: Node) -> list[str]:

@@ -12,4 +12,25 @@ urlpatterns = [
     path("nodes/<int:node_id>/enable/", views.node_enable, name="node_enable"),
     path("nodes/<int:node_id>/disable/", views.node_disable, name="node_disable"),
     path("nodes/<int:node_id>/test/", views.node_test, name="node_test"),
+    path("nodes/<int:node_id>/keys/add/", views.credential_add, name="credential_add"),
+    path(
+        "nodes/<int:node_id>/keys/<int:credential_id>/",
+        views.credential_edit,
+        name="credential_edit",
+    ),
+    path(
+        "nodes/<int:node_id>/keys/<int:credential_id>/disable/",
+        views.credential_disable,
+        name="credential_disable",
+    ),
+    path(
+        "nodes/<int:node_id>/keys/<int:credential_id>/enable/",
+        views.credential_enable,
+        name="credential_enable",
+    ),
+    path(
+        "nodes/<int:node_id>/keys/<int:credential_id>/remove/",
+        views.credential_remove,
+        name="credential_remove",
+    ),
 ]

@@ -1,7 +1,9 @@
-"""Console pages of the node registry. Owners and admins manage the org's own
-nodes; viewers read; shared platform nodes are shown read-only, without their
-address or token. Each view parses input, calls one service or selector, and
-renders the page (or, for htmx, just the partial)."""
+"""Console pages of the node registry ("Nodes & channels"). Owners and admins
+manage the org's own nodes and vendor channels with their key pools; viewers
+read; shared platform nodes are shown read-only, without their address,
+token, keys or cost prices. API keys are write-only: a page shows a key's hint
+(its last four characters), never the key. Each view parses input, calls one
+service or selector, and renders the page (or, for htmx, just the partial)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from accounts.facade import (
     PermissionDenied as DomainPermissionDenied,
 )
 from inference_node import selectors, services
-from inference_node.forms import NodeForm
-from inference_node.models import NodeStatus
+from inference_node.forms import CredentialForm, NodeForm
+from inference_node.models import CredentialStatus, NodeStatus
+from inference_node.presets import PRESETS, get_preset
 
 
 def _forbidden(request, reason: str):
@@ -38,7 +41,22 @@ def _node(request, node_id: int, *, for_change: bool = False):
 
 
 def _rows(nodes):
-    return [(node, selectors.missing_models(node)) for node in nodes]
+    return [(node, selectors.missing_models(node), selectors.key_pool(node)) for node in nodes]
+
+
+def _preset_data() -> dict:
+    """What the add form's script fills in when a preset is chosen."""
+    return {
+        p.key: {
+            "kind": p.kind,
+            "base_url": p.base_url,
+            "api_path": p.api_path,
+            "health_check": p.health_check,
+            "models": p.models_text,
+            "quirks": p.quirks,
+        }
+        for p in PRESETS.values()
+    }
 
 
 @org_view(Perm.NODES_VIEW)
@@ -59,9 +77,18 @@ def node_create(request):
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"Node '{node.name}' added; it is probed within seconds.")
+            messages.success(request, f"'{node.name}' added; it is probed within seconds.")
             return redirect("inference_node:node_detail", node.pk)
-    return render(request, "inference_node/node_form.html", {"form": form})
+    return render(
+        request,
+        "inference_node/node_form.html",
+        {
+            "form": form,
+            "presets": PRESETS.values(),
+            "preset_data": _preset_data(),
+            "chosen": get_preset(form["preset"].value()),
+        },
+    )
 
 
 @org_view(Perm.NODES_VIEW)
@@ -89,6 +116,8 @@ def node_detail(request, node_id: int):
             "form": form,
             "may_change": may_change,
             "missing": selectors.missing_models(node),
+            "pool": selectors.key_pool(node),
+            "key_form": CredentialForm() if may_change else None,
         },
     )
 
@@ -146,8 +175,134 @@ def node_test(request, node_id: int):
         outcome = services.node_test(actor=request.actor, node_id=node.pk)
     except DomainPermissionDenied as exc:
         return _forbidden(request, exc.message)
-    context = {"node": outcome.node, "result": outcome.result, "change": outcome.change}
+    context = {
+        "node": outcome.node,
+        "result": outcome.result,
+        "change": outcome.change,
+        "recorded": outcome.recorded,
+    }
     template = (
         "inference_node/_node_test_result.html" if request.htmx else "inference_node/node_test.html"
     )
     return render(request, template, context)
+
+
+# --- the key pool ---------------------------------------------------------------------
+
+
+def _pool(request, node, *, key_form=None, notice: str = "", error: str = ""):
+    """The key pool: the partial for htmx, else back to the node's page."""
+    if not request.htmx:
+        if notice:
+            messages.success(request, notice)
+        if error:
+            messages.error(request, error)
+        return redirect("inference_node:node_detail", node.pk)
+    node = selectors.get_node(request.actor, node.pk)
+    return render(
+        request,
+        "inference_node/_key_pool.html",
+        {
+            "node": node,
+            "pool": selectors.key_pool(node),
+            "may_change": True,
+            "key_form": key_form or CredentialForm(),
+            "notice": notice,
+            "error": error,
+        },
+    )
+
+
+def _credential(request, node_id: int, credential_id: int):
+    try:
+        return selectors.get_credential(request.actor, node_id, credential_id, for_change=True)
+    except NotFound:
+        raise Http404 from None
+
+
+@org_view(Perm.NODES_MANAGE)
+def credential_add(request, node_id: int):
+    try:
+        node = _node(request, node_id, for_change=True)
+    except DomainPermissionDenied as exc:
+        return _forbidden(request, exc.message)
+    form = CredentialForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key = services.credential_add(actor=request.actor, node_id=node.pk, **form.cleaned_data)
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            return _pool(request, node, notice=f"API key {key.secret_hint} added.")
+    if request.htmx:
+        return _pool(request, node, key_form=form)
+    return render(
+        request,
+        "inference_node/credential_form.html",
+        {"node": node, "form": form, "title": "Add an API key"},
+    )
+
+
+@org_view(Perm.NODES_MANAGE)
+def credential_edit(request, node_id: int, credential_id: int):
+    try:
+        key = _credential(request, node_id, credential_id)
+    except DomainPermissionDenied as exc:
+        return _forbidden(request, exc.message)
+    initial = {f: getattr(key, f) for f in services.CREDENTIAL_FIELDS}
+    form = CredentialForm(request.POST or None, initial=initial, with_secret=False)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.credential_update(
+                actor=request.actor, credential_id=key.pk, **form.cleaned_data
+            )
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"API key {key.secret_hint} saved.")
+            return redirect("inference_node:node_detail", key.node_id)
+    return render(
+        request,
+        "inference_node/credential_form.html",
+        {"node": key.node, "form": form, "key": key, "title": f"API key {key.secret_hint}"},
+    )
+
+
+def _key_action(request, node_id: int, credential_id: int, act, done: str):
+    try:
+        key = _credential(request, node_id, credential_id)
+        act(actor=request.actor, credential_id=key.pk)
+    except DomainPermissionDenied as exc:
+        return _forbidden(request, exc.message)
+    except DomainError as exc:
+        return _pool(request, key.node, error=exc.message)
+    return _pool(request, key.node, notice=f"API key {key.secret_hint} {done}.")
+
+
+def _set_status(status):
+    def act(*, actor, credential_id):
+        services.credential_set_status(actor=actor, credential_id=credential_id, status=status)
+
+    return act
+
+
+@require_POST
+@org_view(Perm.NODES_MANAGE)
+def credential_disable(request, node_id: int, credential_id: int):
+    return _key_action(
+        request, node_id, credential_id, _set_status(CredentialStatus.DISABLED), "disabled"
+    )
+
+
+@require_POST
+@org_view(Perm.NODES_MANAGE)
+def credential_enable(request, node_id: int, credential_id: int):
+    return _key_action(
+        request, node_id, credential_id, _set_status(CredentialStatus.ACTIVE), "enabled"
+    )
+
+
+@require_POST
+@org_view(Perm.NODES_MANAGE)
+def credential_remove(request, node_id: int, credential_id: int):
+    return _key_action(request, node_id, credential_id, services.credential_remove, "removed")

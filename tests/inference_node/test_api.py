@@ -46,8 +46,21 @@ def test_list_and_retrieve_show_health_load_and_never_the_token(api, viewer, nod
     assert "token" not in own and own["token_hint"] == "…beef"
     assert own["base_url"] == node.base_url and own["shared"] is False
     assert own["models"] == [
-        {"public_name": "llama", "upstream_name": "llama", "context_window": None}
+        {
+            "public_name": "llama",
+            "upstream_name": "llama",
+            "context_window": None,
+            "tier": 0,
+            "weight": None,
+            "cost_currency": "",
+            "cost_input_per_mtok": None,
+            "cost_cache_read_per_mtok": None,
+            "cost_cache_write_per_mtok": None,
+            "cost_output_per_mtok": None,
+        }
     ]
+    assert own["kind"] == "openai_compatible" and own["health_check"] == "health"
+    assert own["credentials"] == [] and shared["credentials"] is None
     assert set(own["health"]) >= {"state", "last_seen_at", "latency_ms", "last_error"}
     assert set(own["load"]) == {
         "metrics_available",

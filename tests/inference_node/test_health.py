@@ -9,7 +9,7 @@ import pytest
 from django.core.cache import cache
 
 from accounts.models import AuditEvent
-from inference_node import health, tasks
+from inference_node import health, probes, tasks
 from inference_node.models import Node, NodeHealth, NodeStatus
 from tests.inference_node.factories import NodeFactory
 
@@ -213,7 +213,7 @@ def test_an_unexpected_error_fails_only_that_node(org, fake_node, monkeypatch):
             raise RuntimeError("boom")
         return await real(session, target, timeout=timeout)
 
-    monkeypatch.setattr(health, "probe_node", flaky)
+    monkeypatch.setattr(probes, "probe_node", flaky)
     round_ = health.probe_nodes()
     by_id = {r.node_id: r for r in round_.results}
     assert by_id[good.pk].ok and not by_id[odd.pk].ok

@@ -8,7 +8,8 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import AuditEvent, Role
-from inference_node.models import Node, NodeHealth, NodeStatus
+from console.crypto import hint
+from inference_node.models import Credential, Node, NodeHealth, NodeStatus
 from tests.factories import MembershipFactory, OrganizationFactory
 from tests.inference_node.factories import NodeFactory
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.django_db
 
 TOKEN_A = "node-a-secret-token-7f3e"
 TOKEN_SHARED = "shared-secret-token-91ab"
+KEY_A = "sk-org-a-vendor-key-0000-5e1f"
 
 
 @pytest.fixture
@@ -31,7 +33,12 @@ def world():
             token=TOKEN_A if tag == "a" else "",
             serves=[f"model-{tag}"],
         )
-        out[tag] = {"org": org, "members": members, "node": node}
+        key = Credential.objects.create(
+            node=node, secret=KEY_A if tag == "a" else f"sk-key-{tag}-0123456789", label=tag
+        )
+        key.secret_hint = hint(key.secret)
+        key.save()
+        out[tag] = {"org": org, "members": members, "node": node, "key": key}
     out["shared"] = NodeFactory(
         organization=None,
         name="platform-gpu",
@@ -56,6 +63,11 @@ OBJECT_ROUTES = {
     "inference_node:node_enable": lambda w: [w["node"].pk],
     "inference_node:node_disable": lambda w: [w["node"].pk],
     "inference_node:node_test": lambda w: [w["node"].pk],
+    "inference_node:credential_add": lambda w: [w["node"].pk],
+    "inference_node:credential_edit": lambda w: [w["node"].pk, w["key"].pk],
+    "inference_node:credential_disable": lambda w: [w["node"].pk, w["key"].pk],
+    "inference_node:credential_enable": lambda w: [w["node"].pk, w["key"].pk],
+    "inference_node:credential_remove": lambda w: [w["node"].pk, w["key"].pk],
 }
 API_OBJECT_ROUTES = {
     "node-detail": lambda w: [w["node"].pk],
@@ -63,6 +75,10 @@ API_OBJECT_ROUTES = {
     "node-enable": lambda w: [w["node"].pk],
     "node-disable": lambda w: [w["node"].pk],
     "node-test": lambda w: [w["node"].pk],
+    "node-credentials": lambda w: [w["node"].pk],
+    "node-credential": lambda w: [w["node"].pk, w["key"].pk],
+    "node-credential-disable": lambda w: [w["node"].pk, w["key"].pk],
+    "node-credential-enable": lambda w: [w["node"].pk, w["key"].pk],
 }
 
 # Read by tests/test_route_isolation.py: the object routes this module proves isolated.
@@ -71,7 +87,8 @@ ISOLATED_ROUTES = set(OBJECT_ROUTES) | set(API_OBJECT_ROUTES)
 
 def _state(node):
     node = Node.objects.get(pk=node.pk)
-    return (node.name, node.status, node.weight, node.last_probe_at, node.token)
+    keys = [(k.pk, k.label, k.weight, k.status, k.secret) for k in node.credentials.all()]
+    return (node.name, node.status, node.weight, node.last_probe_at, node.token, keys)
 
 
 @pytest.mark.parametrize("route", sorted(OBJECT_ROUTES))
@@ -82,7 +99,8 @@ def test_other_org_owner_cannot_reach_console_objects(client, world, route, meth
     target = world["a"]["node"]
     before = _state(target)
     url = reverse(route, args=OBJECT_ROUTES[route](world["a"]))
-    response = getattr(c, method)(url, {"name": "hijacked", "base_url": "http://x:1", "weight": 9})
+    data = {"name": "hijacked", "base_url": "http://x:1", "weight": 9, "secret": "sk-hijack-12345"}
+    response = getattr(c, method)(url, data)
     # Then it is not found (or the method is not allowed), and nothing changed
     assert response.status_code in (404, 405)
     assert b"node-a" not in response.content and b"Org A" not in response.content
@@ -96,7 +114,8 @@ def test_other_org_owner_cannot_reach_api_objects(client, world, route, method):
     target = world["a"]["node"]
     before = _state(target)
     url = reverse(route, args=API_OBJECT_ROUTES[route](world["a"]))
-    response = getattr(c, method)(url, {"weight": 9}, content_type="application/json")
+    data = {"weight": 9, "secret": "sk-hijack-12345"}
+    response = getattr(c, method)(url, data, content_type="application/json")
     assert response.status_code in (404, 405)
     if response.status_code == 404:
         assert response.json()["error"]["code"] == "not_found"
@@ -357,6 +376,14 @@ def test_platform_staff_manage_shared_nodes_in_the_admin(client, world):
         "weight": "2",
         "max_concurrency": "64",
         "labels": "{}",
+        "kind": "openai_compatible",
+        "preset": "",
+        "api_path": "",
+        "health_check": "health",
+        "credentials-TOTAL_FORMS": "0",
+        "credentials-INITIAL_FORMS": "0",
+        "credentials-MIN_NUM_FORMS": "0",
+        "credentials-MAX_NUM_FORMS": "1000",
         "models-TOTAL_FORMS": "1",
         "models-INITIAL_FORMS": "1",
         "models-MIN_NUM_FORMS": "0",
@@ -366,12 +393,23 @@ def test_platform_staff_manage_shared_nodes_in_the_admin(client, world):
         "models-0-public_name": "shared-model",
         "models-0-upstream_name": "shared-upstream",
         "models-0-context_window": "",
+        "models-0-tier": "1",
+        "models-0-weight": "3",
+        "models-0-cost_currency": "usd",
+        "models-0-cost_input_per_mtok": "0.15",
+        "models-0-cost_cache_read_per_mtok": "",
+        "models-0-cost_cache_write_per_mtok": "",
+        "models-0-cost_output_per_mtok": "0.6",
     }
     response = client.post(url, form)
     assert response.status_code == 302, response.content.decode()[:2000]
     shared.refresh_from_db()
     assert shared.token == TOKEN_SHARED  # an empty field keeps the token
     assert shared.base_url == "http://192.168.77.8:9000" and shared.weight == 2
-    assert shared.models.get().upstream_name == "shared-upstream"
+    model = shared.models.get()
+    assert model.upstream_name == "shared-upstream" and (model.tier, model.weight) == (1, 3)
+    assert model.cost_currency == "USD"
+    assert (model.cost_input_per_mtok, model.cost_output_per_mtok) == (150_000, 600_000)
+    assert model.cost_cache_read_per_mtok is None
     bad = client.post(url, {**form, "base_url": "ftp://nope"})
     assert bad.status_code == 200 and "http:// or https://" in bad.content.decode()

@@ -1,0 +1,247 @@
+"""Vendor presets: what a new channel of a known vendor starts from.
+
+A preset fills the defaults of a new node (kind, base URL, API path, health
+check) and the "Add node" form shows its quirks and example model mappings;
+nothing else reads it, so a channel keeps working if its preset is renamed or
+removed (``Node.preset`` is only a label). The example models are suggestions
+(public name → the vendor's id, context window, modality "text" or "vision" as
+the model catalogue spells them), not a price list: the operator maps what
+they sell.
+
+Decisions:
+
+* ``api_path`` is where the vendor's API starts. Empty means the kind's usual
+  prefix (``/v1``, ``/v1beta`` for Gemini); presets spell it out so the form
+  shows it.
+* Vendors default to the ``models`` health check (a light GET of the model
+  list with the channel's first active key); the operator may choose
+  ``traffic`` (no probe at all). Only self-hosted servers have ``/health``.
+* Base URLs are the vendors' documented public endpoints; no test ever
+  connects to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inference_node.models import HealthCheck, NodeKind
+
+# Where a kind's API starts when a node gives no api_path.
+DEFAULT_API_PATH = {
+    NodeKind.OPENAI_COMPATIBLE: "/v1",
+    NodeKind.OPENAI: "/v1",
+    NodeKind.ANTHROPIC: "/v1",
+    NodeKind.GEMINI: "/v1beta",
+}
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def api_prefix(kind: str, api_path: str) -> str:
+    """The path every API call of this node starts with (no trailing slash)."""
+    return (api_path or DEFAULT_API_PATH.get(kind, "/v1")).rstrip("/")
+
+
+@dataclass(frozen=True)
+class ExampleModel:
+    public_name: str
+    vendor_id: str
+    context_window: int | None = None
+    modality: str = "text"  # "text" or "vision" (usage.models.Modality)
+
+    @property
+    def line(self) -> str:
+        """As a line of the form's models field."""
+        mapping = (
+            self.public_name
+            if self.public_name == self.vendor_id
+            else f"{self.public_name}={self.vendor_id}"
+        )
+        return f"{mapping}:{self.context_window}" if self.context_window else mapping
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str
+    label: str
+    kind: str
+    base_url: str
+    api_path: str
+    health_check: str
+    models: tuple[ExampleModel, ...]
+    quirks: str
+
+    @property
+    def is_vendor(self) -> bool:
+        return self.health_check != HealthCheck.HEALTH
+
+    @property
+    def models_text(self) -> str:
+        return "\n".join(m.line for m in self.models)
+
+
+_VISION = "vision"
+
+PRESETS: dict[str, Preset] = {
+    p.key: p
+    for p in (
+        Preset(
+            key="openai",
+            label="OpenAI",
+            kind=NodeKind.OPENAI,
+            base_url="https://api.openai.com",
+            api_path="/v1",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("gpt-4.1", "gpt-4.1", 1_047_576, _VISION),
+                ExampleModel("gpt-4o-mini", "gpt-4o-mini", 128_000, _VISION),
+                ExampleModel("text-embedding-3-small", "text-embedding-3-small", 8_191),
+            ),
+            quirks=(
+                "Authorization: Bearer <key>. Cached prompt tokens are reported in "
+                "usage.prompt_tokens_details.cached_tokens; reasoning tokens count as output."
+            ),
+        ),
+        Preset(
+            key="anthropic",
+            label="Anthropic",
+            kind=NodeKind.ANTHROPIC,
+            base_url="https://api.anthropic.com",
+            api_path="/v1",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("claude-sonnet-4", "claude-sonnet-4-20250514", 200_000, _VISION),
+                ExampleModel("claude-opus-4", "claude-opus-4-20250514", 200_000, _VISION),
+                ExampleModel("claude-3-5-haiku", "claude-3-5-haiku-20241022", 200_000, _VISION),
+            ),
+            quirks=(
+                f"x-api-key: <key> and anthropic-version: {ANTHROPIC_VERSION} (a client's own "
+                "anthropic-version wins); anthropic-beta headers are passed through. Cache "
+                "reads and writes are usage.cache_read_input_tokens and "
+                "cache_creation_input_tokens, outside input_tokens."
+            ),
+        ),
+        Preset(
+            key="gemini",
+            label="Google Gemini",
+            kind=NodeKind.GEMINI,
+            base_url="https://generativelanguage.googleapis.com",
+            api_path="/v1beta",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("gemini-2.5-pro", "gemini-2.5-pro", 1_048_576, _VISION),
+                ExampleModel("gemini-2.5-flash", "gemini-2.5-flash", 1_048_576, _VISION),
+            ),
+            quirks=(
+                "x-goog-api-key: <key> (never ?key= in the URL). Cached tokens are "
+                "usageMetadata.cachedContentTokenCount, included in promptTokenCount; "
+                "thoughts count as output."
+            ),
+        ),
+        Preset(
+            key="deepseek",
+            label="DeepSeek",
+            kind=NodeKind.OPENAI_COMPATIBLE,
+            base_url="https://api.deepseek.com",
+            api_path="/v1",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("deepseek-chat", "deepseek-chat", 128_000),
+                ExampleModel("deepseek-reasoner", "deepseek-reasoner", 128_000),
+            ),
+            quirks=(
+                "OpenAI chat with a Bearer key. Cached tokens are reported as "
+                "usage.prompt_cache_hit_tokens / prompt_cache_miss_tokens, not "
+                "prompt_tokens_details; deepseek-reasoner answers with reasoning_content."
+            ),
+        ),
+        Preset(
+            key="moonshot",
+            label="Moonshot Kimi",
+            kind=NodeKind.OPENAI_COMPATIBLE,
+            base_url="https://api.moonshot.cn",
+            api_path="/v1",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("kimi-k2", "kimi-k2-0711-preview", 131_072),
+                ExampleModel("moonshot-v1-32k", "moonshot-v1-32k", 32_768),
+            ),
+            quirks=(
+                "OpenAI chat with a Bearer key. Cached tokens are reported as "
+                "usage.cached_tokens. Accounts outside mainland China use "
+                "https://api.moonshot.ai."
+            ),
+        ),
+        Preset(
+            key="zhipu",
+            label="Zhipu GLM",
+            kind=NodeKind.OPENAI_COMPATIBLE,
+            base_url="https://open.bigmodel.cn",
+            api_path="/api/paas/v4",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("glm-4.5", "glm-4.5", 131_072),
+                ExampleModel("glm-4-flash", "glm-4-flash", 131_072),
+            ),
+            quirks=(
+                "OpenAI chat under /api/paas/v4 (not /v1), Bearer key. Cached tokens are "
+                "usage.prompt_tokens_details.cached_tokens. If the model list answers 404 "
+                "for your account, judge the channel by traffic."
+            ),
+        ),
+        Preset(
+            key="qwen",
+            label="Alibaba Qwen (DashScope)",
+            kind=NodeKind.OPENAI_COMPATIBLE,
+            base_url="https://dashscope.aliyuncs.com",
+            api_path="/compatible-mode/v1",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("qwen-plus", "qwen-plus", 131_072),
+                ExampleModel("qwen-max", "qwen-max", 32_768),
+                ExampleModel("qwen-vl-plus", "qwen-vl-plus", 131_072, _VISION),
+            ),
+            quirks=(
+                "OpenAI chat under /compatible-mode/v1, Bearer key. Cached tokens are "
+                "usage.prompt_tokens_details.cached_tokens. International accounts use "
+                "https://dashscope-intl.aliyuncs.com."
+            ),
+        ),
+        Preset(
+            key="openrouter",
+            label="OpenRouter",
+            kind=NodeKind.OPENAI_COMPATIBLE,
+            base_url="https://openrouter.ai",
+            api_path="/api/v1",
+            health_check=HealthCheck.MODELS,
+            models=(
+                ExampleModel("gpt-4o", "openai/gpt-4o", 128_000, _VISION),
+                ExampleModel("claude-sonnet-4", "anthropic/claude-sonnet-4", 200_000, _VISION),
+            ),
+            quirks=(
+                "OpenAI chat under /api/v1, Bearer key; model ids are vendor/model. Cached "
+                "tokens are usage.prompt_tokens_details.cached_tokens."
+            ),
+        ),
+        Preset(
+            key="self_hosted",
+            label="Self-hosted (vLLM, SGLang, llama.cpp)",
+            kind=NodeKind.OPENAI_COMPATIBLE,
+            base_url="",
+            api_path="",
+            health_check=HealthCheck.HEALTH,
+            models=(ExampleModel("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 131_072),),
+            quirks=(
+                "Probed at /health, /v1/models and /metrics every few seconds. Give the "
+                "server's root without /v1; the optional token is sent as a Bearer token."
+            ),
+        ),
+    )
+}
+
+
+def get_preset(key: str | None) -> Preset | None:
+    return PRESETS.get(key or "")
+
+
+def preset_choices() -> list[tuple[str, str]]:
+    return [(p.key, p.label) for p in PRESETS.values()]
