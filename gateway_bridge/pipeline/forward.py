@@ -198,7 +198,7 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
         up_headers = [
             ("content-type", "application/json"),
             ("x-request-id", call.request_id),
-            *dialect.auth_headers(cred.secret, req_headers(call)),
+            *dialect.auth_headers(cred.secret, call.client_headers),
         ]
         probe = keys.taken(cred, req.prompt_tokens_estimate)
         t_up = time.perf_counter()
@@ -315,9 +315,3 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
         exclude.add(node.node_id)
         delay = gw.backoff * (2 ** (attempt - 1))
         await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter
-
-
-def req_headers(call: Call) -> dict[str, str]:
-    """The client's headers a dialect may pass on (``anthropic-version``,
-    ``anthropic-beta``), kept on the call by the gateway."""
-    return call.client_headers
