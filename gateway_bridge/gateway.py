@@ -10,8 +10,11 @@ composes the stages of ``gateway_bridge.pipeline``, a module each:
     admit      model rules, fallback chain, output budget, worst-case cost
                (one discount rule), reservation and rate limits
     cached     answer from the response cache
-    forward    route to a node (affinity, bounded load, breakers, priority
-               queue), retry elsewhere while nothing reached the client
+    forward    route to a node or vendor channel (tiers, affinity, bounded load,
+               breakers, priority queue), a credential of its key pool, the
+               channel's protocol (native pass-through or a vendor dialect),
+               retry elsewhere while nothing reached the client
+    native     a channel of the client's own protocol: bytes in, bytes out
     relay      plain and streamed answers, disconnects, partial billing
     local      the model list and token counts (no node)
 
