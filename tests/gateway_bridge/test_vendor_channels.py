@@ -11,6 +11,7 @@ import json
 
 import anthropic
 import openai
+import pytest
 from google import genai
 from google.genai import types
 
@@ -20,6 +21,7 @@ from tests.gateway_bridge.vendor_fixtures import (
     KEY_A,
     PNG,
     captured,
+    channel,
     demo_channels,
     post,
 )
@@ -251,3 +253,34 @@ def test_a_native_call_reaches_the_vendor_byte_for_byte_but_the_model_id(
     assert sent["headers"]["anthropic-beta"] == "context-management-2025-06-27"
     assert sent["headers"]["anthropic-version"] == "2023-06-01"
     assert sent["headers"]["x-api-key"] == "…" + KEY_A[-4:]
+
+
+def test_an_organizations_own_channel_serves_its_keys_only(vendor, tenant, start_gateway):
+    """Bring your own key: a channel of the tenant's own, with the tenant's vendor
+    key, serves the tenant; another organization's key does not reach it."""
+    from accounts.actors import Actor
+    from accounts.models import Role
+    from tests.factories import MembershipFactory, OrganizationFactory, issue_key
+    from usage.models import CatalogModel
+
+    CatalogModel.objects.create(name="byok-claude", display_name="Our Claude", modality="vision")
+    channel(
+        vendor.base_url,
+        "anthropic",
+        "byok-claude",
+        "claude-sim",
+        organization=tenant.org,
+        name="our-anthropic",
+    )
+    other = OrganizationFactory(name="Globex", slug="globex")
+    _, other_raw = issue_key(Actor(MembershipFactory(organization=other, role=Role.OWNER)))
+    gw = start_gateway()
+    ask = {"model": "byok-claude", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+    mine = anthropic.Anthropic(api_key=tenant.raw, base_url=gw.url, max_retries=0)
+    assert mine.messages.create(**ask).content
+    theirs = anthropic.Anthropic(api_key=other_raw, base_url=gw.url, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        theirs.messages.create(**ask)
+    # Anthropic's "overloaded" (529): no channel of theirs serves it; ours was never called.
+    assert refused.value.status_code == 529
+    assert len(captured(vendor)) == 1
