@@ -235,3 +235,31 @@ def test_a_shared_channels_keys_and_costs_are_hidden(c):
     key = shared.credentials.get()
     response = c.post(reverse("inference_node:credential_disable", args=[shared.pk, key.pk]))
     assert response.status_code == 403
+
+
+def test_the_edit_form_shows_model_settings_and_saves_them_back_unchanged(c, channel):
+    url = reverse("inference_node:node_detail", args=[channel.pk])
+    page = c.get(url).content.decode()
+    line = (
+        "kimi-k2=kimi-k2-0711-preview tier=1 weight=4 currency=CNY input=4 cache_read=1 output=16"
+    )
+    assert line in page
+    form = {
+        "name": "kimi",
+        "preset": "moonshot",
+        "kind": "openai_compatible",
+        "base_url": channel.base_url,
+        "api_path": "",
+        "health_check": "models",
+        "token": "",
+        "weight": "1",
+        "max_concurrency": "64",
+        "models": line,
+    }
+    updates = AuditEvent.objects.filter(action="node.update").count()
+    assert c.post(url, form).status_code == 302
+    assert AuditEvent.objects.filter(action="node.update").count() == updates  # nothing changed
+    assert (
+        c.post(url, {**form, "models": line.replace("output=16", "output=12.5")}).status_code == 302
+    )
+    assert channel.models.get().cost_output_per_mtok == 12_500_000

@@ -242,3 +242,14 @@ def test_a_self_hosted_node_becomes_a_vendor_channel_only_with_a_key(org, actor)
     services.node_update(actor=actor, node_id=node.pk, health_check="traffic")
     node.refresh_from_db()
     assert node.health_check == "traffic" and node.is_vendor
+
+
+def test_an_edit_that_forgets_health_keeps_a_keyless_channel_down(org, actor):
+    node = services.node_create(
+        actor=actor, name="kimi", preset="moonshot", credentials=[{"secret": KEY}]
+    )
+    key = node.credentials.get()
+    services.credential_set_status(actor=actor, credential_id=key.pk, status="disabled")
+    services.node_update(actor=actor, node_id=node.pk, health_check="traffic")
+    node.refresh_from_db()
+    assert node.health == NodeHealth.UNHEALTHY and node.last_error == "every API key is disabled"
