@@ -209,14 +209,21 @@ def credential_set_status(*, actor: Actor, credential_id: int, status: str) -> C
     return credential
 
 
-def _reason(status, message) -> str:
+def _reason(status, message, *secrets: str) -> str:
+    """ "<status>: <message>", the message cut to ``MAX_REASON`` characters and
+    any of ``secrets`` it quotes replaced by its hint (a vendor may echo the
+    key it refused)."""
     text = " ".join(str(message or "").split())
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, hint(secret))
     return f"{status}: {text[:MAX_REASON]}".strip()
 
 
 def credential_refused(*, credential_id: int, status: int, message: str) -> bool:
     """The vendor refused this key (the gateway saw a 401 or 403): disable it
-    with the reason "<status>: <message>", record ``credential.disable`` by
+    with the reason "<status>: <message>" (at most 200 characters of the
+    message, the key replaced by its hint if the vendor quoted it), record ``credential.disable`` by
     "system", take the channel down if no active key is left, and publish the
     change. Returns True when this call disabled the key; False when it was
     already disabled or no longer exists (a repeat is a no-op).
@@ -227,7 +234,6 @@ def credential_refused(*, credential_id: int, status: int, message: str) -> bool
     node_id = Credential.objects.filter(pk=credential_id).values_list("node_id", flat=True).first()
     if node_id is None:
         return False
-    reason = _reason(status, message)
     with transaction.atomic():
         node = Node.objects.select_for_update().filter(pk=node_id).first()
         credential = (
@@ -235,6 +241,7 @@ def credential_refused(*, credential_id: int, status: int, message: str) -> bool
         )
         if node is None or credential is None or credential.status == CredentialStatus.DISABLED:
             return False
+        reason = _reason(status, message, credential.secret, node.token)
         credential.status = CredentialStatus.DISABLED
         credential.disabled_reason = reason
         credential.disabled_at = timezone.now()

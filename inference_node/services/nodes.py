@@ -32,7 +32,7 @@ from inference_node import health
 from inference_node.models import Credential, HealthCheck, Node, NodeKind, NodeModel, NodeStatus
 from inference_node.presets import PRESETS, get_preset
 from inference_node.selectors import get_node
-from inference_node.services._common import after_change, forget_health
+from inference_node.services._common import after_change, forget_health, mark_down_if_keyless
 from inference_node.services.validation import (
     COST_FIELDS,
     MAX_CONCURRENCY,
@@ -278,6 +278,7 @@ def node_update(*, actor: Actor, node_id: int, **fields) -> Node:
             if diff:
                 node.save()
                 audit_record(actor=actor, action="node.update", target=node, params=diff)
+                mark_down_if_keyless(node)  # forgotten health must not hide a keyless channel
                 after_change()
     except IntegrityError:
         raise Conflict("A node with that name already exists.") from None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import factory
 
-from inference_node.models import Node, NodeHealth, NodeModel, NodeStatus
+from console.crypto import hint
+from inference_node.models import Credential, HealthCheck, Node, NodeHealth, NodeModel, NodeStatus
 
 
 class NodeFactory(factory.django.DjangoModelFactory):
@@ -42,3 +43,26 @@ class NodeModelFactory(factory.django.DjangoModelFactory):
     node = factory.SubFactory(NodeFactory)
     public_name = factory.Sequence(lambda n: f"model-{n}")
     upstream_name = factory.LazyAttribute(lambda o: o.public_name)
+
+
+class CredentialFactory(factory.django.DjangoModelFactory):
+    """An active API key of a node's pool (its hint computed from the secret)."""
+
+    class Meta:
+        model = Credential
+
+    node = factory.SubFactory(NodeFactory)
+    secret = factory.Sequence(lambda n: f"sk-test-key-{n:06d}-abcdef")
+    secret_hint = factory.LazyAttribute(lambda o: hint(o.secret))
+    label = ""
+    weight = 1
+
+
+def vendor_channel(*, organization=None, keys=("sk-test-vendor-key-0001",), **fields) -> Node:
+    """A vendor channel (OpenAI-compatible, judged by its model list) with ``keys``."""
+    fields.setdefault("health_check", HealthCheck.MODELS)
+    fields.setdefault("base_url", "https://api.vendor.example")
+    node = NodeFactory(organization=organization, **fields)
+    for secret in keys:
+        CredentialFactory(node=node, secret=secret)
+    return node
