@@ -45,6 +45,7 @@ def csrf_world(db):
         "sub_account": sub_account_create(actor=actor, name="team").pk,
         "api_key": key.pk,
         "node": NodeFactory(organization=org, base_url="http://127.0.0.1:9/v1").pk,
+        "credential": 1,
         # Objects that need no CSRF check to be refused: any id will do.
         "call": "req-none",
         "invoice": 1,

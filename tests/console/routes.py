@@ -100,6 +100,7 @@ RULES: list[tuple[str, Access]] = [
     ("inference_node:nodes", Access("page", (P.NODES_VIEW,))),
     ("inference_node:node_detail", Access("page", (P.NODES_VIEW,), (P.NODES_MANAGE,))),
     ("inference_node:node_*", Access("page", (P.NODES_MANAGE,))),
+    ("inference_node:credential_*", Access("page", (P.NODES_MANAGE,))),
     ("usage:models", Access("page")),
     ("usage:*", Access("page", USAGE)),
     ("invoicing:*", BILLING),  # billing: finance, owners, admins only
@@ -204,6 +205,7 @@ PARAMS: list[tuple[str, str, str]] = [
     ("*", "sub_account_id", "sub_account"),
     ("*", "key_id", "api_key"),
     ("*", "node_id", "node"),
+    ("*", "credential_id", "credential"),
     ("*", "request_id", "call"),
     ("*", "invoice_id", "invoice"),
     ("*", "credit_note_id", "credit_note"),
@@ -236,7 +238,7 @@ def _tenant(org, members) -> SimpleNamespace:
         invoice_finalize,
         prepaid_adjust,
     )
-    from tests.inference_node.factories import NodeFactory
+    from tests.inference_node.factories import CredentialFactory, NodeFactory
     from tests.usage.factories import event
     from usage.ingest import ingest_events
 
@@ -247,6 +249,7 @@ def _tenant(org, members) -> SimpleNamespace:
     key, _raw = issue_key(Actor(members[Role.DEVELOPER]), name=f"dev-{org.slug}")
     invitation, _ = invitation_create(actor=owner, email=f"new@{org.slug}.example", role="viewer")
     node = NodeFactory(organization=org, name=f"node-{org.slug}", serves=["sim-chat-small"])
+    credential = CredentialFactory(node=node)
     start = datetime(2025, 3, 15, 12, 0, tzinfo=UTC)
     events = [
         event(key, started_at=start + timedelta(minutes=i), input_tokens=1_000_000 + i)
@@ -267,6 +270,7 @@ def _tenant(org, members) -> SimpleNamespace:
             "sub_account": sub.pk,
             "api_key": key.pk,
             "node": node.pk,
+            "credential": credential.pk,
             "call": events[0]["request_id"],
             "invoice": invoice.pk,
             "credit_note": note.pk,
@@ -316,7 +320,7 @@ def url_for(route: Route, tenant) -> str:
 def snapshot(org) -> dict:
     """Everything of ``org`` a request could change, as comparable values."""
     from accounts.models import ApiKey, AuditEvent, Invitation, Membership, SubAccount
-    from inference_node.models import Node
+    from inference_node.models import Credential, Node
     from invoicing.models import CreditNote, Invoice, LedgerEntry
 
     def rows(model, *fields):
@@ -332,6 +336,9 @@ def snapshot(org) -> dict:
         "sub_accounts": rows(SubAccount, "name", "status", "spend_cap_daily"),
         "keys": rows(ApiKey, "name", "status", "public_id", "secret_hash"),
         "nodes": rows(Node, "status", "name"),
+        "node_keys": sorted(
+            Credential.objects.filter(node__organization=org).values_list("pk", "status", "weight")
+        ),
         "invoices": rows(Invoice, "status", "total", "paid_minor"),
         "credit_notes": rows(CreditNote, "amount"),
         "ledger": rows(LedgerEntry, "amount"),
