@@ -10,12 +10,18 @@ setting.
 
 ``SealedTextField`` is a model field that holds a sealed value in the database
 and the clear text in memory: code reads and assigns clear text, the column
-never holds it. ``hint`` is all that may ever be shown of a secret (its last
-four characters, when it is long enough that they reveal little).
+never holds it. A stored value no configured key opens (a key dropped too
+early) reads as ``Unreadable``: an empty string that is never sent anywhere,
+logged each time it is read, and written back unchanged if its row is saved, so one
+bad key neither stops the processes that load secrets nor erases them.
+
+``hint`` is all that may ever be shown of a secret (its last four characters,
+when it is long enough that they reveal little).
 """
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -27,8 +33,23 @@ from django.db import models
 _TOKEN_PREFIX = "gAAAAA"  # noqa: S105 - a format marker, not a secret
 
 
+logger = logging.getLogger(__name__)
+
+
 class SecretUnreadable(Exception):
     """A sealed value no configured key opens (a key was dropped too early)."""
+
+
+class Unreadable(str):
+    """What a sealed column reads as when no key opens it: "" (falsy, so never
+    presented to anyone) carrying the sealed text, which a save writes back."""
+
+    sealed: str
+
+    def __new__(cls, sealed: str):
+        value = super().__new__(cls, "")
+        value.sealed = sealed
+        return value
 
 
 @lru_cache(maxsize=4)
@@ -95,9 +116,20 @@ class SealedTextField(models.TextField):
     def from_db_value(self, value, expression, connection):
         if value is None or value == "":
             return value
-        return unseal(value)
+        try:
+            return unseal(value)
+        except SecretUnreadable:
+            logger.error(
+                "a sealed %s.%s cannot be opened with CONSOLE_SECRET_KEYS; it is left "
+                "unused until the key that sealed it is configured again",
+                self.model.__name__,
+                self.name,
+            )
+            return Unreadable(value)
 
     def get_prep_value(self, value):
+        if isinstance(value, Unreadable):
+            return value.sealed
         value = super().get_prep_value(value)
         if value is None or value == "":
             return value

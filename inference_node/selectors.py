@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 from django.db.models import Prefetch, Q, QuerySet
 
 from accounts.facade import Actor, NotFound, Perm, PermissionDenied
+from console.crypto import Unreadable
 from inference_node.models import (
     Credential,
     CredentialStatus,
@@ -231,6 +232,8 @@ def routable_nodes() -> Q:
 def _key_pools() -> dict[int, tuple[RoutableCredential, ...]]:
     pools: dict[int, list[RoutableCredential]] = {}
     for c in Credential.objects.filter(status=CredentialStatus.ACTIVE).order_by("node_id", "id"):
+        if isinstance(c.secret, Unreadable):
+            continue  # sealed with a key no longer configured: never sent (logged)
         pools.setdefault(c.node_id, []).append(
             RoutableCredential(
                 credential_id=c.pk,
@@ -273,8 +276,8 @@ def build_routing_snapshot() -> RoutingSnapshot:
         node = row.node
         pool = pools.get(node.pk)
         if pool is None:
-            if node.health_check != HealthCheck.HEALTH:
-                continue  # a vendor channel with no usable credential
+            if node.health_check != HealthCheck.HEALTH or isinstance(node.token, Unreadable):
+                continue  # a vendor channel with no usable credential, or an unreadable token
             pool = own_token.get(node.pk)
             if pool is None:
                 pool = own_token[node.pk] = (

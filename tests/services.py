@@ -69,6 +69,7 @@ def start_celery_worker(root, **extra_env: str):
         "DATABASE_POOL": "0",
         "CONSOLE_VAR_DIR": str(settings.VAR_DIR),
         "API_KEY_PEPPER": settings.API_KEY_PEPPER,
+        "CONSOLE_SECRET_KEYS": ",".join(settings.CONSOLE_SECRET_KEYS),
         **extra_env,
     }
     if settings.REDIS_URL:

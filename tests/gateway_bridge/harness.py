@@ -181,6 +181,8 @@ def gateway_process(var_dir, **env: str) -> Iterator[GatewayProcess]:
         **os.environ,
         "DATABASE_URL": database_url_for_children(),
         "API_KEY_PEPPER": settings.API_KEY_PEPPER,
+        # The same database holds secrets sealed by this process: open them alike.
+        "CONSOLE_SECRET_KEYS": ",".join(settings.CONSOLE_SECRET_KEYS),
         "CONSOLE_VAR_DIR": str(var_dir),
         "CELERY_BROKER_URL": "filesystem://",
         "CONSOLE_FAST_PASSWORD_HASHER": "1",
