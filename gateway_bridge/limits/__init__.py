@@ -164,7 +164,7 @@ class Limits:
                 seeder = self._seeder
                 if seeder is None:
                     from gateway_bridge.limits.rebuild import seed_values as seeder
-                values = await asyncio.to_thread(seeder, auth, now, set(mine))
+                values = await asyncio.to_thread(_in_thread, seeder, auth, now, set(mine))
                 ttl = {c.key: c.ttl_seconds for c in caps}
                 for k in mine:
                     await self.store.seed(k, values.get(k, 0), ttl.get(k))
@@ -179,3 +179,14 @@ class Limits:
                     future.exception()  # retrieved: no "never retrieved" warning
         for w in waits:
             await asyncio.shield(w)
+
+
+def _in_thread(seeder, auth, now: datetime, keys: set[str]) -> dict[str, int]:
+    """``seeder`` on a worker thread, giving its database connection back when
+    done (a thread that kept one would hold a pooled connection for good)."""
+    from django.db import connections
+
+    try:
+        return seeder(auth, now, keys)
+    finally:
+        connections.close_all()
