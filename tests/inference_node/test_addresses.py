@@ -31,13 +31,22 @@ def production(settings):
     settings.NODE_ALLOW_PRIVATE_URLS = False
 
 
+# Redis and PostgreSQL: the fixtures' own connections, never a node under test.
+SERVICE_PORTS = {6379, 5432, "6379", "5432"}
+
+
 @pytest.fixture
 def dns(monkeypatch):
     """``dns["name"] = ["addr", ...]``: what the system resolver answers."""
     answers: dict[str, list[str]] = {}
     asked: list[str] = []
+    real = socket.getaddrinfo
+    # The test's own services (Redis, PostgreSQL on the loopback) still resolve.
+    services = {"127.0.0.1", "::1", "localhost"}
 
     def fake_getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if host in services and port in SERVICE_PORTS:
+            return real(host, port, family, type, proto, flags)
         asked.append(host)
         if host not in answers:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
