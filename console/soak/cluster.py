@@ -135,6 +135,9 @@ class Cluster:
             "CONSOLE_VAR_DIR": str(self.workdir / "var"),
             "API_KEY_PEPPER": settings.API_KEY_PEPPER,
             "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+            # The children share the soak's database: they must open the node
+            # tokens it sealed (their own var/ would hold a different key).
+            "CONSOLE_SECRET_KEYS": ",".join(settings.CONSOLE_SECRET_KEYS),
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
         }
