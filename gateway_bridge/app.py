@@ -29,10 +29,13 @@ def freeze_startup_heap() -> None:
 
 
 GATEWAY_PREFIXES = ("/v1/", "/v1beta/")
+# Paths outside those prefixes the gateway answers: OpenRouter's key path
+# (``/api/v1/keys/`` and the rest of ``/api/`` stay Django's REST API).
+GATEWAY_PATHS = ("/v1", "/v1beta", "/metrics", "/api/v1/key")
 
 
 def owns(path: str) -> bool:
-    return path.startswith(GATEWAY_PREFIXES) or path in ("/v1", "/v1beta", "/metrics")
+    return path.startswith(GATEWAY_PREFIXES) or path in GATEWAY_PATHS
 
 
 class Router:

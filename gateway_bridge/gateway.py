@@ -17,6 +17,7 @@ composes the stages of ``gateway_bridge.pipeline``, a module each:
     native     a channel of the client's own protocol: bytes in, bytes out
     relay      plain and streamed answers, disconnects, partial billing
     local      the model list and token counts (no node)
+    account    the key's own balance, limits and spend (reads, off the loop)
 
 then settles the actual cost and hands one usage event to the emitter
 (``_finish``). The per-call state is ``pipeline.call.Call``. Nothing here
@@ -40,7 +41,7 @@ from gateway_bridge.circuits import CircuitReporter
 from gateway_bridge.keypool import KeyPool
 from gateway_bridge.limits import Limits, build_store
 from gateway_bridge.metrics import GatewayMetrics
-from gateway_bridge.pipeline import admit, auth, body, cached, forward, local, relay, route
+from gateway_bridge.pipeline import account, admit, auth, body, cached, forward, local, relay, route
 from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
 from gateway_bridge.pipeline.usage_event import usage_event
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
@@ -124,6 +125,7 @@ class Gateway:
             route.COUNT: functools.partial(local.count, self),
             route.MODELS: functools.partial(local.models, self),
             route.MODEL: functools.partial(local.model, self),
+            route.ACCOUNT: functools.partial(account.handle, self),
         }
         self._register_gauges()
 

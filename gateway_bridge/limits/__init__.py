@@ -120,6 +120,7 @@ class LimitStore(Protocol):
     async def seed(self, key: str, used: int, ttl_seconds: int | None) -> bool: ...
     async def credit(self, key: str, amount: int) -> None: ...
     async def snapshot(self, key: str) -> tuple[int, int]: ...
+    async def peek(self, key: str) -> tuple[int, int] | None: ...
     async def close(self) -> None: ...
 
 
@@ -153,6 +154,29 @@ class Limits:
                 await self._seed(auth, now, caps, missing.keys)
         raise RuntimeError("limit buckets vanished while seeding them")  # pragma: no cover
 
+    async def counters(
+        self, auth, now: datetime, caps: list[CapBucket]
+    ) -> dict[str, tuple[int, int]]:
+        """``{bucket key: (used, reserved)}`` of ``caps`` (from ``plan(auth,
+        now)``), as the next admission would see them: a bucket not in the store
+        yet is seeded from the database first, exactly as ``admit`` would. For
+        reading a key's standing (``limits.standing``), never on the hot path."""
+        out: dict[str, tuple[int, int]] = {}
+        for _ in range(3):
+            missing = []
+            for cap in caps:
+                if cap.key in out:
+                    continue
+                got = await self.store.peek(cap.key)
+                if got is None:
+                    missing.append(cap.key)
+                else:
+                    out[cap.key] = got
+            if not missing:
+                return out
+            await self._seed(auth, now, caps, missing)
+        raise RuntimeError("limit buckets vanished while seeding them")  # pragma: no cover
+
     async def _seed(self, auth, now: datetime, caps: list[CapBucket], keys: list[str]) -> None:
         mine = [k for k in keys if k not in self._seeding]
         waits = [self._seeding[k] for k in keys if k in self._seeding]
@@ -164,7 +188,7 @@ class Limits:
                 seeder = self._seeder
                 if seeder is None:
                     from gateway_bridge.limits.rebuild import seed_values as seeder
-                values = await asyncio.to_thread(_in_thread, seeder, auth, now, set(mine))
+                values = await asyncio.to_thread(in_db_thread, seeder, auth, now, set(mine))
                 ttl = {c.key: c.ttl_seconds for c in caps}
                 for k in mine:
                     await self.store.seed(k, values.get(k, 0), ttl.get(k))
@@ -181,12 +205,13 @@ class Limits:
             await asyncio.shield(w)
 
 
-def _in_thread(seeder, auth, now: datetime, keys: set[str]) -> dict[str, int]:
-    """``seeder`` on a worker thread, giving its database connection back when
-    done (a thread that kept one would hold a pooled connection for good)."""
+def in_db_thread(fn, *args):
+    """``fn(*args)`` on a worker thread (run it with ``asyncio.to_thread``),
+    giving the thread's database connection back when done (a thread that
+    kept one would hold a pooled connection for good)."""
     from django.db import connections
 
     try:
-        return seeder(auth, now, keys)
+        return fn(*args)
     finally:
         connections.close_all()

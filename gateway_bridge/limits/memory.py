@@ -286,5 +286,10 @@ class MemoryLimitStore:
             b = self._bucket(key, self._now_ms())
             return (b.used, b.reserved) if b is not None else (0, 0)
 
+    async def peek(self, key: str) -> tuple[int, int] | None:
+        with self._lock:
+            b = self._bucket(key, self._now_ms())
+            return (b.used, b.reserved) if b is not None else None
+
     async def close(self) -> None:
         return None

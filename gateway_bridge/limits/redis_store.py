@@ -211,7 +211,7 @@ PURGE = (
 local now = now_ms(ARGV[1])
 local k = KEYS[1]
 local v = redis.call('HMGET', k, 'u', 'r')
-if not v[1] then return {0, 0} end
+if not v[1] then return {0, 0, 0} end
 local gone = redis.call('ZRANGEBYSCORE', k .. ':z', '-inf', now)
 local r = tonumber(v[2]) or 0
 if #gone > 0 then
@@ -220,7 +220,7 @@ if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', k .. ':z', '-inf', now)
   if freed ~= 0 then r = redis.call('HINCRBY', k, 'r', I(-freed)) end
 end
-return {tonumber(v[1]), r}
+return {tonumber(v[1]), r, 1}
 """
 )
 
@@ -353,8 +353,12 @@ class RedisLimitStore:
         await self._credit(keys=[key], args=[-int(amount)])
 
     async def snapshot(self, key: str) -> tuple[int, int]:
-        used, reserved = await self._purge(keys=[key], args=[self._now_arg()])
+        used, reserved, _ = await self._purge(keys=[key], args=[self._now_arg()])
         return int(used), int(reserved)
+
+    async def peek(self, key: str) -> tuple[int, int] | None:
+        used, reserved, present = await self._purge(keys=[key], args=[self._now_arg()])
+        return (int(used), int(reserved)) if int(present) else None
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -7,6 +7,8 @@ The paths the SDKs use:
 - Anthropic: ``POST /v1/messages``, ``/v1/messages/count_tokens``;
   ``GET /v1/models`` and ``/v1/models/{model}`` with an ``anthropic-version``
   header.
+- A key's own balance, limits and spend: ``GET /v1/dashboard/billing/subscription``,
+  ``/v1/dashboard/billing/usage``, ``/v1/key`` and ``/api/v1/key``.
 - Gemini: ``POST /v1beta/models/{model}:generateContent`` (and
   ``:streamGenerateContent``, ``:countTokens``, ``:embedContent``,
   ``:batchEmbedContents``); ``GET /v1beta/models``, ``/v1beta/models/{model}``.
@@ -30,6 +32,7 @@ GENERATE = "generate"  # forward to a node (chat, completions, embeddings, messa
 COUNT = "count"  # count a prompt's tokens, answered by the gateway itself
 MODELS = "models"  # list the models the key may use
 MODEL = "model"  # describe one model
+ACCOUNT = "account"  # the key's own balance, limits and spend (pipeline.account)
 UNKNOWN = "unknown"  # no such path: 404
 
 
@@ -60,6 +63,12 @@ _EXACT: dict[str, Route] = {
     "/v1/messages/count_tokens": Route("anthropic", "count_tokens", COUNT, "POST"),
     **{path: Route("openai", ep, GENERATE, "POST") for path, ep in _OPENAI_ENDPOINTS.items()},
     "/v1beta/models": Route("gemini", "models", MODELS, "GET"),
+    # A key's balance and usage: OpenAI's old billing paths (as New API serves
+    # them), and OpenRouter's key path (the router sends /api/v1/key here too).
+    "/v1/dashboard/billing/subscription": Route("openai", "billing.subscription", ACCOUNT, "GET"),
+    "/v1/dashboard/billing/usage": Route("openai", "billing.usage", ACCOUNT, "GET"),
+    "/v1/key": Route("openai", "key", ACCOUNT, "GET"),
+    "/api/v1/key": Route("openai", "key", ACCOUNT, "GET"),
 }
 _MODEL_LISTS = {
     False: Route("openai", "models", MODELS, "GET"),
