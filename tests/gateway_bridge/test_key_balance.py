@@ -227,3 +227,10 @@ def test_a_bad_date_is_refused_in_openais_shape(gw, tenant, query, param):
     assert status == 400
     assert body["error"]["type"] == "invalid_request_error"
     assert (body["error"]["param"], body["error"]["code"]) == (param, "invalid_date")
+
+
+def test_only_openrouters_key_path_of_the_rest_api_goes_to_the_gateway():
+    from gateway_bridge.app import owns
+
+    assert owns("/api/v1/key") and owns("/v1/key")
+    assert not owns("/api/v1/keys/") and not owns("/api/v1/keys/3/")  # the console's REST API

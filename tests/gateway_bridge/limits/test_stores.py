@@ -46,6 +46,18 @@ def test_admit_reserves_on_every_bucket_and_settle_charges_the_actual_cost(run):
     run(scenario)
 
 
+def test_peek_tells_a_bucket_not_there_from_an_empty_one(run):
+    async def scenario(store):
+        assert await store.peek(DAY.key) is None  # never seeded: the database must say
+        await seeded(store, DAY)
+        assert await store.peek(DAY.key) == (0, 0)
+        await store.admit("r1", 300_000, [DAY], [], 0, hold_seconds=60)
+        await store.settle("r1", 120_000, 0)
+        assert await store.peek(DAY.key) == (120_000, 0) == await store.snapshot(DAY.key)
+
+    run(scenario)
+
+
 def test_a_refused_call_changes_nothing_and_names_the_cap(run):
     async def scenario(store):
         await seeded(store, DAY, SUB)

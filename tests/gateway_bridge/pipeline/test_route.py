@@ -24,6 +24,21 @@ ANTHROPIC = {"anthropic-version": "2023-06-01"}
         ("GET", "/v1/models", {}, ("openai", "models", route.MODELS, None)),
         ("GET", "/v1/models/", {}, ("openai", "models", route.MODELS, None)),
         ("GET", "/v1/models/sim-chat", {}, ("openai", "models", route.MODEL, "sim-chat")),
+        # A key's balance and usage: OpenAI's old billing paths, OpenRouter's key path
+        (
+            "GET",
+            "/v1/dashboard/billing/subscription",
+            {},
+            ("openai", "billing.subscription", route.ACCOUNT, None),
+        ),
+        (
+            "GET",
+            "/v1/dashboard/billing/usage",
+            {},
+            ("openai", "billing.usage", route.ACCOUNT, None),
+        ),
+        ("GET", "/v1/key", {}, ("openai", "key", route.ACCOUNT, None)),
+        ("GET", "/api/v1/key", {}, ("openai", "key", route.ACCOUNT, None)),
         # Anthropic SDK
         ("POST", "/v1/messages", ANTHROPIC, ("anthropic", "messages", route.GENERATE, None)),
         ("POST", "/v1/messages/", ANTHROPIC, ("anthropic", "messages", route.GENERATE, None)),
