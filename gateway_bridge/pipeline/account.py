@@ -32,9 +32,11 @@ import asyncio
 import json
 import logging
 import re
+import secrets
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
 
 from console.money import micro_to_decimal
 from gateway_bridge.limits import in_db_thread
@@ -63,14 +65,14 @@ async def handle(gw: Gateway, call: Call, scope, receive, send, headers, _model)
     key = entry.auth
     now = datetime.now(UTC)
     if call.endpoint == USAGE:
+        # The dates first: a bad one is refused before anything is read.
         start, end = _range(scope.get("query_string") or b"", key.timezone, now)
-    where = await _standing(gw, key, now)
-    if call.endpoint == SUBSCRIPTION:
-        body = _subscription(key, where)
-    elif call.endpoint == USAGE:
+        where = await _standing(gw, key, now)
         body = {"object": "list", "total_usage": await _usage(key, where, now, start, end)}
+    elif call.endpoint == SUBSCRIPTION:
+        body = _subscription(key, await _standing(gw, key, now))
     else:
-        body = {"data": _key(key, where)}
+        body = {"data": _key(key, await _standing(gw, key, now))}
     await relay.respond(send, 200, _dumps(body), call)
 
 
@@ -80,13 +82,18 @@ async def _standing(gw: Gateway, key, now: datetime) -> Standing:
     except GatewayError:
         raise
     except Exception:
-        logger.exception("gateway: could not read a key's standing")
-        raise GatewayError(
-            OVERLOADED,
-            "limits_unavailable",
-            "Spend and limits cannot be read right now; retry shortly.",
-            headers=[("retry-after", "1")],
-        ) from None
+        raise _unavailable() from None
+
+
+def _unavailable() -> GatewayError:
+    """The limits store or the database failed: a 503 to retry, not a trace."""
+    logger.exception("gateway: could not read a key's balance and spend")
+    return GatewayError(
+        OVERLOADED,
+        "limits_unavailable",
+        "Spend and limits cannot be read right now; retry shortly.",
+        headers=[("retry-after", "1")],
+    )
 
 
 # --- OpenAI's old billing shapes ------------------------------------------------
@@ -112,8 +119,6 @@ def _range(query: bytes, tz_name: str, now: datetime) -> tuple[datetime, datetim
     """[start, end) of ``start_date`` / ``end_date`` (local midnights in the
     organization's timezone). Without ``start_date``: from the beginning;
     without ``end_date``: through today."""
-    from urllib.parse import parse_qs
-
     params = parse_qs(query.decode("latin-1"), keep_blank_values=True)
     tz = org_zone(tz_name)
     today = now.astimezone(tz).date()
@@ -154,7 +159,10 @@ def _range(query: bytes, tz_name: str, now: datetime) -> tuple[datetime, datetim
 async def _usage(key, where: Standing, now: datetime, start: datetime, end: datetime) -> Decimal:
     """The key's spend in [start, end), in cents: the ingested calls, plus
     those settled and not ingested yet when the range takes in now."""
-    spent = await asyncio.to_thread(in_db_thread, key_spend_between, key, start, end)
+    try:
+        spent = await asyncio.to_thread(in_db_thread, key_spend_between, key, start, end)
+    except Exception:
+        raise _unavailable() from None
     if start <= now < end:
         spent += where.key_pending
     return micro_to_decimal(spent) * 100
@@ -233,17 +241,21 @@ def _amount(micro: int | None) -> Decimal | None:
 
 def _dumps(obj: dict) -> bytes:
     """JSON with every ``Decimal`` written as an exact number (no float in
-    between): each is encoded as a marker string, then swapped for its digits."""
+    between): each is encoded as a marker string (with a fresh nonce, so no
+    text in the body, a key's name say, can pose as one), then swapped for
+    its digits."""
     numbers: list[Decimal] = []
+    nonce = secrets.token_hex(8)
 
     def default(value):
         if isinstance(value, Decimal):
             numbers.append(value)
-            return f"\x00{len(numbers) - 1}"
+            return f"{nonce}:{len(numbers) - 1}"
         raise TypeError(f"{type(value).__name__} is not JSON")
 
     text = json.dumps(obj, default=default, separators=(",", ":"))
-    return re.sub(r'"\\u0000(\d+)"', lambda m: _number(numbers[int(m[1])]), text).encode()
+    marker = re.compile(f'"{nonce}:(\\d+)"')
+    return marker.sub(lambda m: _number(numbers[int(m[1])]), text).encode()
 
 
 def _number(value: Decimal) -> str:

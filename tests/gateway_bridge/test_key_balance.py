@@ -15,7 +15,7 @@ import pytest
 from accounts.actors import Actor
 from accounts.models import Role
 from accounts.services import api_key_revoke, sub_account_create
-from gateway_bridge.limits import balance_key
+from gateway_bridge.limits import MemoryLimitStore, balance_key
 from invoicing.facade import LedgerKind, ledger_entry_create
 from tests.factories import MembershipFactory, OrganizationFactory, issue_key
 from usage.ingest import ingest_events
@@ -227,6 +227,21 @@ def test_a_bad_date_is_refused_in_openais_shape(gw, tenant, query, param):
     assert status == 400
     assert body["error"]["type"] == "invalid_request_error"
     assert (body["error"]["param"], body["error"]["code"]) == (param, "invalid_date")
+
+
+class DownStore(MemoryLimitStore):
+    """A limits store that cannot be reached (Redis gone)."""
+
+    async def peek(self, key):
+        raise ConnectionError("limits store unreachable")
+
+
+def test_an_unreachable_limits_store_answers_503_to_retry_not_a_500(tenant, start_gateway):
+    gw = start_gateway(limits=DownStore())
+    _, raw = tenant.new_key(spend_cap_daily=USD)
+    status, body = get(gw, raw, "/v1/key")
+    assert status == 503
+    assert (body["error"]["type"], body["error"]["code"]) == ("server_error", "limits_unavailable")
 
 
 def test_only_openrouters_key_path_of_the_rest_api_goes_to_the_gateway():
