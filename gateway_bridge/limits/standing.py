@@ -65,8 +65,9 @@ class Standing:
     caps: tuple[CapStanding, ...]
     balance: int | None  # the prepaid balance, settled calls included (None: not prepaid)
     balance_held: int
-    key_pending: int  # the key's settled spend the database does not hold yet
-    key_pending_known: bool  # False: the key has no counter, pending spend is unknown
+    # The key's settled spend the database does not hold yet (0 when the key
+    # has no counter to tell it by).
+    key_pending: int
 
     def cap(self, scope: str, period: str) -> CapStanding | None:
         for c in self.caps:
@@ -117,27 +118,29 @@ async def standing(limits, auth, now: datetime) -> Standing:
     bounds = {p: (start, end) for p, (start, end, _) in per.items()}
     ingested = await asyncio.to_thread(in_db_thread, _ingested, auth, bounds)
 
+    # The counters by (scope letter, period): "cap:k:42:d:2026-12-02" -> ("k", "d").
+    by_period: dict[tuple[str, str], tuple[int, int]] = {}
+    for cap in caps:
+        if cap.code != PREPAID_CODE:
+            _, letter, _, period = cap.key.split(":", 4)[:4]
+            by_period[letter, period] = counters[cap.key]
+
     out: list[CapStanding] = []
-    pending_of: dict[str, int | None] = {}
+    pending_of: dict[str, int] = {}
     for scope, limits_of in ((KEY, auth.key_caps), (SUB_ACCOUNT, auth.sub_account_caps)):
         db = ingested.get(scope)
         if db is None:
             continue
-        ident = auth.key_id if scope == KEY else auth.sub_account_id
-        keys = {
-            p: (f"cap:{_LETTER[scope]}:{ident}:life" if p == "life" else
-                f"cap:{_LETTER[scope]}:{ident}:{p}:{per[p][2]}")
-            for p, _ in _PERIODS
-        }  # fmt: skip
+        letter = _LETTER[scope]
         pending = None
         for p, _ in _PERIODS:  # the narrowest counter: its pending calls are the newest
-            counter = counters.get(keys[p])
+            counter = by_period.get((letter, p))
             if counter is not None:
                 pending = max(0, counter[0] - db[p])
                 break
-        pending_of[scope] = pending
+        pending_of[scope] = pending or 0
         for (p, name), limit in zip(_PERIODS, limits_of, strict=True):
-            counter = counters.get(keys[p])
+            counter = by_period.get((letter, p))
             if counter is not None:
                 spent, held, source = counter[0], counter[1], LIMITS
             else:
@@ -158,11 +161,9 @@ async def standing(limits, auth, now: datetime) -> Standing:
         if cap.code == PREPAID_CODE:
             used, balance_held = counters[cap.key]
             balance = -used
-    key_pending = pending_of.get(KEY)
     return Standing(
         caps=tuple(out),
         balance=balance,
         balance_held=balance_held,
-        key_pending=key_pending or 0,
-        key_pending_known=key_pending is not None,
+        key_pending=pending_of.get(KEY, 0),
     )

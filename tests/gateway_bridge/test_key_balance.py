@@ -18,6 +18,7 @@ from accounts.services import api_key_revoke, sub_account_create
 from gateway_bridge.limits import MemoryLimitStore, balance_key
 from invoicing.facade import LedgerKind, ledger_entry_create
 from tests.factories import MembershipFactory, OrganizationFactory, issue_key
+from tests.services import require
 from usage.ingest import ingest_events
 from usage.models import CallRecord
 
@@ -63,6 +64,10 @@ def cap(info: dict, scope: str, period: str) -> dict:
 
 def charged(key) -> int:
     return sum(CallRecord.objects.filter(api_key_id=key.id).values_list("cost", flat=True))
+
+
+def month() -> str:
+    return datetime.now(UTC).strftime("%Y-%m")
 
 
 def today_range() -> str:
@@ -227,6 +232,20 @@ def test_a_bad_date_is_refused_in_openais_shape(gw, tenant, query, param):
     assert status == 400
     assert body["error"]["type"] == "invalid_request_error"
     assert (body["error"]["param"], body["error"]["code"]) == (param, "invalid_date")
+
+
+def test_with_redis_counters_the_spend_shown_is_the_shared_counters(
+    tenant, start_gateway, settings
+):
+    require(bool(settings.REDIS_URL), "REDIS_URL is not set: the shared counters need Redis")
+    settings.GATEWAY_LIMITS_STORE = "redis"
+    gw = start_gateway()
+    key, raw = tenant.new_key(spend_cap_monthly=3 * USD)
+    chat(gw, raw, 2)
+    used, held = gw.call(lambda: gw.gateway.limits.store.snapshot(f"cap:k:{key.id}:m:{month()}"))
+    monthly = cap(ok(gw, raw, "/v1/key")["data"], "key", "monthly")
+    assert (monthly["spent"], monthly["held"], monthly["source"]) == (usd(used), 0, "limits")
+    assert used > 0 and held == 0
 
 
 class DownStore(MemoryLimitStore):
