@@ -16,8 +16,9 @@ to 8) is, in order:
 * a ``functionCall`` part when the tools call for one (``toolConfig`` modes
   AUTO after a user turn, ANY, or one allowed function);
 * otherwise text: JSON built from the response schema when
-  ``responseMimeType`` is ``application/json`` (an enum's first value for
-  ``text/x.enum``), else generated text that honours ``stopSequences``.
+  ``responseMimeType`` is ``application/json`` (``{"answer": <text>}`` without
+  a schema; an enum's first value for ``text/x.enum``), else generated text
+  that honours ``stopSequences``.
 
 ``finishReason`` is ``STOP`` or ``MAX_TOKENS``. ``usageMetadata`` has
 ``promptTokenCount`` (which includes ``cachedContentTokenCount``, present when
@@ -42,6 +43,7 @@ from .protocol import ApiError
 from .text import (
     Generation,
     generate,
+    generate_json,
     generate_thinking,
     generate_tool_call,
     results_lead,
@@ -67,20 +69,18 @@ class _Candidate:
 
 def _text_generation(req: GenerateRequest, left: int, index: int) -> Generation:
     if req.mime_type in ("application/json", "text/x.enum"):
-        schema = req.schema or {"type": "object", "properties": {"answer": {"type": "string"}}}
-        built = generate_tool_call(
+        enum = (req.schema or {}).get("enum")
+        if req.mime_type == "text/x.enum" and isinstance(enum, list):
+            deltas = [str(enum[0])] if enum else []
+            return Generation(deltas, len(deltas), "stop")
+        return generate_json(  # no schema: an object with the answer's text
             req.prompt_ids,
-            {"name": "response", "parameters": schema},
+            req.schema,
             words=req.plan.words,
             max_tokens=left,
             seed=req.seed,
             index=index,
         )
-        deltas = built.deltas
-        if req.mime_type == "text/x.enum" and isinstance(schema.get("enum"), list):
-            deltas = [str(schema["enum"][0])] if schema["enum"] else []
-        finish = "length" if built.finish_reason == "length" else "stop"
-        return Generation(deltas, len(deltas), finish)
     lead = results_lead(req.plan.results) if req.plan.results else ""
     return generate(
         req.prompt_ids, max_tokens=left, seed=req.seed, index=index, stop=req.stop, lead=lead

@@ -1,0 +1,160 @@
+"""What an OpenAI request asks of its output's form: JSON (``response_format``)
+and log probabilities (``logprobs`` / ``top_logprobs``), checked as OpenAI
+checks them and honoured, never silently ignored.
+
+* ``response_format``: ``{"type": "text"}`` (the default); ``json_object`` → the
+  content is a JSON object (``{"answer": <the text>}``); ``json_schema`` → a
+  value of ``json_schema.schema`` (objects with their required properties,
+  strings, numbers, integers, booleans, arrays, enums, nested; see
+  ``text.generate_json``). Valid JSON unless ``max_tokens`` cuts it.
+* Chat ``logprobs: true`` (+ ``top_logprobs`` 0..20): each content token's
+  ``{"token", "logprob", "bytes", "top_logprobs"}`` under ``logprobs.content``,
+  plain and per streamed chunk; the sampled token is the most likely of its
+  top list, whose probabilities sum to at most 1. Completions' ``logprobs``
+  (0..5) in the legacy shape (``tokens``, ``token_logprobs``,
+  ``top_logprobs``, ``text_offset``). Values are deterministic (drawn from the
+  prompt's seed), not a model's; a tool call's arguments have none (null).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from . import protocol
+from .text import WORDS, prompt_seed
+
+MAX_TOP_CHAT = 20
+MAX_TOP_COMPLETIONS = 5
+_FORMATS = ("text", "json_object", "json_schema")
+
+
+def response_format(body: dict) -> tuple[bool, dict | None]:
+    """(JSON output?, the schema it follows: None for ``json_object``)."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return False, None
+    if not isinstance(fmt, dict) or fmt.get("type") not in _FORMATS:
+        raise protocol.invalid(
+            "response_format.type",
+            "'response_format.type' must be one of 'text', 'json_object', 'json_schema'.",
+        )
+    if fmt["type"] == "text":
+        return False, None
+    if fmt["type"] == "json_object":
+        return True, None
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        raise protocol.invalid(
+            "response_format.json_schema", "'response_format.json_schema' is required."
+        )
+    if not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise protocol.invalid(
+            "response_format.json_schema.name", "'response_format.json_schema.name' is required."
+        )
+    schema = spec.get("schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise protocol.invalid(
+            "response_format.json_schema.schema",
+            "'response_format.json_schema.schema' must be a JSON schema object.",
+        )
+    return True, schema
+
+
+def chat_logprobs(body: dict) -> int | None:
+    """How many top alternatives a chat's tokens carry (None: no logprobs)."""
+    wanted = body.get("logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise protocol.invalid("logprobs", "'logprobs' must be a boolean.")
+    top = body.get("top_logprobs")
+    if top is not None:
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_CHAT:
+            raise protocol.invalid(
+                "top_logprobs", f"'top_logprobs' must be an integer between 0 and {MAX_TOP_CHAT}."
+            )
+        if not wanted:
+            raise protocol.invalid("top_logprobs", "'top_logprobs' needs 'logprobs' set to true.")
+    return (top or 0) if wanted else None
+
+
+def completion_logprobs(body: dict) -> int | None:
+    """Completions' ``logprobs``: how many top alternatives (None: none asked)."""
+    top = body.get("logprobs")
+    if top is None:
+        return None
+    if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_COMPLETIONS:
+        raise protocol.invalid(
+            "logprobs", f"'logprobs' must be an integer between 0 and {MAX_TOP_COMPLETIONS}."
+        )
+    return top
+
+
+def _token(text: str, logprob: float) -> dict:
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+
+def token_logprobs(tokens: list[str], top: int, prompt_ids: list[int], index: int) -> list[dict]:
+    """Chat ``logprobs.content`` entries of ``tokens``: the sampled token first in its
+    top list (``top`` long), each alternative less likely than the one before."""
+    rng = random.Random(prompt_seed(prompt_ids, None, index) ^ 0x10B5)  # noqa: S311
+    entries = []
+    for text in tokens:
+        p = 0.35 + 0.64 * rng.random()
+        chosen = round(math.log(p), 6)
+        entry = _token(text, chosen)
+        alternatives = [_token(text, chosen)]
+        lead = " " if text.startswith(" ") else ""
+        seen = {text}
+        rest = 1.0 - p
+        while len(alternatives) < top:
+            word = lead + WORDS[int(rng.random() * len(WORDS))]
+            if word in seen:
+                word = f"{word}{len(alternatives)}"
+            seen.add(word)
+            rest /= 2
+            alternatives.append(_token(word, round(math.log(rest), 6)))
+        entry["top_logprobs"] = alternatives[:top]
+        entries.append(entry)
+    return entries
+
+
+class Logprobs:
+    """The ``logprobs`` objects of a request's choices (``top``: None when none
+    were asked for): ``of(index, start, end)`` covers tokens ``start:end`` of
+    choice ``index``, in chat's or completions' shape."""
+
+    def __init__(self, top: int | None, prompt_ids: list[int], gens, *, chat: bool):
+        self.chat = chat
+        self.gens = gens
+        self.entries = (
+            [
+                None if g.tool_call else token_logprobs(g.deltas, top, prompt_ids, i)
+                for i, g in enumerate(gens)
+            ]
+            if top is not None
+            else None
+        )
+
+    def of(self, index: int, start: int, end: int) -> dict | None:
+        if self.entries is None or self.entries[index] is None:
+            return None
+        entries = self.entries[index][start:end]
+        if self.chat:
+            return {"content": entries, "refusal": None}
+        offset = sum(len(t) for t in self.gens[index].deltas[:start])
+        return completion_shape(entries, offset)
+
+
+def completion_shape(entries: list[dict], offset: int) -> dict:
+    """Completions' legacy ``logprobs`` object of ``entries`` whose text starts at
+    ``offset`` in the choice's text."""
+    offsets = []
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry["token"])
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [e["logprob"] for e in entries],
+        "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+        "text_offset": offsets,
+    }
