@@ -13,8 +13,8 @@
   ``candidateCount``, ``stopSequences``, ``seed``, ``presencePenalty`` and
   ``frequencyPenalty`` are forwarded; ``responseMimeType: application/json``
   (with ``responseSchema`` / ``responseJsonSchema``) becomes
-  ``response_format``; ``topK``, ``responseLogprobs`` and ``safetySettings``
-  are validated and not forwarded; non-text ``responseModalities``,
+  ``response_format``; ``topK`` and ``safetySettings`` are validated and not
+  forwarded; ``responseLogprobs: true``, non-text ``responseModalities``,
   ``speechConfig`` and ``imageConfig`` are untranslatable.
 * ``thinkingConfig`` → ``reasoning_effort`` (``EFFORT_OF_LEVEL`` and
   ``effort_of_budget``): ``thinkingLevel`` MINIMAL/LOW/MEDIUM/HIGH → the same
@@ -267,6 +267,9 @@ def generation_of(value: object, body: dict, lost: list[str]) -> dict:
     for name in ("responseLogprobs", "enableEnhancedCivicAnswers"):
         if config.get(name) is not None:
             boolean(config[name], f"{path}.{snake(name)}")
+    if config.get("responseLogprobs"):
+        # Asked for and not rendered back in Gemini's shape: refused, never dropped.
+        lost.append(f"{path}.response_logprobs: log probabilities")
     for name, what in (("speechConfig", "speech output"), ("imageConfig", "image output")):
         if config.get(name) is not None:
             lost.append(f"{path}.{snake(name)}: {what}")
