@@ -28,17 +28,14 @@ import uuid
 from array import array
 
 from . import output_options, protocol
+from .choices import first_delta, generation_of, message_of
 from .config import CHAT, EMBEDDING
 from .faults import fault_error
 from .http import Response
 from .protocol import ApiError
 from .text import (
     Generation,
-    generate,
-    generate_json,
-    generate_tool_call,
     prompt_seed,
-    results_lead,
 )
 
 _DONE = b"data: [DONE]\n\n"
@@ -169,7 +166,7 @@ class GenerationEndpoints:
                 raise protocol.context_error(context, prompt_len, max_tokens, req.prompt_param)
 
         async def respond(cached: int, started: float):
-            gens = [_choice(req, max_tokens, i) for i in range(req.n)]
+            gens = [generation_of(req, max_tokens, i) for i in range(req.n)]
             meta = _Meta(chat, req, prompt_len, cached, started)
             if req.stream:
                 return await self._stream(conn, engine, req, gens, meta)
@@ -190,7 +187,7 @@ class GenerationEndpoints:
             choices = [
                 {
                     "index": i,
-                    "message": _message(g),
+                    "message": message_of(g),
                     "logprobs": probs.of(i, 0, len(g.deltas)),
                     "finish_reason": g.finish_reason,
                     "stop_reason": g.stop_sequence,
@@ -256,7 +253,12 @@ class GenerationEndpoints:
         first_token_at = loop.time()
         if meta.chat:
             roles = [
-                {"index": i, "delta": _first_delta(g), "logprobs": None, "finish_reason": None}
+                {
+                    "index": i,
+                    "delta": first_delta(g),
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
                 for i, g in enumerate(gens)
             ]
             await conn.write_chunk(chunk(roles))
@@ -323,64 +325,6 @@ class GenerationEndpoints:
         usage["prompt_tokens_details"] = {"cached_tokens": 0}
         body = {"object": "list", "data": data, "model": req.model, "usage": usage}
         return Response(200, _dumps(body))
-
-
-def _choice(req, max_tokens: int, index: int) -> Generation:
-    """One choice: a tool call when the request's tools call for one, else text (which
-    reports the tool results the conversation ends with, if any)."""
-    plan = req.tools
-    if plan.call is not None:
-        return generate_tool_call(
-            req.prompt_ids,
-            plan.call,
-            words=plan.words,
-            max_tokens=max_tokens,
-            seed=req.seed,
-            index=index,
-        )
-    if req.json_output:
-        return generate_json(
-            req.prompt_ids,
-            req.json_schema,
-            words=plan.words,
-            max_tokens=max_tokens,
-            seed=req.seed,
-            index=index,
-        )
-    return generate(
-        req.prompt_ids,
-        max_tokens=max_tokens,
-        seed=req.seed,
-        index=index,
-        stop=req.stop,
-        ignore_eos=req.ignore_eos,
-        lead=results_lead(plan.results) if plan.results else "",
-    )
-
-
-def _message(g: Generation) -> dict:
-    if g.tool_call is None:
-        return {"role": "assistant", "content": g.text, "tool_calls": []}
-    call = {
-        "id": g.tool_call["id"],
-        "type": "function",
-        "function": {"name": g.tool_call["name"], "arguments": g.text},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
-def _first_delta(g: Generation) -> dict:
-    """The role delta; for a tool call (as OpenAI streams one) also the call's id, type
-    and name, with the arguments to follow in the next deltas."""
-    if g.tool_call is None:
-        return {"role": "assistant", "content": ""}
-    call = {
-        "index": 0,
-        "id": g.tool_call["id"],
-        "type": "function",
-        "function": {"name": g.tool_call["name"], "arguments": ""},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 class _Meta:

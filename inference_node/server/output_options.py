@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 
-from . import protocol
+from .errors import invalid
 from .text import WORDS, prompt_seed
 
 MAX_TOP_CHAT = 20
@@ -35,7 +35,7 @@ def response_format(body: dict) -> tuple[bool, dict | None]:
     if fmt is None:
         return False, None
     if not isinstance(fmt, dict) or fmt.get("type") not in _FORMATS:
-        raise protocol.invalid(
+        raise invalid(
             "response_format.type",
             "'response_format.type' must be one of 'text', 'json_object', 'json_schema'.",
         )
@@ -45,16 +45,14 @@ def response_format(body: dict) -> tuple[bool, dict | None]:
         return True, None
     spec = fmt.get("json_schema")
     if not isinstance(spec, dict):
-        raise protocol.invalid(
-            "response_format.json_schema", "'response_format.json_schema' is required."
-        )
+        raise invalid("response_format.json_schema", "'response_format.json_schema' is required.")
     if not isinstance(spec.get("name"), str) or not spec["name"]:
-        raise protocol.invalid(
+        raise invalid(
             "response_format.json_schema.name", "'response_format.json_schema.name' is required."
         )
     schema = spec.get("schema")
     if schema is not None and not isinstance(schema, dict):
-        raise protocol.invalid(
+        raise invalid(
             "response_format.json_schema.schema",
             "'response_format.json_schema.schema' must be a JSON schema object.",
         )
@@ -65,15 +63,15 @@ def chat_logprobs(body: dict) -> int | None:
     """How many top alternatives a chat's tokens carry (None: no logprobs)."""
     wanted = body.get("logprobs")
     if wanted is not None and not isinstance(wanted, bool):
-        raise protocol.invalid("logprobs", "'logprobs' must be a boolean.")
+        raise invalid("logprobs", "'logprobs' must be a boolean.")
     top = body.get("top_logprobs")
     if top is not None:
         if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_CHAT:
-            raise protocol.invalid(
+            raise invalid(
                 "top_logprobs", f"'top_logprobs' must be an integer between 0 and {MAX_TOP_CHAT}."
             )
         if not wanted:
-            raise protocol.invalid("top_logprobs", "'top_logprobs' needs 'logprobs' set to true.")
+            raise invalid("top_logprobs", "'top_logprobs' needs 'logprobs' set to true.")
     return (top or 0) if wanted else None
 
 
@@ -83,7 +81,7 @@ def completion_logprobs(body: dict) -> int | None:
     if top is None:
         return None
     if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_COMPLETIONS:
-        raise protocol.invalid(
+        raise invalid(
             "logprobs", f"'logprobs' must be an integer between 0 and {MAX_TOP_COMPLETIONS}."
         )
     return top

@@ -23,39 +23,10 @@ from console import tokens as tokenizer
 from console.tokens import content_text, template_messages
 
 from . import output_options
+from .errors import ApiError, invalid
 
 MAX_N = 16
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",  # OpenAI's field name
-        param: str | None = None,
-        code: str | None = None,
-        headers: tuple[tuple[str, str], ...] = (),
-        details: list | None = None,  # Gemini's ``error.details``
-    ):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-        self.headers = headers
-        self.details = details
-
-    def body(self) -> bytes:
-        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return json.dumps({"error": error}).encode()
-
-
-def invalid(param: str, message: str, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
 
 
 def load_json_object(raw: bytes) -> dict:

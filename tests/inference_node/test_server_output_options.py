@@ -1,15 +1,19 @@
 """The simulator honours what a request asks of its output's form, through the
-official openai SDK: JSON mode and JSON schemas (``response_format``),
+official SDKs: JSON mode and JSON schemas (``response_format``),
 log probabilities (``logprobs`` / ``top_logprobs``), plain and streamed, and
-vLLM's ``stop_reason`` naming the stop string that ended the text."""
+vLLM's ``stop_reason`` naming the stop string that ended the text; the
+Anthropic and Gemini front-ends' structured outputs."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
 from tests.inference_node.server_helpers import TOKEN, node_process
 
@@ -229,3 +233,35 @@ def test_stop_reason_names_the_stop_string_plain_and_streamed(client):
     assert last.finish_reason == "stop" and last.model_extra["stop_reason"] == stop
     # A text no stop string ended has none.
     assert free.choices[0].model_extra["stop_reason"] is None
+
+
+def test_anthropic_structured_output_answers_json_of_the_schema(node):
+    c = anthropic.Anthropic(base_url=node.base_url, api_key=TOKEN, max_retries=0, timeout=10)
+    message = c.messages.create(
+        model="sim-chat-small",
+        max_tokens=400,
+        messages=ASK,
+        output_config={"format": {"type": "json_schema", "schema": SCHEMA}},
+    )
+    assert_weather(json.loads(message.content[0].text))
+    assert message.stop_reason == "end_turn"
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        c.messages.create(
+            model="sim-chat-small",
+            max_tokens=40,
+            messages=ASK,
+            output_config={"format": {"type": "json_schema"}},
+        )
+    assert "output_config.format.schema" in str(bad.value)
+
+
+def test_gemini_json_without_a_schema_is_an_object_with_the_answer(node):
+    options = types.HttpOptions(base_url=node.base_url, timeout=10_000)
+    c = genai.Client(api_key=TOKEN, http_options=options)
+    answer = c.models.generate_content(
+        model="sim-chat-small",
+        contents="Describe the weather in Paris.",
+        config=types.GenerateContentConfig(response_mime_type="application/json"),
+    )
+    value = json.loads(answer.text)
+    assert isinstance(value["answer"], str) and value["answer"]
