@@ -1,11 +1,13 @@
 """What a caller asks of the output's form reaches the model or is refused,
 never silently dropped (official SDKs through the gateway): JSON mode, JSON
 schemas and logprobs on an OpenAI-speaking node; Anthropic's stop sequences
-reported as ``stop_sequence`` through translation; a channel that cannot
-honour a parameter answers 400 naming it."""
+reported as ``stop_sequence`` through translation; a JSON schema sent to an
+Anthropic channel as its structured output; a channel that cannot honour a
+parameter answers 400 naming it."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import anthropic
@@ -147,7 +149,7 @@ def test_gemini_json_response_through_translation_and_logprobs_refused(gw, tenan
     assert refused.value.code == 400 and "response_logprobs" in refused.value.message
 
 
-def test_an_anthropic_channel_refuses_what_it_cannot_honour_naming_it(
+def test_an_anthropic_channel_takes_a_json_schema_and_refuses_the_rest_by_name(
     vendor, tenant, start_gateway
 ):
     demo_channels(vendor.base_url)
@@ -157,7 +159,6 @@ def test_an_anthropic_channel_refuses_what_it_cannot_honour_naming_it(
     for fields, param in (
         ({"logprobs": True}, "logprobs"),
         ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
-        ({"response_format": JSON_SCHEMA}, "response_format"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
     ):
         with pytest.raises(openai.BadRequestError) as refused:
@@ -165,9 +166,13 @@ def test_an_anthropic_channel_refuses_what_it_cannot_honour_naming_it(
         assert refused.value.body["param"] == param
         assert "Anthropic" in refused.value.body["message"]
     assert len(captured(vendor)) == before  # nothing was sent to the vendor
-    # The same call without them goes through.
-    answer = c.chat.completions.create(model="sim-claude", messages=ASK, max_tokens=20)
-    assert answer.choices[0].message.content
+    # A JSON schema it can honour: sent as Anthropic's output_config.format.
+    shaped = c.chat.completions.create(
+        model="sim-claude", messages=ASK, max_tokens=300, response_format=JSON_SCHEMA
+    )
+    assert_weather(json.loads(shaped.choices[0].message.content))
+    sent = json.loads(base64.b64decode(captured(vendor)[-1]["body_base64"]))
+    assert sent["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
 
 
 def test_anthropic_native_channel_reports_stop_sequence_and_structured_output(
