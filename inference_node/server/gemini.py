@@ -20,7 +20,10 @@ to 8) is, in order:
   a schema; an enum's first value for ``text/x.enum``), else generated text
   that honours ``stopSequences``.
 
-``finishReason`` is ``STOP`` or ``MAX_TOKENS``. ``usageMetadata`` has
+``finishReason`` is ``STOP`` or ``MAX_TOKENS``. With ``responseLogprobs``
+(``logprobs``: top candidates, 0 to 20) a text candidate carries
+``logprobsResult`` (``chosenCandidates``, ``topCandidates``) and
+``avgLogprobs``, each streamed chunk those of its token (``output_options``). ``usageMetadata`` has
 ``promptTokenCount`` (which includes ``cachedContentTokenCount``, present when
 the prefix cache served part of the prompt: Gemini's implicit caching),
 ``candidatesTokenCount``, ``thoughtsTokenCount`` (when there were thoughts)
@@ -39,6 +42,7 @@ from . import protocol
 from .config import CHAT
 from .gemini_request import GenerateRequest, parse_generate
 from .http import Response
+from .output_options import gemini_logprobs, token_logprobs
 from .protocol import ApiError
 from .text import (
     Generation,
@@ -65,6 +69,8 @@ class _Candidate:
         self.thoughts = 0
         self.tokens = 0
         self.finish = "STOP"
+        self.logprobs: list[dict] | None = None  # the text's tokens (responseLogprobs)
+        self.text_start = 0  # the step of the text's first token
 
 
 def _text_generation(req: GenerateRequest, left: int, index: int) -> Generation:
@@ -120,7 +126,10 @@ def _candidate(req: GenerateRequest, max_tokens: int, index: int) -> _Candidate:
             )
         return out
     text = _text_generation(req, left, index)
+    out.text_start = len(out.steps)
     out.steps.extend(("text", {"text": piece}) for piece in text.deltas)
+    if req.logprobs is not None:
+        out.logprobs = token_logprobs(text.deltas, req.logprobs, req.prompt_ids, index)
     out.tokens = text.completion_tokens
     out.finish = "MAX_TOKENS" if text.finish_reason == "length" else "STOP"
     return out
@@ -217,7 +226,10 @@ class GeminiEndpoints:
             parts = _merged_parts(answer.steps)
             if parts:
                 content["parts"] = parts
-            candidates.append({"content": content, "finishReason": answer.finish, "index": index})
+            candidate = {"content": content, "finishReason": answer.finish, "index": index}
+            if answer.logprobs is not None:
+                candidate.update(gemini_logprobs(answer.logprobs))
+            candidates.append(candidate)
         usage = _usage(
             prompt, cached, sum(a.tokens for a in answers), sum(a.thoughts for a in answers)
         )
@@ -266,6 +278,9 @@ class GeminiEndpoints:
                 if part is not None:
                     content["parts"] = [part]
                 entry: dict = {"content": content, "index": index}
+                if part is not None and kind == "text" and answer.logprobs is not None:
+                    token = answer.logprobs[step - answer.text_start]
+                    entry.update(gemini_logprobs([token]))
                 if last:
                     entry["finishReason"] = answer.finish
                 candidates.append(entry)

@@ -12,7 +12,8 @@ checks them and honoured, never silently ignored.
   plain and per streamed chunk; the sampled token is the most likely of its
   top list, whose probabilities sum to at most 1. Completions' ``logprobs``
   (0..5) in the legacy shape (``tokens``, ``token_logprobs``,
-  ``top_logprobs``, ``text_offset``). Values are deterministic (drawn from the
+  ``top_logprobs``, ``text_offset``). Gemini's ``responseLogprobs`` (+
+  ``logprobs``) in its ``logprobsResult`` shape. Values are deterministic (drawn from the
   prompt's seed), not a model's; a tool call's arguments have none (null).
 """
 
@@ -156,3 +157,21 @@ def completion_shape(entries: list[dict], offset: int) -> dict:
         "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
         "text_offset": offsets,
     }
+
+
+def gemini_logprobs(entries: list[dict]) -> dict:
+    """Gemini's ``logprobsResult`` and ``avgLogprobs`` of a candidate's tokens."""
+
+    def candidate(entry: dict) -> dict:
+        return {"token": entry["token"], "logProbability": entry["logprob"]}
+
+    result = {
+        "topCandidates": [
+            {"candidates": [candidate(t) for t in e["top_logprobs"]]} for e in entries
+        ],
+        "chosenCandidates": [candidate(e) for e in entries],
+    }
+    out: dict = {"logprobsResult": result}
+    if entries:
+        out["avgLogprobs"] = sum(e["logprob"] for e in entries) / len(entries)
+    return out

@@ -265,3 +265,41 @@ def test_gemini_json_without_a_schema_is_an_object_with_the_answer(node):
     )
     value = json.loads(answer.text)
     assert isinstance(value["answer"], str) and value["answer"]
+
+
+def test_gemini_logprobs_plain_and_streamed(node):
+    c = genai.Client(
+        api_key=TOKEN, http_options=types.HttpOptions(base_url=node.base_url, timeout=10_000)
+    )
+    config = types.GenerateContentConfig(response_logprobs=True, logprobs=3, max_output_tokens=12)
+    answer = c.models.generate_content(model="sim-chat-small", contents="Hello", config=config)
+    candidate = answer.candidates[0]
+    chosen = candidate.logprobs_result.chosen_candidates
+    assert "".join(t.token for t in chosen) == answer.text
+    assert len(chosen) == answer.usage_metadata.candidates_token_count
+    for token, top in zip(chosen, candidate.logprobs_result.top_candidates, strict=True):
+        assert len(top.candidates) == 3 and top.candidates[0].token == token.token
+        assert token.log_probability < 0
+    assert candidate.avg_logprobs == pytest.approx(
+        sum(t.log_probability for t in chosen) / len(chosen)
+    )
+    chunks = list(
+        c.models.generate_content_stream(model="sim-chat-small", contents="Hello", config=config)
+    )
+    streamed = [
+        t
+        for ch in chunks
+        if ch.candidates and ch.candidates[0].logprobs_result
+        for t in ch.candidates[0].logprobs_result.chosen_candidates
+    ]
+    assert [(t.token, t.log_probability) for t in streamed] == [
+        (t.token, t.log_probability) for t in chosen
+    ]
+    # Not asked: none; logprobs without response_logprobs: a 400.
+    plain = c.models.generate_content(model="sim-chat-small", contents="Hello")
+    assert plain.candidates[0].logprobs_result is None
+    with pytest.raises(genai.errors.ClientError) as bad:
+        c.models.generate_content(
+            model="sim-chat-small", contents="Hello", config=types.GenerateContentConfig(logprobs=2)
+        )
+    assert bad.value.code == 400
