@@ -120,7 +120,7 @@ def test_anthropic_structured_output_through_translation_is_json_of_the_schema(g
     assert_weather(json.loads(message.content[0].text))
 
 
-def test_gemini_json_response_through_translation_and_logprobs_refused(gw, tenant):
+def test_gemini_json_response_and_logprobs_through_translation(gw, tenant):
     c = default_gemini_client(gw, tenant.raw)
     gemini_schema = {
         "type": "OBJECT",
@@ -140,11 +140,26 @@ def test_gemini_json_response_through_translation_and_logprobs_refused(gw, tenan
         ),
     )
     assert_weather(json.loads(answer.text))
+    # Log probabilities: asked in Gemini's terms, answered in Gemini's shape.
+    config = types.GenerateContentConfig(response_logprobs=True, logprobs=2, max_output_tokens=10)
+    plain = c.models.generate_content(model="sim-chat-small", contents="Hello", config=config)
+    result = plain.candidates[0].logprobs_result
+    assert "".join(t.token for t in result.chosen_candidates) == plain.text
+    assert all(len(top.candidates) == 2 for top in result.top_candidates)
+    assert plain.candidates[0].avg_logprobs < 0
+    chunks = list(
+        c.models.generate_content_stream(model="sim-chat-small", contents="Hello", config=config)
+    )
+    streamed = [
+        t.token
+        for ch in chunks
+        if ch.candidates and ch.candidates[0].logprobs_result
+        for t in ch.candidates[0].logprobs_result.chosen_candidates
+    ]
+    assert streamed == [t.token for t in result.chosen_candidates]
     with pytest.raises(genai_errors.ClientError) as refused:
         c.models.generate_content(
-            model="sim-chat-small",
-            contents="Hello",
-            config=types.GenerateContentConfig(response_logprobs=True, logprobs=2),
+            model="sim-chat-small", contents="Hello", config=types.GenerateContentConfig(logprobs=2)
         )
     assert refused.value.code == 400 and "response_logprobs" in refused.value.message
 
@@ -165,6 +180,14 @@ def test_an_anthropic_channel_takes_a_json_schema_and_refuses_the_rest_by_name(
             c.chat.completions.create(model="sim-claude", messages=ASK, max_tokens=20, **fields)
         assert refused.value.body["param"] == param
         assert "Anthropic" in refused.value.body["message"]
+    gemini = default_gemini_client(gw, tenant.raw)
+    with pytest.raises(genai_errors.ClientError) as refused_gemini:
+        gemini.models.generate_content(
+            model="sim-claude",
+            contents="Hello",
+            config=types.GenerateContentConfig(response_logprobs=True),
+        )
+    assert refused_gemini.value.code == 400 and "logprobs" in refused_gemini.value.message
     assert len(captured(vendor)) == before  # nothing was sent to the vendor
     # A JSON schema it can honour: sent as Anthropic's output_config.format.
     shaped = c.chat.completions.create(
