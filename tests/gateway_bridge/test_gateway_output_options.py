@@ -215,3 +215,32 @@ def test_anthropic_native_channel_reports_stop_sequence_and_structured_output(
         output_config={"format": {"type": "json_schema", "schema": SCHEMA}},
     )
     assert_weather(json.loads(shaped.content[0].text))
+
+
+def test_openai_logprobs_through_a_gemini_channel(vendor, tenant, start_gateway):
+    demo_channels(vendor.base_url)
+    gw = start_gateway()
+    c = client(gw, tenant.raw)
+    plain = c.chat.completions.create(
+        model="sim-gemini", messages=ASK, logprobs=True, top_logprobs=2, max_tokens=10
+    )
+    entries = plain.choices[0].logprobs.content
+    assert "".join(e.token for e in entries) == plain.choices[0].message.content
+    assert all(len(e.top_logprobs) == 2 and e.logprob < 0 for e in entries)
+    sent = json.loads(base64.b64decode(captured(vendor)[-1]["body_base64"]))
+    assert sent["generationConfig"]["responseLogprobs"] is True
+    stream = c.chat.completions.create(
+        model="sim-gemini",
+        messages=ASK,
+        logprobs=True,
+        top_logprobs=2,
+        max_tokens=10,
+        stream=True,
+    )
+    streamed = [
+        e.token
+        for ch in stream
+        if ch.choices and ch.choices[0].logprobs
+        for e in ch.choices[0].logprobs.content
+    ]
+    assert streamed == [e.token for e in entries]
