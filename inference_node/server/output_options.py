@@ -19,6 +19,7 @@ checks them and honoured, never silently ignored.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -103,15 +104,13 @@ def token_logprobs(tokens: list[str], top: int, prompt_ids: list[int], index: in
         entry = _token(text, chosen)
         alternatives = [_token(text, chosen)]
         lead = " " if text.startswith(" ") else ""
-        seen = {text}
-        rest = 1.0 - p
-        while len(alternatives) < top:
-            word = lead + WORDS[int(rng.random() * len(WORDS))]
-            if word in seen:
-                word = f"{word}{len(alternatives)}"
-            seen.add(word)
-            rest /= 2
-            alternatives.append(_token(word, round(math.log(rest), 6)))
+        rest = 1.0 - p  # shared by the alternatives, halving each time: the sum stays < 1
+        for word in rng.sample(WORDS, top) if top > 1 else ():
+            if len(alternatives) == top:
+                break
+            if lead + word != text:
+                rest /= 2
+                alternatives.append(_token(lead + word, round(math.log(rest), 6)))
         entry["top_logprobs"] = alternatives[:top]
         entries.append(entry)
     return entries
@@ -124,7 +123,12 @@ class Logprobs:
 
     def __init__(self, top: int | None, prompt_ids: list[int], gens, *, chat: bool):
         self.chat = chat
-        self.gens = gens
+        # where each token's text starts in its choice's text (completions' text_offset)
+        self.starts = (
+            [[0, *itertools.accumulate(len(t) for t in g.deltas)] for g in gens]
+            if top is not None and not chat
+            else []
+        )
         self.entries = (
             [
                 None if g.tool_call else token_logprobs(g.deltas, top, prompt_ids, i)
@@ -140,8 +144,7 @@ class Logprobs:
         entries = self.entries[index][start:end]
         if self.chat:
             return {"content": entries, "refusal": None}
-        offset = sum(len(t) for t in self.gens[index].deltas[:start])
-        return completion_shape(entries, offset)
+        return completion_shape(entries, self.starts[index][start])
 
 
 def completion_shape(entries: list[dict], offset: int) -> dict:
