@@ -10,6 +10,10 @@ and Gemini front-ends (``anthropic``, ``gemini``) use them too, so latency,
 faults (stalls and drops included) and metrics are the same whatever the
 protocol.
 
+What a request asks of its output's form (``response_format``, ``logprobs``) is
+honoured by ``choices`` and ``output_options``; a choice a stop string ended
+names it in vLLM's ``stop_reason``.
+
 Context window rule: like vLLM, ``prompt + max_tokens`` must fit; when
 ``max_tokens`` is absent it defaults to what is left of the window, and a
 prompt that fills the window alone is refused.
@@ -33,10 +37,7 @@ from .config import CHAT, EMBEDDING
 from .faults import fault_error
 from .http import Response
 from .protocol import ApiError
-from .text import (
-    Generation,
-    prompt_seed,
-)
+from .text import Generation, prompt_seed
 
 _DONE = b"data: [DONE]\n\n"
 
