@@ -278,7 +278,7 @@ class Gateway:
         if path == "/metrics":
             await self._metrics(headers, send)
             return
-        where = route.resolve(path, headers)
+        where = route.resolve(path, headers, scope.get("query_string") or b"")
         call = Call(where.protocol, where.endpoint)
         self.metrics.in_flight += 1
         try:

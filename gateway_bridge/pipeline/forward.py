@@ -91,9 +91,11 @@ def _request(req: CallRequest, node, dialect, native_call: bool) -> tuple[str, b
     """(path, body) of one try on ``node``."""
     upstream = node.upstream_model
     if not native_call and req.untranslatable:
+        lost = req.untranslatable[0]
         raise invalid(
-            f"{req.untranslatable[0]}: cannot be sent to this model's channel, which "
+            f"{lost}: cannot be sent to this model's channel, which "
             f"speaks the {dialect.PROTOCOL} protocol",
+            param=lost.partition(":")[0],
             code="unsupported",
         )
     if native_call:

@@ -57,7 +57,12 @@ async def model(gw: Gateway, call: Call, scope, receive, send, headers, name) ->
     name = name.removeprefix("models/")
     infos = [m for m in visible_models(gw, entry) if m.name == name]
     if not infos:
-        raise GatewayError(NOT_FOUND, "model_not_found", f"The model '{name}' does not exist.")
+        raise GatewayError(
+            NOT_FOUND,
+            "model_not_found",
+            f"The model '{name}' does not exist or you do not have access to it.",
+            param="model",
+        )
     rendered = json.loads(ADAPTERS[call.protocol].render_models(infos))
     for list_key in ("data", "models"):
         if isinstance(rendered.get(list_key), list) and rendered[list_key]:

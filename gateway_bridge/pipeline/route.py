@@ -12,6 +12,11 @@ The paths the SDKs use:
 - Gemini: ``POST /v1beta/models/{model}:generateContent`` (and
   ``:streamGenerateContent``, ``:countTokens``, ``:embedContent``,
   ``:batchEmbedContents``); ``GET /v1beta/models``, ``/v1beta/models/{model}``.
+  The same under ``/v1/`` (google-genai's default API version is ``v1``): a
+  ``/v1/models/{model}:{verb}`` path with one of those verbs is Gemini's
+  whatever its headers; ``GET /v1/models`` and ``/v1/models/{model}`` are
+  Gemini's when the key comes as ``x-goog-api-key`` or ``?key=`` (and no
+  ``anthropic-version`` header says Anthropic).
 
 An unknown path answers (404) in the protocol its prefix implies: Gemini's
 under ``/v1beta``, Anthropic's under ``/v1/messages``, OpenAI's otherwise. A
@@ -71,17 +76,30 @@ _EXACT: dict[str, Route] = {
     "/api/v1/key": Route("openai", "key", ACCOUNT, "GET"),
 }
 _MODEL_LISTS = {
-    False: Route("openai", "models", MODELS, "GET"),
-    True: Route("anthropic", "models", MODELS, "GET"),
+    "openai": Route("openai", "models", MODELS, "GET"),
+    "anthropic": Route("anthropic", "models", MODELS, "GET"),
+    "gemini": Route("gemini", "models", MODELS, "GET"),
 }
 _UNKNOWN_GEMINI = Route("gemini", "unknown", UNKNOWN, None)
 _UNKNOWN_ANTHROPIC = Route("anthropic", "unknown", UNKNOWN, None)
 _UNKNOWN_OPENAI = Route("openai", "unknown", UNKNOWN, None)
 
 
-def resolve(path: str, headers: dict) -> Route:
+def _models_protocol(headers: dict, query: bytes) -> str:
+    """Whose ``GET /v1/models[/{model}]`` this is: Anthropic's with an
+    ``anthropic-version`` header, Gemini's with its key in ``x-goog-api-key``
+    or ``?key=``, OpenAI's otherwise."""
+    if "anthropic-version" in headers:
+        return "anthropic"
+    if "x-goog-api-key" in headers or query.startswith(b"key=") or b"&key=" in query:
+        return "gemini"
+    return "openai"
+
+
+def resolve(path: str, headers: dict, query: bytes = b"") -> Route:
     """The route of a request (``headers`` lower-cased names: an
-    ``anthropic-version`` header makes ``/v1/models`` Anthropic's)."""
+    ``anthropic-version`` header makes ``/v1/models`` Anthropic's, a Gemini
+    key Gemini's; ``query`` the raw query string)."""
     route = _EXACT.get(path)
     if route is not None:
         return route
@@ -96,10 +114,13 @@ def resolve(path: str, headers: dict) -> Route:
                 return Route("gemini", verb, action, "POST", name)
         return _UNKNOWN_GEMINI
     if path in ("/v1/models", "/v1/models/"):
-        return _MODEL_LISTS["anthropic-version" in headers]
+        return _MODEL_LISTS[_models_protocol(headers, query)]
     if path.startswith("/v1/models/"):
-        proto = "anthropic" if "anthropic-version" in headers else "openai"
-        return Route(proto, "models", MODEL, "GET", path[11:])
+        name, sep, verb = path[11:].rpartition(":")
+        action = _GEMINI_VERBS.get(verb) if sep else None
+        if action is not None:
+            return Route("gemini", verb, action, "POST", name)
+        return Route(_models_protocol(headers, query), "models", MODEL, "GET", path[11:])
     endpoint = _OPENAI_ENDPOINTS.get(path.rstrip("/"))
     if endpoint is not None:
         return Route("openai", endpoint, GENERATE, "POST")

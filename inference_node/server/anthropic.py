@@ -14,7 +14,8 @@ see ``generation``) and answered with these content blocks, in order:
 * ``tool_use`` when the tools call for one (``protocol.tool_plan``: ``auto``
   after a user turn, ``any``, or a named ``tool``), ``stop_reason:
   "tool_use"``; otherwise ``text`` (quoting the tool results when the turn
-  answers tool calls), ``stop_reason`` ``end_turn``, ``max_tokens``, or
+  answers tool calls; JSON of ``output_config.format``'s schema when one is
+  given), ``stop_reason`` ``end_turn``, ``max_tokens``, or
   ``stop_sequence`` with ``stop_sequence`` set to the one that matched.
 
 Usage: ``input_tokens`` (the prompt less what the cache read or wrote),
@@ -43,6 +44,7 @@ from .http import Response
 from .protocol import ApiError
 from .text import (
     generate,
+    generate_json,
     generate_thinking,
     generate_tool_call,
     results_lead,
@@ -109,7 +111,10 @@ def _answer(req: MessagesRequest, max_tokens: int) -> _Answer:
         stop = "max_tokens" if call.finish_reason == "length" else "tool_use"
         return _Answer(blocks, stop, None)
     lead = results_lead(plan.results) if plan.results else ""
-    text = generate(req.prompt_ids, max_tokens=left, stop=req.stop, lead=lead)
+    if req.json_schema is not None:
+        text = generate_json(req.prompt_ids, req.json_schema, words=plan.words, max_tokens=left)
+    else:
+        text = generate(req.prompt_ids, max_tokens=left, stop=req.stop, lead=lead)
     if text.deltas:
         blocks.append(_Block("text", text.deltas, text.completion_tokens))
     if text.stop_sequence is not None:

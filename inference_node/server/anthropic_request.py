@@ -78,6 +78,7 @@ class MessagesRequest:
     plan: ToolPlan
     prompt_ids: list[int]
     cache: prompt_cache.Prefixes = field(default_factory=prompt_cache.Prefixes)
+    json_schema: dict | None = None  # ``output_config.format``: the text is JSON of it
 
 
 def _render(messages: list[dict], tools: list[dict]) -> list[int]:
@@ -161,6 +162,22 @@ def _thinking(body: dict, max_tokens: int | None) -> tuple[int, bool]:
     return budget, display == "summarized"
 
 
+def _output_schema(body: dict) -> dict | None:
+    """``output_config.format``'s schema (structured outputs), or None."""
+    config = body.get("output_config")
+    if config is None:
+        return None
+    fmt = dictionary(config, "output_config").get("format")
+    if fmt is None:
+        return None
+    fmt = dictionary(fmt, "output_config.format")
+    if fmt.get("type") != "json_schema":
+        raise bad("output_config.format.type", "Input should be 'json_schema'")
+    if "schema" not in fmt:
+        raise bad("output_config.format.schema", "Field required")
+    return dictionary(fmt["schema"], "output_config.format.schema")
+
+
 def parse_messages(body: dict, *, count_only: bool = False) -> MessagesRequest:
     """A checked ``/v1/messages`` (or ``count_tokens``) body."""
     for key in body:
@@ -214,4 +231,5 @@ def parse_messages(body: dict, *, count_only: bool = False) -> MessagesRequest:
         plan=plan,
         prompt_ids=_render(messages, tools),
         cache=prefixes,
+        json_schema=_output_schema(body),
     )

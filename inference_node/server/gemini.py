@@ -16,10 +16,14 @@ to 8) is, in order:
 * a ``functionCall`` part when the tools call for one (``toolConfig`` modes
   AUTO after a user turn, ANY, or one allowed function);
 * otherwise text: JSON built from the response schema when
-  ``responseMimeType`` is ``application/json`` (an enum's first value for
-  ``text/x.enum``), else generated text that honours ``stopSequences``.
+  ``responseMimeType`` is ``application/json`` (``{"answer": <text>}`` without
+  a schema; an enum's first value for ``text/x.enum``), else generated text
+  that honours ``stopSequences``.
 
-``finishReason`` is ``STOP`` or ``MAX_TOKENS``. ``usageMetadata`` has
+``finishReason`` is ``STOP`` or ``MAX_TOKENS``. With ``responseLogprobs``
+(``logprobs``: top candidates, 0 to 20) a text candidate carries
+``logprobsResult`` (``chosenCandidates``, ``topCandidates``) and
+``avgLogprobs``, each streamed chunk those of its token (``output_options``). ``usageMetadata`` has
 ``promptTokenCount`` (which includes ``cachedContentTokenCount``, present when
 the prefix cache served part of the prompt: Gemini's implicit caching),
 ``candidatesTokenCount``, ``thoughtsTokenCount`` (when there were thoughts)
@@ -38,10 +42,12 @@ from . import protocol
 from .config import CHAT
 from .gemini_request import GenerateRequest, parse_generate
 from .http import Response
+from .output_options import gemini_logprobs, token_logprobs
 from .protocol import ApiError
 from .text import (
     Generation,
     generate,
+    generate_json,
     generate_thinking,
     generate_tool_call,
     results_lead,
@@ -63,24 +69,24 @@ class _Candidate:
         self.thoughts = 0
         self.tokens = 0
         self.finish = "STOP"
+        self.logprobs: list[dict] | None = None  # the text's tokens (responseLogprobs)
+        self.text_start = 0  # the step of the text's first token
 
 
 def _text_generation(req: GenerateRequest, left: int, index: int) -> Generation:
     if req.mime_type in ("application/json", "text/x.enum"):
-        schema = req.schema or {"type": "object", "properties": {"answer": {"type": "string"}}}
-        built = generate_tool_call(
+        enum = (req.schema or {}).get("enum")
+        if req.mime_type == "text/x.enum" and isinstance(enum, list):
+            deltas = [str(enum[0])] if enum else []
+            return Generation(deltas, len(deltas), "stop")
+        return generate_json(  # no schema: an object with the answer's text
             req.prompt_ids,
-            {"name": "response", "parameters": schema},
+            req.schema,
             words=req.plan.words,
             max_tokens=left,
             seed=req.seed,
             index=index,
         )
-        deltas = built.deltas
-        if req.mime_type == "text/x.enum" and isinstance(schema.get("enum"), list):
-            deltas = [str(schema["enum"][0])] if schema["enum"] else []
-        finish = "length" if built.finish_reason == "length" else "stop"
-        return Generation(deltas, len(deltas), finish)
     lead = results_lead(req.plan.results) if req.plan.results else ""
     return generate(
         req.prompt_ids, max_tokens=left, seed=req.seed, index=index, stop=req.stop, lead=lead
@@ -120,7 +126,10 @@ def _candidate(req: GenerateRequest, max_tokens: int, index: int) -> _Candidate:
             )
         return out
     text = _text_generation(req, left, index)
+    out.text_start = len(out.steps)
     out.steps.extend(("text", {"text": piece}) for piece in text.deltas)
+    if req.logprobs is not None:
+        out.logprobs = token_logprobs(text.deltas, req.logprobs, req.prompt_ids, index)
     out.tokens = text.completion_tokens
     out.finish = "MAX_TOKENS" if text.finish_reason == "length" else "STOP"
     return out
@@ -217,7 +226,10 @@ class GeminiEndpoints:
             parts = _merged_parts(answer.steps)
             if parts:
                 content["parts"] = parts
-            candidates.append({"content": content, "finishReason": answer.finish, "index": index})
+            candidate = {"content": content, "finishReason": answer.finish, "index": index}
+            if answer.logprobs is not None:
+                candidate.update(gemini_logprobs(answer.logprobs))
+            candidates.append(candidate)
         usage = _usage(
             prompt, cached, sum(a.tokens for a in answers), sum(a.thoughts for a in answers)
         )
@@ -266,6 +278,9 @@ class GeminiEndpoints:
                 if part is not None:
                     content["parts"] = [part]
                 entry: dict = {"content": content, "index": index}
+                if part is not None and kind == "text" and answer.logprobs is not None:
+                    token = answer.logprobs[step - answer.text_start]
+                    entry.update(gemini_logprobs([token]))
                 if last:
                     entry["finishReason"] = answer.finish
                 candidates.append(entry)

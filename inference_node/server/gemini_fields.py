@@ -44,6 +44,7 @@ GENERATION = {
 }
 MAX_CANDIDATES = 8
 MAX_STOP = 5
+MAX_LOGPROBS = 20
 _MIME = ("text/plain", "application/json", "text/x.enum")
 
 
@@ -133,6 +134,7 @@ def generation_config(value: object) -> dict:
         "schema": None,
         "budget": 0,
         "thoughts": False,
+        "logprobs": None,
     }
     if config.get("maxOutputTokens") is not None:
         out["max"] = integer(config["maxOutputTokens"], f"{path}.max_output_tokens", 1)
@@ -158,6 +160,16 @@ def generation_config(value: object) -> dict:
     if mime not in _MIME:
         raise bad(f"{path}.response_mime_type", f"allowed mimetypes are {', '.join(_MIME)}.")
     out["mime"] = mime
+    if config.get("responseLogprobs") is not None:
+        wanted = typed(config["responseLogprobs"], f"{path}.response_logprobs", bool, "TYPE_BOOL")
+        out["logprobs"] = 0 if wanted else None
+    if config.get("logprobs") is not None:
+        top = integer(config["logprobs"], f"{path}.logprobs", 0)
+        if top > MAX_LOGPROBS:
+            raise bad(f"{path}.logprobs", f"must be in [0, {MAX_LOGPROBS}].")
+        if out["logprobs"] is None:
+            raise bad(f"{path}.logprobs", "logprobs needs response_logprobs set to true.")
+        out["logprobs"] = top
     if isinstance(config.get("responseJsonSchema"), dict):
         out["schema"] = config["responseJsonSchema"]
     elif isinstance(config.get("responseSchema"), dict):

@@ -68,6 +68,7 @@ class GenerateRequest:
     include_thoughts: bool
     mime_type: str
     schema: dict | None
+    logprobs: int | None = None  # responseLogprobs: top candidates per token (None: off)
 
 
 class _Turns:
@@ -282,4 +283,5 @@ def parse_generate(body: dict, model: str, *, count_only: bool = False) -> Gener
         include_thoughts=config["thoughts"],
         mime_type=config["mime"],
         schema=config["schema"],
+        logprobs=config["logprobs"],
     )

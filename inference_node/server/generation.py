@@ -10,6 +10,10 @@ and Gemini front-ends (``anthropic``, ``gemini``) use them too, so latency,
 faults (stalls and drops included) and metrics are the same whatever the
 protocol.
 
+What a request asks of its output's form (``response_format``, ``logprobs``) is
+honoured by ``choices`` and ``output_options``; a choice a stop string ended
+names it in vLLM's ``stop_reason``.
+
 Context window rule: like vLLM, ``prompt + max_tokens`` must fit; when
 ``max_tokens`` is absent it defaults to what is left of the window, and a
 prompt that fills the window alone is refused.
@@ -27,12 +31,13 @@ import time
 import uuid
 from array import array
 
-from . import protocol
+from . import output_options, protocol
+from .choices import first_delta, generation_of, message_of
 from .config import CHAT, EMBEDDING
 from .faults import fault_error
 from .http import Response
 from .protocol import ApiError
-from .text import Generation, generate, generate_tool_call, prompt_seed, results_lead
+from .text import Generation, prompt_seed
 
 _DONE = b"data: [DONE]\n\n"
 
@@ -162,8 +167,8 @@ class GenerationEndpoints:
                 raise protocol.context_error(context, prompt_len, max_tokens, req.prompt_param)
 
         async def respond(cached: int, started: float):
-            gens = [_choice(req, max_tokens, i) for i in range(req.n)]
-            meta = _Meta(chat, req.model, prompt_len, cached, started)
+            gens = [generation_of(req, max_tokens, i) for i in range(req.n)]
+            meta = _Meta(chat, req, prompt_len, cached, started)
             if req.stream:
                 return await self._stream(conn, engine, req, gens, meta)
             return await self._whole(conn, engine, gens, meta)
@@ -178,20 +183,28 @@ class GenerationEndpoints:
         self._finish(engine, gens, meta, first_token_at, completion)
         created = int(time.time())
         usage = protocol.usage(meta.prompt, completion, meta.cached)
+        probs = output_options.Logprobs(meta.logprobs, meta.prompt_ids, gens, chat=meta.chat)
         if meta.chat:
             choices = [
                 {
                     "index": i,
-                    "message": _message(g),
-                    "logprobs": None,
+                    "message": message_of(g),
+                    "logprobs": probs.of(i, 0, len(g.deltas)),
                     "finish_reason": g.finish_reason,
+                    "stop_reason": g.stop_sequence,
                 }
                 for i, g in enumerate(gens)
             ]
             body = {"id": _id("chatcmpl"), "object": "chat.completion", "created": created}
         else:
             choices = [
-                {"index": i, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason}
+                {
+                    "index": i,
+                    "text": g.text,
+                    "logprobs": probs.of(i, 0, len(g.deltas)),
+                    "finish_reason": g.finish_reason,
+                    "stop_reason": g.stop_sequence,
+                }
                 for i, g in enumerate(gens)
             ]
             body = {"id": _id("cmpl"), "object": "text_completion", "created": created}
@@ -216,22 +229,37 @@ class GenerationEndpoints:
         def chunk(choices) -> bytes:
             return _event({**head, "choices": choices, **extra})
 
-        def content(index: int, text: str, finish=None) -> dict:
+        probs = output_options.Logprobs(meta.logprobs, meta.prompt_ids, gens, chat=meta.chat)
+
+        def content(index: int, step: int, finish=None) -> dict:
+            g = gens[index]
+            text = g.deltas[step] if finish is None else ""
+            logprobs = probs.of(index, step, step + 1) if finish is None else None
             if meta.chat:
-                if not text and finish is not None:
+                if finish is not None:
                     delta = {}
-                elif gens[index].tool_call:
+                elif g.tool_call:
                     delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
                 else:
                     delta = {"content": text}
-                return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+                part = {"index": index, "delta": delta, "logprobs": logprobs}
+            else:
+                part = {"index": index, "text": text, "logprobs": logprobs}
+            part["finish_reason"] = finish
+            if finish is not None:
+                part["stop_reason"] = g.stop_sequence  # vLLM's: the stop string that matched
+            return part
 
         conn.start_stream("text/event-stream")
         first_token_at = loop.time()
         if meta.chat:
             roles = [
-                {"index": i, "delta": _first_delta(g), "logprobs": None, "finish_reason": None}
+                {
+                    "index": i,
+                    "delta": first_delta(g),
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
                 for i, g in enumerate(gens)
             ]
             await conn.write_chunk(chunk(roles))
@@ -239,9 +267,9 @@ class GenerationEndpoints:
         for step in range(steps):
             if not await self.pace(conn, engine, step):
                 return None
-            parts = [content(i, g.deltas[step]) for i, g in enumerate(gens) if step < len(g.deltas)]
+            parts = [content(i, step) for i, g in enumerate(gens) if step < len(g.deltas)]
             await conn.write_chunk(chunk(parts))
-        finals = [content(i, "", g.finish_reason) for i, g in enumerate(gens)]
+        finals = [content(i, 0, g.finish_reason) for i, g in enumerate(gens)]
         tail = chunk(finals)
         completion = sum(g.completion_tokens for g in gens)
         if req.include_usage:
@@ -300,61 +328,14 @@ class GenerationEndpoints:
         return Response(200, _dumps(body))
 
 
-def _choice(req, max_tokens: int, index: int) -> Generation:
-    """One choice: a tool call when the request's tools call for one, else text (which
-    reports the tool results the conversation ends with, if any)."""
-    plan = req.tools
-    if plan.call is not None:
-        return generate_tool_call(
-            req.prompt_ids,
-            plan.call,
-            words=plan.words,
-            max_tokens=max_tokens,
-            seed=req.seed,
-            index=index,
-        )
-    return generate(
-        req.prompt_ids,
-        max_tokens=max_tokens,
-        seed=req.seed,
-        index=index,
-        stop=req.stop,
-        ignore_eos=req.ignore_eos,
-        lead=results_lead(plan.results) if plan.results else "",
-    )
-
-
-def _message(g: Generation) -> dict:
-    if g.tool_call is None:
-        return {"role": "assistant", "content": g.text, "tool_calls": []}
-    call = {
-        "id": g.tool_call["id"],
-        "type": "function",
-        "function": {"name": g.tool_call["name"], "arguments": g.text},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
-def _first_delta(g: Generation) -> dict:
-    """The role delta; for a tool call (as OpenAI streams one) also the call's id, type
-    and name, with the arguments to follow in the next deltas."""
-    if g.tool_call is None:
-        return {"role": "assistant", "content": ""}
-    call = {
-        "index": 0,
-        "id": g.tool_call["id"],
-        "type": "function",
-        "function": {"name": g.tool_call["name"], "arguments": ""},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
 class _Meta:
-    __slots__ = ("cached", "chat", "model", "prompt", "started")
+    __slots__ = ("cached", "chat", "logprobs", "model", "prompt", "prompt_ids", "started")
 
-    def __init__(self, chat, model, prompt, cached, started):
+    def __init__(self, chat, req, prompt, cached, started):
         self.chat = chat
-        self.model = model
+        self.model = req.model
+        self.prompt_ids = req.prompt_ids
+        self.logprobs = req.logprobs
         self.prompt = prompt
         self.cached = cached
         self.started = started

@@ -2,8 +2,9 @@
 
 Every user error becomes an ``ApiError`` rendered as OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``. Fields the simulator does
-not model (``temperature``, ``top_p``, ``logprobs``, ...) are accepted when
-well-typed and otherwise ignored; unknown fields are ignored, as vLLM does.
+not model (``temperature``, ``top_p``, ...) are accepted when well-typed and
+otherwise ignored; unknown fields are ignored, as vLLM does.
+``response_format`` and ``logprobs`` are honoured (``output_options``).
 
 Tools are checked as vLLM and OpenAI check them and decide the answer (see
 ``ToolPlan``): with ``tools`` and a ``tool_choice`` other than ``"none"``, the
@@ -21,38 +22,11 @@ from dataclasses import dataclass, field
 from console import tokens as tokenizer
 from console.tokens import content_text, template_messages
 
+from . import output_options
+from .errors import ApiError, invalid
+
 MAX_N = 16
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",  # OpenAI's field name
-        param: str | None = None,
-        code: str | None = None,
-        headers: tuple[tuple[str, str], ...] = (),
-        details: list | None = None,  # Gemini's ``error.details``
-    ):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-        self.headers = headers
-        self.details = details
-
-    def body(self) -> bytes:
-        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return json.dumps({"error": error}).encode()
-
-
-def invalid(param: str, message: str, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
 
 
 def load_json_object(raw: bytes) -> dict:
@@ -116,6 +90,9 @@ class GenerationRequest:
     ignore_eos: bool
     prompt_param: str
     tools: ToolPlan = field(default_factory=lambda: ToolPlan())
+    json_output: bool = False  # response_format json_object / json_schema
+    json_schema: dict | None = None  # json_schema's schema (None: any object)
+    logprobs: int | None = None  # top alternatives per token (None: no logprobs)
 
 
 @dataclass
@@ -375,6 +352,8 @@ def parse_chat(body: dict) -> GenerationRequest:
     prompt_ids = tokenizer.chat_prompt_tokens(template_messages(messages, body.get("tools")))
     request = _common(body, prompt_ids, "messages", "max_completion_tokens")
     request.tools = plan
+    request.json_output, request.json_schema = output_options.response_format(body)
+    request.logprobs = output_options.chat_logprobs(body)
     return request
 
 
@@ -398,7 +377,10 @@ def parse_completion(body: dict) -> GenerationRequest:
         raise invalid("prompt", "'prompt' must not be empty.")
     if body.get("echo"):
         raise invalid("echo", "'echo' is not supported by the simulator.")
-    return _common(body, prompt_ids, "prompt", "max_tokens")
+    request = _common(body, prompt_ids, "prompt", "max_tokens")
+    request.json_output, request.json_schema = output_options.response_format(body)
+    request.logprobs = output_options.completion_logprobs(body)
+    return request
 
 
 @dataclass

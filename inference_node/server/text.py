@@ -201,6 +201,39 @@ def generate_tool_call(
     return Generation(out, len(out), finish, {"id": call_id, "name": function["name"]})
 
 
+# What ``response_format: json_object`` (JSON, no schema) answers: an object.
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+}
+
+
+def generate_json(
+    prompt_ids: list[int],
+    schema: dict | None,
+    *,
+    words: str,
+    max_tokens: int,
+    seed: int | None = None,
+    index: int = 0,
+) -> Generation:
+    """JSON output (OpenAI's ``response_format``, Gemini's ``responseMimeType``):
+    a value of ``schema`` built as tool arguments are (``generate_tool_call``), or
+    with no schema an object whose ``answer`` is the text this prompt would get.
+    Valid JSON unless ``max_tokens`` cuts it ("length"), as a model's would be."""
+    if schema is None:
+        text = generate(prompt_ids, max_tokens=max_tokens, seed=seed, index=index).text
+        out = pieces(json.dumps({"answer": text.strip()}, ensure_ascii=False))
+    else:
+        rng = random.Random(prompt_seed(prompt_ids, seed, index) ^ 0x150A)  # noqa: S311
+        value = _ArgumentBuilder(rng, schema, words).value(schema, 0)
+        out = pieces(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    if len(out) > max_tokens:
+        return Generation(out[:max_tokens], max_tokens, "length")
+    return Generation(out, len(out), "stop")
+
+
 class _ArgumentBuilder:
     def __init__(self, rng: random.Random, root: dict, words: str):
         self.rng = rng

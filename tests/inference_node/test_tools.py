@@ -168,6 +168,7 @@ def test_streamed_tool_call_is_shaped_like_openais(node):
         "delta": {},
         "logprobs": None,
         "finish_reason": "tool_calls",
+        "stop_reason": None,  # vLLM's field: no stop string ended it
     }
     assert events[-1]["choices"] == []
     assert events[-1]["usage"] == plain["usage"]

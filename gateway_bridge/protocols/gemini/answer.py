@@ -8,6 +8,9 @@ answers, and the model list.
 * Streams: a chunk per text delta; function calls are sent whole (Gemini never
   streams partial arguments) in the last chunk, which also carries
   ``finishReason`` and the billed ``usageMetadata``.
+* Log probabilities (``responseLogprobs``): the node's ``logprobs.content``
+  becomes ``logprobsResult`` (``chosenCandidates``, ``topCandidates``) and
+  ``avgLogprobs``, per candidate, and per chunk in a stream.
 * Thoughts: an upstream's ``reasoning_content`` (a vendor channel that thinks)
   becomes ``thought: true`` parts before the text, as Gemini sends them, when
   the client asked with ``thinkingConfig.includeThoughts``; otherwise it is not
@@ -64,6 +67,37 @@ def _response_id(upstream_id: object) -> str:
     for prefix in ("chatcmpl-", "chatcmpl_", "cmpl-"):
         raw = raw.removeprefix(prefix)
     return ID_CHARS.sub("", raw) or "gateway"
+
+
+def _logprob(entry: object) -> dict | None:
+    if not isinstance(entry, dict):
+        return None
+    token, value = entry.get("token"), entry.get("logprob")
+    if not isinstance(token, str) or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return {"token": token, "logProbability": value}
+
+
+def _logprobs(choice: dict) -> dict:
+    """OpenAI's ``logprobs.content`` of a choice → Gemini's ``logprobsResult`` and
+    ``avgLogprobs`` (nothing when the node sent none)."""
+    probs = choice.get("logprobs")
+    content = probs.get("content") if isinstance(probs, dict) else None
+    if not isinstance(content, list) or not content:
+        return {}
+    chosen, top = [], []
+    for entry in content:
+        token = _logprob(entry)
+        if token is None:
+            continue
+        chosen.append(token)
+        alternatives = (_logprob(t) for t in _list_of(entry.get("top_logprobs")))
+        top.append({"candidates": [t for t in alternatives if t is not None]})
+    if not chosen:
+        return {}
+    average = sum(t["logProbability"] for t in chosen) / len(chosen)
+    result = {"topCandidates": top, "chosenCandidates": chosen}
+    return {"logprobsResult": result, "avgLogprobs": average}
 
 
 def _call_part(name: object, arguments: object) -> dict:
@@ -132,6 +166,7 @@ class GenerateResponse(ResponseAdapter):
                     "content": {"parts": parts or [{"text": ""}], "role": "model"},
                     "finishReason": _finish_reason(choice.get("finish_reason")),
                     "index": _choice_index(choice.get("index"), position),
+                    **_logprobs(choice),
                 }
             )
         return dumps(
@@ -192,7 +227,13 @@ class GenerateResponse(ResponseAdapter):
                 self._output.append(text)
                 parts.append({"text": text})
             if parts:
-                candidates.append({"content": {"parts": parts, "role": "model"}, "index": index})
+                candidates.append(
+                    {
+                        "content": {"parts": parts, "role": "model"},
+                        "index": index,
+                        **_logprobs(choice),
+                    }
+                )
         if not candidates:
             return b""
         return self._frame(

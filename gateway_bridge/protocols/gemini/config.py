@@ -13,9 +13,11 @@
   ``candidateCount``, ``stopSequences``, ``seed``, ``presencePenalty`` and
   ``frequencyPenalty`` are forwarded; ``responseMimeType: application/json``
   (with ``responseSchema`` / ``responseJsonSchema``) becomes
-  ``response_format``; ``topK``, ``responseLogprobs`` and ``safetySettings``
-  are validated and not forwarded; non-text ``responseModalities``,
-  ``speechConfig`` and ``imageConfig`` are untranslatable.
+  ``response_format``; ``responseLogprobs`` / ``logprobs`` become
+  ``logprobs`` / ``top_logprobs`` (a channel without log probabilities refuses
+  them by name); ``topK`` and ``safetySettings`` are validated and not
+  forwarded; non-text ``responseModalities``, ``speechConfig`` and
+  ``imageConfig`` are untranslatable.
 * ``thinkingConfig`` → ``reasoning_effort`` (``EFFORT_OF_LEVEL`` and
   ``effort_of_budget``): ``thinkingLevel`` MINIMAL/LOW/MEDIUM/HIGH → the same
   effort; ``thinkingBudget`` 0 → ``none``, 1 to 1024 → ``low``, 1025 to 8192 →
@@ -34,6 +36,7 @@ from gateway_bridge.protocols.gemini.request import (
     DECLARATION,
     GENERATION,
     MAX_CANDIDATES,
+    MAX_LOGPROBS,
     MAX_STOP,
     MODES,
     NAME,
@@ -267,6 +270,13 @@ def generation_of(value: object, body: dict, lost: list[str]) -> dict:
     for name in ("responseLogprobs", "enableEnhancedCivicAnswers"):
         if config.get(name) is not None:
             boolean(config[name], f"{path}.{snake(name)}")
+    if config.get("logprobs") is not None:
+        top = integer(config["logprobs"], f"{path}.logprobs", 0, MAX_LOGPROBS)
+        if not config.get("responseLogprobs"):
+            raise bad(f"{path}.logprobs", "logprobs needs response_logprobs set to true.")
+        body["top_logprobs"] = top
+    if config.get("responseLogprobs"):
+        body["logprobs"] = True  # rendered back as logprobsResult (answer.GenerateResponse)
     for name, what in (("speechConfig", "speech output"), ("imageConfig", "image output")):
         if config.get(name) is not None:
             lost.append(f"{path}.{snake(name)}: {what}")

@@ -16,6 +16,7 @@ from gateway_bridge.protocols.base import GatewayError, invalid
 
 MAX_CANDIDATES = 8
 MAX_STOP = 5
+MAX_LOGPROBS = 20  # generationConfig.logprobs: top candidates per token
 _INT_STRING = re.compile(r"-?\d{1,18}")  # proto JSON takes integers as strings too
 _UPPER = re.compile(r"(?<!^)([A-Z])")
 

@@ -1,4 +1,7 @@
-"""OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+"""OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``.
+
+A 404 is an ``invalid_request_error`` as OpenAI's own (``model_not_found``,
+``unknown_url``): OpenAI has no ``not_found_error`` type."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ ERROR_TYPES = {
     base.AUTHENTICATION: "authentication_error",
     base.PAYMENT_REQUIRED: "insufficient_quota",
     base.PERMISSION: "permission_error",
-    base.NOT_FOUND: "not_found_error",
+    base.NOT_FOUND: "invalid_request_error",
     base.REQUEST_TOO_LARGE: "invalid_request_error",
     base.UNSUPPORTED_MEDIA: "invalid_request_error",
     base.RATE_LIMIT: "rate_limit_error",

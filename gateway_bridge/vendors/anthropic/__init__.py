@@ -6,8 +6,8 @@ each taken on purpose; anything else Anthropic cannot do is a 400 (code
 
 * **Refused** (400 ``unsupported``): ``n`` > 1, ``logprobs`` /
   ``top_logprobs``, non-zero ``presence_penalty`` / ``frequency_penalty``, a
-  ``logit_bias``, ``response_format`` other than ``text`` (JSON object or
-  schema), ``audio`` and non-text ``modalities``, ``temperature`` above 1
+  ``logit_bias``, ``response_format: json_object`` (JSON without a schema:
+  Anthropic has no such mode), ``audio`` and non-text ``modalities``, ``temperature`` above 1
   (Anthropic's range is 0..1: clamping would change the answer's character),
   audio input, file ids, images other than JPEG/PNG/GIF/WebP, files other
   than PDF, plain text and those images, non-function tools, a
@@ -17,7 +17,10 @@ each taken on purpose; anything else Anthropic cannot do is a 400 (code
   top-level ``system``, wherever it stood in the conversation; consecutive
   turns of one role are merged (tool results join the user turn after them);
   ``user`` (or ``safety_identifier``) becomes ``metadata.user_id``;
-  ``parallel_tool_calls: false`` becomes ``disable_parallel_tool_use``.
+  ``parallel_tool_calls: false`` becomes ``disable_parallel_tool_use``;
+  ``response_format: json_schema`` becomes ``output_config.format``
+  (Anthropic's structured outputs; a schema Anthropic cannot take is its own
+  400, relayed).
 * **Dropped**: ``seed`` (a best-effort hint Anthropic lacks), ``stream_options``
   (Anthropic streams always carry usage), ``store``, ``metadata``,
   ``service_tier``, ``prompt_cache_key``, vLLM's ``continue_final_message`` /

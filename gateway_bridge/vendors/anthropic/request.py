@@ -300,15 +300,33 @@ def _refuse_what_anthropic_lacks(body: dict) -> None:
             raise unsupported(name, f"{name} is")
     if body.get("logit_bias"):
         raise unsupported("logit_bias", "logit_bias is")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-        raise unsupported("response_format", f"response_format '{kind}' is")
     if body.get("audio") is not None:
         raise unsupported("audio", "audio output is")
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
         raise unsupported("modalities", f"the modalities {modalities!r} are")
+
+
+def _output_config(fmt: object) -> dict | None:
+    """``response_format`` → Anthropic's ``output_config`` (structured outputs):
+    a ``json_schema`` becomes ``format: {"type": "json_schema", "schema": ...}``;
+    ``json_object`` (JSON without a schema) has no Anthropic form: refused."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+    if kind == "text":
+        return None
+    if kind != "json_schema":
+        raise unsupported(
+            "response_format",
+            f"response_format '{kind}' (Anthropic takes JSON output only with a schema: "
+            "use json_schema) is",
+        )
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise _bad("response_format.json_schema.schema", "a JSON schema object is required")
+    return {"format": {"type": "json_schema", "schema": schema}}
 
 
 def _max_tokens(body: dict) -> int:
@@ -382,4 +400,7 @@ def from_chat(body: dict, upstream_model: str, stream: bool) -> dict:
     thinking = _thinking(body, max_tokens)
     if thinking is not None:
         out["thinking"] = thinking
+    output_config = _output_config(body.get("response_format"))
+    if output_config is not None:
+        out["output_config"] = output_config
     return out

@@ -25,8 +25,10 @@ and loses none of it):
   ``input_audio`` ``inlineData`` audio/wav or audio/mp3; ``file_id`` → 400;
 * **sampling**: ``max_completion_tokens``/``max_tokens`` → ``maxOutputTokens``,
   ``temperature``, ``top_p`` → ``topP``, ``stop`` → ``stopSequences``, ``seed``,
-  ``n`` → ``candidateCount``, the penalties as they are; ``logprobs``,
-  ``logit_bias``, ``audio`` and non-text ``modalities`` → 400 ``unsupported``;
+  ``n`` → ``candidateCount``, the penalties as they are, ``logprobs`` /
+  ``top_logprobs`` → ``responseLogprobs`` / ``logprobs`` (the answer's
+  ``logprobsResult`` comes back as ``logprobs.content``); ``logit_bias``,
+  ``audio`` and non-text ``modalities`` → 400 ``unsupported``;
   ``parallel_tool_calls``, ``user``, ``metadata``, ``store`` and
   ``service_tier`` are dropped;
 * **reasoning**: ``reasoning_effort`` → ``thinkingConfig.thinkingBudget`` by
@@ -40,8 +42,8 @@ and loses none of it):
   ``length``, SAFETY/RECITATION/BLOCKLIST/PROHIBITED_CONTENT/SPII →
   ``content_filter``, others → ``stop``; a blocked prompt
   (``promptFeedback.blockReason``) → empty content, ``content_filter``;
-  grounding, citations, safety ratings, logprobs and inline media in answers
-  are dropped; ``created`` is 0 (dialects keep no clock);
+  grounding, citations, safety ratings and inline media in answers are
+  dropped; ``created`` is 0 (dialects keep no clock);
 * **embeddings**: token-id inputs → 400; ``dimensions`` →
   ``outputDimensionality``; the answer's floats are returned whatever
   ``encoding_format`` asked (the OpenAI SDKs read both); Gemini reports no

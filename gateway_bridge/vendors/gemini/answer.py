@@ -102,6 +102,34 @@ def _embeddings(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
     return out, usage
 
 
+def _candidate_token(value: object) -> dict | None:
+    if not isinstance(value, dict):
+        return None
+    token, logprob = value.get("token"), value.get("logProbability")
+    if not isinstance(token, str) or isinstance(logprob, bool):
+        return None
+    if not isinstance(logprob, int | float):
+        return None
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+def logprobs_of(candidate: dict) -> dict | None:
+    """A candidate's ``logprobsResult`` → OpenAI's ``logprobs`` (None without one)."""
+    result = candidate.get("logprobsResult")
+    if not isinstance(result, dict):
+        return None
+    tops = _list(result.get("topCandidates"))
+    content = []
+    for i, chosen in enumerate(_list(result.get("chosenCandidates"))):
+        entry = _candidate_token(chosen)
+        if entry is None:
+            continue
+        top = tops[i].get("candidates") if i < len(tops) and isinstance(tops[i], dict) else None
+        entry["top_logprobs"] = [t for t in map(_candidate_token, _list(top)) if t is not None]
+        content.append(entry)
+    return {"content": content, "refusal": None}
+
+
 def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
     """A ``generateContent`` answer → an OpenAI ``chat.completion`` (and a
     ``batchEmbedContents`` / ``embedContent`` answer → an OpenAI embeddings list)."""
@@ -126,9 +154,10 @@ def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
             if parts.calls:
                 message["tool_calls"] = parts.calls
             reason = finish_reason(candidate.get("finishReason"), bool(parts.calls))
-            choices.append(
-                {"index": _index(candidate, position), "message": message, "finish_reason": reason}
-            )
+            choice = {"index": _index(candidate, position), "message": message}
+            choice["logprobs"] = logprobs_of(candidate)
+            choice["finish_reason"] = reason
+            choices.append(choice)
     elif _blocked(obj):  # the prompt was refused: no candidate at all
         message = {"role": "assistant", "content": ""}
         choices.append({"index": 0, "message": message, "finish_reason": "content_filter"})
@@ -221,7 +250,11 @@ class StreamReader:
                 ]
                 self._calls[index] = sent + len(parts.calls)
             if delta:
-                deltas.append({"index": index, "delta": delta, "finish_reason": None})
+                choice = {"index": index, "delta": delta, "finish_reason": None}
+                logprobs = logprobs_of(candidate)
+                if logprobs is not None:
+                    choice["logprobs"] = logprobs
+                deltas.append(choice)
             reason = candidate.get("finishReason")
             if reason not in _NO_REASON and index in self._open:
                 self._open.discard(index)

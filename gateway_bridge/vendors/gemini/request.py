@@ -35,7 +35,6 @@ _DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)((?:;[\w.+-]+=[\w.+-]+)*);base6
 _AUDIO = {"wav": "audio/wav", "mp3": "audio/mp3"}
 _TOOL_CHOICE = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 _UNSUPPORTED = {  # pivot field → why the Gemini API cannot take it
-    "logprobs": "log probabilities are",
     "audio": "audio output is",
     "logit_bias": "logit bias is",
 }
@@ -289,6 +288,10 @@ def _generation(body: dict) -> dict:
         config["stopSequences"] = stop
     if body.get("response_format") is not None:
         _response_format(body["response_format"], config)
+    if body.get("logprobs"):
+        config["responseLogprobs"] = True
+        if isinstance(body.get("top_logprobs"), int):
+            config["logprobs"] = body["top_logprobs"]
     effort = body.get("reasoning_effort")
     if effort is not None:
         if effort not in THINKING_BUDGET:

@@ -130,3 +130,69 @@ def test_a_known_path_with_the_wrong_method_is_405_with_allow():
 
 def test_fixed_routes_are_built_once():
     assert route.resolve("/v1/chat/completions", {}) is route.resolve("/v1/chat/completions", {})
+
+
+GOOG = {"x-goog-api-key": "k"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "query", "expected"),
+    [
+        # google-genai's default API version, v1: the verb alone says Gemini.
+        (
+            "POST",
+            "/v1/models/sim-chat:generateContent",
+            GOOG,
+            b"",
+            ("gemini", "generateContent", route.GENERATE, "sim-chat"),
+        ),
+        (
+            "POST",
+            "/v1/models/sim-chat:streamGenerateContent",
+            {},
+            b"alt=sse",
+            ("gemini", "streamGenerateContent", route.GENERATE, "sim-chat"),
+        ),
+        ("POST", "/v1/models/m:countTokens", {}, b"", ("gemini", "countTokens", route.COUNT, "m")),
+        (
+            "POST",
+            "/v1/models/e:embedContent",
+            {},
+            b"",
+            ("gemini", "embedContent", route.GENERATE, "e"),
+        ),
+        (
+            "POST",
+            "/v1/models/e:batchEmbedContents",
+            {},
+            b"",
+            ("gemini", "batchEmbedContents", route.GENERATE, "e"),
+        ),
+        # The model list and one model: Gemini's by its key's header or ?key=.
+        ("GET", "/v1/models", GOOG, b"", ("gemini", "models", route.MODELS, None)),
+        ("GET", "/v1/models", {}, b"pageSize=50&key=k", ("gemini", "models", route.MODELS, None)),
+        ("GET", "/v1/models/sim-chat", GOOG, b"", ("gemini", "models", route.MODEL, "sim-chat")),
+        ("GET", "/v1/models/sim-chat", {}, b"key=k", ("gemini", "models", route.MODEL, "sim-chat")),
+        # Not a Gemini key: OpenAI's (a "monkey=" parameter is not a key).
+        ("GET", "/v1/models", {}, b"monkey=1", ("openai", "models", route.MODELS, None)),
+        # OpenAI ids with a colon (fine-tunes) or a slash stay OpenAI model ids.
+        (
+            "GET",
+            "/v1/models/ft:gpt-4o-mini:acme::abc",
+            {},
+            b"",
+            ("openai", "models", route.MODEL, "ft:gpt-4o-mini:acme::abc"),
+        ),
+        (
+            "GET",
+            "/v1/models/deepseek/deepseek-chat",
+            {},
+            b"",
+            ("openai", "models", route.MODEL, "deepseek/deepseek-chat"),
+        ),
+    ],
+)
+def test_gemini_under_v1_and_the_ambiguous_model_paths(method, path, headers, query, expected):
+    got = route.resolve(path, headers, query)
+    assert (got.protocol, got.endpoint, got.action, got.model) == expected
+    assert got.method == method

@@ -388,7 +388,7 @@ def test_embeddings_validation(body, param, code):
         (base.AUTHENTICATION, 401, "authentication_error"),
         (base.PAYMENT_REQUIRED, 402, "insufficient_quota"),
         (base.PERMISSION, 403, "permission_error"),
-        (base.NOT_FOUND, 404, "not_found_error"),
+        (base.NOT_FOUND, 404, "invalid_request_error"),
         (base.RATE_LIMIT, 429, "rate_limit_error"),
         (base.UPSTREAM, 502, "server_error"),
         (base.OVERLOADED, 503, "server_error"),

@@ -209,6 +209,17 @@ def test_reasoning_effort_becomes_a_thinking_budget(effort, max_tokens, budget):
     assert out["thinking"] == {"type": "enabled", "budget_tokens": budget}
 
 
+def test_a_json_schema_becomes_anthropics_structured_output():
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    out = an.from_chat(pivot(response_format=fmt), "c", False)
+    assert out["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    assert "output_config" not in an.from_chat(pivot(response_format={"type": "text"}), "c", False)
+    with pytest.raises(GatewayError) as caught:
+        an.from_chat(pivot(response_format={"type": "json_schema", "json_schema": {}}), "c", False)
+    assert caught.value.param == "response_format.json_schema.schema"
+
+
 def test_reasoning_effort_none_sends_no_thinking():
     assert "thinking" not in an.from_chat(pivot(reasoning_effort="none"), "c", False)
 
@@ -219,7 +230,6 @@ def test_reasoning_effort_none_sends_no_thinking():
         ({"n": 2}, "n"),
         ({"logprobs": True}, "logprobs"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"temperature": 1.5}, "temperature"),

@@ -317,7 +317,6 @@ def test_documents_and_audio_become_inline_data():
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"logprobs": True}, "logprobs"),
         ({"audio": {"voice": "alloy", "format": "mp3"}}, "audio"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"logit_bias": {"50256": -100}}, "logit_bias"),
@@ -354,6 +353,37 @@ def test_what_gemini_cannot_take_is_a_400_naming_it(body, param):
     err = refused({"messages": [{"role": "user", "content": "x"}], **body})
     assert err.param == param
     assert param.split(".")[0].split("[")[0] in err.message
+
+
+def test_logprobs_become_response_logprobs_and_come_back_in_openais_shape():
+    body = {"messages": [{"role": "user", "content": "Hi"}], "logprobs": True, "top_logprobs": 2}
+    config = from_chat(body)["generationConfig"]
+    assert (config["responseLogprobs"], config["logprobs"]) == (True, 2)
+    candidate = {
+        "content": {"role": "model", "parts": [{"text": "Hi there"}]},
+        "finishReason": "STOP",
+        "logprobsResult": {
+            "chosenCandidates": [
+                {"token": "Hi", "logProbability": -0.1},
+                {"token": " there", "logProbability": -0.5},
+            ],
+            "topCandidates": [
+                {"candidates": [{"token": "Hi", "logProbability": -0.1}]},
+                {"candidates": [{"token": " there", "logProbability": -0.5}, {"token": 7}]},
+            ],
+        },
+    }
+    answer, _ = gemini.to_chat({"candidates": [candidate]}, "public")
+    content = answer["choices"][0]["logprobs"]["content"]
+    assert [(e["token"], e["logprob"]) for e in content] == [("Hi", -0.1), (" there", -0.5)]
+    assert content[1]["top_logprobs"] == [
+        {"token": " there", "logprob": -0.5, "bytes": list(b" there")}
+    ]  # the malformed alternative is left out
+    plain, _ = gemini.to_chat({"candidates": [{**candidate, "logprobsResult": None}]}, "p")
+    assert plain["choices"][0]["logprobs"] is None
+    reader = gemini.StreamReader("public")
+    chunks = reader.feed(None, {"candidates": [candidate]})
+    assert chunks[0]["choices"][0]["logprobs"]["content"][0]["token"] == "Hi"
 
 
 def test_embeddings_become_batch_embed_contents():
