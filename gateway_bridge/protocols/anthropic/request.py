@@ -147,31 +147,6 @@ def system_text(value: object) -> str:
     return "\n".join(parts)
 
 
-def tool_result_text(block: dict, path: str, untranslatable: list[str]) -> str:
-    """A ``tool_result``'s content as the tool message's text. Images, documents
-    and search results in it are recorded as untranslatable (an OpenAI tool
-    message carries text only)."""
-    content = block.get("content")
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    else:
-        texts = []
-        for i, part in enumerate(array(content, f"{path}.content")):
-            part, kind = block_type(part, f"{path}.content.{i}")
-            if kind in MEDIA_BLOCKS or kind == "search_result":
-                untranslatable.append(untranslatable_block(f"{path}.content.{i}", kind))
-                continue
-            if kind != "text":
-                raise bad(f"{path}.content.{i}.type", "Input should be 'text'")
-            texts.append(text_block(part, f"{path}.content.{i}"))
-        text = "\n".join(texts)
-    if block.get("is_error") is not None and boolean(block["is_error"], f"{path}.is_error"):
-        text = f"Error: {text}" if text else "Error"
-    return text
-
-
 def unknown_block(path: str, kind: str) -> GatewayError:
     return bad(
         f"{path}.type",
