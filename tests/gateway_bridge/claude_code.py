@@ -18,6 +18,7 @@ BETAS = [
     "interleaved-thinking-2025-05-14",
     "fine-grained-tool-streaming-2025-05-14",
     "prompt-caching-scope-2026-01-05",
+    "context-management-2025-06-27",
 ]
 # Claude Code's SDK (TypeScript) calls the beta endpoints with ``?beta=true``;
 # the Python SDK does not add it, so the tests do.
@@ -173,6 +174,8 @@ def request(messages: list[dict], **extra) -> dict:
         "messages": messages,
         "metadata": METADATA,
         "thinking": {"type": "enabled", "budget_tokens": 4096},
+        # With thinking on, Claude Code keeps every earlier thinking block.
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
         **extra,
     }
 

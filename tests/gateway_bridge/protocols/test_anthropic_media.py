@@ -250,3 +250,14 @@ def test_images_in_a_tool_result_follow_its_text_in_a_user_message():
         },
     ]
     assert call.untranslatable == ()
+
+
+def test_a_context_management_that_only_clears_thinking_needs_no_translation():
+    # Claude Code sends it with thinking on; the pivot drops earlier thinking anyway.
+    keep_all = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    assert parse(context_management=keep_all).untranslatable == ()
+    assert "context_management" not in parse(context_management=keep_all).body
+    both = {"edits": [keep_all["edits"][0], {"type": "clear_tool_uses_20250919"}]}
+    assert parse(context_management=both).untranslatable == (
+        "context_management: the context_management field",
+    )
