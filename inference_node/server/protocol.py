@@ -123,6 +123,9 @@ class ToolPlan:
     """What the tools of a chat request make of its answer."""
 
     call: dict | None = None  # the function definition to call (``name``, ``parameters``)
+    # Parallel calls after ``call``: the further functions the user's message names
+    # (the Anthropic front-end makes them; the OpenAI one answers ``call`` alone).
+    also: list[dict] = field(default_factory=list)
     words: str = ""  # the last user message: where string arguments come from
     results: list[tuple[str | None, str]] = field(default_factory=list)  # (function, result)
 
@@ -332,9 +335,21 @@ def _tool_results(messages: list[dict]) -> list[tuple[str | None, str]]:
     return results[::-1]
 
 
+def _named(functions: list[dict], text: str) -> list[dict]:
+    """The functions ``text`` names (their exact names as whole words), in the
+    order it first names them."""
+    found = []
+    for fn in functions:
+        match = re.search(rf"(?<![\w-]){re.escape(fn['name'])}(?![\w-])", text)
+        if match is not None:
+            found.append((match.start(), fn))
+    return [fn for _, fn in sorted(found, key=lambda item: item[0])]
+
+
 def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     choice = _tool_choice(body, functions)
-    _opt_bool(body, "parallel_tool_calls")  # accepted; the answer makes one call at most
+    _opt_bool(body, "parallel_tool_calls")
+    parallel = body.get("parallel_tool_calls") is not False
     user_text = next(
         (content_text(m.get("content")) for m in reversed(messages) if m["role"] == "user"), ""
     )
@@ -342,7 +357,11 @@ def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     if isinstance(choice, dict):
         plan.call = choice
     elif choice == "required" or (choice == "auto" and messages[-1]["role"] == "user"):
-        plan.call = _best_function(functions, user_text)
+        named = _named(functions, user_text) if parallel else []
+        if len(named) > 1:  # "Use Glob and Grep": one call of each, in parallel
+            plan.call, plan.also = named[0], named[1:]
+        else:
+            plan.call = _best_function(functions, user_text)
     return plan
 
 
