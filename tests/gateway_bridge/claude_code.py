@@ -144,7 +144,9 @@ TOOLS = [
 TOOLS[-1]["cache_control"] = HOUR
 
 
-def first_turn(text: str = "Read the failing test file and fix it.") -> list[dict]:
+def first_turn(
+    text: str = "Use Glob and Bash to find the failing test, then Read its screenshot.",
+) -> list[dict]:
     """The opening user turn: a reminder block, the ask (cached), a screenshot."""
     return [
         {
@@ -191,42 +193,34 @@ def uncached(messages: list[dict]) -> list[dict]:
     return out
 
 
+# What the tools answer, in turn: text blocks (a Glob), a string (a Bash), ...
+TOOL_OUTPUTS = [
+    [{"type": "text", "text": "tests/test_parser.py\ntests/test_lexer.py"}],
+    "exit code 1: 2 failed, 40 passed",
+]
+# ... and the last call's result: text and a picture (a Read of a screenshot).
+PICTURE_RESULT = [
+    {"type": "text", "text": "The screenshot of the failing run:"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+]
+
+
 def tool_turns(answer: dict) -> list[dict]:
     """The turns after an answer that called tools: the answer sent back as it
-    came (thinking with its signature, text, tool_use), then earlier parallel
-    calls and their results: text, and a text-and-image result (a Read of a
-    picture, the newest block, cached)."""
+    came (thinking with its signature, the tool_use blocks), then one user turn
+    with every call's result (``TOOL_OUTPUTS`` in turn, the last one
+    ``PICTURE_RESULT``, the newest block, cached)."""
     calls = [b for b in answer["content"] if b["type"] == "tool_use"]
     assert calls, answer
-    extra = [
-        {"type": "tool_use", "id": "toolu_01Glob0000000000000001", "name": "Glob",
-         "input": {"pattern": "tests/**/*.py"}},
-        {"type": "tool_use", "id": "toolu_01Read0000000000000002", "name": "Read",
-         "input": {"file_path": "/repo/screenshot.png"}},
-    ]  # fmt: skip
     results = [
-        {"type": "tool_result", "tool_use_id": calls[0]["id"], "content": "exit code 0"},
-        {
-            "type": "tool_result",
-            "tool_use_id": extra[0]["id"],
-            "content": [{"type": "text", "text": "tests/test_parser.py\ntests/test_lexer.py"}],
-        },
-        {
-            "type": "tool_result",
-            "tool_use_id": extra[1]["id"],
-            "content": [
-                {"type": "text", "text": "The screenshot of the failing run:"},
-                {
-                    "type": "image",
-                    "source": {"type": "base64", "media_type": "image/png", "data": PNG},
-                },
-            ],
-            # Claude Code marks the newest block of the conversation.
-            "cache_control": EPHEMERAL,
-        },
+        {"type": "tool_result", "tool_use_id": call["id"], "content": TOOL_OUTPUTS[i % 2]}
+        for i, call in enumerate(calls)
     ]
+    results[-1]["content"] = PICTURE_RESULT
+    # Claude Code marks the newest block of the conversation.
+    results[-1]["cache_control"] = EPHEMERAL
     return [
-        {"role": "assistant", "content": [*answer["content"], *extra]},
+        {"role": "assistant", "content": answer["content"]},
         {"role": "user", "content": results},
     ]
 

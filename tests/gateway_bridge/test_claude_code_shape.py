@@ -58,7 +58,8 @@ def test_claude_code_streams_through_an_anthropic_channel_unchanged_and_billed_a
         assert sent == {**body, "model": "claude-sim", "stream": True}
 
     first, second = summaries
-    assert first["blocks"][0] == "thinking" and first["blocks"][-1] == "tool_use"
+    # Thinking, then one tool_use block per tool the ask names, in parallel
+    assert first["blocks"] == ["thinking", "tool_use", "tool_use", "tool_use"]
     assert {"thinking_delta", "signature_delta", "input_json_delta"} <= set(first["deltas"])
     assert first["stop_reason"] == "tool_use"
     # The system and tools (cached for an hour) and the ask were written, then read.

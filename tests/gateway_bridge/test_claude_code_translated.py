@@ -84,7 +84,15 @@ def test_claude_code_tool_turn_with_a_picture_result_is_translated(sim, tenant, 
     opening = cc.request(cc.first_turn(), model=MODEL, max_tokens=4096)
     opening["thinking"]["budget_tokens"] = 1024
     answer = client.beta.messages.create(**opening, betas=cc.BETAS, extra_query=cc.BETA_QUERY)
-    turns = cc.tool_turns(answer.model_dump(exclude_none=True))
+    # The node made one call; Claude Code's turns often hold several (parallel calls).
+    sent_back = answer.model_dump(exclude_none=True)
+    sent_back["content"] += [
+        {"type": "tool_use", "id": "toolu_01Glob0000000000000001", "name": "Glob",
+         "input": {"pattern": "tests/**/*.py"}},
+        {"type": "tool_use", "id": "toolu_01Read0000000000000002", "name": "Read",
+         "input": {"file_path": "/repo/screenshot.png"}},
+    ]  # fmt: skip
+    turns = cc.tool_turns(sent_back)
 
     body = {**opening, "messages": [*cc.uncached(cc.first_turn()), *turns]}
     with client.beta.messages.stream(**body, betas=cc.BETAS, extra_query=cc.BETA_QUERY) as stream:
@@ -99,9 +107,12 @@ def test_claude_code_tool_turn_with_a_picture_result_is_translated(sim, tenant, 
     chat = last_chat(sim)
     tools = [m for m in chat["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tools] == [
-        "exit code 0",
         "tests/test_parser.py\ntests/test_lexer.py",
+        "exit code 1: 2 failed, 40 passed",
         "The screenshot of the failing run:",
+    ]
+    assert [m["tool_call_id"] for m in tools] == [
+        b["id"] for b in sent_back["content"] if b["type"] == "tool_use"
     ]
     after = chat["messages"][-1]
     assert chat["messages"][-2]["role"] == "tool"
