@@ -13,7 +13,7 @@ import pytest
 
 from tests.gateway_bridge import claude_code as cc
 from tests.gateway_bridge.conftest import NODE_TOKEN
-from tests.gateway_bridge.vendor_fixtures import PNG, post
+from tests.gateway_bridge.vendor_fixtures import PNG, channel, post
 from usage.models import CatalogModel
 
 MODEL = "sim-chat-small"
@@ -58,7 +58,10 @@ def test_claude_code_streams_through_translation_to_an_openai_node(sim, tenant, 
     assert first["blocks"][-1] == "tool_use" and first["stop_reason"] == "tool_use"
     assert "input_json_delta" in first["deltas"]
 
-    # The node got an OpenAI chat call: system blocks, tools, the picture, thinking as effort.
+    # The node got an OpenAI chat call: system blocks, tools, the picture, thinking as
+    # effort; Claude Code's betas and own headers stay at the gateway.
+    headers = node_requests(sim)[-1]["headers"]
+    assert not {"anthropic-beta", "anthropic-version", "x-claude-code-session-id"} & set(headers)
     chat = last_chat(sim)
     assert chat["model"] == MODEL and chat["stream"] is True
     assert chat["messages"][0]["role"] == "system"
@@ -131,3 +134,37 @@ def test_claude_code_counts_tokens_of_a_translated_model(sim, tenant, gw):
     del body["context_management"]  # not a field of the plain client's count_tokens
     fewer = client.messages.count_tokens(**{**body, "tools": cc.TOOLS[:1]})
     assert counted.input_tokens > fewer.input_tokens > 0
+
+
+@pytest.mark.parametrize("model", ["claude-code-model", MODEL])
+def test_the_plain_client_with_an_api_key_streams_claude_codes_call(
+    model, vendor, sim, tenant, start_gateway
+):
+    # ANTHROPIC_API_KEY (x-api-key) and the plain client: no betas, no ?beta=true.
+    channel(vendor.base_url, "anthropic", "claude-code-model", "claude-sim")
+    CatalogModel.objects.filter(name=MODEL).update(modality="vision")
+    gw = start_gateway()
+    client = anthropic.Anthropic(api_key=tenant.raw, base_url=gw.url, max_retries=0)
+    body = cc.request(cc.first_turn(), model=model, max_tokens=4096)
+    body["thinking"]["budget_tokens"] = 1024
+    del body["context_management"]  # a beta field: the plain client has no such argument
+
+    with client.messages.stream(**body) as stream:
+        events = [e for e in stream if e.type in cc.RAW_EVENTS]
+        final = stream.get_final_message()
+
+    summary = cc.check_stream(events)
+    assert summary["blocks"] == [b.type for b in final.content]
+    assert final.content[-1].type == "tool_use" and final.stop_reason == "tool_use"
+    # The vendor thinks (the simulated node has no reasoning to show).
+    assert (final.content[0].type == "thinking") == (model == "claude-code-model")
+    assert (
+        cc.billed(gw.emitter.wait_for(1)[0])
+        == cc.reported(summary)
+        == (
+            final.usage.input_tokens,
+            final.usage.cache_read_input_tokens or 0,
+            final.usage.cache_creation_input_tokens or 0,
+            final.usage.output_tokens,
+        )
+    )
