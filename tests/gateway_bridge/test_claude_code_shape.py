@@ -130,3 +130,13 @@ def test_claude_code_counts_tokens_on_an_anthropic_channel_with_tools_and_system
     plain = client.messages.count_tokens(**body)
     fewer = client.messages.count_tokens(**{**body, "tools": cc.TOOLS[:1]})
     assert counted.input_tokens == plain.input_tokens > fewer.input_tokens > 100
+
+
+def test_claude_code_discovers_the_gateways_models(vendor, tenant, start_gateway):
+    # Claude Code lists /v1/models (anthropic-version, its bearer token) for its picker.
+    channel(vendor.base_url, "anthropic", "claude-code-model", "claude-sim")
+    gw = start_gateway()
+    listed = vendor_client(tenant, gw).models.list(limit=1000)
+    names = [m.id for m in listed.data]
+    assert "claude-code-model" in names and "sim-chat-small" in names
+    assert all(m.type == "model" for m in listed.data)
