@@ -216,12 +216,18 @@ class GenerationEndpoints:
         def chunk(choices) -> bytes:
             return _event({**head, "choices": choices, **extra})
 
-        def content(index: int, text: str, finish=None) -> dict:
+        def content(index: int, text: str, finish=None, step: int = 0) -> dict:
             if meta.chat:
                 if not text and finish is not None:
                     delta = {}
                 elif gens[index].tool_call:
-                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+                    # A parallel call opens with its id, type and name (as OpenAI streams it).
+                    k, opens = gens[index].call_at(step)
+                    call = {"index": k, "function": {"arguments": text}}
+                    if opens is not None:
+                        call.update(id=opens["id"], type="function")
+                        call["function"] = {"name": opens["name"], "arguments": text}
+                    delta = {"tool_calls": [call]}
                 else:
                     delta = {"content": text}
                 return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -239,7 +245,11 @@ class GenerationEndpoints:
         for step in range(steps):
             if not await self.pace(conn, engine, step):
                 return None
-            parts = [content(i, g.deltas[step]) for i, g in enumerate(gens) if step < len(g.deltas)]
+            parts = [
+                content(i, g.deltas[step], step=step)
+                for i, g in enumerate(gens)
+                if step < len(g.deltas)
+            ]
             await conn.write_chunk(chunk(parts))
         finals = [content(i, "", g.finish_reason) for i, g in enumerate(gens)]
         tail = chunk(finals)
@@ -301,11 +311,11 @@ class GenerationEndpoints:
 
 
 def _choice(req, max_tokens: int, index: int) -> Generation:
-    """One choice: a tool call when the request's tools call for one, else text (which
-    reports the tool results the conversation ends with, if any)."""
+    """One choice: a tool call (or parallel calls) when the request's tools call for
+    one, else text (which reports the tool results the conversation ends with, if any)."""
     plan = req.tools
     if plan.call is not None:
-        return generate_tool_call(
+        answer = generate_tool_call(
             req.prompt_ids,
             plan.call,
             words=plan.words,
@@ -313,6 +323,24 @@ def _choice(req, max_tokens: int, index: int) -> Generation:
             seed=req.seed,
             index=index,
         )
+        for k, function in enumerate(plan.also, start=1):  # parallel calls, in turn
+            left = max_tokens - len(answer.deltas)
+            if answer.finish_reason == "length" or left <= 0:
+                answer.finish_reason = "length"
+                break
+            more = generate_tool_call(
+                req.prompt_ids,
+                function,
+                words=plan.words,
+                max_tokens=left,
+                seed=req.seed,
+                index=index + k * req.n,
+            )
+            answer.more_calls.append((more.tool_call, len(answer.deltas)))
+            answer.deltas += more.deltas
+            answer.completion_tokens += more.completion_tokens
+            answer.finish_reason = more.finish_reason
+        return answer
     return generate(
         req.prompt_ids,
         max_tokens=max_tokens,
@@ -327,12 +355,12 @@ def _choice(req, max_tokens: int, index: int) -> Generation:
 def _message(g: Generation) -> dict:
     if g.tool_call is None:
         return {"role": "assistant", "content": g.text, "tool_calls": []}
-    call = {
-        "id": g.tool_call["id"],
-        "type": "function",
-        "function": {"name": g.tool_call["name"], "arguments": g.text},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
+    calls = [
+        {"id": call["id"], "type": "function",
+         "function": {"name": call["name"], "arguments": arguments}}
+        for call, arguments in g.calls()
+    ]  # fmt: skip
+    return {"role": "assistant", "content": None, "tool_calls": calls}
 
 
 def _first_delta(g: Generation) -> dict:

@@ -8,8 +8,10 @@ well-typed and otherwise ignored; unknown fields are ignored, as vLLM does.
 Tools are checked as vLLM and OpenAI check them and decide the answer (see
 ``ToolPlan``): with ``tools`` and a ``tool_choice`` other than ``"none"``, the
 answer is one call of a function when the choice is ``"required"`` or names
-it, or is ``"auto"`` (the default) and the last message is the user's; after
-tool results the answer is text that reports them.
+it, or is ``"auto"`` (the default) and the last message is the user's — one
+call of each when that message names several functions by their exact names
+("Use Glob and Grep") and ``parallel_tool_calls`` is not false; after tool
+results the answer is text that reports them.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class ToolPlan:
 
     call: dict | None = None  # the function definition to call (``name``, ``parameters``)
     # Parallel calls after ``call``: the further functions the user's message names
-    # (the Anthropic front-end makes them; the OpenAI one answers ``call`` alone).
+    # (the Anthropic and OpenAI chat front-ends make them; Gemini's answers ``call`` alone).
     also: list[dict] = field(default_factory=list)
     words: str = ""  # the last user message: where string arguments come from
     results: list[tuple[str | None, str]] = field(default_factory=list)  # (function, result)
