@@ -147,7 +147,7 @@ TOOLS[-1]["cache_control"] = HOUR
 def first_turn(
     text: str = "Use Glob and Bash to find the failing test, then Read its screenshot.",
 ) -> list[dict]:
-    """The opening user turn: a reminder block, the ask (cached), a screenshot."""
+    """The opening user turn: a reminder block, a screenshot, the ask (cached)."""
     return [
         {
             "role": "user",
