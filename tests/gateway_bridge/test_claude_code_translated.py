@@ -1,7 +1,8 @@
-"""Claude Code's calls, verbatim, to a model an OpenAI-protocol node serves:
-translated by the gateway (the betas, cache marks, metadata and Claude Code's
-own headers harmless there), answered as a well-formed Anthropic stream, and
-billed with the token classes the SDK reported."""
+"""Claude Code's calls, verbatim, to a model an OpenAI-protocol node serves
+(and, with the plain client, a Gemini channel): translated by the gateway
+(the betas, cache marks, metadata and Claude Code's own headers harmless
+there), answered as a well-formed Anthropic stream, and billed with the token
+classes the SDK reported."""
 
 from __future__ import annotations
 
@@ -132,12 +133,13 @@ def test_claude_code_counts_tokens_of_a_translated_model(sim, tenant, gw):
     assert counted.input_tokens > fewer.input_tokens > 0
 
 
-@pytest.mark.parametrize("model", ["claude-code-model", MODEL])
+@pytest.mark.parametrize("model", ["claude-code-model", MODEL, "gemini-code-model"])
 def test_the_plain_client_with_an_api_key_streams_claude_codes_call(
     model, vendor, sim, tenant, start_gateway
 ):
     # ANTHROPIC_API_KEY (x-api-key) and the plain client: no betas, no ?beta=true.
     channel(vendor.base_url, "anthropic", "claude-code-model", "claude-sim")
+    channel(vendor.base_url, "gemini", "gemini-code-model", "gemini-sim")
     CatalogModel.objects.filter(name=MODEL).update(modality="vision")
     gw = start_gateway()
     client = anthropic.Anthropic(api_key=tenant.raw, base_url=gw.url, max_retries=0)
@@ -152,7 +154,7 @@ def test_the_plain_client_with_an_api_key_streams_claude_codes_call(
     summary = cc.check_stream(events)
     assert summary["blocks"] == [b.type for b in final.content]
     assert final.content[-1].type == "tool_use" and final.stop_reason == "tool_use"
-    # The vendor thinks (the simulated node has no reasoning to show).
+    # Only the Anthropic channel answers with a thinking block here.
     assert (final.content[0].type == "thinking") == (model == "claude-code-model")
     assert (
         cc.billed(gw.emitter.wait_for(1)[0])
