@@ -13,9 +13,11 @@ see ``generation``) and answered with these content blocks, in order:
   ``usage.output_tokens_details.thinking_tokens``;
 * ``tool_use`` when the tools call for one (``protocol.tool_plan``: ``auto``
   after a user turn, ``any``, or a named ``tool``), ``stop_reason:
-  "tool_use"``; otherwise ``text`` (quoting the tool results when the turn
-  answers tool calls; JSON of ``output_config.format``'s schema when one is
-  given), ``stop_reason`` ``end_turn``, ``max_tokens``, or
+  "tool_use"``; one block per tool when the user's message names several by
+  their exact names ("Use Glob and Grep"), unless ``disable_parallel_tool_use``;
+  otherwise ``text`` (quoting the tool results when the turn answers tool
+  calls; JSON of ``output_config.format``'s schema when one is given),
+  ``stop_reason`` ``end_turn``, ``max_tokens``, or
   ``stop_sequence`` with ``stop_sequence`` set to the one that matched.
 
 Usage: ``input_tokens`` (the prompt less what the cache read or wrote),
@@ -105,11 +107,18 @@ def _answer(req: MessagesRequest, max_tokens: int) -> _Answer:
         return _Answer(blocks, "max_tokens", None)
     plan = req.plan
     if plan.call is not None:
-        call = generate_tool_call(req.prompt_ids, plan.call, words=plan.words, max_tokens=left)
-        extra = {"id": "toolu_" + call.tool_call["id"][5:], "name": call.tool_call["name"]}
-        blocks.append(_Block("tool_use", call.deltas, call.completion_tokens, extra=extra))
-        stop = "max_tokens" if call.finish_reason == "length" else "tool_use"
-        return _Answer(blocks, stop, None)
+        for index, function in enumerate([plan.call, *plan.also]):
+            if left <= 0:
+                return _Answer(blocks, "max_tokens", None)
+            call = generate_tool_call(
+                req.prompt_ids, function, words=plan.words, max_tokens=left, index=index
+            )
+            extra = {"id": "toolu_" + call.tool_call["id"][5:], "name": call.tool_call["name"]}
+            blocks.append(_Block("tool_use", call.deltas, call.completion_tokens, extra=extra))
+            if call.finish_reason == "length":
+                return _Answer(blocks, "max_tokens", None)
+            left -= call.completion_tokens
+        return _Answer(blocks, "tool_use", None)
     lead = results_lead(plan.results) if plan.results else ""
     if req.json_schema is not None:
         text = generate_json(req.prompt_ids, req.json_schema, words=plan.words, max_tokens=left)

@@ -126,6 +126,8 @@ def _tool_choice(body: dict, tools: list[dict]) -> dict:
         out["tool_choice"] = {"type": "function", "function": {"name": name}}
     else:
         out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
+    if choice.get("disable_parallel_tool_use") is True:
+        out["parallel_tool_calls"] = False
     return out
 
 

@@ -8,11 +8,11 @@ from .text import Generation, generate, generate_json, generate_tool_call, resul
 
 
 def generation_of(req, max_tokens: int, index: int) -> Generation:
-    """One choice: a tool call when the request's tools call for one, else text (which
-    reports the tool results the conversation ends with, if any)."""
+    """One choice: a tool call (or parallel calls) when the request's tools call for
+    one, else text (which reports the tool results the conversation ends with, if any)."""
     plan = req.tools
     if plan.call is not None:
-        return generate_tool_call(
+        answer = generate_tool_call(
             req.prompt_ids,
             plan.call,
             words=plan.words,
@@ -20,6 +20,24 @@ def generation_of(req, max_tokens: int, index: int) -> Generation:
             seed=req.seed,
             index=index,
         )
+        for k, function in enumerate(plan.also, start=1):  # parallel calls, in turn
+            left = max_tokens - len(answer.deltas)
+            if answer.finish_reason == "length" or left <= 0:
+                answer.finish_reason = "length"
+                break
+            more = generate_tool_call(
+                req.prompt_ids,
+                function,
+                words=plan.words,
+                max_tokens=left,
+                seed=req.seed,
+                index=index + k * req.n,
+            )
+            answer.more_calls.append((more.tool_call, len(answer.deltas)))
+            answer.deltas += more.deltas
+            answer.completion_tokens += more.completion_tokens
+            answer.finish_reason = more.finish_reason
+        return answer
     if req.json_output:
         return generate_json(
             req.prompt_ids,
@@ -43,12 +61,12 @@ def generation_of(req, max_tokens: int, index: int) -> Generation:
 def message_of(g: Generation) -> dict:
     if g.tool_call is None:
         return {"role": "assistant", "content": g.text, "tool_calls": []}
-    call = {
-        "id": g.tool_call["id"],
-        "type": "function",
-        "function": {"name": g.tool_call["name"], "arguments": g.text},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
+    calls = [
+        {"id": call["id"], "type": "function",
+         "function": {"name": call["name"], "arguments": arguments}}
+        for call, arguments in g.calls()
+    ]  # fmt: skip
+    return {"role": "assistant", "content": None, "tool_calls": calls}
 
 
 def first_delta(g: Generation) -> dict:

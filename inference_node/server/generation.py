@@ -239,7 +239,13 @@ class GenerationEndpoints:
                 if finish is not None:
                     delta = {}
                 elif g.tool_call:
-                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+                    # A parallel call opens with its id, type and name (as OpenAI streams it).
+                    k, opens = g.call_at(step)
+                    call = {"index": k, "function": {"arguments": text}}
+                    if opens is not None:
+                        call.update(id=opens["id"], type="function")
+                        call["function"] = {"name": opens["name"], "arguments": text}
+                    delta = {"tool_calls": [call]}
                 else:
                     delta = {"content": text}
                 part = {"index": index, "delta": delta, "logprobs": logprobs}

@@ -9,8 +9,10 @@ otherwise ignored; unknown fields are ignored, as vLLM does.
 Tools are checked as vLLM and OpenAI check them and decide the answer (see
 ``ToolPlan``): with ``tools`` and a ``tool_choice`` other than ``"none"``, the
 answer is one call of a function when the choice is ``"required"`` or names
-it, or is ``"auto"`` (the default) and the last message is the user's; after
-tool results the answer is text that reports them.
+it, or is ``"auto"`` (the default) and the last message is the user's — one
+call of each when that message names several functions by their exact names
+("Use Glob and Grep") and ``parallel_tool_calls`` is not false; after tool
+results the answer is text that reports them.
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ class ToolPlan:
     """What the tools of a chat request make of its answer."""
 
     call: dict | None = None  # the function definition to call (``name``, ``parameters``)
+    # Parallel calls after ``call``: the further functions the user's message names
+    # (the Anthropic and OpenAI chat front-ends make them; Gemini's answers ``call`` alone).
+    also: list[dict] = field(default_factory=list)
     words: str = ""  # the last user message: where string arguments come from
     results: list[tuple[str | None, str]] = field(default_factory=list)  # (function, result)
 
@@ -309,9 +314,21 @@ def _tool_results(messages: list[dict]) -> list[tuple[str | None, str]]:
     return results[::-1]
 
 
+def _named(functions: list[dict], text: str) -> list[dict]:
+    """The functions ``text`` names (their exact names as whole words), in the
+    order it first names them."""
+    found = []
+    for fn in functions:
+        match = re.search(rf"(?<![\w-]){re.escape(fn['name'])}(?![\w-])", text)
+        if match is not None:
+            found.append((match.start(), fn))
+    return [fn for _, fn in sorted(found, key=lambda item: item[0])]
+
+
 def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     choice = _tool_choice(body, functions)
-    _opt_bool(body, "parallel_tool_calls")  # accepted; the answer makes one call at most
+    _opt_bool(body, "parallel_tool_calls")
+    parallel = body.get("parallel_tool_calls") is not False
     user_text = next(
         (content_text(m.get("content")) for m in reversed(messages) if m["role"] == "user"), ""
     )
@@ -319,7 +336,11 @@ def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     if isinstance(choice, dict):
         plan.call = choice
     elif choice == "required" or (choice == "auto" and messages[-1]["role"] == "user"):
-        plan.call = _best_function(functions, user_text)
+        named = _named(functions, user_text) if parallel else []
+        if len(named) > 1:  # "Use Glob and Grep": one call of each, in parallel
+            plan.call, plan.also = named[0], named[1:]
+        else:
+            plan.call = _best_function(functions, user_text)
     return plan
 
 

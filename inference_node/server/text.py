@@ -21,7 +21,7 @@ import random
 import re
 import string
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from console.tokens import RUN_PIECE, pieces
 
@@ -103,6 +103,29 @@ class Generation:
     tool_call: dict | None = None
     # The stop string that ended the text, if one did (Anthropic reports it).
     stop_sequence: str | None = None
+    # Parallel calls after ``tool_call`` (``also_calls``): ({"id", "name"}, the index
+    # of the delta where its arguments start).
+    more_calls: list[tuple[dict, int]] = field(default_factory=list)
+
+    def calls(self) -> list[tuple[dict, str]]:
+        """Each tool call with its arguments' text, in order."""
+        if self.tool_call is None:
+            return []
+        starts = [(self.tool_call, 0), *self.more_calls]
+        ends = [start for _, start in starts[1:]] + [len(self.deltas)]
+        return [
+            (call, "".join(self.deltas[start:end]))
+            for (call, start), end in zip(starts, ends, strict=True)
+        ]
+
+    def call_at(self, step: int) -> tuple[int, dict | None]:
+        """The index of the call delta ``step`` belongs to, and the call when its
+        arguments start there (None otherwise)."""
+        for k in range(len(self.more_calls), 0, -1):
+            call, start = self.more_calls[k - 1]
+            if step >= start:
+                return k, call if step == start else None
+        return 0, None
 
     @property
     def text(self) -> str:

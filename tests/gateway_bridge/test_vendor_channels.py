@@ -284,3 +284,51 @@ def test_an_organizations_own_channel_serves_its_keys_only(vendor, tenant, start
     # Anthropic's "overloaded" (529): no channel of theirs serves it; ours was never called.
     assert refused.value.status_code == 529
     assert len(captured(vendor)) == 1
+
+
+def test_openai_sdk_streams_parallel_tool_calls_from_an_anthropic_channel(
+    vendor, tenant, start_gateway
+):
+    demo_channels(vendor.base_url)
+    gw = start_gateway()
+    client = openai.OpenAI(api_key=tenant.raw, base_url=f"{gw.url}/v1", max_retries=0)
+    tools = [
+        {"type": "function", "function": {"name": name, "description": f"The {name} tool.",
+         "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                        "required": ["path"]}}}
+        for name in ("Glob", "Grep", "Read")
+    ]  # fmt: skip
+    stream = client.chat.completions.create(
+        model="sim-claude",
+        max_tokens=300,
+        tools=tools,
+        messages=[{"role": "user", "content": "Use Read and Glob on the repo"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        # An Anthropic beta an OpenAI client may carry: the Anthropic channel gets it.
+        extra_headers={"anthropic-beta": "fine-grained-tool-streaming-2025-05-14"},
+    )
+    calls: dict[int, dict] = {}
+    finish = usage = None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or ():
+                call = calls.setdefault(delta.index, {"id": None, "name": None, "arguments": ""})
+                call["id"] = delta.id or call["id"]
+                call["name"] = (delta.function and delta.function.name) or call["name"]
+                call["arguments"] += (delta.function and delta.function.arguments) or ""
+    # Two tool_use blocks of the vendor's answer: two tool calls, indexes 0 and 1.
+    assert sorted(calls) == [0, 1] and finish == "tool_calls"
+    assert [calls[i]["name"] for i in (0, 1)] == ["Read", "Glob"]
+    assert all(set(json.loads(calls[i]["arguments"])) == {"path"} for i in (0, 1))
+    assert calls[0]["id"] != calls[1]["id"]
+    sent = captured(vendor)[-1]
+    assert sent["headers"]["anthropic-beta"] == "fine-grained-tool-streaming-2025-05-14"
+    stored, events = records(gw, 1)
+    record = stored[events[0]["request_id"]]
+    assert (record.input_tokens + record.cache_read_tokens, record.output_tokens) == (
+        usage.prompt_tokens,
+        usage.completion_tokens,
+    )

@@ -339,6 +339,32 @@ def test_a_streamed_tool_call_sends_its_input_as_json_deltas(client):
     assert final.stop_reason == "tool_use"
 
 
+def test_naming_several_tools_calls_each_in_parallel_unless_disabled(client):
+    tools = [
+        WEATHER,
+        {"name": "get_time", "description": "The local time of a city.",
+         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}},
+    ]  # fmt: skip
+    ask = user("Use get_time and get_weather for Oslo")
+    with client.messages.stream(model=MODEL, max_tokens=200, tools=tools, messages=ask) as stream:
+        started = [e.content_block for e in stream if e.type == "content_block_start"]
+        final = stream.get_final_message()
+    # One tool_use block per named tool, in the order the message names them.
+    assert [b.name for b in final.content] == ["get_time", "get_weather"]
+    assert [b.name for b in started] == ["get_time", "get_weather"]
+    assert [b.input for b in final.content] == [{"city": "Oslo"}, {"city": "Oslo"}]
+    assert len({b.id for b in final.content}) == 2 and final.stop_reason == "tool_use"
+    one = client.messages.create(
+        model=MODEL,
+        max_tokens=200,
+        tools=tools,
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        messages=ask,
+    )
+    assert len(one.content) == 1 and one.content[0].type == "tool_use"
+
+
 def _image_block(data: bytes | None = None, url: str | None = None) -> dict:
     if url:
         return {"type": "image", "source": {"type": "url", "url": url}}

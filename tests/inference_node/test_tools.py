@@ -190,6 +190,34 @@ def test_streamed_tool_call_through_the_sdk(client):
     assert call.function.arguments == arguments
 
 
+def test_naming_several_functions_calls_each_in_parallel(client):
+    named = [{"role": "user", "content": "please use get_weather and get_time for Paris"}]
+    whole = ask(client, messages=named).choices[0]
+    assert [c.function.name for c in whole.message.tool_calls] == ["get_weather", "get_time"]
+    assert whole.finish_reason == "tool_calls"
+    assert len({c.id for c in whole.message.tool_calls}) == 2
+    # Streamed as OpenAI streams parallel calls: each opens with its index, id and name.
+    with client.chat.completions.stream(model=MODEL, messages=named, tools=TOOLS) as helper:
+        opened = [
+            (tc.index, tc.id, tc.function.name)
+            for event in helper
+            if event.type == "chunk" and event.chunk.choices
+            for tc in event.chunk.choices[0].delta.tool_calls or ()
+            if tc.id
+        ]
+        final = helper.get_final_completion()
+    calls = whole.message.tool_calls
+    assert opened == [(i, c.id, c.function.name) for i, c in enumerate(calls)]
+
+    def shown(tool_calls):
+        return [(c.id, c.function.name, json.loads(c.function.arguments)) for c in tool_calls]
+
+    assert shown(final.choices[0].message.tool_calls) == shown(calls)
+    assert shown(calls)[0][2]["city"] == "Paris"
+    single = ask(client, messages=named, parallel_tool_calls=False).choices[0].message
+    assert len(single.tool_calls) == 1
+
+
 def test_streamed_answer_to_a_tool_result(client):
     call = ask(client).choices[0].message
     turn = [

@@ -5,9 +5,12 @@
   (``protocols.anthropic.media``); text alone stays a string (one block) or a
   list of text parts, as before media were taken.
 * A ``tool_result`` with ``is_error`` reaches the node as a tool message whose
-  content starts with ``"Error: "`` (OpenAI has no error flag); images and
-  documents inside a tool result are untranslatable (an OpenAI tool message
-  is text).
+  content starts with ``"Error: "`` (OpenAI has no error flag). An OpenAI tool
+  message is text, so the images and documents inside a tool result (Claude
+  Code's Read of a picture or a PDF) move to the user message after the tool
+  messages, led by the text part ``"Attachments of the result of tool call
+  <id>:"``, before the turn's own blocks; a ``search_result`` in it is
+  untranslatable.
 * ``thinking`` / ``redacted_thinking`` blocks of assistant turns are dropped
   from the pivot (their signatures mean nothing to another vendor; Anthropic
   itself drops them from non-tool turns); a native channel gets them as sent.
@@ -29,12 +32,12 @@ from gateway_bridge.protocols.anthropic.request import (
     array,
     bad,
     block_type,
+    boolean,
     dictionary,
     is_empty,
     missing_results,
     string,
     text_block,
-    tool_result_text,
     unknown_block,
     untranslatable_block,
 )
@@ -49,6 +52,40 @@ def _user_content(parts: list[dict]) -> str | list[dict]:
     return parts
 
 
+def _tool_result(block: dict, path: str, attached: list[dict], skipped: list[str]) -> str:
+    """A ``tool_result``'s content as the tool message's text; its images and
+    documents go to ``attached``, led by a text part naming the call."""
+    content = block.get("content")
+    texts: list[str] = []
+    media: list[dict] = []
+    if isinstance(content, str):
+        texts.append(content)
+    elif content is not None:
+        for i, part in enumerate(array(content, f"{path}.content")):
+            ppath = f"{path}.content.{i}"
+            part, kind = block_type(part, ppath)
+            if kind == "text":
+                texts.append(text_block(part, ppath))
+            elif kind == "image":
+                image = image_part(part, ppath, skipped)
+                if image is not None:
+                    media.append(image)
+            elif kind == "document":
+                media.extend(document_parts(part, ppath, skipped))
+            elif kind == "search_result":
+                skipped.append(untranslatable_block(ppath, kind))
+            else:
+                raise bad(f"{ppath}.type", "Input should be 'text', 'image' or 'document'")
+    if media:
+        lead = f"Attachments of the result of tool call {block['tool_use_id']}:"
+        attached.append({"type": "text", "text": lead})
+        attached.extend(media)
+    text = "\n".join(texts)
+    if block.get("is_error") is not None and boolean(block["is_error"], f"{path}.is_error"):
+        text = f"Error: {text}" if text else "Error"
+    return text
+
+
 def _user(index: int, content: object, expected_ids: list[str], skipped: list[str]) -> list[dict]:
     """One Anthropic user turn → tool messages (in order), then the user's text
     and media; what the pivot cannot carry goes to ``skipped``."""
@@ -59,6 +96,7 @@ def _user(index: int, content: object, expected_ids: list[str], skipped: list[st
         return [{"role": "user", "content": content}] if content else []
     blocks = array(content, f"{path}.content")
     tools: list[dict] = []
+    attached: list[dict] = []  # the media of the tool results
     parts: list[dict] = []
     for i, block in enumerate(blocks):
         bpath = f"{path}.content.{i}"
@@ -84,7 +122,7 @@ def _user(index: int, content: object, expected_ids: list[str], skipped: list[st
                     "`tool_result` block must have a corresponding `tool_use` block in the "
                     "previous message.",
                 )
-            text = tool_result_text(block, bpath, skipped)
+            text = _tool_result(block, bpath, attached, skipped)
             tools.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif kind == "tool_use":
             raise bad(f"{bpath}.type", "tool_use blocks are only allowed in assistant messages")
@@ -96,6 +134,7 @@ def _user(index: int, content: object, expected_ids: list[str], skipped: list[st
     missing = [i for i in expected_ids if i not in answered]
     if missing:
         raise missing_results(index - 1, missing)
+    parts = attached + parts
     if parts:
         tools.append({"role": "user", "content": _user_content(parts)})
     return tools

@@ -11,7 +11,8 @@ cannot carry — the server-tool and MCP blocks, ``search_result`` and
 ``context_management`` fields — is no longer refused: it is recorded in
 ``CallRequest.untranslatable`` (a channel that speaks Anthropic takes the call
 as sent; any other refuses it). ``top_k``, ``metadata``, ``service_tier`` and
-the newer account-side fields are validated here and not forwarded;
+the newer account-side fields are validated here and not forwarded (so is a
+``context_management`` that only clears earlier thinking: the pivot has none);
 ``thinking`` is validated here and becomes the pivot's ``reasoning_effort``
 (``protocols.anthropic.translate`` builds the pivot).
 """
@@ -147,31 +148,6 @@ def system_text(value: object) -> str:
     return "\n".join(parts)
 
 
-def tool_result_text(block: dict, path: str, untranslatable: list[str]) -> str:
-    """A ``tool_result``'s content as the tool message's text. Images, documents
-    and search results in it are recorded as untranslatable (an OpenAI tool
-    message carries text only)."""
-    content = block.get("content")
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    else:
-        texts = []
-        for i, part in enumerate(array(content, f"{path}.content")):
-            part, kind = block_type(part, f"{path}.content.{i}")
-            if kind in MEDIA_BLOCKS or kind == "search_result":
-                untranslatable.append(untranslatable_block(f"{path}.content.{i}", kind))
-                continue
-            if kind != "text":
-                raise bad(f"{path}.content.{i}.type", "Input should be 'text'")
-            texts.append(text_block(part, f"{path}.content.{i}"))
-        text = "\n".join(texts)
-    if block.get("is_error") is not None and boolean(block["is_error"], f"{path}.is_error"):
-        text = f"Error: {text}" if text else "Error"
-    return text
-
-
 def unknown_block(path: str, kind: str) -> GatewayError:
     return bad(
         f"{path}.type",
@@ -227,6 +203,23 @@ def check_ignored_fields(body: dict) -> None:
         raise bad("speed", "Input should be 'standard' or 'fast'")
 
 
+def clears_thinking_only(value: object) -> bool:
+    """A ``context_management`` whose edits only clear earlier thinking (Claude
+    Code sends ``clear_thinking_20251015`` with thinking on): the pivot drops
+    earlier thinking blocks anyway, so it needs no translation. Other edits
+    (clearing tool results, compaction) change the prompt: untranslatable."""
+    if value is None:
+        return True
+    edits = dictionary(value, "context_management").get("edits")
+    if edits is None:
+        return True
+    for i, edit in enumerate(array(edits, "context_management.edits")):
+        kind = dictionary(edit, f"context_management.edits.{i}").get("type")
+        if not isinstance(kind, str) or not kind.startswith("clear_thinking_"):
+            return False
+    return True
+
+
 def check_head(
     body: object, *, require_max_tokens: bool, untranslatable: list[str]
 ) -> tuple[dict, str, int | None]:
@@ -234,6 +227,8 @@ def check_head(
     max_tokens); the fields the pivot cannot carry go to ``untranslatable``."""
     body = json_object(body)
     for key in body:
+        if key == "context_management" and clears_thinking_only(body[key]):
+            continue
         if key in UNTRANSLATABLE_FIELDS:
             untranslatable.append(f"{key}: the {key} field")
         elif key not in FIELDS:

@@ -202,13 +202,18 @@ def test_what_the_pivot_cannot_carry_is_recorded_and_the_call_parses():
     assert call.client_body["container"] == "container_011CPR5CNjB747bTd36fQLFk"
 
 
-def test_images_in_a_tool_result_are_untranslatable_and_its_text_is_kept():
+def test_images_in_a_tool_result_follow_its_text_in_a_user_message():
+    # Claude Code's Read of a picture: the tool message keeps the text (an OpenAI
+    # tool message is text), the picture follows in the user message after it.
     call = parse(
         messages=[
             USER,
             {
                 "role": "assistant",
-                "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}],
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "shot", "input": {}},
+                ],
             },
             {
                 "role": "user",
@@ -217,14 +222,42 @@ def test_images_in_a_tool_result_are_untranslatable_and_its_text_is_kept():
                         "type": "tool_result",
                         "tool_use_id": "toolu_1",
                         "content": [{"type": "text", "text": "Screenshot:"}, IMAGE_B64],
-                    }
+                    },
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": [PDF_DOC]},
+                    {"type": "text", "text": "Compare them."},
                 ],
             },
         ]
     )
-    assert call.body["messages"][-1] == {
-        "role": "tool",
-        "tool_call_id": "toolu_1",
-        "content": "Screenshot:",
-    }
-    assert call.untranslatable == ("messages.2.content.0.content.1: image content blocks",)
+    assert call.body["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "Screenshot:"},
+        {"role": "tool", "tool_call_id": "toolu_2", "content": ""},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Attachments of the result of tool call toolu_1:"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+                {"type": "text", "text": "Attachments of the result of tool call toolu_2:"},
+                {
+                    "type": "file",
+                    "file": {
+                        "filename": "document.pdf",
+                        "file_data": f"data:application/pdf;base64,{PDF}",
+                    },
+                },
+                {"type": "text", "text": "Compare them."},
+            ],
+        },
+    ]
+    assert call.untranslatable == ()
+
+
+def test_a_context_management_that_only_clears_thinking_needs_no_translation():
+    # Claude Code sends it with thinking on; the pivot drops earlier thinking anyway.
+    keep_all = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    assert parse(context_management=keep_all).untranslatable == ()
+    assert "context_management" not in parse(context_management=keep_all).body
+    both = {"edits": [keep_all["edits"][0], {"type": "clear_tool_uses_20250919"}]}
+    assert parse(context_management=both).untranslatable == (
+        "context_management: the context_management field",
+    )
