@@ -3,7 +3,8 @@
 The paths the SDKs use:
 
 - OpenAI: ``POST /v1/chat/completions``, ``/v1/completions``,
-  ``/v1/embeddings``; ``GET /v1/models``, ``/v1/models/{model}``.
+  ``/v1/embeddings``, ``/v1/responses``; ``GET /v1/models``,
+  ``/v1/models/{model}``; ``GET`` and ``DELETE /v1/responses/{id}``.
 - Anthropic: ``POST /v1/messages``, ``/v1/messages/count_tokens``;
   ``GET /v1/models`` and ``/v1/models/{model}`` with an ``anthropic-version``
   header.
@@ -30,6 +31,7 @@ GENERATE = "generate"  # forward to a node (chat, completions, embeddings, messa
 COUNT = "count"  # count a prompt's tokens, answered by the gateway itself
 MODELS = "models"  # list the models the key may use
 MODEL = "model"  # describe one model
+STORED = "stored"  # a stored response of the Responses API: GET or DELETE
 UNKNOWN = "unknown"  # no such path: 404
 
 
@@ -38,13 +40,14 @@ class Route(NamedTuple):
     endpoint: str
     action: str
     method: str | None  # the one method the path takes (None: unknown path)
-    model: str | None = None  # the model named in the path (Gemini, /v1/models/{model})
+    model: str | None = None  # the model (Gemini, /v1/models/{model}) or response id in the path
 
 
 _OPENAI_ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
 }
 _GEMINI_VERBS = {
     "generateContent": GENERATE,
@@ -70,9 +73,14 @@ _UNKNOWN_ANTHROPIC = Route("anthropic", "unknown", UNKNOWN, None)
 _UNKNOWN_OPENAI = Route("openai", "unknown", UNKNOWN, None)
 
 
-def resolve(path: str, headers: dict) -> Route:
+_STORED_METHODS = ("GET", "DELETE")
+
+
+def resolve(path: str, headers: dict, method: str = "") -> Route:
     """The route of a request (``headers`` lower-cased names: an
-    ``anthropic-version`` header makes ``/v1/models`` Anthropic's)."""
+    ``anthropic-version`` header makes ``/v1/models`` Anthropic's). A stored
+    response takes two methods: its route's is the request's when it is one
+    of them, else ``"GET, DELETE"`` (a 405 naming both)."""
     route = _EXACT.get(path)
     if route is not None:
         return route
@@ -94,6 +102,11 @@ def resolve(path: str, headers: dict) -> Route:
     endpoint = _OPENAI_ENDPOINTS.get(path.rstrip("/"))
     if endpoint is not None:
         return Route("openai", endpoint, GENERATE, "POST")
+    if path.startswith("/v1/responses/"):
+        response_id = path[14:].rstrip("/")
+        if response_id and "/" not in response_id:
+            allowed = method if method in _STORED_METHODS else ", ".join(_STORED_METHODS)
+            return Route("openai", "responses", STORED, allowed, response_id)
     if path == "/v1beta":
         return _UNKNOWN_GEMINI
     if path.startswith("/v1/messages/"):

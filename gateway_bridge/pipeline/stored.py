@@ -1,0 +1,101 @@
+"""Stored responses of the Responses API: ``store``, ``previous_response_id``,
+``GET`` and ``DELETE /v1/responses/{id}``.
+
+What is kept, per response, under its organization's id: the response object
+as the client got it (what ``GET`` shows) and the conversation up to it —
+the earlier items, this call's input items, its output items — which a later
+``previous_response_id`` continues from (each record holds the whole
+conversation: deleting or losing an earlier response does not break a later
+one). Instructions are not carried over, as with OpenAI.
+
+Where: ``cache.TtlStore`` under the namespace ``resp``, keyed
+``<organization id>:<response id>`` — in Redis when ``REDIS_URL`` is set
+(every gateway process sees every response; they live as long as Redis keeps
+its data: with no persistence configured a Redis restart forgets them), else
+in this process's bounded LRU (``GATEWAY_RESPONSES_MAX_ENTRIES``; lost on a
+restart and not shared between processes). Each expires after
+``GATEWAY_RESPONSES_RETENTION_SECONDS`` (30 days by default). The database is
+never written.
+
+A response is stored before its last bytes reach the client (``CallRequest.
+on_answer``), so a client can continue from it at once. A stream the client
+cuts, or that fails, stores nothing. Tenancy: every lookup is keyed by the
+caller's organization, so another organization's id is a 404 like an unknown
+one, and shows nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import TYPE_CHECKING
+
+from gateway_bridge.pipeline import auth, relay
+from gateway_bridge.pipeline.call import Call
+from gateway_bridge.protocols import responses
+from gateway_bridge.protocols.base import NOT_FOUND, CallRequest, GatewayError, dumps
+
+if TYPE_CHECKING:
+    from gateway_bridge.gateway import Gateway
+
+_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,96}$")
+
+
+def _key(organization_id: int, response_id: str) -> str:
+    return f"{organization_id}:{response_id}"
+
+
+def _not_found(response_id: str, *, param=None, previous: bool = False) -> GatewayError:
+    shown = response_id if _ID.match(response_id) else "(invalid id)"
+    what = "Previous response" if previous else "Response"
+    return GatewayError(
+        NOT_FOUND,
+        "previous_response_not_found" if previous else "response_not_found",
+        f"{what} with id '{shown}' not found.",
+        param=param,
+    )
+
+
+async def prepare(gw: Gateway, call: Call, req: CallRequest) -> None:
+    """A Responses call: its id, the conversation it continues, where it is
+    stored once answered. Other calls pass through untouched."""
+    facts = req.extra.get("responses")
+    if facts is None:
+        return
+    adapter = req.response
+    adapter.response_id = "resp_" + call.request_id.removeprefix("req_")
+    adapter.created_at = int(call.started)
+    org = call.entry.auth.organization_id
+    previous = facts["previous_response_id"]
+    if previous is not None:
+        record = await gw.responses.get(_key(org, previous)) if _ID.match(previous) else None
+        if record is None:
+            raise _not_found(previous, param="previous_response_id", previous=True)
+        responses.continue_from(req, record["conversation"])
+    if facts["store"]:
+        req.on_answer = functools.partial(_save, gw, org, req)
+
+
+async def _save(gw: Gateway, org: int, req: CallRequest) -> None:
+    adapter = req.response
+    if adapter.result is None:
+        return
+    record = {"response": adapter.result, "conversation": responses.conversation(req)}
+    await gw.responses.put(_key(org, adapter.response_id), record, gw.responses.max_ttl)
+
+
+async def stored(gw: Gateway, call: Call, scope, receive, send, headers, response_id) -> None:
+    """``GET /v1/responses/{id}`` (the stored response) and ``DELETE`` (forget it)."""
+    entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
+    call.record = False
+    key = _key(entry.auth.organization_id, response_id)
+    if scope["method"] == "DELETE":
+        if not _ID.match(response_id) or not await gw.responses.delete(key):
+            raise _not_found(response_id)
+        body = {"id": response_id, "object": "response", "deleted": True}
+    else:
+        record = await gw.responses.get(key) if _ID.match(response_id) else None
+        if record is None:
+            raise _not_found(response_id)
+        body = record["response"]
+    await relay.respond(send, 200, dumps(body), call)
