@@ -84,7 +84,7 @@ def test_streamed_response_events_and_final_usage(gw, tenant):
         kinds[-1],
     ]
     assert kinds[-1] in ("response.completed", "response.incomplete")
-    assert {k for k in kinds[4:-4]} == {"response.output_text.delta"}
+    assert set(kinds[4:-4]) == {"response.output_text.delta"}
     assert [e.sequence_number for e in events] == list(range(len(events)))
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     final = events[-1].response

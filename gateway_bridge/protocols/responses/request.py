@@ -4,8 +4,9 @@
 
 Fields: every documented field is known. Those the gateway has no use for
 (``include``, ``prompt_cache_key``, ``prompt_cache_retention``,
-``metadata``, ``user``, ``safety_identifier``, ``service_tier``,
-``truncation``, ``max_tool_calls``, ``top_logprobs``, ``stream_options``) are
+``metadata``, ``client_metadata``, ``user``, ``safety_identifier``,
+``service_tier``, ``truncation``, ``max_tool_calls``, ``top_logprobs``,
+``stream_options``) are
 checked for type and not forwarded — Codex sends ``include`` and
 ``prompt_cache_key`` with every turn. What needs OpenAI's own servers
 (``background``, ``conversation``, ``prompt`` templates, hosted tools such as
@@ -37,7 +38,7 @@ USED = {
 IGNORED = {
     "include", "prompt_cache_key", "prompt_cache_retention", "metadata", "user",
     "safety_identifier", "service_tier", "truncation", "max_tool_calls", "top_logprobs",
-    "stream_options",
+    "stream_options", "client_metadata",
 }  # fmt: skip
 UNSUPPORTED = {
     "background": "background responses",
@@ -76,6 +77,7 @@ def check_fields(body: object) -> dict:
     for name in ("prompt_cache_key", "user", "safety_identifier", "service_tier", "truncation"):
         string_field(body, name)
     object_field(body, "metadata")
+    object_field(body, "client_metadata")
     return body
 
 

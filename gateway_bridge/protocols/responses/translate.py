@@ -1,7 +1,8 @@
 """``POST /v1/responses`` → the chat pivot (``CallRequest.body``).
 
-* ``instructions`` → a first ``system`` message; ``input`` (text or items,
-  ``protocols.responses.items``) → the messages after it.
+* ``instructions`` → a first ``system`` message (with the ``system`` and
+  ``developer`` messages ``input`` starts with, if any); ``input`` (text or
+  items, ``protocols.responses.items``) → the messages after it.
 * Flat function tools ``{"type": "function", "name", "parameters", ...}`` →
   chat's ``{"type": "function", "function": {...}}``; ``tool_choice`` and
   ``parallel_tool_calls`` as chat's.
@@ -41,9 +42,15 @@ ENDPOINT = "responses"
 
 
 def _messages(instructions: str | None, items: list) -> list[dict]:
+    """The pivot's messages: the instructions and the leading system and
+    developer messages joined into one first system message (Codex sends
+    several; many open models' chat templates take one, first), then the rest."""
     messages = to_messages(items)
-    if instructions:
-        messages.insert(0, {"role": "system", "content": instructions})
+    head = [instructions] if instructions else []
+    while messages and messages[0]["role"] == "system" and isinstance(messages[0]["content"], str):
+        head.append(messages.pop(0)["content"])
+    if head:
+        messages.insert(0, {"role": "system", "content": "\n\n".join(head)})
     return messages
 
 
