@@ -111,19 +111,10 @@ def parse_embeddings(body: Any) -> CallRequest:
     )
 
 
-def parse_responses(body: Any) -> CallRequest:
-    """``POST /v1/responses``: the Responses API's own adapter
-    (``protocols.responses``, imported here on first use: it builds on this package)."""
-    from gateway_bridge.protocols.responses import parse_responses as parse
-
-    return parse(body)
-
-
 _PARSERS = {
     "chat.completions": parse_chat,
     "completions": parse_completion,
     "embeddings": parse_embeddings,
-    "responses": parse_responses,
 }
 
 

@@ -4,11 +4,12 @@
 reasoning, text format), ``items`` turns ``input`` items (messages, function
 calls and their outputs) into pivot messages, ``translate`` builds the pivot
 body and the ``CallRequest`` (recorded as the OpenAI protocol's
-``responses`` endpoint; errors are OpenAI's, ``protocols.openai.errors``),
-``answer`` renders the node's answers as a ``response`` object or its typed
-stream events. Stored responses (``store``, ``previous_response_id``,
-``GET`` / ``DELETE /v1/responses/{id}``) are I/O: ``pipeline.stored``.
-Pure: no I/O, no Django, no clock.
+``responses`` endpoint, sent here by ``pipeline.adapters.ENDPOINT_ADAPTERS``;
+its errors are OpenAI's, ``protocols.openai.errors``), ``answer`` renders
+the node's answers as a ``response`` object or its typed stream events.
+Stored responses (``store``, ``previous_response_id``, ``GET`` / ``DELETE
+/v1/responses/{id}``) are I/O: ``pipeline.stored``. Pure: no I/O, no
+Django, no clock.
 """
 
 from gateway_bridge.protocols.responses.answer import ResponsesResponse
@@ -17,6 +18,7 @@ from gateway_bridge.protocols.responses.translate import (
     ENDPOINT,
     continue_from,
     conversation,
+    parse_call,
     parse_responses,
 )
 
@@ -26,5 +28,6 @@ __all__ = [
     "ResponsesResponse",
     "continue_from",
     "conversation",
+    "parse_call",
     "parse_responses",
 ]

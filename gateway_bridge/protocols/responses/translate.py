@@ -162,3 +162,8 @@ def conversation(req: CallRequest) -> list[dict]:
     call's input, its output (what a later ``previous_response_id`` continues)."""
     facts = req.extra["responses"]
     return [*facts.get("history", ()), *facts["input"], *req.response.output]
+
+
+def parse_call(endpoint: str, data: Any, *, path_model, query, headers) -> CallRequest:
+    """The pipeline's one entry: ``POST /v1/responses``."""
+    return parse_responses(data)
