@@ -37,5 +37,7 @@ ENDPOINT_ADAPTERS = {("openai", "responses"): "responses"}
 def parser(protocol: str, endpoint: str):
     """The adapter whose ``parse_call`` reads a call of ``protocol`` at ``endpoint``."""
     return ADAPTERS[ENDPOINT_ADAPTERS.get((protocol, endpoint), protocol)]
+
+
 # The adapter that answers when the protocol is unknown.
 DEFAULT = openai

@@ -18,8 +18,12 @@ restart and not shared between processes). Each expires after
 never written.
 
 A response is stored before its last bytes reach the client (``CallRequest.
-on_answer``), so a client can continue from it at once. A stream the client
-cuts, or that fails, stores nothing. Tenancy: every lookup is keyed by the
+on_answer``), so a client can continue from it at once — except a stream
+passed through to an OpenAI channel, stored as soon as its last event went
+out. A stream the client cuts, or that fails, stores nothing. A call passed
+through gets the stored items in its ``input`` in place of
+``previous_response_id``, which never reaches the vendor (there it would name
+the channel's account's responses, not the caller's). Tenancy: every lookup is keyed by the
 caller's organization, so another organization's id is a 404 like an unknown
 one, and shows nothing.
 """
@@ -72,16 +76,44 @@ async def prepare(gw: Gateway, call: Call, req: CallRequest) -> None:
         if record is None:
             raise _not_found(previous, param="previous_response_id", previous=True)
         responses.continue_from(req, record["conversation"])
+        if req.client_body is not None:
+            _expand_for_vendor(req, record["conversation"])
     if facts["store"]:
         req.on_answer = functools.partial(_save, gw, org, req)
 
 
-async def _save(gw: Gateway, org: int, req: CallRequest) -> None:
+def _expand_for_vendor(req: CallRequest, history: list[dict]) -> None:
+    """The body an OpenAI channel gets as sent: the stored items in ``input``
+    instead of ``previous_response_id`` (which would name a response of the
+    vendor's account, not the caller's), without item ids (items the vendor
+    never stored) and without reasoning it cannot read (no encrypted content)."""
+    items = [
+        {k: v for k, v in item.items() if k != "id"}
+        for item in history
+        if item.get("type") != "reasoning" or item.get("encrypted_content")
+    ]
+    body = {k: v for k, v in req.client_body.items() if k != "previous_response_id"}
+    body["input"] = [*items, *req.extra["responses"]["input"]]
+    req.client_body = body
+    req.raw = dumps(body)
+
+
+async def _save(gw: Gateway, org: int, req: CallRequest, native: dict | None = None) -> None:
+    """Store the answered response; ``native``: the vendor's own response
+    object (a passed-through call), whose id is the one the client saw."""
     adapter = req.response
+    if native is not None:
+        if not isinstance(native.get("id"), str) or not _ID.match(native["id"]):
+            return
+        adapter.result = native
+        output = native.get("output")
+        adapter.output = (
+            [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
+        )
     if adapter.result is None:
         return
     record = {"response": adapter.result, "conversation": responses.conversation(req)}
-    await gw.responses.put(_key(org, adapter.response_id), record, gw.responses.max_ttl)
+    await gw.responses.put(_key(org, adapter.result["id"]), record, gw.responses.max_ttl)
 
 
 async def stored(gw: Gateway, call: Call, scope, receive, send, headers, response_id) -> None:

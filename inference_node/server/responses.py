@@ -12,7 +12,8 @@ prefix cache, tool calls drawn from the tools' schemas). The answer is a
 Responses shape (``input_tokens``, ``input_tokens_details.cached_tokens``,
 ``output_tokens``, ``output_tokens_details.reasoning_tokens``). Nothing is
 stored: ``previous_response_id`` is refused, as for a call with ``store``
-false. Hosted tools and item types other than those above are refused (400).
+false. Tools other than functions are accepted and never called; item types
+other than those above and the client-run tools' calls are refused (400).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from .http import Response
 from .protocol import ApiError
 from .text import generate, generate_tool_call, results_lead
 
-_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+_ITEM_TYPES = (
+    "message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
+    "custom_tool_call_output", "local_shell_call", "local_shell_call_output",
+)  # fmt: skip
 
 
 def _text(content, param: str) -> str:
@@ -87,8 +91,10 @@ def chat_body(body: dict) -> dict:
     chat: dict = {"model": body.get("model"), "messages": messages}
     tools = []
     for i, tool in enumerate(body.get("tools") or ()):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            raise protocol.invalid(f"tools[{i}].type", "Only function tools are simulated.")
+        if not isinstance(tool, dict):
+            raise protocol.invalid(f"tools[{i}]", f"'tools[{i}]' must be an object.")
+        if tool.get("type") != "function":
+            continue  # accepted, never called (custom, local_shell, web_search, ...)
         function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
         tools.append({"type": "function", "function": function})
     if tools:

@@ -16,8 +16,12 @@ The items a client sends (and the gateway stores for ``previous_response_id``):
   ``encrypted_content``); dropped from the pivot, as the Anthropic adapter
   drops earlier thinking blocks.
 
-Any other type (``item_reference``, hosted tools' calls, ...) is a 400 naming
-the item. Pure: no I/O.
+Items of tools the client runs (``custom_tool_call``, ``local_shell_call``,
+... and their outputs) are not the pivot's: they are recorded as
+untranslatable, and only a channel of the OpenAI API takes the call (as
+sent). Any other type is a 400 naming the item — ``item_reference`` too: it
+names an item stored at the vendor, under the channel's account, not the
+caller's. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -28,6 +32,13 @@ from gateway_bridge.protocols.base import invalid
 from gateway_bridge.protocols.openai.fields import bad_value, listing, missing, type_error
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+# Items of tools the client runs itself (Codex's freeform ``apply_patch``, its
+# shell): not the pivot's, so only a channel of the OpenAI API takes them, as sent.
+CLIENT_TOOL_ITEMS = frozenset({
+    "custom_tool_call", "custom_tool_call_output", "local_shell_call",
+    "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call",
+    "apply_patch_call_output",
+})  # fmt: skip
 ROLES = ("user", "assistant", "system", "developer")
 _PIVOT_ROLES = {"developer": "system"}
 _ASSISTANT_PARTS = ("output_text", "refusal")
@@ -107,8 +118,9 @@ def _output_text(output: object, param: str) -> str:
     return content
 
 
-def to_messages(items: list, param: str = "input") -> list[dict]:
-    """The pivot messages of checked-or-not ``items`` (400 on a bad one)."""
+def to_messages(items: list, param: str = "input", skipped: list | None = None) -> list[dict]:
+    """The pivot messages of checked-or-not ``items`` (400 on a bad one); the
+    items the pivot cannot carry are named in ``skipped``."""
     messages: list[dict] = []
     for i, item in enumerate(items):
         where = f"{param}[{i}]"
@@ -150,6 +162,9 @@ def to_messages(items: list, param: str = "input") -> list[dict]:
             messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
         elif kind == "reasoning":
             continue
+        elif kind in CLIENT_TOOL_ITEMS:
+            if skipped is not None:
+                skipped.append(f"{where}: the '{kind}' item")
         elif kind is None:
             raise missing(f"{where}.type")
         else:

@@ -11,7 +11,8 @@ checked for type and not forwarded — Codex sends ``include`` and
 ``prompt_cache_key`` with every turn. What needs OpenAI's own servers
 (``background``, ``conversation``, ``prompt`` templates, hosted tools such as
 ``web_search`` or ``file_search``) is a 400 naming it; an unknown field is
-OpenAI's ``unknown_parameter``.
+OpenAI's ``unknown_parameter``. Tools the client runs itself (``custom``,
+``local_shell``, ...) are untranslatable: only an OpenAI API channel takes them.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ UNSUPPORTED = {
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 SUMMARIES = ("auto", "concise", "detailed")
 TOOL_TYPES = ("function",)
+# Tools the client runs itself (Codex's freeform ``apply_patch``, its shell):
+# not the pivot's, so only a channel of the OpenAI API takes them, as sent.
+# Hosted tools (web_search, file_search, mcp, ...) are refused: their fees are
+# not token usage, and some reach data of the channel's vendor account.
+CLIENT_TOOLS = frozenset({"custom", "local_shell", "shell", "apply_patch"})
 
 
 def _unsupported(param: str, what: str) -> Exception:
@@ -127,8 +133,9 @@ def _valid_name(name: object) -> bool:
     )
 
 
-def tools(body: dict) -> tuple[list[dict], list[str]]:
-    """(pivot tools, their names) of Responses' flat function tools."""
+def tools(body: dict, skipped: list[str]) -> tuple[list[dict], list[str]]:
+    """(pivot tools, their names) of Responses' flat function tools; the
+    client-run tools the pivot cannot carry are named in ``skipped``."""
     value = body.get("tools")
     if value is None:
         return [], []
@@ -143,6 +150,11 @@ def tools(body: dict) -> tuple[list[dict], list[str]]:
         kind = tool.get("type")
         if kind is None:
             raise missing(f"{param}.type")
+        if kind in CLIENT_TOOLS:
+            skipped.append(f"{param}: the '{kind}' tool")
+            if isinstance(tool.get("name"), str):
+                names.append(tool["name"])
+            continue
         if kind not in TOOL_TYPES:
             raise invalid(
                 f"Invalid value: '{kind}'. This gateway supports only function tools "
@@ -175,8 +187,8 @@ def tools(body: dict) -> tuple[list[dict], list[str]]:
     return out, names
 
 
-def tool_choice(body: dict, names: list[str]) -> object:
-    """The pivot's ``tool_choice`` (None: not given)."""
+def tool_choice(body: dict, names: list[str], skipped: list[str]) -> object:
+    """The pivot's ``tool_choice`` (None: not given, or not the pivot's)."""
     choice = body.get("tool_choice")
     if choice is None:
         return None
@@ -189,6 +201,9 @@ def tool_choice(body: dict, names: list[str]) -> object:
         return choice
     if not isinstance(choice, dict):
         raise type_error("tool_choice", "string", choice)
+    if choice.get("type") in CLIENT_TOOLS:
+        skipped.append(f"tool_choice: the '{choice['type']}' tool")
+        return None
     if choice.get("type") != "function":
         raise invalid(
             f"Invalid value: '{choice.get('type')}'. This gateway supports tool_choice "

@@ -41,11 +41,11 @@ UPSTREAM_PATH = "/v1/chat/completions"
 ENDPOINT = "responses"
 
 
-def _messages(instructions: str | None, items: list) -> list[dict]:
+def _messages(instructions: str | None, items: list, skipped: list | None = None) -> list[dict]:
     """The pivot's messages: the instructions and the leading system and
     developer messages joined into one first system message (Codex sends
     several; many open models' chat templates take one, first), then the rest."""
-    messages = to_messages(items)
+    messages = to_messages(items, skipped=skipped)
     head = [instructions] if instructions else []
     while messages and messages[0]["role"] == "system" and isinstance(messages[0]["content"], str):
         head.append(messages.pop(0)["content"])
@@ -83,8 +83,9 @@ def parse_responses(body: object) -> CallRequest:
         raise missing("input")
     items = input_items(body.get("input", []))
     instructions = string_field(body, "instructions")
-    tools, names = request.tools(body)
-    choice = request.tool_choice(body, names)
+    skipped: list[str] = []
+    tools, names = request.tools(body, skipped)
+    choice = request.tool_choice(body, names, skipped)
     parallel = bool_field(body, "parallel_tool_calls")
     max_output = int_field(body, "max_output_tokens", 1)
     temperature = number_field(body, "temperature", 0, 2)
@@ -97,7 +98,7 @@ def parse_responses(body: object) -> CallRequest:
     if previous is not None and not previous:
         raise type_error("previous_response_id", "string", previous)
 
-    messages = _messages(instructions, items)
+    messages = _messages(instructions, items, skipped)
     out: dict[str, Any] = {"model": model, "messages": messages}
     if tools:
         out["tools"] = tools
@@ -141,6 +142,7 @@ def parse_responses(body: object) -> CallRequest:
                 "input": items,
             },
         },
+        untranslatable=tuple(skipped),
     )
 
 
@@ -148,8 +150,10 @@ def continue_from(req: CallRequest, history: list[dict]) -> None:
     """Put a stored conversation's items (input and output of the earlier
     responses) before this call's input, and count them in the estimate."""
     facts = req.extra["responses"]
-    messages = _messages(facts["instructions"], [*history, *facts["input"]])
+    skipped: list[str] = []
+    messages = _messages(facts["instructions"], [*history, *facts["input"]], skipped)
     req.body["messages"] = messages
+    req.untranslatable = tuple(dict.fromkeys((*req.untranslatable, *skipped)))
     estimate, prefix = chat_prompt(messages, req.body.get("tools"))
     req.prompt_tokens_estimate = estimate
     req.prefix_text = prefix
