@@ -15,6 +15,12 @@ Decisions:
   ``tool_calls``, ``reasoning_content`` / ``reasoning`` (or a completion's
   ``text``). Once it is seen, a chunk is parsed only when its ``usage`` or
   ``finish_reason`` is not null or it names an error.
+* A passed-through Responses API stream (``/v1/responses`` on an ``openai``
+  channel) is read by its typed events: the first text, arguments or
+  reasoning delta is the first token, the usage is that of the final
+  ``response.completed`` / ``response.incomplete`` (kept as ``final``, which
+  the gateway stores), ``error`` / ``response.failed`` is the vendor's
+  failure, and the deltas' text bills a stream cut before its end.
 * An error streamed as a chunk (``{"error": {...}}``, vLLM's
   ``{"object": "error", ...}``) is the vendor's failure: a 502 with its message
   (``StreamReader`` raises it, ``NativeStreamUsage.error`` holds it).
