@@ -6,6 +6,9 @@ object (plain) or as Responses' typed events (streamed), each event with its
     per text answer:  response.output_item.added (message), response.content_part.added,
                       response.output_text.delta ..., response.output_text.done,
                       response.content_part.done, response.output_item.done
+    per reasoning:    response.output_item.added (reasoning),
+                      response.reasoning_text.delta ..., response.reasoning_text.done,
+                      response.output_item.done
     per tool call:    response.output_item.added (function_call),
                       response.function_call_arguments.delta ..., ....done,
                       response.output_item.done
@@ -17,8 +20,11 @@ A node's failure after the first event: ``error`` then ``response.failed``.
 The response's id and ``created_at`` are given by the pipeline (the adapter
 has no clock); when the answer is complete, ``result`` holds the finished
 response object (what ``GET /v1/responses/{id}`` shows) and ``output`` its
-items (what ``previous_response_id`` continues from). Earlier reasoning is
-not rendered: the pivot's answer carries none the Responses API could show.
+items (what ``previous_response_id`` continues from). A node's reasoning
+(vLLM's ``reasoning_content``) is a ``reasoning`` item with its text as
+``reasoning_text`` content (no summary, no encrypted content: a client that
+sends it back gets it dropped from the next prompt, as the pivot has no
+place for it).
 """
 
 from __future__ import annotations
@@ -104,6 +110,10 @@ class ResponsesResponse(ResponseAdapter):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise invalid_answer()
+        thought = _reasoning(message)
+        if thought:
+            self._produced.append(thought)
+            self.output.append(_reasoning_item(self._id("rs"), thought))
         text = message.get("content")
         if isinstance(text, str) and text:
             self._produced.append(text)
@@ -141,7 +151,16 @@ class ResponsesResponse(ResponseAdapter):
             return b""
         index = len(self.output) - 1
         item = self.output[index]
-        if self._open[0] == "text":
+        if self._open[0] == "reasoning":
+            item = _reasoning_item(item["id"], "".join(self._text))
+            out = self._event(
+                "response.reasoning_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=item["content"][0]["text"],
+            )
+        elif self._open[0] == "text":
             text = "".join(self._text)
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             item = _message(item["id"], text, "completed")
@@ -171,6 +190,14 @@ class ResponsesResponse(ResponseAdapter):
         self.output[index] = item
         self._open = None
         return out + self._event("response.output_item.done", output_index=index, item=item)
+
+    def _begin_reasoning(self) -> bytes:
+        head = self._close()
+        item = {**_reasoning_item(self._id("rs"), ""), "content": []}
+        self.output.append(item)
+        self._open, self._text = ("reasoning",), []
+        index = len(self.output) - 1
+        return head + self._event("response.output_item.added", output_index=index, item=item)
 
     def _begin_text(self) -> bytes:
         head = self._close()
@@ -207,6 +234,21 @@ class ResponsesResponse(ResponseAdapter):
                 continue
             delta = choice.get("delta")
             delta = delta if isinstance(delta, dict) else {}
+            thought = _reasoning(delta)
+            if thought:
+                if self._open != ("reasoning",):
+                    out.append(self._begin_reasoning())
+                self._text.append(thought)
+                self._produced.append(thought)
+                out.append(
+                    self._event(
+                        "response.reasoning_text.delta",
+                        item_id=self.output[-1]["id"],
+                        output_index=len(self.output) - 1,
+                        content_index=0,
+                        delta=thought,
+                    )
+                )
             text = delta.get("content")
             if isinstance(text, str) and text:
                 if self._open != ("text",):
@@ -269,6 +311,25 @@ class ResponsesResponse(ResponseAdapter):
         return self._event(
             "error", code=error.code, message=error.message, param=error.param
         ) + self._event("response.failed", response=failed)
+
+
+def _reasoning(message: dict) -> str:
+    """The reasoning of a pivot message or delta (vLLM's ``reasoning_content``,
+    newer servers' ``reasoning``)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _reasoning_item(item_id: str, text: str) -> dict:
+    return {
+        "type": "reasoning",
+        "id": item_id,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
 
 
 def _message(item_id: str, text: str | None, status: str) -> dict:

@@ -291,3 +291,36 @@ def test_a_continued_conversation_comes_before_the_new_input():
 )
 def test_responses_usage_reads_back_to_the_same_counts(usage):
     assert from_openai(to_responses(usage)) == usage
+
+
+def test_the_nodes_reasoning_is_a_reasoning_item_before_the_answer():
+    adapter = parse_responses({"model": "m", "input": "2+2?", "stream": True}).response
+    frames = adapter.stream_start("m")
+    for delta in (
+        {"reasoning_content": "Two and two "},
+        {"reasoning_content": "make four."},
+        {"content": "4"},
+    ):
+        frames += adapter.stream_chunk({"choices": [{"index": 0, "delta": delta}]}, "m")
+    frames += adapter.stream_end(TokenUsage(input=5, output=7, reasoning=5), "m")
+    events = events_of(frames)
+    assert [e["type"] for e in events][2:7] == [
+        "response.output_item.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.output_item.done",
+    ]
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
+    assert final["output"][0]["content"] == [
+        {"type": "reasoning_text", "text": "Two and two make four."}
+    ]
+    assert final["usage"]["output_tokens_details"] == {"reasoning_tokens": 5}
+    plain = parse_responses({"model": "m", "input": "2+2?"}).response
+    body = json.loads(
+        plain.render(
+            {"choices": [{"message": {"reasoning_content": "Sum.", "content": "4"}}]}, None, "m"
+        )
+    )
+    assert [item["type"] for item in body["output"]] == ["reasoning", "message"]
