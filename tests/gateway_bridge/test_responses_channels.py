@@ -7,12 +7,23 @@ billed equal to what the SDK reports."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import socket
 
 import openai
 import pytest
 
-from tests.gateway_bridge.vendor_fixtures import captured, demo_channels
+from tests.gateway_bridge.conftest import NODE_TOKEN
+from tests.gateway_bridge.test_gateway_faults import reserved_on
+from tests.gateway_bridge.vendor_fixtures import (
+    KEY_A,
+    VENDOR_MODELS,
+    captured,
+    channel,
+    demo_channels,
+)
+from tests.inference_node.server_helpers import node_process
 from usage.ingest import ingest_events
 from usage.models import CallRecord
 
@@ -106,3 +117,46 @@ def test_the_openai_channel_takes_responses_as_sent(vendor, tenant, start_gatewa
         client.responses.create(model="sim-claude", input="Fix it.", tools=[APPLY_PATCH])
     assert refused.value.body["code"] == "unsupported"
     assert "tools[0]: the 'custom' tool" in refused.value.body["message"]
+
+
+@pytest.fixture(scope="module")
+def slow_vendor():
+    with node_process(
+        "--profile", "custom", "--ttft-ms", "5", "--itl-ms", "20", "--jitter", "0",
+        "--token", NODE_TOKEN, "--api-keys", KEY_A, "--models", VENDOR_MODELS, via="module",
+    ) as node:  # fmt: skip
+        yield node
+
+
+def test_a_passed_through_stream_the_client_cuts_is_billed_for_its_text(
+    tenant, start_gateway, slow_vendor
+):
+    channel(slow_vendor.base_url, "openai", "sim-gpt", "gpt-sim")
+    key, raw = tenant.new_key(spend_cap_daily=10**12)
+    gw = start_gateway()
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    body = {"model": "sim-gpt", "input": "Tell a long story.", "max_output_tokens": 400}
+    conn.request(
+        "POST",
+        "/v1/responses",
+        body=json.dumps({**body, "stream": True}),
+        headers={"Authorization": f"Bearer {raw}", "Content-Type": "application/json"},
+    )
+    resp = conn.getresponse()
+    assert resp.status == 200
+    deltas, response_id = 0, None
+    while deltas < 10:
+        line = resp.fp.readline()
+        if line.startswith(b"data: "):
+            event = json.loads(line[6:])
+            response_id = response_id or event.get("response", {}).get("id")
+            deltas += event["type"] == "response.output_text.delta"
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    [event] = gw.emitter.wait_for(1, timeout=15)
+    assert event["status_code"] == 499 and event["endpoint"] == "responses"
+    assert 5 <= event["output_tokens"] < 100  # the text streamed, not the budget, not zero
+    assert reserved_on(gw, key) == 0
+    client = openai.OpenAI(api_key=raw, base_url=f"{gw.url}/v1", max_retries=0)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response_id)
