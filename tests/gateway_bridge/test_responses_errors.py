@@ -37,6 +37,7 @@ def client(gw, raw) -> openai.OpenAI:
         ({"max_output_tokens": 0}, "max_output_tokens", "integer_below_min_value"),
         ({"background": True}, "background", "unsupported_parameter"),
         ({"frobnicate": 1}, "frobnicate", "unknown_parameter"),
+        ({"input": []}, "input", "empty_array"),
     ],
 )  # fmt: skip
 def test_bad_requests_get_openai_errors(gw, tenant, fields, param, code):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway_bridge.protocols.base import CallRequest
+from gateway_bridge.protocols.base import CallRequest, invalid
 from gateway_bridge.protocols.estimate import chat_prompt
 from gateway_bridge.protocols.openai.fields import (
     bool_field,
@@ -82,6 +82,13 @@ def parse_responses(body: object) -> CallRequest:
     if "input" not in body and not body.get("previous_response_id"):
         raise missing("input")
     items = input_items(body.get("input", []))
+    if not items and not body.get("previous_response_id"):
+        raise invalid(
+            "Invalid 'input': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param="input",
+            code="empty_array",
+        )
     instructions = string_field(body, "instructions")
     skipped: list[str] = []
     tools, names = request.tools(body, skipped)
