@@ -280,6 +280,12 @@ GATEWAY_EMIT_MAX_DELAY = config.env_float("GATEWAY_EMIT_MAX_DELAY", 0.25, minimu
 GATEWAY_SPOOL_DIR = Path(config.env_str("GATEWAY_SPOOL_DIR") or VAR_DIR / "spool")
 # Response cache entries kept in process when there is no Redis.
 GATEWAY_RESPONSE_CACHE_ENTRIES = config.env_int("GATEWAY_RESPONSE_CACHE_ENTRIES", 10_000, minimum=0)
+# Responses API: how long a stored response (store: true) can be retrieved and
+# continued (previous_response_id), and how many are kept in process without Redis.
+GATEWAY_RESPONSES_RETENTION_SECONDS = config.env_int(
+    "GATEWAY_RESPONSES_RETENTION_SECONDS", 30 * 24 * 3600, minimum=1
+)
+GATEWAY_RESPONSES_MAX_ENTRIES = config.env_int("GATEWAY_RESPONSES_MAX_ENTRIES", 10_000, minimum=0)
 # When set, /metrics needs "Authorization: Bearer <token>".
 GATEWAY_METRICS_TOKEN = config.env_str("GATEWAY_METRICS_TOKEN")
 

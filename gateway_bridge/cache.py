@@ -11,6 +11,9 @@ process), else in a bounded in-process LRU.
 Billing rule for a hit (the price book's rule for such hits): the prompt's
 tokens are billed as cache reads and the output tokens as output, at the
 model's prices — the answer is delivered again, its prompt is not processed.
+
+``TtlStore`` is the storage under it (Redis or the in-process LRU), also
+used for the Responses API's stored responses (``pipeline.stored``).
 """
 
 from __future__ import annotations
@@ -38,11 +41,15 @@ def cache_key(organization_id: int, model: str, endpoint: str, body: dict) -> st
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-class ResponseCache:
-    def __init__(self, max_entries: int | None = None):
-        self.max_entries = (
-            settings.GATEWAY_RESPONSE_CACHE_ENTRIES if max_entries is None else max_entries
-        )
+class TtlStore:
+    """JSON values with a time to live, in Redis when ``REDIS_URL`` is set
+    (shared by every gateway process; keys ``<prefix>:gateway:<namespace>:...``)
+    or else in a bounded in-process LRU (this process only). Redis errors are
+    logged and read as a miss / a lost write: the hot path never fails on them."""
+
+    def __init__(self, namespace: str, max_entries: int, max_ttl: int):
+        self.max_entries = max_entries
+        self.max_ttl = max_ttl
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._redis = None
         if settings.REDIS_URL:
@@ -50,7 +57,8 @@ class ResponseCache:
 
             self._redis = aioredis.Redis.from_url(settings.REDIS_URL)
         prefix = settings.CACHES["default"].get("KEY_PREFIX") or "console"
-        self._prefix = f"{prefix}:gateway:rc:"
+        self._prefix = f"{prefix}:gateway:{namespace}:"
+        self._what = namespace
 
     async def get(self, key: str) -> dict | None:
         raw = None
@@ -58,7 +66,7 @@ class ResponseCache:
             try:
                 raw = await self._redis.get(self._prefix + key)
             except Exception:
-                logger.warning("gateway: response cache read failed", exc_info=True)
+                logger.warning("gateway: %s store read failed", self._what, exc_info=True)
                 return None
         else:
             hit = self._local.get(key)
@@ -76,28 +84,51 @@ class ResponseCache:
         except ValueError:
             return None
 
-    async def put(self, key: str, value: dict, ttl: int) -> None:
-        ttl = max(1, min(int(ttl), MAX_TTL))
+    async def put(self, key: str, value: dict, ttl: int) -> bool:
+        """Store ``value``; False when it could not be written."""
+        ttl = max(1, min(int(ttl), self.max_ttl))
         raw = json.dumps(value, separators=(",", ":")).encode()
         if self._redis is not None:
             try:
                 await self._redis.set(self._prefix + key, raw, ex=ttl)
             except Exception:
-                logger.warning("gateway: response cache write failed", exc_info=True)
-            return
+                logger.warning("gateway: %s store write failed", self._what, exc_info=True)
+                return False
+            return True
         if self.max_entries <= 0:
-            return
+            return False
         self._local[key] = (time.monotonic() + ttl, raw)
         self._local.move_to_end(key)
         while len(self._local) > self.max_entries:
             self._local.popitem(last=False)
+        return True
+
+    async def delete(self, key: str) -> bool:
+        """Remove ``key``; True when it was there."""
+        if self._redis is not None:
+            try:
+                return bool(await self._redis.delete(self._prefix + key))
+            except Exception:
+                logger.warning("gateway: %s store delete failed", self._what, exc_info=True)
+                return False
+        hit = self._local.pop(key, None)
+        return hit is not None and hit[0] >= time.monotonic()
 
     async def close(self) -> None:
         if self._redis is not None:
             try:
                 await self._redis.aclose()
             except Exception:
-                logger.debug("gateway: error closing the response cache", exc_info=True)
+                logger.debug("gateway: error closing the %s store", self._what, exc_info=True)
+
+
+class ResponseCache(TtlStore):
+    def __init__(self, max_entries: int | None = None):
+        super().__init__(
+            "rc",
+            settings.GATEWAY_RESPONSE_CACHE_ENTRIES if max_entries is None else max_entries,
+            MAX_TTL,
+        )
 
 
 def request_ttl(headers: dict[str, str], key_seconds: int) -> int:

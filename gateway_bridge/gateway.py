@@ -18,6 +18,8 @@ composes the stages of ``gateway_bridge.pipeline``, a module each:
     relay      plain and streamed answers, disconnects, partial billing
     local      the model list and token counts (no node)
     account    the key's own balance, limits and spend (reads, off the loop)
+    stored     the Responses API's stored responses (previous_response_id,
+               GET / DELETE /v1/responses/{id}), in a TTL store
 
 then settles the actual cost and hands one usage event to the emitter
 (``_finish``). The per-call state is ``pipeline.call.Call``. Nothing here
@@ -41,7 +43,18 @@ from gateway_bridge.circuits import CircuitReporter
 from gateway_bridge.keypool import KeyPool
 from gateway_bridge.limits import Limits, build_store
 from gateway_bridge.metrics import GatewayMetrics
-from gateway_bridge.pipeline import account, admit, auth, body, cached, forward, local, relay, route
+from gateway_bridge.pipeline import (
+    account,
+    admit,
+    auth,
+    body,
+    cached,
+    forward,
+    local,
+    relay,
+    route,
+    stored,
+)
 from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
 from gateway_bridge.pipeline.usage_event import usage_event
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
@@ -104,6 +117,11 @@ class Gateway:
         self._emitter = emitter
         self._spool_lock_fd = None
         self.cache = response_cache.ResponseCache()
+        self.responses = response_cache.TtlStore(
+            "resp",
+            settings.GATEWAY_RESPONSES_MAX_ENTRIES,
+            settings.GATEWAY_RESPONSES_RETENTION_SECONDS,
+        )
         self.trusted = auth.trusted_proxies(settings.GATEWAY_TRUSTED_PROXIES, logger)
         self.max_body = settings.GATEWAY_MAX_BODY_BYTES
         self.timeouts = {
@@ -126,6 +144,7 @@ class Gateway:
             route.MODELS: functools.partial(local.models, self),
             route.MODEL: functools.partial(local.model, self),
             route.ACCOUNT: functools.partial(account.handle, self),
+            route.STORED: functools.partial(stored.stored, self),
         }
         self._register_gauges()
 
@@ -162,6 +181,7 @@ class Gateway:
         await self.state.close()
         await self.pool.close()
         await self.cache.close()
+        await self.responses.close()
         await self.limits.store.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.circuits.close)
@@ -278,7 +298,7 @@ class Gateway:
         if path == "/metrics":
             await self._metrics(headers, send)
             return
-        where = route.resolve(path, headers, scope.get("query_string") or b"")
+        where = route.resolve(path, headers, scope.get("query_string") or b"", method)
         call = Call(where.protocol, where.endpoint)
         self.metrics.in_flight += 1
         try:
@@ -323,6 +343,7 @@ class Gateway:
         call.stream = req.stream
         call.endpoint = req.endpoint
         admit.check_model(call, req.model)
+        await stored.prepare(self, call, req)
         await self._serve(call, entry, req, headers, receive, send)
 
     async def _serve(self, call: Call, entry, req: CallRequest, headers, receive, send) -> None:

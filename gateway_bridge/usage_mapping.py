@@ -195,6 +195,17 @@ def to_openai(t: TokenUsage) -> dict:
     }
 
 
+def to_responses(t: TokenUsage) -> dict:
+    """The Responses API's usage (``from_openai`` reads it back to the same counts)."""
+    return {
+        "input_tokens": t.prompt_total,
+        "input_tokens_details": {"cached_tokens": t.cache_read},
+        "output_tokens": t.output,
+        "output_tokens_details": {"reasoning_tokens": t.reasoning},
+        "total_tokens": t.prompt_total + t.output,
+    }
+
+
 def to_anthropic(t: TokenUsage) -> dict:
     return {
         "input_tokens": t.input,

@@ -28,5 +28,16 @@ class _Adapters(dict):
 
 
 ADAPTERS = _Adapters(openai=openai, anthropic=anthropic)
+# Endpoints of a protocol whose requests an adapter package of their own
+# parses: the Responses API is the OpenAI protocol (its errors, its usage
+# records) with a body of its own (``protocols.responses``).
+ENDPOINT_ADAPTERS = {("openai", "responses"): "responses"}
+
+
+def parser(protocol: str, endpoint: str):
+    """The adapter whose ``parse_call`` reads a call of ``protocol`` at ``endpoint``."""
+    return ADAPTERS[ENDPOINT_ADAPTERS.get((protocol, endpoint), protocol)]
+
+
 # The adapter that answers when the protocol is unknown.
 DEFAULT = openai

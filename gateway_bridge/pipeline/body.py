@@ -13,7 +13,7 @@ import json
 
 import orjson
 
-from gateway_bridge.pipeline.adapters import ADAPTERS
+from gateway_bridge.pipeline.adapters import parser
 from gateway_bridge.pipeline.call import Call, Disconnected
 from gateway_bridge.protocols.base import (
     INVALID_REQUEST,
@@ -93,7 +93,7 @@ def parse(
     """The call, validated and normalized by its protocol's adapter, with what
     a native channel needs: the body as sent, and the query less any ``key``."""
     query = scope.get("query_string") or b""
-    req = ADAPTERS[call.protocol].parse_call(
+    req = parser(call.protocol, call.endpoint).parse_call(
         call.endpoint, data, path_model=path_model, query=query, headers=headers
     )
     req.raw = raw

@@ -10,8 +10,9 @@ keypool``) picks the credential by weight. Then, by the channel's kind
 (``gateway_bridge.vendors``):
 
 * **native** — the channel speaks the client's protocol (Anthropic on
-  Anthropic, Gemini on Gemini): ``pipeline.native`` sends the client's bytes
-  (model id rewritten) and relays the vendor's bytes;
+  Anthropic, Gemini on Gemini, the Responses API on the OpenAI API):
+  ``pipeline.native`` sends the client's bytes (model id rewritten) and
+  relays the vendor's bytes;
 * **OpenAI** — an OpenAI-compatible node or the OpenAI API: the OpenAI pivot
   body goes out, the answer is rendered by the client's response adapter, as
   always;
@@ -74,6 +75,10 @@ PIVOT_ENDPOINTS = {
 }
 # vLLM's extensions the pivot may carry (an Anthropic prefill): the OpenAI API refuses them.
 VLLM_ONLY = ("continue_final_message", "add_generation_prompt")
+# The OpenAI protocol's endpoints a channel of the OpenAI API itself (kind
+# ``openai``) takes as sent: the pivot would lose what only OpenAI runs (the
+# Responses API's client-run tools, encrypted reasoning).
+OPENAI_NATIVE = frozenset({"responses"})
 # Credential switches (a refused or cooling key) per call, beyond the retries.
 MAX_KEY_SWITCHES = 16
 
@@ -85,6 +90,15 @@ def _prefixed(path: str, api_path: str) -> str:
         return path
     cut = path.find("/", 1)
     return api_path.rstrip("/") + (path[cut:] if cut > 0 else "")
+
+
+def _native(req: CallRequest, node, dialect) -> bool:
+    """Whether the channel takes the call as sent: it speaks the client's
+    protocol (OpenAI's only for the endpoints of ``OPENAI_NATIVE``, on the
+    OpenAI API: a compatible server gets the pivot)."""
+    if req.protocol != dialect.PROTOCOL:
+        return False
+    return req.protocol != "openai" or (node.kind == "openai" and req.endpoint in OPENAI_NATIVE)
 
 
 def _request(req: CallRequest, node, dialect, native_call: bool) -> tuple[str, bytes]:
@@ -191,7 +205,7 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
         call.cost_price = node.cost
         call.model = model
         dialect = dialect_for(node.kind)
-        native_call = req.protocol == dialect.PROTOCOL and req.protocol != "openai"
+        native_call = _native(req, node, dialect)
         try:
             path, payload = _request(req, node, dialect, native_call)
         except GatewayError:

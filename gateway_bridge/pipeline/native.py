@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from console.tokens import count_tokens
 from gateway_bridge import answers
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
 from gateway_bridge.protocols.base import UPSTREAM, CallRequest, GatewayError
@@ -118,12 +119,16 @@ class _Splitter:
 
 
 def _estimate(call: Call, req: CallRequest, reader) -> TokenUsage:
-    """What a call that produced no vendor usage cost: the prompt estimate and no
-    output (never zero input; the vendor's own counts whenever it sent any)."""
+    """What a call that produced no vendor usage cost: the prompt estimate and
+    no output, or the tokens of the text streamed when the reader kept it (never
+    zero input; the vendor's own counts whenever it sent any)."""
     usage = reader.usage
     if usage is not None:
         return usage
-    return TokenUsage(input=req.prompt_tokens_estimate, output=0)
+    streamed = getattr(reader, "streamed_text", "")
+    return TokenUsage(
+        input=req.prompt_tokens_estimate, output=count_tokens(streamed) if streamed else 0
+    )
 
 
 async def plain(gw: Gateway, call: Call, req: CallRequest, resp, dialect, send) -> None:
@@ -149,6 +154,8 @@ async def plain(gw: Gateway, call: Call, req: CallRequest, resp, dialect, send) 
     call.usage = usage
     if usage.cache_read:
         call.cache_status = "prefix_hit"
+    if req.on_answer is not None and isinstance(obj, dict):
+        await req.on_answer(obj)
     await relay.respond(send, 200, raw, call)
 
 
@@ -250,6 +257,8 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, dialect, recei
             # The vendor streamed an error event (relayed as it came): record it.
             call.status = reader.error.status
             call.error_type = reader.error.code
+        elif req.on_answer is not None and getattr(reader, "final", None) is not None:
+            await req.on_answer(reader.final)
         try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:

@@ -85,6 +85,8 @@ async def plain(gw: Gateway, call: Call, req: CallRequest, obj: dict, send, ckey
     if usage.cache_read:
         call.cache_status = "prefix_hit"
     body = adapter.render(obj, usage, req.model)
+    if req.on_answer is not None:
+        await req.on_answer()
     await respond(send, 200, body, call)
     if ckey and cache_ttl:
         await gw.cache.put(
@@ -221,14 +223,11 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, receive, send,
         call.usage = usage
         if usage.cache_read:
             call.cache_status = "prefix_hit"
+        tail = adapter.stream_end(usage, req.model)
+        if req.on_answer is not None:
+            await req.on_answer()
         try:
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": out + adapter.stream_end(usage, req.model),
-                    "more_body": False,
-                }
-            )
+            await send({"type": "http.response.body", "body": out + tail, "more_body": False})
         except OSError:
             gw.metrics.disconnects += 1
         if collected is not None:

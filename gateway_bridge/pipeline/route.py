@@ -3,7 +3,8 @@
 The paths the SDKs use:
 
 - OpenAI: ``POST /v1/chat/completions``, ``/v1/completions``,
-  ``/v1/embeddings``; ``GET /v1/models``, ``/v1/models/{model}``.
+  ``/v1/embeddings``, ``/v1/responses``; ``GET /v1/models``,
+  ``/v1/models/{model}``; ``GET`` and ``DELETE /v1/responses/{id}``.
 - Anthropic: ``POST /v1/messages``, ``/v1/messages/count_tokens``;
   ``GET /v1/models`` and ``/v1/models/{model}`` with an ``anthropic-version``
   header.
@@ -38,6 +39,7 @@ COUNT = "count"  # count a prompt's tokens, answered by the gateway itself
 MODELS = "models"  # list the models the key may use
 MODEL = "model"  # describe one model
 ACCOUNT = "account"  # the key's own balance, limits and spend (pipeline.account)
+STORED = "stored"  # a stored response of the Responses API: GET or DELETE
 UNKNOWN = "unknown"  # no such path: 404
 
 
@@ -46,13 +48,14 @@ class Route(NamedTuple):
     endpoint: str
     action: str
     method: str | None  # the one method the path takes (None: unknown path)
-    model: str | None = None  # the model named in the path (Gemini, /v1/models/{model})
+    model: str | None = None  # the model (Gemini, /v1/models/{model}) or response id in the path
 
 
 _OPENAI_ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
 }
 _GEMINI_VERBS = {
     "generateContent": GENERATE,
@@ -96,10 +99,15 @@ def _models_protocol(headers: dict, query: bytes) -> str:
     return "openai"
 
 
-def resolve(path: str, headers: dict, query: bytes = b"") -> Route:
+_STORED_METHODS = ("GET", "DELETE")
+
+
+def resolve(path: str, headers: dict, query: bytes = b"", method: str = "") -> Route:
     """The route of a request (``headers`` lower-cased names: an
     ``anthropic-version`` header makes ``/v1/models`` Anthropic's, a Gemini
-    key Gemini's; ``query`` the raw query string)."""
+    key Gemini's; ``query`` the raw query string). A stored response takes two
+    methods: its route's is the request's when it is one of them, else
+    ``"GET, DELETE"`` (a 405 naming both)."""
     route = _EXACT.get(path)
     if route is not None:
         return route
@@ -124,6 +132,11 @@ def resolve(path: str, headers: dict, query: bytes = b"") -> Route:
     endpoint = _OPENAI_ENDPOINTS.get(path.rstrip("/"))
     if endpoint is not None:
         return Route("openai", endpoint, GENERATE, "POST")
+    if path.startswith("/v1/responses/"):
+        response_id = path[14:].rstrip("/")
+        if response_id and "/" not in response_id:
+            allowed = method if method in _STORED_METHODS else ", ".join(_STORED_METHODS)
+            return Route("openai", "responses", STORED, allowed, response_id)
     if path == "/v1beta":
         return _UNKNOWN_GEMINI
     if path.startswith("/v1/messages/"):

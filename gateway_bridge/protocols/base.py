@@ -130,6 +130,12 @@ class CallRequest:
     # protocol cannot take, ...): a channel of the client's own protocol takes
     # the call as sent; any other answers 400 naming the first of them.
     untranslatable: tuple[str, ...] = ()
+    # Awaited by the relay once the answer is rendered, before its last bytes
+    # go out (set by the pipeline: the Responses API stores the answer there,
+    # so a client that continues from it at once finds it). None: nothing. A
+    # native relay passes the vendor's own answer object (a plain body, or a
+    # stream's final one, after its bytes went out).
+    on_answer: Any = None
 
 
 class ResponseAdapter:

@@ -15,6 +15,12 @@ Decisions:
   ``tool_calls``, ``reasoning_content`` / ``reasoning`` (or a completion's
   ``text``). Once it is seen, a chunk is parsed only when its ``usage`` or
   ``finish_reason`` is not null or it names an error.
+* A passed-through Responses API stream (``/v1/responses`` on an ``openai``
+  channel) is read by its typed events: the first text, arguments or
+  reasoning delta is the first token, the usage is that of the final
+  ``response.completed`` / ``response.incomplete`` (kept as ``final``, which
+  the gateway stores), ``error`` / ``response.failed`` is the vendor's
+  failure, and the deltas' text bills a stream cut before its end.
 * An error streamed as a chunk (``{"error": {...}}``, vLLM's
   ``{"object": "error", ...}``) is the vendor's failure: a 502 with its message
   (``StreamReader`` raises it, ``NativeStreamUsage.error`` holds it).
@@ -144,19 +150,57 @@ class StreamReader:
         return [data]
 
 
-# A chunk whose usage or finish_reason is not null, or an error (only those
-# need parsing once the first token was seen).
-_WORTH_PARSING = re.compile(rb'"(?:usage|finish_reason)"\s*:\s*[^n\s]|"error"')
+# A chunk whose usage or finish_reason is not null, or an error, or a
+# Responses event's text delta (only those need parsing once the first token
+# was seen).
+_WORTH_PARSING = re.compile(rb'"(?:usage|finish_reason)"\s*:\s*[^n\s]|"error"|"delta"\s*:\s*"')
+
+
+# Responses API events (a passed-through ``/v1/responses`` stream).
+_RESPONSE_DELTAS = frozenset({
+    "response.output_text.delta", "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta", "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta", "response.refusal.delta",
+})  # fmt: skip
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete"})
 
 
 class NativeStreamUsage:
-    """Usage, first token and end of a native OpenAI stream (``data:`` payloads)."""
+    """Usage, first token and end of a native OpenAI stream (``data:`` payloads):
+    chat and completion chunks, or the Responses API's typed events (usage in
+    the final ``response``; ``final`` is that response object; ``streamed_text``
+    what the deltas carried, for a stream cut before its end)."""
 
     def __init__(self):
         self.usage: TokenUsage | None = None
         self.content = False
         self.finished = False
         self.error: GatewayError | None = None
+        self.final: dict | None = None
+        self._streamed: list[str] = []
+
+    @property
+    def streamed_text(self) -> str:
+        return "".join(self._streamed)
+
+    def _response_event(self, kind: str, chunk: dict) -> None:
+        if kind in _RESPONSE_DELTAS:
+            self.content = True
+            if isinstance(chunk.get("delta"), str):
+                self._streamed.append(chunk["delta"])
+        elif kind in _RESPONSE_ENDS and isinstance(chunk.get("response"), dict):
+            self.final = chunk["response"]
+            self.usage = from_openai(self.final.get("usage")) or self.usage
+            self.finished = True
+        elif kind in ("error", "response.failed"):
+            failed = chunk.get("response") if kind == "response.failed" else chunk
+            error = failed.get("error") if kind == "response.failed" else failed
+            message = error.get("message") if isinstance(error, dict) else None
+            self.error = _error_of_body(
+                502, {"error": {"message": message or "The vendor's response failed."}}
+            )
+            if isinstance(chunk.get("response"), dict):
+                self.usage = from_openai(chunk["response"].get("usage")) or self.usage
 
     def feed(self, event: str | None, data: bytes) -> None:
         if data.strip() == b"[DONE]":
@@ -169,6 +213,10 @@ class NativeStreamUsage:
         except orjson.JSONDecodeError:
             return
         if not isinstance(chunk, dict):
+            return
+        kind = chunk.get("type")
+        if isinstance(kind, str) and (kind.startswith("response.") or kind == "error"):
+            self._response_event(kind, chunk)
             return
         error = _stream_error(chunk)
         if error is not None:

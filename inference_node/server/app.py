@@ -1,5 +1,5 @@
-"""Wiring: routes of the three front-ends, credential checks, the admin endpoint,
-and the process runner.
+"""Wiring: routes of the front-ends (OpenAI chat and Responses, Anthropic,
+Gemini), credential checks, the admin endpoint, and the process runner.
 
 Each request is first given its dialect (``dialects.dialect_of``: OpenAI,
 Anthropic, Gemini, or none for health, metrics and admin); its POSTs are
@@ -37,6 +37,7 @@ from .generation import GenerationEndpoints
 from .http import Request, Response, close_connections, start_server, sweep_idle
 from .latency import LatencyModel
 from .protocol import ApiError
+from .responses import ResponsesEndpoints
 from .vendor_auth import KeyGuard
 
 VERSION = "0.1.0-sim"
@@ -46,7 +47,7 @@ def _json(status: int, obj) -> Response:
     return Response(status, json.dumps(obj).encode())
 
 
-class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints):
+class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
     def __init__(self, config: NodeConfig):
         self.config = config
         self.engines = {
@@ -73,6 +74,7 @@ class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints):
             "/v1/chat/completions": {"POST": self._chat},
             "/v1/completions": {"POST": self._completions},
             "/v1/embeddings": {"POST": self.embeddings},
+            "/v1/responses": {"POST": self.responses},
             "/v1/models": {"GET": self._models},
             "/v1/messages": {"POST": self.anthropic_messages},
             "/v1/messages/count_tokens": {"POST": self.anthropic_count_tokens},

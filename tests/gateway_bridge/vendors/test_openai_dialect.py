@@ -201,3 +201,54 @@ def test_error_of(status, raw, expected_status, code, words):
     assert (err.status, err.code) == (expected_status, code)
     assert words in err.message
     assert "abcd" not in err.message and "<html>" not in err.message
+
+
+def responses_events(*events: dict) -> list[bytes]:
+    return [json.dumps({"sequence_number": i, **e}).encode() for i, e in enumerate(events)]
+
+
+def test_a_native_responses_stream_is_read_for_usage_text_and_its_final_response():
+    head = {"id": "resp_1", "status": "in_progress", "error": None, "usage": None}
+    final = {
+        **head,
+        "status": "completed",
+        "output": [{"type": "message", "id": "msg_1", "content": []}],
+        "usage": {
+            "input_tokens": 30,
+            "input_tokens_details": {"cached_tokens": 10},
+            "output_tokens": 4,
+            "output_tokens_details": {"reasoning_tokens": 1},
+        },
+    }
+    native = oa.NativeStreamUsage()
+    events = responses_events(
+        {"type": "response.created", "response": head},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"id": "msg_1"}},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Hello"},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": " there"},
+        {"type": "response.completed", "response": final},
+    )
+    for data in events[:2]:
+        native.feed("x", data)
+    assert not native.content and native.usage is None
+    for data in events[2:4]:
+        native.feed("x", data)
+    # A stream cut here is billed for the text streamed so far.
+    assert native.content and native.streamed_text == "Hello there" and not native.finished
+    native.feed("response.completed", events[4])
+    assert native.usage == TokenUsage(input=20, cache_read=10, output=4, reasoning=1)
+    assert native.finished and native.final == final and native.error is None
+
+
+def test_a_failed_native_response_is_the_vendors_failure():
+    native = oa.NativeStreamUsage()
+    failed = {
+        "id": "resp_1",
+        "status": "failed",
+        "error": {"code": "server_error", "message": "boom"},
+    }
+    native.feed(
+        "response.failed", responses_events({"type": "response.failed", "response": failed})[0]
+    )
+    assert native.error is not None and native.error.status == 502
+    assert "boom" in native.error.message and native.final is None
