@@ -85,6 +85,11 @@ class Supervisor:
             if not child.running():
                 raise ChildDied(child)
 
+    def alive(self) -> bool:
+        """``False`` once a stop was asked; raises ``ChildDied`` if a child exited."""
+        self.check()
+        return self.stop_requested is None
+
     def wait_for_port(self, host: str, port: int, timeout: float = 60.0) -> bool:
         """Poll until ``host:port`` accepts a connection; ``False`` if asked to
         stop first. Raises ``ChildDied`` or ``TimeoutError``."""

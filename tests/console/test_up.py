@@ -202,15 +202,18 @@ def test_up_runs_the_console_and_reuses_its_data(up_env):
         assert KEY_RE.match(first["key"]), first["key"]
         with urllib.request.urlopen(first["url"] + "django-admin/login/", timeout=10) as resp:  # noqa: S310
             assert resp.status == 200
-        # The bundled simulator node answers, and beat + worker probe it healthy.
+        # The bundled simulator node answers, and was probed healthy before Ready.
         with urllib.request.urlopen(first["node"] + "/v1/models", timeout=10) as resp:  # noqa: S310
             served = {m["id"] for m in json.load(resp)["data"]}
         assert {"sim-chat-small", "sim-chat-large", "sim-embed"} <= served
-        deadline = time.monotonic() + 45
-        while not (health := node_health(up_env)).startswith("healthy"):
-            assert time.monotonic() < deadline, f"simulator never probed healthy: {health}"
-            time.sleep(1)
+        health = node_health(up_env)
+        assert health.startswith("healthy"), health
         assert f"http://127.0.0.1:{up.node_port} " in health
+        # It says that it checked the printed key, and on what.
+        checked = up.wait_for(r"^Checked the demo key on (.+): one call each")
+        assert checked.group(1).split(", ") == [
+            "sim-chat-small", "sim-chat-large", "sim-embed", "sim-gpt", "sim-claude", "sim-gemini"
+        ]  # fmt: skip
         sdk_calls_through_the_gateway(first["url"].rstrip("/"), first["key"])
     finally:
         code = up.stop()
@@ -222,6 +225,7 @@ def test_up_runs_the_console_and_reuses_its_data(up_env):
 
     up, second = start(up_env)
     assert up.stop() == 0
+    assert not any(line.startswith("Checked the demo key") for line in up.seen)
     assert second["password"] == first["password"]
     public_id = first["key"].split("_", 1)[0]
     assert second["key"] == (
@@ -273,23 +277,16 @@ def sdk_calls_through_the_gateway(base: str, key: str) -> None:
     from google import genai
     from google.genai import types
 
-    deadline = time.monotonic() + 30
     oa = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0, timeout=30)
-    while True:  # the gateway's routing snapshot sees the probed node within a second or two
-        try:
-            chat = oa.chat.completions.create(
-                model="sim-chat-small",
-                messages=[
-                    {"role": "system", "content": "You are terse."},
-                    {"role": "user", "content": "Hello"},
-                ],
-                max_tokens=12,
-            )
-            break
-        except openai.APIStatusError as exc:
-            if exc.status_code != 503 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    # No retry: once up printed Ready. the first call is answered.
+    chat = oa.chat.completions.create(
+        model="sim-chat-small",
+        messages=[
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Hello"},
+        ],
+        max_tokens=12,
+    )
     assert chat.choices[0].message.content and chat.usage.prompt_tokens > 0
     pieces = list(
         oa.chat.completions.create(

@@ -11,7 +11,11 @@ Gemini APIs and demands vendor API keys like the real ones. The latter backs
 one demo channel of each kind (``sim-openai``, ``sim-anthropic``,
 ``sim-gemini``: the models sim-gpt, sim-claude and sim-gemini), each with a
 key pool of one credential and a cost price, so the demo key calls all three
-vendor paths in the first minute."""
+vendor paths in the first minute.
+
+``Ready.`` means the first call works: ``up`` probes the demo upstreams healthy
+before it starts the web server, and checks the demo key on every demo model
+through its own gateway before it says so (``console.management.readiness``)."""
 
 from __future__ import annotations
 
@@ -37,6 +41,12 @@ from accounts.facade import (
     api_key_revoke,
     organization_create,
 )
+from console.management.readiness import (
+    DemoCall,
+    Waiter,
+    check_demo_key,
+    probe_until_healthy,
+)
 from console.processes import ChildDied, Supervisor
 from inference_node.facade import (
     Credential,
@@ -55,6 +65,9 @@ DEMO_KEY_NAME = "Demo key"
 SIMULATOR_NODE_NAME = "simulator-1"
 # The bundled simulator's models: (public name, context window).
 SIMULATOR_MODELS = (("sim-chat-small", 8192), ("sim-chat-large", 32768), ("sim-embed", 8192))
+SIMULATOR_EMBEDDING_MODELS = ("sim-embed",)
+# How long up waits for the upstreams, the server and the demo key's first calls.
+READY_TIMEOUT_SECONDS = 90.0
 
 
 # The demo vendor channels: (channel name, kind, public model, the vendor's model id,
@@ -75,10 +88,10 @@ def demo_password() -> str:
     return digest.hexdigest()[:16]
 
 
-def ensure_demo(*, new_key: bool) -> tuple[str, str]:
+def ensure_demo(*, new_key: bool) -> tuple[str, str, str | None]:
     """Create the demo user, organization and key once. Returns the login line's
-    password and what to print for the key: the raw key when one was just
-    issued, else a hint naming its prefix."""
+    password, what to print for the key (the raw key when one was just issued,
+    else a hint naming its prefix) and the raw key (``None`` when not issued now)."""
 
     password = demo_password()
     with transaction.atomic():
@@ -106,11 +119,11 @@ def ensure_demo(*, new_key: bool) -> tuple[str, str]:
             if current is not None:
                 api_key_revoke(actor=actor, key_id=current.pk)
             _key, raw = api_key_issue(actor=actor, name=DEMO_KEY_NAME)
-            return password, raw
+            return password, raw, raw
     hint = "(shown once when it was issued; run with --new-demo-key for a fresh one)"
     if current is None or not current.is_usable:
-        return password, f"none active {hint}"
-    return password, f"{current.prefix}… {hint}"
+        return password, f"none active {hint}", None
+    return password, f"{current.prefix}… {hint}", None
 
 
 def ensure_simulator_node(port: int) -> None:
@@ -237,8 +250,9 @@ class Command(BaseCommand):
         if ":" in display_host:
             display_host = f"[{display_host}]"
         self.say(f"Console: http://{display_host}:{port}/")
+        raw_key = None
         if not no_demo:
-            password, key_line = ensure_demo(new_key=new_demo_key)
+            password, key_line, raw_key = ensure_demo(new_key=new_demo_key)
             self.say(f"Login: {DEMO_EMAIL} / {password}")
             self.say(f"Demo API key: {key_line}")
         if node_port:
@@ -251,9 +265,87 @@ class Command(BaseCommand):
                 "(channels sim-openai, sim-anthropic, sim-gemini)"
             )
         connections.close_all()  # the children open their own
-        sys.exit(self.run_children(host, port, node_port, vendor_port))
+        sys.exit(self.run_children(host, port, node_port, vendor_port, raw_key))
 
-    def run_children(self, host: str, port: int, node_port: int, vendor_port: int = 0) -> int:
+    def demo_calls(self, node_port: int, vendor_port: int) -> list[DemoCall]:
+        calls = []
+        if node_port:
+            calls += [
+                DemoCall(
+                    name, "embeddings" if name in SIMULATOR_EMBEDDING_MODELS else "chat.completions"
+                )
+                for name, _ in SIMULATOR_MODELS
+            ]
+        if vendor_port:
+            calls += [DemoCall(public) for _, _, public, *_ in VENDOR_CHANNELS]
+        return calls
+
+    def wait_until_ready(
+        self,
+        sup: Supervisor,
+        waiter: Waiter,
+        *,
+        host: str,
+        port: int,
+        node_port: int,
+        vendor_port: int,
+        raw_key: str | None,
+    ) -> bool:
+        """Start the web server once the demo upstreams are probed healthy (its
+        gateway's first routing snapshot then routes them), wait for it, and
+        check the demo key on every demo model. ``False`` if asked to stop."""
+        upstreams = []
+        if node_port:
+            upstreams.append(SIMULATOR_NODE_NAME)
+            if not sup.wait_for_port("127.0.0.1", node_port):
+                return False
+        if vendor_port:
+            upstreams += [name for name, *_ in VENDOR_CHANNELS]
+            if not sup.wait_for_port("127.0.0.1", vendor_port):
+                return False
+        if upstreams and not probe_until_healthy(upstreams, waiter):
+            return False
+        connections.close_all()  # the probes' connection: not held while we serve
+        self.start_web(sup, host, port)
+        wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
+        wait_host = "::1" if wait_host == "::" else wait_host
+        if not sup.wait_for_port(wait_host, port):
+            return False
+        calls = self.demo_calls(node_port, vendor_port)
+        if raw_key is None or not calls:
+            return True
+        if not check_demo_key(wait_host, port, raw_key, calls, waiter):
+            return False
+        self.say(
+            f"Checked the demo key on {', '.join(c.model for c in calls)}: one call each, "
+            "at most 1 output token, billed to the demo organization and in its call log."
+        )
+        return True
+
+    def start_web(self, sup: Supervisor, host: str, port: int) -> None:
+        sup.start(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "console.asgi:application",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--lifespan",
+                "on",
+                "--no-access-log",
+                # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1;
+                # the gateway's GATEWAY_TRUSTED_PROXIES decides that.
+                "--no-proxy-headers",
+            ],
+        )
+
+    def run_children(
+        self, host: str, port: int, node_port: int, vendor_port: int, raw_key: str | None
+    ) -> int:
         py = sys.executable
         env = os.environ.copy()
         env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -296,25 +388,6 @@ class Command(BaseCommand):
                     env_extra={"SIM_API_KEYS": vendor_key()},
                 )
             sup.start(
-                "web",
-                [
-                    py,
-                    "-m",
-                    "uvicorn",
-                    "console.asgi:application",
-                    "--host",
-                    host,
-                    "--port",
-                    str(port),
-                    "--lifespan",
-                    "on",
-                    "--no-access-log",
-                    # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1;
-                    # the gateway's GATEWAY_TRUSTED_PROXIES decides that.
-                    "--no-proxy-headers",
-                ],
-            )
-            sup.start(
                 "worker",
                 [
                     py,
@@ -352,16 +425,21 @@ class Command(BaseCommand):
                     settings.CELERY_BEAT_SCHEDULE_FILENAME,
                 ],
             )
-            wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
-            wait_host = "::1" if wait_host == "::" else wait_host
-            node_up = not node_port or sup.wait_for_port("127.0.0.1", node_port)
-            node_up = node_up and (not vendor_port or sup.wait_for_port("127.0.0.1", vendor_port))
-            if node_up and sup.wait_for_port(wait_host, port):
+            waiter = Waiter(say=self.say, alive=lambda: sup.alive(), timeout=READY_TIMEOUT_SECONDS)
+            if self.wait_until_ready(
+                sup,
+                waiter,
+                host=host,
+                port=port,
+                node_port=node_port,
+                vendor_port=vendor_port,
+                raw_key=raw_key,
+            ):
                 self.say("Ready.")
                 sup.watch()
             name = {2: "SIGINT", 15: "SIGTERM"}.get(sup.stop_requested, sup.stop_requested)
             self.say(f"Got {name}; stopping.")
-        except (ChildDied, TimeoutError) as exc:
+        except (ChildDied, TimeoutError, RuntimeError, OSError) as exc:
             self.stderr.write(f"up: {exc}; stopping the others.")
             code = 1
         finally:
