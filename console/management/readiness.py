@@ -18,7 +18,7 @@ checks from the outside, with the demo key when it has the raw key in hand
 (a key is issued): ``GET /v1/models`` lists every demo model, then one real
 call per model with one output token at most. Those calls are ordinary calls
 of the demo organization: they are billed (a few micro-dollars) and show in
-its call log, which ``up`` says when it prints them.
+its call log (a fraction of a cent), which ``up`` says when it prints them.
 """
 
 from __future__ import annotations
@@ -99,6 +99,15 @@ def probe_until_healthy(names: Sequence[str], waiter: Waiter) -> bool:
 
 
 def _request(host: str, port: int, key: str, method: str, path: str, body: dict | None):
+    """``(status, JSON body)``; a connection that fails is status 0 (waited out
+    like a 5xx: the server may be restarting, and a dead one stops ``up``)."""
+    try:
+        return _exchange(host, port, key, method, path, body)
+    except OSError as exc:
+        return 0, {"error": {"code": type(exc).__name__}}
+
+
+def _exchange(host: str, port: int, key: str, method: str, path: str, body: dict | None):
     conn = http.client.HTTPConnection(host, port, timeout=30)
     try:
         headers = {"Authorization": f"Bearer {key}"}
@@ -115,12 +124,14 @@ def _request(host: str, port: int, key: str, method: str, path: str, body: dict 
         payload = json.loads(raw)
     except ValueError:
         payload = {}
-    return resp.status, payload
+    return resp.status, payload if isinstance(payload, dict) else {}
 
 
 def _error(status: int, payload: dict) -> str:
     err = payload.get("error") if isinstance(payload, dict) else None
     code = err.get("code") or err.get("type") if isinstance(err, dict) else None
+    if status == 0:
+        return f"no answer ({code})"
     return f"{status} {code}" if code else str(status)
 
 
@@ -138,7 +149,7 @@ def check_demo_key(
         missing = sorted(wanted - listed)
         if not missing:
             break
-        if status != 200 and status < 500:
+        if 0 < status < 500 and status not in (200, 429):
             raise RuntimeError(f"GET /v1/models with the demo key: {_error(status, payload)}")
         if not waiter.wait(f"the gateway to list {', '.join(missing)}"):
             return False
@@ -148,7 +159,7 @@ def check_demo_key(
             status, payload = _request(host, port, key, "POST", path, body)
             if status == 200:
                 break
-            if status < 500 and status != 429:
+            if 0 < status < 500 and status != 429:
                 raise RuntimeError(
                     f"a call on {call.model} with the demo key: {_error(status, payload)}"
                 )

@@ -276,7 +276,7 @@ class Command(BaseCommand):
                     settings.CELERY_BEAT_SCHEDULE_FILENAME,
                 ],
             )
-            waiter = Waiter(say=self.say, alive=lambda: sup.alive(), timeout=READY_TIMEOUT_SECONDS)
+            waiter = Waiter(say=self.say, alive=sup.alive, timeout=READY_TIMEOUT_SECONDS)
             if self.wait_until_ready(
                 sup,
                 waiter,
