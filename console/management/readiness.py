@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference_node.facade import Node, NodeHealth, probe_nodes
 
-SLOW_SECONDS = 3.0  # past this, say what is being waited for
+SLOW_SECONDS = 10.0  # past this, say what is being waited for
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,19 @@ class Waiter:
             self.say(f"Waiting for {reason} ...")
         time.sleep(pause)
         return self.alive()
+
+
+def wait_for_port(host: str, port: int, what: str, waiter: Waiter) -> bool:
+    """Until ``host:port`` accepts a connection (``what`` names it in the
+    "Waiting for" line); ``False`` when asked to stop first."""
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            pass
+        if not waiter.wait(f"{what} on {host}:{port}", pause=0.1):
+            return False
 
 
 def probe_until_healthy(names: Sequence[str], waiter: Waiter) -> bool:

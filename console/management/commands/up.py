@@ -43,6 +43,7 @@ from console.management.readiness import (
     Waiter,
     check_demo_key,
     probe_until_healthy,
+    wait_for_port,
 )
 from console.processes import ChildDied, Supervisor
 
@@ -148,11 +149,11 @@ class Command(BaseCommand):
         upstreams = []
         if node_port:
             upstreams.append(SIMULATOR_NODE_NAME)
-            if not sup.wait_for_port("127.0.0.1", node_port):
+            if not wait_for_port("127.0.0.1", node_port, "the simulator node", waiter):
                 return False
         if vendor_port:
             upstreams += [name for name, *_ in VENDOR_CHANNELS]
-            if not sup.wait_for_port("127.0.0.1", vendor_port):
+            if not wait_for_port("127.0.0.1", vendor_port, "the vendor simulator", waiter):
                 return False
         if upstreams and not probe_until_healthy(upstreams, waiter):
             return False
@@ -160,7 +161,7 @@ class Command(BaseCommand):
         self.start_web(sup, host, port)
         wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
         wait_host = "::1" if wait_host == "::" else wait_host
-        if not sup.wait_for_port(wait_host, port):
+        if not wait_for_port(wait_host, port, "the web server", waiter):
             return False
         calls = self.demo_calls(node_port, vendor_port)
         if raw_key is None or not calls:
