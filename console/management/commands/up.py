@@ -143,9 +143,10 @@ class Command(BaseCommand):
         vendor_port: int,
         raw_key: str | None,
     ) -> bool:
-        """Start the web server once the demo upstreams are probed healthy (its
-        gateway's first routing snapshot then routes them), wait for it, and
-        check the demo key on every demo model. ``False`` if asked to stop."""
+        """Start the web server (then the worker and beat) once the demo
+        upstreams are probed healthy (its gateway's first routing snapshot then
+        routes them), wait for it, and check the demo key on every demo model.
+        ``False`` if asked to stop."""
         upstreams = []
         if node_port:
             upstreams.append(SIMULATOR_NODE_NAME)
@@ -159,6 +160,7 @@ class Command(BaseCommand):
             return False
         connections.close_all()  # the probes' connection: not held while we serve
         self.start_web(sup, host, port)
+        self.start_celery(sup)
         wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
         wait_host = "::1" if wait_host == "::" else wait_host
         if not wait_for_port(wait_host, port, "the web server", waiter):
@@ -173,6 +175,49 @@ class Command(BaseCommand):
             "at most 1 output token, billed to the demo organization and in its call log."
         )
         return True
+
+    def start_celery(self, sup: Supervisor) -> None:
+        """The worker and beat, started right after the web server: nothing on
+        the way to ``Ready.`` needs them, and started earlier their own start-up
+        slowed the simulators' and the probe's."""
+        sup.start(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "-l",
+                "info",
+                "--concurrency",
+                "2",
+                "--pool",
+                "prefork",
+                "-Q",
+                settings.CELERY_TASK_DEFAULT_QUEUE,
+                # The filesystem broker has no broadcast; these need it.
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+        )
+        sup.start(
+            "beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                settings.CELERY_BEAT_SCHEDULE_FILENAME,
+            ],
+        )
 
     def start_web(self, sup: Supervisor, host: str, port: int) -> None:
         sup.start(
@@ -239,44 +284,6 @@ class Command(BaseCommand):
                     ],
                     env_extra={"SIM_API_KEYS": vendor_key()},
                 )
-            sup.start(
-                "worker",
-                [
-                    py,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "console",
-                    "worker",
-                    "-l",
-                    "info",
-                    "--concurrency",
-                    "2",
-                    "--pool",
-                    "prefork",
-                    "-Q",
-                    settings.CELERY_TASK_DEFAULT_QUEUE,
-                    # The filesystem broker has no broadcast; these need it.
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                ],
-            )
-            sup.start(
-                "beat",
-                [
-                    py,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "console",
-                    "beat",
-                    "-l",
-                    "info",
-                    "-s",
-                    settings.CELERY_BEAT_SCHEDULE_FILENAME,
-                ],
-            )
             waiter = Waiter(say=self.say, alive=sup.alive, timeout=READY_TIMEOUT_SECONDS)
             if self.wait_until_ready(
                 sup,
