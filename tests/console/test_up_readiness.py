@@ -1,15 +1,17 @@
 """What ``manage.py up`` waits for before ``Ready.``: its demo upstreams
 probed healthy (with the registry's own probe), and what it says while it
-waits. The whole start-up, the demo key's calls included, is in test_up."""
+waits; and the demo key's check through a real gateway. The whole start-up is
+in test_up."""
 
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 from console.management import readiness
-from console.management.readiness import Waiter, probe_until_healthy
+from console.management.readiness import DemoCall, Waiter, check_demo_key, probe_until_healthy
 from inference_node.models import NodeHealth
 from tests.inference_node.factories import NodeFactory
 from tests.inference_node.server_helpers import inprocess_node
@@ -56,3 +58,38 @@ def test_a_stop_request_ends_the_wait():
     NodeFactory(name="simulator-1", base_url="http://127.0.0.1:9", health=NodeHealth.UNKNOWN)
     waiter = Waiter(say=lambda line: None, alive=lambda: False, timeout=30.0)
     assert probe_until_healthy(["simulator-1"], waiter) is False
+
+
+# --- the demo key's calls, through a real gateway ---------------------------------------
+
+
+def test_the_demo_key_check_lists_and_calls_every_model_with_one_output_token(gw, tenant):
+    calls = [DemoCall("sim-chat-small"), DemoCall("sim-embed", "embeddings")]
+    said: list[str] = []
+    assert check_demo_key(gw.host, gw.port, tenant.raw, calls, _waiter(said))
+    events = gw.emitter.wait_for(2)
+    assert [(e["model"], e["status_code"]) for e in events] == [
+        ("sim-chat-small", 200),
+        ("sim-embed", 200),
+    ]
+    # Ordinary calls of the key's organization, as little as a call can be.
+    assert {e["organization_id"] for e in events} == {tenant.org.pk}
+    assert events[0]["output_tokens"] == 1
+    assert said == []
+
+
+def test_a_refused_demo_key_stops_up_at_once_with_the_gateways_reason(gw, tenant):
+    waiter = _waiter([], timeout=30.0)
+    with pytest.raises(RuntimeError, match=r"GET /v1/models with the demo key: 401 "):
+        check_demo_key(gw.host, gw.port, "sk-not-a-key", [DemoCall("sim-chat-small")], waiter)
+    assert time.monotonic() - waiter.started < 5  # not waited out
+
+
+def test_a_model_the_gateway_does_not_route_is_named_while_up_waits(gw, tenant, monkeypatch):
+    monkeypatch.setattr(readiness, "SLOW_SECONDS", 0.0)
+    said: list[str] = []
+    calls = [DemoCall("sim-chat-small"), DemoCall("sim-gpt")]  # no channel serves sim-gpt here
+    with pytest.raises(TimeoutError, match="the gateway to list sim-gpt"):
+        check_demo_key(gw.host, gw.port, tenant.raw, calls, _waiter(said, timeout=1.5))
+    assert said == ["Waiting for the gateway to list sim-gpt ..."]
+    assert gw.emitter.events == []  # no call made before every model is listed
