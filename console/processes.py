@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -85,21 +84,10 @@ class Supervisor:
             if not child.running():
                 raise ChildDied(child)
 
-    def wait_for_port(self, host: str, port: int, timeout: float = 60.0) -> bool:
-        """Poll until ``host:port`` accepts a connection; ``False`` if asked to
-        stop first. Raises ``ChildDied`` or ``TimeoutError``."""
-        deadline = time.monotonic() + timeout
-        while self.stop_requested is None:
-            self.check()
-            try:
-                with socket.create_connection((host, port), timeout=0.5):
-                    return True
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing answered on {host}:{port} within {timeout:.0f} s")
-            time.sleep(0.1)
-        return False
+    def alive(self) -> bool:
+        """``False`` once a stop was asked; raises ``ChildDied`` if a child exited."""
+        self.check()
+        return self.stop_requested is None
 
     def watch(self, interval: float = 0.2) -> None:
         """Block until a stop signal arrives (returns) or a child dies (raises)."""

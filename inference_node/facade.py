@@ -13,6 +13,10 @@ platform nodes); and the gateway's routing snapshot (``RoutingSnapshot`` of
 ``RoutableNode``, built by ``build_routing_snapshot``, dropped by
 ``invalidate_routing_snapshot`` after a change).
 
+For ``manage.py up``: ``probe_nodes`` (one probe round of the given nodes,
+recorded as a scheduled round would be: the same health flips and audit
+events), so the demo upstreams are healthy before its gateway starts.
+
 For the gateway's key pools and upstream connections: ``credential_refused``
 (a vendor refused a key with 401 / 403: disable it, audit it, take the
 channel down when it was the last active one; idempotent, callable from a
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from inference_node.addresses import is_public as is_public_address
 from inference_node.addresses import refuse_internal_host
+from inference_node.health import probe_nodes
 from inference_node.models import (
     Credential,
     CredentialStatus,
@@ -64,5 +69,6 @@ __all__ = [
     "invalidate_routing_snapshot",
     "is_public_address",
     "nodes_own_and_shared",
+    "probe_nodes",
     "refuse_internal_host",
 ]

@@ -3,153 +3,25 @@ filesystem broker), started three times against the same data."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
-import os
-import queue
 import re
-import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.console.up_process import ROOT, start, up_env_for
+
 KEY_RE = re.compile(r"^sk-[a-z2-9]{10}_[A-Za-z0-9_-]{43}$")
-LINE_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def up_env(tmp_path):
-    env = os.environ.copy()
-    for name in (
-        "DATABASE_URL",
-        "REDIS_URL",
-        "CELERY_BROKER_URL",
-        "DJANGO_SECRET_KEY",
-        "API_KEY_PEPPER",
-        "CONSOLE_PRODUCTION",
-    ):
-        env.pop(name, None)
-    env["CONSOLE_VAR_DIR"] = str(tmp_path / "var")
-    env["DJANGO_SETTINGS_MODULE"] = "console.settings"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class Up:
-    """A running ``manage.py up`` whose merged output is read on a thread."""
-
-    def __init__(self, env: dict, *args: str):
-        self.port = free_port()
-        self.node_port = free_port()
-        self.vendor_port = free_port()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "up",
-                "--port",
-                str(self.port),
-                "--node-port",
-                str(self.node_port),
-                "--vendor-port",
-                str(self.vendor_port),
-                *args,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def wait_for(self, pattern: str) -> re.Match:
-        deadline = time.monotonic() + LINE_TIMEOUT
-        for line in self.seen:
-            if m := re.search(pattern, line):
-                return m
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            self.seen.append(line)
-            if m := re.search(pattern, line):
-                return m
-        output = "\n".join(self.seen)
-        pytest.fail(f"no line matching {pattern!r}; output so far:\n{output}")
-
-    def child_pids(self) -> list[int]:
-        return [int(m.group(1)) for line in self.seen if (m := re.search(r"pid (\d+)", line))]
-
-    def stop(self) -> int:
-        children = self.child_pids()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            pytest.fail("manage.py up did not exit within 15 s of SIGTERM")
-        for pid in children:  # each child leads its own process group
-            with pytest.raises(ProcessLookupError):
-                os.killpg(pid, 0)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            for pid in self.child_pids():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-            self.proc.kill()
-            self.proc.wait()
-
-
-def start(env: dict, *args: str) -> tuple[Up, dict]:
-    up = Up(env, *args)
-    try:
-        console = up.wait_for(r"^Console: (http://127\.0\.0\.1:(\d+)/)$")
-        login = up.wait_for(r"^Login: (\S+) / ([0-9a-f]{16})$")
-        key = up.wait_for(r"^Demo API key: (.+)$")
-        node = up.wait_for(r"^Simulator node: (http://127\.0\.0\.1:(\d+))/v1$")
-        vendor = up.wait_for(r"^Vendor simulator: http://127\.0\.0\.1:(\d+) ")
-        up.wait_for(r"^Ready\.$")
-    except BaseException:
-        up.kill()
-        raise
-    assert int(console.group(2)) == up.port
-    assert int(node.group(2)) == up.node_port
-    assert int(vendor.group(1)) == up.vendor_port
-    return up, {
-        "node": node.group(1),
-        "url": console.group(1),
-        "email": login.group(1),
-        "password": login.group(2),
-        "key": key.group(1),
-    }
+    return up_env_for(tmp_path / "var")
 
 
 def shell_check(env: dict, email: str, password: str, keys: list[str]) -> dict:
@@ -202,15 +74,18 @@ def test_up_runs_the_console_and_reuses_its_data(up_env):
         assert KEY_RE.match(first["key"]), first["key"]
         with urllib.request.urlopen(first["url"] + "django-admin/login/", timeout=10) as resp:  # noqa: S310
             assert resp.status == 200
-        # The bundled simulator node answers, and beat + worker probe it healthy.
+        # The bundled simulator node answers, and was probed healthy before Ready.
         with urllib.request.urlopen(first["node"] + "/v1/models", timeout=10) as resp:  # noqa: S310
             served = {m["id"] for m in json.load(resp)["data"]}
         assert {"sim-chat-small", "sim-chat-large", "sim-embed"} <= served
-        deadline = time.monotonic() + 45
-        while not (health := node_health(up_env)).startswith("healthy"):
-            assert time.monotonic() < deadline, f"simulator never probed healthy: {health}"
-            time.sleep(1)
+        health = node_health(up_env)
+        assert health.startswith("healthy"), health
         assert f"http://127.0.0.1:{up.node_port} " in health
+        # It says that it checked the printed key, and on what.
+        checked = up.wait_for(r"^Checked the demo key on (.+): one call each")
+        assert checked.group(1).split(", ") == [
+            "sim-chat-small", "sim-chat-large", "sim-embed", "sim-gpt", "sim-claude", "sim-gemini"
+        ]  # fmt: skip
         sdk_calls_through_the_gateway(first["url"].rstrip("/"), first["key"])
     finally:
         code = up.stop()
@@ -222,6 +97,7 @@ def test_up_runs_the_console_and_reuses_its_data(up_env):
 
     up, second = start(up_env)
     assert up.stop() == 0
+    assert not any(line.startswith("Checked the demo key") for line in up.seen)
     assert second["password"] == first["password"]
     public_id = first["key"].split("_", 1)[0]
     assert second["key"] == (
@@ -273,23 +149,16 @@ def sdk_calls_through_the_gateway(base: str, key: str) -> None:
     from google import genai
     from google.genai import types
 
-    deadline = time.monotonic() + 30
     oa = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0, timeout=30)
-    while True:  # the gateway's routing snapshot sees the probed node within a second or two
-        try:
-            chat = oa.chat.completions.create(
-                model="sim-chat-small",
-                messages=[
-                    {"role": "system", "content": "You are terse."},
-                    {"role": "user", "content": "Hello"},
-                ],
-                max_tokens=12,
-            )
-            break
-        except openai.APIStatusError as exc:
-            if exc.status_code != 503 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    # No retry: once up printed Ready. the first call is answered.
+    chat = oa.chat.completions.create(
+        model="sim-chat-small",
+        messages=[
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Hello"},
+        ],
+        max_tokens=12,
+    )
     assert chat.choices[0].message.content and chat.usage.prompt_tokens > 0
     pieces = list(
         oa.chat.completions.create(

@@ -11,179 +11,44 @@ Gemini APIs and demands vendor API keys like the real ones. The latter backs
 one demo channel of each kind (``sim-openai``, ``sim-anthropic``,
 ``sim-gemini``: the models sim-gpt, sim-claude and sim-gemini), each with a
 key pool of one credential and a cost price, so the demo key calls all three
-vendor paths in the first minute."""
+vendor paths in the first minute.
+
+``Ready.`` means the first call works: ``up`` probes the demo upstreams healthy
+before it starts the web server, and checks the demo key on every demo model
+through its own gateway before it says so (``console.management.readiness``)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import sys
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections, transaction
+from django.db import connections
 
-from accounts.facade import (
-    Actor,
-    ApiKey,
-    ApiKeyStatus,
-    Membership,
-    Organization,
-    Role,
-    User,
-    api_key_issue,
-    api_key_revoke,
-    organization_create,
+from console.management.demo import (
+    DEMO_EMAIL,
+    SIMULATOR_EMBEDDING_MODELS,
+    SIMULATOR_MODELS,
+    SIMULATOR_NODE_NAME,
+    VENDOR_CHANNELS,
+    ensure_demo,
+    ensure_simulator_node,
+    ensure_vendor_channels,
+    vendor_key,
+)
+from console.management.readiness import (
+    DemoCall,
+    Waiter,
+    check_demo_key,
+    probe_until_healthy,
+    wait_for_port,
 )
 from console.processes import ChildDied, Supervisor
-from inference_node.facade import (
-    Credential,
-    HealthCheck,
-    Node,
-    NodeHealth,
-    NodeKind,
-    NodeModel,
-    invalidate_routing_snapshot,
-)
 
-DEMO_EMAIL = "demo@example.com"
-DEMO_ORG_NAME = "Demo Org"
-DEMO_ORG_SLUG = "demo"
-DEMO_KEY_NAME = "Demo key"
-SIMULATOR_NODE_NAME = "simulator-1"
-# The bundled simulator's models: (public name, context window).
-SIMULATOR_MODELS = (("sim-chat-small", 8192), ("sim-chat-large", 32768), ("sim-embed", 8192))
-
-
-# The demo vendor channels: (channel name, kind, public model, the vendor's model id,
-# context window, cost price in micro-USD per Mtok: input, cache read, cache write, output).
-VENDOR_CHANNELS = (
-    ("sim-openai", NodeKind.OPENAI, "sim-gpt", "gpt-sim", 128_000,
-     (1_750_000, 175_000, 2_187_500, 7_000_000)),
-    ("sim-anthropic", NodeKind.ANTHROPIC, "sim-claude", "claude-sim", 200_000,
-     (2_100_000, 210_000, 2_625_000, 10_500_000)),
-    ("sim-gemini", NodeKind.GEMINI, "sim-gemini", "gemini-sim", 1_000_000,
-     (875_000, 87_500, 1_093_750, 7_000_000)),
-)  # fmt: skip
-
-
-def demo_password() -> str:
-    """Derived from the secret key, so it is the same on every start and never stored."""
-    digest = hmac.new(settings.SECRET_KEY.encode(), b"demo-password", hashlib.sha256)
-    return digest.hexdigest()[:16]
-
-
-def ensure_demo(*, new_key: bool) -> tuple[str, str]:
-    """Create the demo user, organization and key once. Returns the login line's
-    password and what to print for the key: the raw key when one was just
-    issued, else a hint naming its prefix."""
-
-    password = demo_password()
-    with transaction.atomic():
-        user = User.objects.filter(email=DEMO_EMAIL).first()
-        if user is None:
-            user = User.objects.create_user(DEMO_EMAIL, password, full_name="Demo User")
-        org = Organization.objects.filter(slug=DEMO_ORG_SLUG).first()
-        if org is None:
-            org = organization_create(name=DEMO_ORG_NAME, slug=DEMO_ORG_SLUG, owner=user)
-            new_key = True
-        owners = Membership.objects.select_related("user", "organization").filter(
-            organization=org, role=Role.OWNER
-        )
-        membership = owners.filter(user=user).first() or owners.order_by("pk").first()
-        if membership is None:
-            raise CommandError(f"The demo organization '{DEMO_ORG_SLUG}' has no owner.")
-        actor = Actor(membership)
-        current = (
-            ApiKey.objects.filter(organization=org, name=DEMO_KEY_NAME, sub_account=None)
-            .exclude(status=ApiKeyStatus.REVOKED)
-            .order_by("-created_at", "-pk")
-            .first()
-        )
-        if new_key:
-            if current is not None:
-                api_key_revoke(actor=actor, key_id=current.pk)
-            _key, raw = api_key_issue(actor=actor, name=DEMO_KEY_NAME)
-            return password, raw
-    hint = "(shown once when it was issued; run with --new-demo-key for a fresh one)"
-    if current is None or not current.is_usable:
-        return password, f"none active {hint}"
-    return password, f"{current.prefix}… {hint}"
-
-
-def ensure_simulator_node(port: int) -> None:
-    """Register the bundled simulator as a shared platform node (every
-    organization may route to it), pointing at this run's port."""
-
-    base_url = f"http://127.0.0.1:{port}"
-    with transaction.atomic():
-        node, created = Node.objects.get_or_create(
-            organization=None,
-            name=SIMULATOR_NODE_NAME,
-            defaults={"base_url": base_url, "labels": {"hardware": "simulator"}},
-        )
-        if not created and node.base_url != base_url:
-            node.base_url = base_url
-            node.health = NodeHealth.UNKNOWN  # not routable until probed at the new address
-            node.save(update_fields=["base_url", "health", "updated_at"])
-        for name, context in SIMULATOR_MODELS:
-            NodeModel.objects.get_or_create(
-                node=node,
-                public_name=name,
-                defaults={"upstream_name": name, "context_window": context},
-            )
-    invalidate_routing_snapshot()
-
-
-def vendor_key() -> str:
-    """The vendor simulator's API key (derived from the secret key: the same on
-    every start, never printed)."""
-    digest = hmac.new(settings.SECRET_KEY.encode(), b"vendor-simulator-key", hashlib.sha256)
-    return "sk-sim-" + digest.hexdigest()[:40]
-
-
-def ensure_vendor_channels(port: int) -> None:
-    """Register the vendor simulator as three shared channels, one per kind,
-    each with the simulator's key in its pool and a cost price per model."""
-    base_url = f"http://127.0.0.1:{port}"
-    secret = vendor_key()
-    with transaction.atomic():
-        for name, kind, public, upstream, context, cost in VENDOR_CHANNELS:
-            node, created = Node.objects.get_or_create(
-                organization=None,
-                name=name,
-                defaults={
-                    "base_url": base_url,
-                    "kind": kind,
-                    "health_check": HealthCheck.MODELS,
-                    "labels": {"hardware": "simulator", "vendor": kind},
-                },
-            )
-            if not created and node.base_url != base_url:
-                node.base_url = base_url
-                node.health = NodeHealth.UNKNOWN
-                node.save(update_fields=["base_url", "health", "updated_at"])
-            if not node.credentials.exists():
-                Credential.objects.create(
-                    node=node, label="simulator key", secret=secret, secret_hint=secret[-4:]
-                )
-            inp, read, write, out = cost
-            NodeModel.objects.get_or_create(
-                node=node,
-                public_name=public,
-                defaults={
-                    "upstream_name": upstream,
-                    "context_window": context,
-                    "cost_currency": "USD",
-                    "cost_input_per_mtok": inp,
-                    "cost_cache_read_per_mtok": read,
-                    "cost_cache_write_per_mtok": write,
-                    "cost_output_per_mtok": out,
-                },
-            )
-    invalidate_routing_snapshot()
+# How long up waits for the upstreams, the server and the demo key's first calls.
+READY_TIMEOUT_SECONDS = 90.0
 
 
 class Command(BaseCommand):
@@ -237,8 +102,9 @@ class Command(BaseCommand):
         if ":" in display_host:
             display_host = f"[{display_host}]"
         self.say(f"Console: http://{display_host}:{port}/")
+        raw_key = None
         if not no_demo:
-            password, key_line = ensure_demo(new_key=new_demo_key)
+            password, key_line, raw_key = ensure_demo(new_key=new_demo_key)
             self.say(f"Login: {DEMO_EMAIL} / {password}")
             self.say(f"Demo API key: {key_line}")
         if node_port:
@@ -251,9 +117,132 @@ class Command(BaseCommand):
                 "(channels sim-openai, sim-anthropic, sim-gemini)"
             )
         connections.close_all()  # the children open their own
-        sys.exit(self.run_children(host, port, node_port, vendor_port))
+        sys.exit(self.run_children(host, port, node_port, vendor_port, raw_key))
 
-    def run_children(self, host: str, port: int, node_port: int, vendor_port: int = 0) -> int:
+    def demo_calls(self, node_port: int, vendor_port: int) -> list[DemoCall]:
+        calls = []
+        if node_port:
+            calls += [
+                DemoCall(
+                    name, "embeddings" if name in SIMULATOR_EMBEDDING_MODELS else "chat.completions"
+                )
+                for name, _ in SIMULATOR_MODELS
+            ]
+        if vendor_port:
+            calls += [DemoCall(public) for _, _, public, *_ in VENDOR_CHANNELS]
+        return calls
+
+    def wait_until_ready(
+        self,
+        sup: Supervisor,
+        waiter: Waiter,
+        *,
+        host: str,
+        port: int,
+        node_port: int,
+        vendor_port: int,
+        raw_key: str | None,
+    ) -> bool:
+        """Start the web server (then the worker and beat) once the demo
+        upstreams are probed healthy (its gateway's first routing snapshot then
+        routes them), wait for it, and check the demo key on every demo model.
+        ``False`` if asked to stop."""
+        upstreams = []
+        if node_port:
+            upstreams.append(SIMULATOR_NODE_NAME)
+            if not wait_for_port("127.0.0.1", node_port, "the simulator node", waiter):
+                return False
+        if vendor_port:
+            upstreams += [name for name, *_ in VENDOR_CHANNELS]
+            if not wait_for_port("127.0.0.1", vendor_port, "the vendor simulator", waiter):
+                return False
+        if upstreams and not probe_until_healthy(upstreams, waiter):
+            return False
+        connections.close_all()  # the probes' connection: not held while we serve
+        self.start_web(sup, host, port)
+        self.start_celery(sup)
+        wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
+        wait_host = "::1" if wait_host == "::" else wait_host
+        if not wait_for_port(wait_host, port, "the web server", waiter):
+            return False
+        calls = self.demo_calls(node_port, vendor_port)
+        if raw_key is None or not calls:
+            return True
+        if not check_demo_key(wait_host, port, raw_key, calls, waiter):
+            return False
+        self.say(
+            f"Checked the demo key on {', '.join(c.model for c in calls)}: one call each, "
+            "at most 1 output token, billed to the demo organization and in its call log."
+        )
+        return True
+
+    def start_celery(self, sup: Supervisor) -> None:
+        """The worker and beat, started right after the web server: nothing on
+        the way to ``Ready.`` needs them, and started earlier their own start-up
+        slowed the simulators' and the probe's."""
+        sup.start(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "-l",
+                "info",
+                "--concurrency",
+                "2",
+                "--pool",
+                "prefork",
+                "-Q",
+                settings.CELERY_TASK_DEFAULT_QUEUE,
+                # The filesystem broker has no broadcast; these need it.
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+        )
+        sup.start(
+            "beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                settings.CELERY_BEAT_SCHEDULE_FILENAME,
+            ],
+        )
+
+    def start_web(self, sup: Supervisor, host: str, port: int) -> None:
+        sup.start(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "console.asgi:application",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--lifespan",
+                "on",
+                "--no-access-log",
+                # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1;
+                # the gateway's GATEWAY_TRUSTED_PROXIES decides that.
+                "--no-proxy-headers",
+            ],
+        )
+
+    def run_children(
+        self, host: str, port: int, node_port: int, vendor_port: int, raw_key: str | None
+    ) -> int:
         py = sys.executable
         env = os.environ.copy()
         env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -295,73 +284,21 @@ class Command(BaseCommand):
                     ],
                     env_extra={"SIM_API_KEYS": vendor_key()},
                 )
-            sup.start(
-                "web",
-                [
-                    py,
-                    "-m",
-                    "uvicorn",
-                    "console.asgi:application",
-                    "--host",
-                    host,
-                    "--port",
-                    str(port),
-                    "--lifespan",
-                    "on",
-                    "--no-access-log",
-                    # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1;
-                    # the gateway's GATEWAY_TRUSTED_PROXIES decides that.
-                    "--no-proxy-headers",
-                ],
-            )
-            sup.start(
-                "worker",
-                [
-                    py,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "console",
-                    "worker",
-                    "-l",
-                    "info",
-                    "--concurrency",
-                    "2",
-                    "--pool",
-                    "prefork",
-                    "-Q",
-                    settings.CELERY_TASK_DEFAULT_QUEUE,
-                    # The filesystem broker has no broadcast; these need it.
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                ],
-            )
-            sup.start(
-                "beat",
-                [
-                    py,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "console",
-                    "beat",
-                    "-l",
-                    "info",
-                    "-s",
-                    settings.CELERY_BEAT_SCHEDULE_FILENAME,
-                ],
-            )
-            wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
-            wait_host = "::1" if wait_host == "::" else wait_host
-            node_up = not node_port or sup.wait_for_port("127.0.0.1", node_port)
-            node_up = node_up and (not vendor_port or sup.wait_for_port("127.0.0.1", vendor_port))
-            if node_up and sup.wait_for_port(wait_host, port):
+            waiter = Waiter(say=self.say, alive=sup.alive, timeout=READY_TIMEOUT_SECONDS)
+            if self.wait_until_ready(
+                sup,
+                waiter,
+                host=host,
+                port=port,
+                node_port=node_port,
+                vendor_port=vendor_port,
+                raw_key=raw_key,
+            ):
                 self.say("Ready.")
                 sup.watch()
             name = {2: "SIGINT", 15: "SIGTERM"}.get(sup.stop_requested, sup.stop_requested)
             self.say(f"Got {name}; stopping.")
-        except (ChildDied, TimeoutError) as exc:
+        except (ChildDied, TimeoutError, RuntimeError, OSError) as exc:
             self.stderr.write(f"up: {exc}; stopping the others.")
             code = 1
         finally:
