@@ -205,6 +205,29 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
+def tool_call_deltas(delta: dict, is_open, kind: str):
+    """The tool-call parts of one streamed OpenAI ``delta``, as ``(call, function,
+    key, opens)``: ``key`` is ``(kind, index, id)`` and ``opens`` whether the part
+    starts a new call after the block open now (``is_open()``, read before each
+    part, returns its key or None): another index, or (servers that number every
+    call 0) another id. Malformed parts are skipped."""
+    calls = delta.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        if not isinstance(call, dict):
+            continue
+        index, call_id = call.get("index", 0), call.get("id")
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        open_ = is_open()
+        opens = (
+            open_ is None
+            or open_[0] != kind
+            or open_[1] != index
+            or bool(call_id and open_[2] and call_id != open_[2])
+        )
+        yield call, function, (kind, index, call_id), opens
+
+
 def tool_arguments(arguments: object) -> dict:
     """A tool call's arguments as an object: the node sends a JSON string, which
     may be empty or broken (a model's output): then ``{}``."""

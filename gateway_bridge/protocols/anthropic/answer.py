@@ -25,6 +25,7 @@ from gateway_bridge.protocols.base import (
     invalid_answer,
     sse,
     tool_arguments,
+    tool_call_deltas,
 )
 from gateway_bridge.protocols.checks import ID_CHARS
 from gateway_bridge.usage_mapping import TokenUsage, to_anthropic
@@ -196,23 +197,9 @@ class MessagesResponse(ResponseAdapter):
                     out.append(self._begin(("text",), {"type": "text", "text": ""}))
                 out.append(self._delta({"type": "text_delta", "text": text}))
                 self._output_text.append(text)
-            calls = delta.get("tool_calls")
-            for call in calls if isinstance(calls, list) else ():
-                if not isinstance(call, dict):
-                    continue
-                index, call_id = call.get("index", 0), call.get("id")
-                function = call.get("function")
-                function = function if isinstance(function, dict) else {}
-                open_ = self._open
-                # A new call: another index, or (servers that number every call 0) another id.
-                if (
-                    open_ is None
-                    or open_[0] != "tool"
-                    or open_[1] != index
-                    or (call_id and open_[2] and call_id != open_[2])
-                ):
+            for call, function, key, opens in tool_call_deltas(delta, lambda: self._open, "tool"):
+                if opens:
                     self._saw_tool = True
-                    key = ("tool", index, call_id)
                     block = {
                         "type": "tool_use",
                         "id": _tool_id(call.get("id"), self._message_id, self._index + 1),

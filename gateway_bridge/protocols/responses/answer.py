@@ -38,6 +38,7 @@ from gateway_bridge.protocols.base import (
     dumps,
     invalid_answer,
     sse,
+    tool_call_deltas,
 )
 from gateway_bridge.protocols.openai.errors import ERROR_TYPES
 from gateway_bridge.usage_mapping import TokenUsage, to_responses
@@ -266,21 +267,9 @@ class ResponsesResponse(ResponseAdapter):
                         logprobs=[],
                     )
                 )
-            calls = delta.get("tool_calls")
-            for call in calls if isinstance(calls, list) else ():
-                if not isinstance(call, dict):
-                    continue
-                index, call_id = call.get("index", 0), call.get("id")
-                function = call.get("function")
-                function = function if isinstance(function, dict) else {}
-                open_ = self._open
-                if (
-                    open_ is None
-                    or open_[0] != "call"
-                    or open_[1] != index
-                    or (call_id and open_[2] and call_id != open_[2])
-                ):
-                    out.append(self._begin_call(("call", index, call_id), call, function))
+            for call, function, key, opens in tool_call_deltas(delta, lambda: self._open, "call"):
+                if opens:
+                    out.append(self._begin_call(key, call, function))
                 arguments = function.get("arguments")
                 if isinstance(arguments, str) and arguments:
                     self._args.append(arguments)
