@@ -114,7 +114,9 @@ class InvoiceViewSet(BillingViewSet, mixins.ListModelMixin, mixins.RetrieveModel
     @extend_schema(request=PaymentInput, responses={201: PaymentSerializer})
     @action(detail=True, methods=["post"])
     def payments(self, request, pk=None):
-        """Record a payment received by hand (bank transfer or other)."""
+        """Record a payment received by hand (bank transfer or other). A
+        reference already recorded in the organization is a 400 on
+        ``reference`` saying what it was recorded for."""
         invoice = self.get_object()
         data = self._input(PaymentInput, request.data)
         payment = services.invoice_mark_paid(
@@ -123,6 +125,7 @@ class InvoiceViewSet(BillingViewSet, mixins.ListModelMixin, mixins.RetrieveModel
             reference=data["reference"],
             method=data["method"],
             amount_minor=data.get("amount_minor"),
+            paid_on=data.get("paid_on"),
         )
         return Response(PaymentSerializer(payment).data, status=status.HTTP_201_CREATED)
 

@@ -210,19 +210,22 @@ def credit_note_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]
 # --- payments -------------------------------------------------------------------------
 
 PAYMENT_COLUMNS = (
-    "id", "created_at", "kind", "method", "status", "invoice_number", "credit_note_number",
-    "reference", "amount", "currency", "failure_message", "created_by",
+    "id", "created_at", "paid_on", "kind", "method", "status", "invoice_number",
+    "credit_note_number", "reference", "amount", "currency", "failure_message", "created_by",
 )  # fmt: skip
 
 
 def payment_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
-    """Payments made in ``period`` (by creation time, in the organization's time zone)."""
+    """Payments made in ``period`` (by creation time, in the organization's
+    time zone); ``paid_on`` is the day the money moved (the organization's
+    calendar), empty while pending."""
     since, until = _period_window(actor, filters.period)
     qs = selectors.payment_list(actor=actor, status=filters.status, since=since, until=until)
     for p in _keyset(qs):
         yield [
             p.pk,
             _when(p.created_at, tzinfo),
+            p.paid_on.isoformat() if p.paid_on else "",
             p.kind,
             p.method,
             p.status,

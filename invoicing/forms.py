@@ -138,6 +138,23 @@ class ReasonForm(forms.Form):
         return value
 
 
+class PaidOnField(forms.DateField):
+    """The day money moved, in the organization's calendar (YYYY-MM-DD);
+    blank = today there. The services check it is not in the future and
+    not before the document it pays."""
+
+    widget = forms.DateInput(attrs={"type": "date"})
+
+    def __init__(self, *args, label="Paid on", **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("help_text", "The day the money moved; empty: today.")
+        super().__init__(*args, label=label, **kwargs)
+
+
+def _today(timezone_name: str):
+    return timezone.now().astimezone(org_zone(timezone_name)).date()
+
+
 class PaymentForm(forms.Form):
     """A payment finance received by hand. ``amount`` blank = all that is due."""
 
@@ -148,15 +165,21 @@ class PaymentForm(forms.Form):
         ],
         initial=PaymentMethod.BANK_TRANSFER,
     )
-    reference = forms.CharField(max_length=128, help_text="The transfer's reference.")
+    reference = forms.CharField(
+        max_length=128,
+        help_text="The transfer's reference: each reference is recorded once in this organization.",
+    )
     amount = forms.CharField(
         required=False, max_length=32, help_text="Leave empty for everything that is due."
     )
+    paid_on = PaidOnField(label="Received on")
 
-    def __init__(self, data=None, *, invoice, **kwargs):
+    def __init__(self, data=None, *, invoice, timezone_name: str = "UTC", **kwargs):
         super().__init__(data, **kwargs)
         self.invoice = invoice
         self.fields["amount"].label = f"Amount ({invoice.currency})"
+        self.fields["paid_on"].initial = _today(timezone_name)
+        self.fields["paid_on"].help_text = f"The day the money arrived ({timezone_name} calendar)."
 
     def clean_reference(self):
         value = self.cleaned_data["reference"].strip()
@@ -178,6 +201,26 @@ class PaymentForm(forms.Form):
                 f"That is more than what is due ({format_amount(from_minor(due, cur), cur)})."
             )
         return minor
+
+
+class RefundPaidForm(forms.Form):
+    """A manual refund finance has paid out: the transfer's reference and day."""
+
+    reference = forms.CharField(
+        max_length=128, help_text="The outgoing transfer's reference (unique in this organization)."
+    )
+    paid_on = PaidOnField()
+
+    def __init__(self, data=None, *, timezone_name: str = "UTC", **kwargs):
+        super().__init__(data, **kwargs)
+        self.fields["paid_on"].initial = _today(timezone_name)
+        self.fields["paid_on"].help_text = f"The day it was paid ({timezone_name} calendar)."
+
+    def clean_reference(self):
+        value = self.cleaned_data["reference"].strip()
+        if not value:
+            raise forms.ValidationError("Give the transfer's reference.")
+        return value
 
 
 class CreditNoteForm(forms.Form):
@@ -439,6 +482,11 @@ class ManualTopUpForm(TopUpForm):
     """A top-up paid by bank transfer, recorded by finance once the money is in."""
 
     reference = forms.CharField(max_length=100, help_text="The transfer's reference.")
+    paid_on = PaidOnField(label="Received on")
+
+    def __init__(self, *args, timezone_name: str = "UTC", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["paid_on"].initial = _today(timezone_name)
 
     def clean_reference(self):
         value = self.cleaned_data["reference"].strip()

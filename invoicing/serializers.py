@@ -67,7 +67,7 @@ class PaymentSerializer(serializers.ModelSerializer):
         model = Payment
         fields = (
             "id", "kind", "method", "status", "currency", "amount_minor", "reference",
-            "failure_message", "created_at",
+            "paid_on", "failure_message", "created_at",
         )  # fmt: skip
         read_only_fields = fields
 
@@ -148,6 +148,11 @@ class PaymentInput(serializers.Serializer):
         min_value=1,
         max_value=MAX_INT,
         help_text="minor units; omitted: everything due",
+    )
+    paid_on = serializers.DateField(
+        required=False,
+        help_text="the day the money arrived (YYYY-MM-DD); omitted: today in the "
+        "organization's time zone",
     )
 
 

@@ -43,6 +43,11 @@ urlpatterns = [
         views.credit_note_pdf,
         name="credit_note_pdf",
     ),
+    path(
+        "billing/refunds/<int:payment_id>/mark-paid/",
+        views.refund_mark_paid,
+        name="refund_mark_paid",
+    ),
     path("billing/balance/", views.balance, name="balance"),
     path("billing/balance/adjust/", views.balance_adjust, name="balance_adjust"),
     path("billing/settings/", views.billing_settings, name="billing_settings"),

@@ -230,7 +230,14 @@ class Payment(models.Model):
     )
     currency = models.CharField(max_length=3)
     amount_minor = models.BigIntegerField()
+    # A payment received or paid by hand (bank transfer, other) is known by its
+    # reference: unique in the organization (``invoicing_payment_reference_unique``),
+    # so the same transfer cannot be recorded twice. Card payments repeat the
+    # invoice number (a failed attempt and its retry) and are not constrained.
     reference = models.CharField(max_length=128, blank=True)
+    # The day the money moved (received, or paid out for a refund), as finance
+    # recorded it or Stripe confirmed it; null while pending.
+    paid_on = models.DateField(null=True, blank=True)
     stripe_payment_intent_id = models.CharField(max_length=64, blank=True, db_index=True)
     stripe_refund_id = models.CharField(max_length=64, blank=True)
     failure_message = models.CharField(max_length=255, blank=True)
@@ -253,7 +260,12 @@ class Payment(models.Model):
                 fields=["organization", "request_key"],
                 condition=~Q(request_key=""),
                 name="invoicing_payment_request_key_unique",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["organization", "reference"],
+                condition=~Q(reference="") & ~Q(method="stripe"),
+                name="invoicing_payment_reference_unique",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -261,10 +273,13 @@ class Payment(models.Model):
 
 
 class CreditNoteEffect(models.TextChoices):
+    """What a credit note did, in the customer's words (the labels are on
+    invoices, credit notes and their PDFs)."""
+
     REDUCE_DUE = "reduce_due", "Reduces the amount due"
     REFUND_CARD = "refund_card", "Refunded to the card"
     REFUND_BALANCE = "refund_balance", "Credited to the prepaid balance"
-    REFUND_MANUAL = "refund_manual", "Refund to be paid by hand"
+    REFUND_MANUAL = "refund_manual", "Refunded by bank transfer"
 
 
 class CreditNote(models.Model):

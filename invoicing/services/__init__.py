@@ -14,7 +14,13 @@ from invoicing.services.cards import (
     invoice_payment_client_secret,
 )
 from invoicing.services.collection import invoice_collect, payment_intent_apply
-from invoicing.services.credit_notes import credit_note_create, credit_note_for_incident
+from invoicing.services.credit_notes import (
+    CreditNotePlan,
+    credit_note_create,
+    credit_note_for_incident,
+    credit_note_preview,
+    incident_credit_preview,
+)
 from invoicing.services.disputes import dispute_apply
 from invoicing.services.invoices import (
     invoice_draft,
@@ -32,7 +38,7 @@ from invoicing.services.ledger import (
     low_balance_check,
     prepaid_adjust,
 )
-from invoicing.services.refunds import refund_apply, refund_execute
+from invoicing.services.refunds import refund_apply, refund_execute, refund_mark_paid
 from invoicing.services.retries import payment_sync, payments_retry_pending
 from invoicing.services.topups import (
     topup_charge_card,
@@ -43,6 +49,7 @@ from invoicing.services.topups import (
 from invoicing.services.webhooks import stripe_event_receive
 
 __all__ = [
+    "CreditNotePlan",
     "billing_profile_update",
     "card_remove",
     "card_setup_apply",
@@ -50,7 +57,9 @@ __all__ = [
     "card_setup_start",
     "credit_note_create",
     "credit_note_for_incident",
+    "credit_note_preview",
     "dispute_apply",
+    "incident_credit_preview",
     "invoice_collect",
     "invoice_draft",
     "invoice_finalize",
@@ -71,6 +80,7 @@ __all__ = [
     "prepaid_adjust",
     "refund_apply",
     "refund_execute",
+    "refund_mark_paid",
     "stripe_event_receive",
     "topup_charge_card",
     "topup_client_secret",

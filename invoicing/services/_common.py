@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from accounts.facade import ValidationFailed
+from console.money import format_amount, format_exact
 from invoicing.models import InvoiceEvent
+from invoicing.money import from_minor
 
 _PERIOD = re.compile(r"(\d{4})-(\d{2})\Z")
 
@@ -50,3 +52,34 @@ def event(invoice, type_: str, actor=None, **params) -> None:
     InvoiceEvent.objects.create(
         invoice=invoice, type=type_, params=params, actor=getattr(actor, "user", actor)
     )
+
+
+def money(micro: int, currency: str) -> str:
+    """An amount in micro-units as people (and the audit log) read it:
+    ``14293328`` USD → ``"14.29 USD"``, through ``console.money``."""
+    return format_amount(micro, currency)
+
+
+def money_exact(micro: int, currency: str) -> str:
+    """Like ``money`` but never rounded (a ledger grant of 0.004 USD)."""
+    return format_exact(micro, currency)
+
+
+def money_minor(minor: int, currency: str) -> str:
+    """An amount in the currency's minor unit (cents) as people read it."""
+    return format_amount(from_minor(minor, currency), currency)
+
+
+def local_today(timezone_name: str) -> date:
+    """Today in the organization's time zone."""
+    return datetime.now(UTC).astimezone(org_zone(timezone_name)).date()
+
+
+def local_day(when: datetime, timezone_name: str) -> date:
+    return when.astimezone(org_zone(timezone_name)).date()
+
+
+def local_noon(day: date, timezone_name: str) -> datetime:
+    """A day as an instant (noon there): shown as that day in any time zone
+    within twelve hours of the organization's."""
+    return datetime.combine(day, time(12), tzinfo=org_zone(timezone_name)).astimezone(UTC)

@@ -43,7 +43,7 @@ from invoicing.models import (
     PaymentStatus,
 )
 from invoicing.money import from_minor
-from invoicing.services._common import event
+from invoicing.services._common import event, local_today, money_minor
 from invoicing.services.invoices import _apply_payment
 from invoicing.services.ledger import ledger_entry_create
 from invoicing.stripe_adapter import Intent, StripeDeclined, StripeRejected
@@ -95,7 +95,10 @@ def _settle_intent(payment: Payment, intent: Intent, invoice: Invoice | None) ->
         payment.status = PaymentStatus.SUCCEEDED
         payment.failure_message = ""
         payment.stripe_payment_intent_id = intent.id
-        payment.save(update_fields=["status", "failure_message", "stripe_payment_intent_id"])
+        payment.paid_on = local_today(payment.organization.timezone)
+        payment.save(
+            update_fields=["status", "failure_message", "stripe_payment_intent_id", "paid_on"]
+        )
         if payment.kind == PaymentKind.INVOICE and invoice is not None:
             was = invoice.status
             _apply_payment(invoice, payment.amount_minor)
@@ -103,7 +106,7 @@ def _settle_intent(payment: Payment, intent: Intent, invoice: Invoice | None) ->
                 invoice,
                 "payment_succeeded",
                 payment_id=payment.pk,
-                amount_minor=payment.amount_minor,
+                amount=money_minor(payment.amount_minor, payment.currency),
                 payment_intent=intent.id,
             )
             if was not in (InvoiceStatus.FINALIZED, InvoiceStatus.UNCOLLECTIBLE):
@@ -224,7 +227,12 @@ def invoice_collect(*, invoice_id: int) -> str:
                 amount_minor=due,
                 reference=invoice.number or "",
             )
-            event(invoice, "collection_started", payment_id=payment.pk, amount_minor=due)
+            event(
+                invoice,
+                "collection_started",
+                payment_id=payment.pk,
+                amount=money_minor(due, invoice.currency),
+            )
     # 2. The charge, under the invoice's and the payment's locks.
     outage = None
     with transaction.atomic():

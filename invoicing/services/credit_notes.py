@@ -9,13 +9,22 @@ organizations, otherwise recorded as a refund finance pays by hand.
 
 Line and incident credits are net amounts (before the invoice's discount
 and tax); the note adds the invoice's discount and tax on them as lines of
-its own, so crediting every line credits the whole total."""
+its own, so crediting every line credits the whole total.
+
+The console previews a note first (``credit_note_preview``,
+``incident_credit_preview``: lines, amounts, the effect, the invoice's new
+amount due) and issues it with the preview's signed ``confirmation``, which
+is refused if the invoice or the note would differ by then."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.core import signing
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone as tz
@@ -37,7 +46,7 @@ from invoicing.models import (
     PaymentStatus,
 )
 from invoicing.money import PPM, div_round, from_minor, micro_text, to_minor
-from invoicing.services._common import event
+from invoicing.services._common import event, money, money_minor
 from invoicing.services.ledger import ledger_entry_create
 from usage.facade import CallRecord
 
@@ -90,11 +99,62 @@ def _stripe_refundable_minor(invoice: Invoice) -> tuple[int, Payment | None]:
     return sum(p.amount_minor for p in paid) - refunded, paid[0]
 
 
-def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> CreditNote:
-    """``lines``: (description, net amount, invoice line or None, request ids)."""
+@dataclass(frozen=True)
+class PlannedLine:
+    description: str
+    amount: int  # micro-units, net (the discount and tax lines are their own)
+    calls: int  # for an incident credit: the calls it covers
 
-    reason = (reason or "").strip()
-    if not reason:
+
+@dataclass(frozen=True)
+class CreditNotePlan:
+    """What a credit note would do, before it is issued: its lines and
+    amount, how it splits into a reduction of what is due and a refund, the
+    effect, and the invoice's amount due before and after. ``confirmation``
+    is a signed token of all that and of the invoice's state; issuing with
+    it (``credit_note_create(confirmation=...)``) is refused when anything
+    differs by then ("the invoice changed; review again")."""
+
+    invoice_id: int
+    invoice_number: str
+    currency: str
+    lines: tuple[PlannedLine, ...]
+    amount: int
+    amount_minor: int
+    due_reduction_minor: int
+    refund_minor: int
+    effect: str
+    amount_due_minor: int
+    new_amount_due_minor: int
+    left_to_credit: int
+    left_after: int
+    confirmation: str
+
+    @property
+    def effect_label(self) -> str:
+        return CreditNoteEffect(self.effect).label
+
+
+@dataclass
+class _Draft:
+    """The computed note (not saved yet) and what issuing it needs."""
+
+    lines: list[tuple]  # (description, net amount, invoice line or None, request ids)
+    amount: int
+    minor: int
+    due_reduction: int
+    refund: int
+    effect: str
+    card_payment: Payment | None
+
+
+CONFIRM_SALT = "invoicing.credit_note.confirm"
+CONFIRM_MAX_AGE = 3600  # seconds a preview may be confirmed in
+
+
+def _draft(invoice: Invoice, *, reason: str, lines: list[tuple]) -> _Draft:
+    """``lines``: (description, net amount, invoice line or None, request ids)."""
+    if not (reason or "").strip():
         raise ValidationFailed.from_fields({"reason": "Give a reason for the credit note."})
     amount = sum(a for _, a, _, _ in lines)
     remaining = invoice.total - invoice.credited
@@ -105,8 +165,7 @@ def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> Credi
         raise ValidationFailed.from_fields(
             {"amount": f"That is more than the {micro_text(remaining, cur)} left to credit."}
         )
-    seq = invoice.credit_notes.count() + 1
-    if seq > MAX_NOTES:
+    if invoice.credit_notes.count() + 1 > MAX_NOTES:
         raise Conflict("This invoice has as many credit notes as it can take.")
     minor = to_minor(invoice.credited + amount, cur) - to_minor(invoice.credited, cur)
     due_reduction = min(minor, invoice.amount_due_minor)
@@ -121,6 +180,87 @@ def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> Credi
             effect = CreditNoteEffect.REFUND_BALANCE
         else:
             effect = CreditNoteEffect.REFUND_MANUAL
+    return _Draft(lines, amount, minor, due_reduction, refund, str(effect), card_payment)
+
+
+def _fingerprint(invoice: Invoice, draft: _Draft, reason: str) -> dict:
+    """Everything a preview showed, and the invoice's state it was computed from."""
+    lines = [
+        [d, a, line.pk if line is not None else None, sorted(ids or [])]
+        for d, a, line, ids in draft.lines
+    ]
+    digest = hashlib.sha256(
+        json.dumps([lines, reason.strip()], ensure_ascii=False).encode()
+    ).hexdigest()
+    return {
+        "invoice": invoice.pk,
+        "state": [
+            invoice.status,
+            invoice.credited,
+            invoice.paid_minor,
+            invoice.due_reduced_minor,
+            invoice.credit_notes.count(),
+        ],
+        "amount": draft.amount,
+        "minor": draft.minor,
+        "split": [draft.due_reduction, draft.refund],
+        "effect": draft.effect,
+        "lines": digest,
+    }
+
+
+def _plan(invoice: Invoice, draft: _Draft, reason: str) -> CreditNotePlan:
+    due = invoice.amount_due_minor
+    return CreditNotePlan(
+        invoice_id=invoice.pk,
+        invoice_number=invoice.number or "",
+        currency=invoice.currency,
+        lines=tuple(
+            PlannedLine(description=d[:255], amount=a, calls=len(ids or []))
+            for d, a, _, ids in draft.lines
+        ),
+        amount=draft.amount,
+        amount_minor=draft.minor,
+        due_reduction_minor=draft.due_reduction,
+        refund_minor=draft.refund,
+        effect=draft.effect,
+        amount_due_minor=due,
+        new_amount_due_minor=due - draft.due_reduction,
+        left_to_credit=invoice.total - invoice.credited,
+        left_after=invoice.total - invoice.credited - draft.amount,
+        confirmation=signing.dumps(_fingerprint(invoice, draft, reason), salt=CONFIRM_SALT),
+    )
+
+
+def _check_confirmation(invoice: Invoice, draft: _Draft, reason: str, confirmation: str) -> None:
+    try:
+        seen = signing.loads(confirmation, salt=CONFIRM_SALT, max_age=CONFIRM_MAX_AGE)
+    except signing.SignatureExpired:
+        raise Conflict(
+            "The preview is more than an hour old; review again.", code="preview_stale"
+        ) from None
+    except signing.BadSignature:
+        raise Conflict(
+            "The preview could not be verified; review again.", code="preview_stale"
+        ) from None
+    if seen != _fingerprint(invoice, draft, reason):
+        raise Conflict(
+            "The invoice changed since the preview; review again: nothing was credited.",
+            code="preview_stale",
+        )
+
+
+def _issue(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote:
+    reason = reason.strip()
+    cur = invoice.currency
+    amount, minor, due_reduction, refund = (
+        draft.amount,
+        draft.minor,
+        draft.due_reduction,
+        draft.refund,
+    )
+    effect, card_payment = draft.effect, draft.card_payment
+    seq = invoice.credit_notes.count() + 1
     note = CreditNote.objects.create(
         invoice=invoice,
         organization_id=invoice.organization_id,
@@ -144,7 +284,7 @@ def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> Credi
                 invoice_line=line,
                 request_ids=ids or [],
             )
-            for d, a, line, ids in lines
+            for d, a, line, ids in draft.lines
         ]
     )
     invoice.credited += amount
@@ -186,13 +326,18 @@ def _issue(invoice: Invoice, *, actor, reason: str, lines: list[tuple]) -> Credi
         if effect == CreditNoteEffect.REFUND_CARD:
             pid = payment.pk
             transaction.on_commit(lambda: _enqueue_refund(pid))
-    event(invoice, "credit_note", actor, number=note.number, amount=amount, effect=effect)
+    shown = {
+        "amount": money(amount, cur),
+        "reduces_due": money_minor(due_reduction, cur),
+        "refund": money_minor(refund, cur),
+    }
+    event(invoice, "credit_note", actor, number=note.number, effect=effect, **shown)
     if actor is not None:
         audit_record(
             actor=actor,
             action="credit_note.create",
             target=note,
-            params={"invoice": invoice.number, "amount": amount, "reason": reason},
+            params={"invoice": invoice.number, **shown, "effect": effect, "reason": reason},
         )
     return note
 
@@ -209,6 +354,45 @@ def _enqueue_refund(payment_id: int) -> None:
         logger.exception("could not enqueue refund %s; the beat retry will send it", payment_id)
 
 
+def _requested_lines(
+    invoice: Invoice, *, amount: int | None, line_amounts: dict | None, full: bool
+) -> list[tuple]:
+    if full:
+        return [("Full credit of the invoice", invoice.total - invoice.credited, None, None)]
+    if amount is not None:
+        if type(amount) is not int:
+            raise ValidationFailed.from_fields({"amount": "Amounts are micro-units."})
+        return [("Credit", amount, None, None)]
+    return _line_credits(invoice, line_amounts)
+
+
+def _one_of(actor, amount, line_amounts, full) -> None:
+    if actor is not None:
+        actor.require(Perm.BILLING_MANAGE)
+    if sum(x is not None and x is not False for x in (amount, line_amounts or None, full)) != 1:
+        raise ValidationFailed.from_fields(
+            {"__all__": "Credit the full invoice, an amount, or chosen lines (one of them)."}
+        )
+
+
+def credit_note_preview(
+    *,
+    invoice_id: int,
+    actor=None,
+    reason: str,
+    amount: int | None = None,
+    line_amounts: dict[int, int] | None = None,
+    full: bool = False,
+) -> CreditNotePlan:
+    """What ``credit_note_create`` with the same arguments would issue, and
+    the token that confirms it. Writes nothing."""
+    _one_of(actor, amount, line_amounts, full)
+    with transaction.atomic():
+        invoice = _lock_invoice(invoice_id, actor)
+        lines = _requested_lines(invoice, amount=amount, line_amounts=line_amounts, full=full)
+        return _plan(invoice, _draft(invoice, reason=reason, lines=lines), reason)
+
+
 def credit_note_create(
     *,
     invoice_id: int,
@@ -217,27 +401,22 @@ def credit_note_create(
     amount: int | None = None,
     line_amounts: dict[int, int] | None = None,
     full: bool = False,
+    confirmation: str | None = None,
 ) -> CreditNote:
     """One credit note: ``full`` (everything not yet credited), ``amount``
-    (micro-units, gross), or ``line_amounts`` ({invoice line id: net micro-units})."""
-    if actor is not None:
-        actor.require(Perm.BILLING_MANAGE)
-    if sum(x is not None and x is not False for x in (amount, line_amounts or None, full)) != 1:
-        raise ValidationFailed.from_fields(
-            {"__all__": "Credit the full invoice, an amount, or chosen lines (one of them)."}
-        )
+    (micro-units, gross), or ``line_amounts`` ({invoice line id: net micro-units}).
+
+    ``confirmation``: the token of a ``credit_note_preview``; when given, the
+    note is issued only if it is exactly what was previewed, on the invoice
+    as it was (the console always gives one)."""
+    _one_of(actor, amount, line_amounts, full)
     with transaction.atomic():
         invoice = _lock_invoice(invoice_id, actor)
-        if full:
-            remaining = invoice.total - invoice.credited
-            lines = [("Full credit of the invoice", remaining, None, None)]
-        elif amount is not None:
-            if type(amount) is not int:
-                raise ValidationFailed.from_fields({"amount": "Amounts are micro-units."})
-            lines = [("Credit", amount, None, None)]
-        else:
-            lines = _line_credits(invoice, line_amounts)
-        return _issue(invoice, actor=actor, reason=reason, lines=lines)
+        lines = _requested_lines(invoice, amount=amount, line_amounts=line_amounts, full=full)
+        draft = _draft(invoice, reason=reason, lines=lines)
+        if confirmation is not None:
+            _check_confirmation(invoice, draft, reason, confirmation)
+        return _issue(invoice, draft, actor=actor, reason=reason)
 
 
 def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]:
@@ -269,6 +448,87 @@ def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]
     return out + [(d, a, None, None) for d, a in _grossed(invoice, net)]
 
 
+def _incident_lines(
+    invoice: Invoice,
+    *,
+    start: datetime,
+    end: datetime,
+    node_id: int | None,
+    status_min: int,
+    status_max: int,
+    model: str | None,
+) -> list[tuple]:
+    calls = CallRecord.objects.filter(
+        organization_id=invoice.organization_id,
+        currency=invoice.currency,
+        started_at__gte=max(start, invoice.period_start),
+        started_at__lt=min(end, invoice.period_end),
+        status_code__gte=status_min,
+        status_code__lte=status_max,
+        cost__gt=0,
+    )
+    if node_id is not None:
+        calls = calls.filter(node_id=node_id)
+    if model:
+        calls = calls.filter(model=model)
+    done = set()
+    for ids in CreditNoteLine.objects.filter(credit_note__invoice=invoice).values_list(
+        "request_ids", flat=True
+    ):
+        done.update(ids or [])
+    found = [
+        (rid, cost) for rid, cost in calls.values_list("request_id", "cost") if rid not in done
+    ]
+    if not found:
+        raise ValidationFailed.from_fields(
+            {"__all__": "No uncredited calls with a cost match this incident."}
+        )
+    net = sum(c for _, c in found)
+    where = f"node {node_id}" if node_id is not None else "all nodes"
+    desc = (
+        f"Incident credit: {len(found)} calls, status {status_min}-{status_max}, {where}, "
+        f"{start.astimezone(UTC):%Y-%m-%d %H:%M} to {end.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    lines = [(desc, net, None, sorted(r for r, _ in found))]
+    return lines + [(d, a, None, None) for d, a in _grossed(invoice, net)]
+
+
+def _incident_checks(actor, start: datetime, end: datetime) -> None:
+    if actor is not None:
+        actor.require(Perm.BILLING_MANAGE)
+    if start >= end:
+        raise ValidationFailed.from_fields({"end": "The window must end after it starts."})
+
+
+def incident_credit_preview(
+    *,
+    invoice_id: int,
+    actor=None,
+    reason: str,
+    start: datetime,
+    end: datetime,
+    node_id: int | None = None,
+    status_min: int = 500,
+    status_max: int = 599,
+    model: str | None = None,
+) -> CreditNotePlan:
+    """What ``credit_note_for_incident`` with the same arguments would issue
+    (the calls it would credit among its lines), and its confirmation token."""
+    _incident_checks(actor, start, end)
+    with transaction.atomic():
+        invoice = _lock_invoice(invoice_id, actor)
+        lines = _incident_lines(
+            invoice,
+            start=start,
+            end=end,
+            node_id=node_id,
+            status_min=status_min,
+            status_max=status_max,
+            model=model,
+        )
+        return _plan(invoice, _draft(invoice, reason=reason, lines=lines), reason)
+
+
 def credit_note_for_incident(
     *,
     invoice_id: int,
@@ -280,47 +540,25 @@ def credit_note_for_incident(
     status_min: int = 500,
     status_max: int = 599,
     model: str | None = None,
+    confirmation: str | None = None,
 ) -> CreditNote:
     """Credit every call of the invoice's period that matches the incident
     (node, status range, time window, model) and has not been credited yet,
-    in one credit note that lists the calls."""
-    if actor is not None:
-        actor.require(Perm.BILLING_MANAGE)
-    if start >= end:
-        raise ValidationFailed.from_fields({"end": "The window must end after it starts."})
+    in one credit note that lists the calls. ``confirmation``: as for
+    ``credit_note_create`` (a call credited or added meanwhile changes it)."""
+    _incident_checks(actor, start, end)
     with transaction.atomic():
         invoice = _lock_invoice(invoice_id, actor)
-        calls = CallRecord.objects.filter(
-            organization_id=invoice.organization_id,
-            currency=invoice.currency,
-            started_at__gte=max(start, invoice.period_start),
-            started_at__lt=min(end, invoice.period_end),
-            status_code__gte=status_min,
-            status_code__lte=status_max,
-            cost__gt=0,
+        lines = _incident_lines(
+            invoice,
+            start=start,
+            end=end,
+            node_id=node_id,
+            status_min=status_min,
+            status_max=status_max,
+            model=model,
         )
-        if node_id is not None:
-            calls = calls.filter(node_id=node_id)
-        if model:
-            calls = calls.filter(model=model)
-        done = set()
-        for ids in CreditNoteLine.objects.filter(credit_note__invoice=invoice).values_list(
-            "request_ids", flat=True
-        ):
-            done.update(ids or [])
-        found = [
-            (rid, cost) for rid, cost in calls.values_list("request_id", "cost") if rid not in done
-        ]
-        if not found:
-            raise ValidationFailed.from_fields(
-                {"__all__": "No uncredited calls with a cost match this incident."}
-            )
-        net = sum(c for _, c in found)
-        where = f"node {node_id}" if node_id is not None else "all nodes"
-        desc = (
-            f"Incident credit: {len(found)} calls, status {status_min}-{status_max}, {where}, "
-            f"{start.astimezone(UTC):%Y-%m-%d %H:%M} to {end.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
-        )
-        lines = [(desc, net, None, sorted(r for r, _ in found))]
-        lines += [(d, a, None, None) for d, a in _grossed(invoice, net)]
-        return _issue(invoice, actor=actor, reason=reason, lines=lines)
+        draft = _draft(invoice, reason=reason, lines=lines)
+        if confirmation is not None:
+            _check_confirmation(invoice, draft, reason, confirmation)
+        return _issue(invoice, draft, actor=actor, reason=reason)

@@ -7,7 +7,7 @@ sequence row, then adjustment rows — so two workers cannot deadlock."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import date, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -29,10 +29,20 @@ from invoicing.models import (
     PaymentStatus,
     RunStatus,
 )
-from invoicing.money import minor_text
 from invoicing.pdf import invoice_pdf
 from invoicing.rules import finalize_blocker
-from invoicing.services._common import event, org_zone, period_bounds, period_of, previous_period
+from invoicing.services._common import (
+    event,
+    local_noon,
+    local_today,
+    money,
+    money_minor,
+    org_zone,
+    period_bounds,
+    period_of,
+    previous_period,
+)
+from invoicing.services._payments import paid_on_day, require_free_reference, save_with_reference
 from invoicing.services.compute import Computed, compute_invoice
 from usage.facade import Adjustment, CallRecord, PeriodClose
 
@@ -239,7 +249,10 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
                 actor=actor,
                 action="invoice.finalize",
                 target=invoice,
-                params={"total": invoice.total},
+                params={
+                    "total": money(invoice.total, invoice.currency),
+                    "amount_due": money_minor(invoice.amount_due_minor, invoice.currency),
+                },
             )
         if invoice.status == InvoiceStatus.FINALIZED and invoice.amount_due_minor > 0:
             invoice_id_ = invoice.pk
@@ -297,19 +310,24 @@ def invoice_mark_uncollectible(*, invoice_id: int, actor=None, reason: str = "")
                 actor=actor,
                 action="invoice.mark_uncollectible",
                 target=invoice,
-                params={"reason": reason, "amount_due_minor": invoice.amount_due_minor},
+                params={
+                    "reason": reason,
+                    "amount_due": money_minor(invoice.amount_due_minor, invoice.currency),
+                },
             )
     return invoice
 
 
-def _apply_payment(invoice: Invoice, amount_minor: int) -> None:
+def _apply_payment(invoice: Invoice, amount_minor: int, *, paid_at=None) -> None:
+    """``paid_at``: when the invoice counts as paid if this pays it off (now
+    unless finance recorded an earlier day)."""
     invoice.paid_minor += amount_minor
     if invoice.amount_due_minor == 0 and invoice.status in (
         InvoiceStatus.FINALIZED,
         InvoiceStatus.UNCOLLECTIBLE,
     ):
         invoice.status = InvoiceStatus.PAID
-        invoice.paid_at = tz.now()
+        invoice.paid_at = paid_at or tz.now()
     invoice.save(update_fields=["paid_minor", "status", "paid_at"])
 
 
@@ -320,9 +338,17 @@ def invoice_mark_paid(
     reference: str,
     method: str = PaymentMethod.BANK_TRANSFER,
     amount_minor: int | None = None,
+    paid_on: date | None = None,
 ) -> Payment:
-    """Record a payment finance received by hand (bank transfer, with its reference)."""
-    reference = (reference or "").strip()
+    """Record a payment finance received by hand (bank transfer, with its
+    reference, on ``paid_on``: default today in the organization's time
+    zone; not in the future, not before the invoice was issued).
+
+    The reference is unique in the organization: a transfer already
+    recorded (for this invoice, another one, a top-up) is refused with what
+    it was recorded for, also when two submissions race (the database's
+    constraint decides, see ``_payments``)."""
+    reference = (reference or "").strip()[:128]
     if not reference:
         raise ValidationFailed.from_fields({"reference": "Give the transfer's reference."})
     if method not in (PaymentMethod.BANK_TRANSFER, PaymentMethod.OTHER):
@@ -331,32 +357,57 @@ def invoice_mark_paid(
         invoice = _locked(invoice_id, actor)
         if invoice.status not in (InvoiceStatus.FINALIZED, InvoiceStatus.UNCOLLECTIBLE):
             raise Conflict(f"A {invoice.status} invoice takes no payment.")
+        zone = invoice.organization.timezone
+        day = paid_on_day(
+            paid_on,
+            timezone_name=zone,
+            not_before=invoice.issued_at,
+            not_before_what="the invoice was issued",
+        )
         due = invoice.amount_due_minor
         amount = due if amount_minor is None else amount_minor
         if amount <= 0 or amount > due:
-            owed = minor_text(due, invoice.currency)
+            owed = money_minor(due, invoice.currency)
             raise ValidationFailed.from_fields(
                 {"amount": f"Enter an amount above zero and at most what is due ({owed})."}
             )
-        payment = Payment.objects.create(
-            organization_id=invoice.organization_id,
-            invoice=invoice,
-            kind=PaymentKind.INVOICE,
-            method=method,
-            status=PaymentStatus.SUCCEEDED,
-            currency=invoice.currency,
-            amount_minor=amount,
-            reference=reference[:128],
-            created_by=getattr(actor, "user", None),
+        require_free_reference(invoice.organization_id, reference)
+        payment = save_with_reference(
+            Payment(
+                organization_id=invoice.organization_id,
+                invoice=invoice,
+                kind=PaymentKind.INVOICE,
+                method=method,
+                status=PaymentStatus.SUCCEEDED,
+                currency=invoice.currency,
+                amount_minor=amount,
+                reference=reference,
+                paid_on=day,
+                created_by=getattr(actor, "user", None),
+            )
         )
-        _apply_payment(invoice, amount)
-        event(invoice, "payment_recorded", actor, amount_minor=amount, reference=reference)
+        paid_at = None if day == local_today(zone) else local_noon(day, zone)
+        _apply_payment(invoice, amount, paid_at=paid_at)
+        shown = money_minor(amount, invoice.currency)
+        event(
+            invoice,
+            "payment_recorded",
+            actor,
+            amount=shown,
+            reference=reference,
+            paid_on=day.isoformat(),
+        )
         if actor is not None:
             audit_record(
                 actor=actor,
                 action="invoice.mark_paid",
                 target=invoice,
-                params={"amount_minor": amount, "reference": reference},
+                params={
+                    "amount": shown,
+                    "reference": reference,
+                    "paid_on": day.isoformat(),
+                    "method": method,
+                },
             )
     return payment
 

@@ -32,6 +32,7 @@ from accounts.facade import (
 from console import hooks
 from console.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
+from invoicing.services._common import money_exact
 from usage.facade import OrgUsageTotals
 
 logger = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ def prepaid_adjust(
                 actor=actor,
                 action=f"ledger.{kind}",
                 target=entry,
-                params={"amount": amount, "reason": reason},
+                params={"amount": money_exact(amount, entry.currency), "reason": reason},
             )
     return entry
 

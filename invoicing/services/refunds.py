@@ -1,20 +1,23 @@
 """Card refunds through Stripe: a credit note on a card-paid invoice makes a
 pending ``REFUND`` payment (``credit_notes``); ``refund_execute`` sends it
 to Stripe as a partial refund of the invoice's PaymentIntent, and
-``refund_apply`` applies what Stripe's webhooks say about it. Same rules as
+``refund_apply`` applies what Stripe's webhooks say about it; a refund by
+bank transfer is marked paid by finance (``refund_mark_paid``). Same rules as
 ``collection``: the row is committed before Stripe is called, its id makes
 the idempotency key, and Stripe's word is checked against the row."""
 
 from __future__ import annotations
 
 import logging
+from datetime import date
 
 from django.db import transaction
 
-from accounts.facade import Conflict, NotFound
+from accounts.facade import Conflict, NotFound, Perm, ValidationFailed, audit_record
 from invoicing import stripe_adapter
-from invoicing.models import Payment, PaymentKind, PaymentMethod, PaymentStatus
-from invoicing.services._common import event
+from invoicing.models import Invoice, Payment, PaymentKind, PaymentMethod, PaymentStatus
+from invoicing.services._common import event, local_today, money_minor
+from invoicing.services._payments import paid_on_day, require_free_reference, save_with_reference
 from invoicing.services.collection import _fail
 from invoicing.stripe_adapter import Refund, StripeDeclined, StripeRejected
 
@@ -42,9 +45,11 @@ def _settle_refund(payment: Payment, refund: Refund) -> str:
             return f"already_{payment.status}"
         payment.status = PaymentStatus.SUCCEEDED
         payment.failure_message = ""
-        payment.save(update_fields=["status", "failure_message"])
+        payment.paid_on = local_today(payment.organization.timezone)
+        payment.save(update_fields=["status", "failure_message", "paid_on"])
         if invoice is not None:
-            event(invoice, "refunded", payment_id=payment.pk, amount_minor=payment.amount_minor)
+            shown = money_minor(payment.amount_minor, payment.currency)
+            event(invoice, "refunded", payment_id=payment.pk, amount=shown)
         return "succeeded"
     if refund.status in ("failed", "canceled"):
         if payment.status == PaymentStatus.FAILED:
@@ -147,3 +152,60 @@ def refund_apply(*, refund: Refund) -> str:
             payment.stripe_refund_id = refund.id
             payment.save(update_fields=["stripe_refund_id"])
         return _settle_refund(payment, refund)
+
+
+def refund_mark_paid(*, actor, payment_id: int, reference: str, paid_on: date | None = None):
+    """Finance paid a pending manual refund (a credit note's refund by bank
+    transfer) out by hand: the refund is settled with the transfer's
+    reference (unique in the organization, like every payment recorded by
+    hand; the credit note stays linked) and the day it was paid (default
+    today in the organization's time zone; not in the future, not before
+    the credit note). Audited; the invoice's history says it too."""
+    actor.require(Perm.BILLING_MANAGE)
+    reference = (reference or "").strip()[:128]
+    if not reference:
+        raise ValidationFailed.from_fields({"reference": "Give the transfer's reference."})
+    with transaction.atomic():
+        found = Payment.objects.filter(
+            pk=payment_id, organization_id=actor.organization_id, kind=PaymentKind.REFUND
+        ).first()
+        if found is None:
+            raise NotFound("No such refund.")
+        invoice = None
+        if found.invoice_id:  # the invoice's lock first, the order every service takes
+            invoice = Invoice.objects.select_for_update().get(pk=found.invoice_id)
+        payment = (
+            Payment.objects.select_for_update(of=("self",))
+            .select_related("credit_note", "organization")
+            .get(pk=found.pk)
+        )
+        if payment.method == PaymentMethod.STRIPE:
+            raise Conflict("A card refund is paid by Stripe, not marked paid by hand.")
+        if payment.status != PaymentStatus.PENDING:
+            raise Conflict(f"This refund is {payment.get_status_display().lower()} already.")
+        note = payment.credit_note
+        day = paid_on_day(
+            paid_on,
+            timezone_name=payment.organization.timezone,
+            not_before=note.created_at if note is not None else payment.created_at,
+            not_before_what="the credit note was issued",
+        )
+        require_free_reference(payment.organization_id, reference, exclude_pk=payment.pk)
+        payment.reference = reference
+        payment.paid_on = day
+        payment.status = PaymentStatus.SUCCEEDED
+        payment.failure_message = ""
+        save_with_reference(
+            payment, update_fields=["reference", "paid_on", "status", "failure_message"]
+        )
+        shown = money_minor(payment.amount_minor, payment.currency)
+        params = {
+            "credit_note": note.number if note is not None else "",
+            "amount": shown,
+            "reference": reference,
+            "paid_on": day.isoformat(),
+        }
+        if invoice is not None:
+            event(invoice, "refund_paid", actor, **params)
+        audit_record(actor=actor, action="refund.mark_paid", target=payment, params=params)
+    return payment

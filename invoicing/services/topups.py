@@ -8,6 +8,8 @@ from the webhook or the beat's sync); a transfer is credited at once."""
 
 from __future__ import annotations
 
+from datetime import date
+
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
@@ -24,6 +26,13 @@ from console.money import format_amount
 from invoicing import stripe_adapter
 from invoicing.models import LedgerKind, Payment, PaymentKind, PaymentMethod, PaymentStatus
 from invoicing.money import PPM, from_minor, to_minor
+from invoicing.services._common import money_minor
+from invoicing.services._payments import (
+    paid_on_day,
+    reference_holder,
+    reference_taken,
+    save_with_reference,
+)
 from invoicing.services.cards import _require_stripe
 from invoicing.services.ledger import ledger_entry_create
 from invoicing.stripe_adapter import Intent, StripeDeclined, StripeRejected
@@ -74,7 +83,7 @@ def _new_topup(org, actor, amount_minor: int, *, request_key: str = "", **audit)
         actor=actor,
         action="topup.create",
         target=payment,
-        params={"amount_minor": amount_minor, "currency": org.currency, **audit},
+        params={"amount": money_minor(amount_minor, org.currency), **audit},
     )
     return payment
 
@@ -138,33 +147,42 @@ def topup_client_secret(*, actor, payment_id: int) -> str:
     return stripe_adapter.payment_intent_retrieve(payment.stripe_payment_intent_id).client_secret
 
 
-def topup_record_manual(*, actor, amount_minor: int, reference: str) -> Payment:
+def topup_record_manual(
+    *, actor, amount_minor: int, reference: str, paid_on: date | None = None
+) -> Payment:
     """Finance records a top-up paid by bank transfer: credited at once.
-    The transfer's reference makes it idempotent (recording it twice returns
-    the first payment)."""
+
+    The transfer's reference makes it idempotent: recording it again
+    changes nothing and returns the first payment with ``duplicate = True``
+    (the page then says when it was recorded and for how much). A reference
+    already used for another kind of payment (an invoice paid by transfer)
+    is refused. ``paid_on``: the day the money arrived (default today in the
+    organization's time zone, never in the future)."""
     org = _topup_checks(actor, amount_minor)
     reference = (reference or "").strip()[:100]
     if not reference:
         raise ValidationFailed.from_fields({"reference": "Give the transfer's reference."})
+    day = paid_on_day(paid_on, timezone_name=org.timezone)
     with transaction.atomic():
         Organization.objects.select_for_update().get(pk=org.pk)
-        existing = Payment.objects.filter(
-            organization=org,
-            kind=PaymentKind.TOP_UP,
-            method=PaymentMethod.BANK_TRANSFER,
-            reference=reference,
-        ).first()
+        existing = reference_holder(org.pk, reference)
         if existing is not None:
-            return existing
-        payment = Payment.objects.create(
-            organization=org,
-            kind=PaymentKind.TOP_UP,
-            method=PaymentMethod.BANK_TRANSFER,
-            status=PaymentStatus.SUCCEEDED,
-            currency=org.currency,
-            amount_minor=amount_minor,
-            reference=reference,
-            created_by=actor.user,
+            if existing.kind == PaymentKind.TOP_UP:
+                existing.duplicate = True
+                return existing
+            raise reference_taken(existing)
+        payment = save_with_reference(
+            Payment(
+                organization=org,
+                kind=PaymentKind.TOP_UP,
+                method=PaymentMethod.BANK_TRANSFER,
+                status=PaymentStatus.SUCCEEDED,
+                currency=org.currency,
+                amount_minor=amount_minor,
+                reference=reference,
+                paid_on=day,
+                created_by=actor.user,
+            )
         )
         ledger_entry_create(
             organization_id=org.pk,
@@ -179,8 +197,13 @@ def topup_record_manual(*, actor, amount_minor: int, reference: str) -> Payment:
             actor=actor,
             action="topup.record_manual",
             target=payment,
-            params={"amount_minor": amount_minor, "reference": reference},
+            params={
+                "amount": money_minor(amount_minor, org.currency),
+                "reference": reference,
+                "paid_on": day.isoformat(),
+            },
         )
+    payment.duplicate = False
     return payment
 
 

@@ -4,7 +4,8 @@ and PDFs, credit notes, the prepaid balance and its ledger, top-ups, the
 card on file and the CSV exports, a module per topic:
 
 - ``invoices``: the list, one invoice, its actions, print page and PDF;
-- ``credit_notes``: credit notes (and so refunds), incident credits, PDFs;
+- ``credit_notes``: credit notes (previewed, then confirmed; and so refunds),
+  incident credits, manual refunds marked paid, PDFs;
 - ``balance``: the balance, its ledger, billing settings and top-ups;
 - ``cards``: the card on file;
 - ``exports``: the CSV exports;
@@ -18,7 +19,12 @@ another organization's ids are "not found") and written through
 
 from invoicing.views.balance import balance, balance_adjust, billing_settings, topup
 from invoicing.views.cards import payment_method
-from invoicing.views.credit_notes import credit_note_create, credit_note_pdf, incident_credit
+from invoicing.views.credit_notes import (
+    credit_note_create,
+    credit_note_pdf,
+    incident_credit,
+    refund_mark_paid,
+)
 from invoicing.views.exports import export_view
 from invoicing.views.invoices import (
     invoice_detail,
@@ -52,5 +58,6 @@ __all__ = [
     "invoice_uncollectible",
     "invoice_void",
     "payment_method",
+    "refund_mark_paid",
     "topup",
 ]

@@ -12,7 +12,8 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from accounts.facade import DomainError, apply_errors, org_view
+from accounts.facade import BillingMode, DomainError, apply_errors, org_view
+from console.money import format_amount
 from invoicing import exports, selectors, services
 from invoicing.forms import (
     AdjustmentForm,
@@ -21,6 +22,7 @@ from invoicing.forms import (
     ManualTopUpForm,
 )
 from invoicing.models import PaymentKind
+from invoicing.money import from_minor
 from invoicing.stripe_adapter import StripeUnavailable
 from invoicing.views._shared import (
     MANAGE,
@@ -123,14 +125,24 @@ def _fresh_key(form):
 def topup(request):
     """Card top-ups charge the card on file (Stripe on); a bank transfer
     received is recorded by finance by hand (credited at once). Never a fake
-    payment: a card top-up stays pending until Stripe says it succeeded."""
+    payment: a card top-up stays pending until Stripe says it succeeded.
+    Only for prepaid organizations: a postpaid one gets a page that says so."""
     actor = request.actor
     if request.method == "GET" and "payment" in request.GET:
         return _topup_status(request)
+    if actor.organization.billing_mode != BillingMode.PREPAID:
+        # Not a form that is then refused: a page that says why there is none.
+        return render(
+            request,
+            "invoicing/topup_prepaid_only.html",
+            {"org": actor.organization},
+            status=200 if request.method == "GET" else 409,
+        )
     currency = actor.organization.currency
+    zone = actor.organization.timezone
     stripe_on = stripe_enabled()
     form = CardTopUpForm(currency=currency)
-    manual_form = ManualTopUpForm(currency=currency, prefix="manual")
+    manual_form = ManualTopUpForm(currency=currency, prefix="manual", timezone_name=zone)
     payment = None
     if request.method == "POST":
         if not actor.can(MANAGE):
@@ -138,7 +150,9 @@ def topup(request):
                 request, "403.html", {"reason": "Your role cannot top up the balance."}, status=403
             )
         if request.POST.get("action") == "manual":
-            manual_form = ManualTopUpForm(request.POST, currency=currency, prefix="manual")
+            manual_form = ManualTopUpForm(
+                request.POST, currency=currency, prefix="manual", timezone_name=zone
+            )
             recorded = _topup_manual(request, manual_form)
             if recorded is not None:
                 return recorded
@@ -168,7 +182,6 @@ def topup(request):
             for p in selectors.payment_list(actor=actor, kind=PaymentKind.TOP_UP)[:20]
         ],
         "may_manage": actor.can(MANAGE),
-        "prepaid": actor.organization.billing_mode == "prepaid",
     }
     if payment is not None and getattr(payment, "requires_action", False):
         context.update(stripe_js_context(), client_secret=payment.client_secret)
@@ -219,7 +232,9 @@ def _topup_card(request, form):
 
 
 def _topup_manual(request, form):
-    """Record a bank transfer received; a redirect, or None with the form's errors."""
+    """Record a bank transfer received; a redirect, or None with the form's
+    errors. A reference recorded before changes nothing, and the message
+    says so: when, and for how much."""
     if not form.is_valid():
         return None
     try:
@@ -227,9 +242,22 @@ def _topup_manual(request, form):
             actor=request.actor,
             amount_minor=form.cleaned_data["amount"],
             reference=form.cleaned_data["reference"],
+            paid_on=form.cleaned_data.get("paid_on"),
         )
     except DomainError as exc:
         apply_errors(form, exc)
         return None
-    messages.success(request, f"Bank transfer {payment.reference} recorded; the balance rose.")
+    amount = format_amount(from_minor(payment.amount_minor, payment.currency), payment.currency)
+    if getattr(payment, "duplicate", False):
+        day = payment.paid_on or payment.created_at.date()
+        messages.warning(
+            request,
+            f"Bank transfer {payment.reference} was already recorded on {day.isoformat()}"
+            f" for {amount}; nothing was recorded again and the balance did not change.",
+        )
+    else:
+        messages.success(
+            request,
+            f"Bank transfer {payment.reference} recorded; the balance rose by {amount}.",
+        )
     return redirect("invoicing:topup")

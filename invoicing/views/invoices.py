@@ -17,6 +17,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, apply_errors, org_view
+from console.money import format_amount
 from invoicing import exports, selectors, services
 from invoicing.forms import (
     DraftForm,
@@ -25,6 +26,7 @@ from invoicing.forms import (
     ReasonForm,
 )
 from invoicing.models import InvoiceStatus
+from invoicing.money import from_minor
 from invoicing.views._shared import (
     INVOICE_MINOR,
     MANAGE,
@@ -110,6 +112,9 @@ def _detail_context(request, invoice):
         with_micro(p, "amount_minor")
         for p in selectors.payment_list(actor=actor, invoice_id=invoice.pk)
     ]
+    refunds = {p.credit_note_id: p for p in payments if p.kind == "refund" and p.credit_note_id}
+    for note in notes:  # how each note's refund stands (pending, paid on a day)
+        note.refund_payment = refunds.get(note.pk)
     context = {
         "invoice": invoice,
         "lines": lines,
@@ -277,23 +282,34 @@ def invoice_uncollectible(request, invoice_id: int):
 
 @org_view(MANAGE)
 def invoice_payment(request, invoice_id: int):
-    """Record a payment received by hand (a bank transfer, with its reference)."""
+    """Record a payment received by hand (a bank transfer, with its reference
+    and the day it arrived). A reference already recorded in the
+    organization is refused on the form, with what it was recorded for."""
     invoice = with_micro(invoice_or_404(request, invoice_id), *INVOICE_MINOR)
-    form = PaymentForm(request.POST or None, invoice=invoice)
+    zone = request.actor.organization.timezone
+    form = PaymentForm(request.POST or None, invoice=invoice, timezone_name=zone)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            services.invoice_mark_paid(
+            payment = services.invoice_mark_paid(
                 invoice_id=invoice.pk,
                 actor=request.actor,
                 reference=data["reference"],
                 method=data["method"],
                 amount_minor=data["amount"],
+                paid_on=data["paid_on"],
             )
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"Payment {data['reference']} recorded.")
+            amount = format_amount(
+                from_minor(payment.amount_minor, payment.currency), invoice.currency
+            )
+            messages.success(
+                request,
+                f"Payment {payment.reference} of {amount} received on"
+                f" {payment.paid_on.isoformat()} recorded.",
+            )
             return redirect_to_detail(invoice)
     return render(request, "invoicing/invoice_payment.html", {"invoice": invoice, "form": form})
 
