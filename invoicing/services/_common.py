@@ -6,6 +6,8 @@ import re
 from datetime import UTC, date, datetime, time
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.utils import timezone as djtz
+
 from accounts.facade import ValidationFailed
 from console.money import format_amount, format_exact
 from invoicing.models import InvoiceEvent
@@ -72,7 +74,7 @@ def money_minor(minor: int, currency: str) -> str:
 
 def local_today(timezone_name: str) -> date:
     """Today in the organization's time zone."""
-    return datetime.now(UTC).astimezone(org_zone(timezone_name)).date()
+    return djtz.now().astimezone(org_zone(timezone_name)).date()
 
 
 def local_day(when: datetime, timezone_name: str) -> date:

@@ -25,3 +25,16 @@ def html(response) -> str:
 def follow_messages(client, response) -> str:
     assert response.status_code == 302, response.status_code
     return html(client.get(response.url))
+
+
+def preview_and_confirm(client, url: str, data: dict):
+    """A credit note as finance issues one: the form posted (a preview,
+    nothing issued yet), then confirmed with the preview's token. Returns
+    the confirming response."""
+    import re
+
+    preview = client.post(url, data)
+    page = html(preview)
+    assert preview.status_code == 200 and 'id="credit-note-confirm"' in page, page[-2000:]
+    token = re.search(r'name="confirm" value="([^"]+)"', page).group(1)
+    return client.post(url, {**data, "confirm": token})

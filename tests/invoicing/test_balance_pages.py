@@ -96,7 +96,7 @@ def test_billing_settings(client, members, org):
 # --- top-ups ---------------------------------------------------------------------------------------
 
 
-def test_topup_without_stripe_says_finance_records_it(client, members, settings):
+def test_topup_without_stripe_says_finance_records_it(client, members, prepaid, settings):
     settings.STRIPE_SECRET_KEY = ""
     c = as_member(client, members[Role.FINANCE])
     page = html(c.get("/billing/top-up/"))
@@ -106,7 +106,7 @@ def test_topup_without_stripe_says_finance_records_it(client, members, settings)
     assert not Payment.objects.exists() and not LedgerEntry.objects.exists()
 
 
-def test_topup_with_stripe_creates_a_pending_payment(client, members, org, settings):
+def test_topup_with_stripe_creates_a_pending_payment(client, members, prepaid, org, settings):
     settings.STRIPE_SECRET_KEY = "sk_test_x"
     c = as_member(client, members[Role.FINANCE])
     created = []
@@ -157,7 +157,9 @@ def test_topup_with_stripe_creates_a_pending_payment(client, members, org, setti
     assert c.get("/billing/top-up/", {"payment": "x"}).status_code == 404
 
 
-def test_topup_without_a_card_on_file_links_to_the_payment_method_page(client, members, settings):
+def test_topup_without_a_card_on_file_links_to_the_payment_method_page(
+    client, members, prepaid, settings
+):
     settings.STRIPE_SECRET_KEY = "sk_test_x"
     c = as_member(client, members[Role.FINANCE])
     with mock.patch("invoicing.selectors.card_on_file", return_value=None):
@@ -167,7 +169,7 @@ def test_topup_without_a_card_on_file_links_to_the_payment_method_page(client, m
     assert "js.stripe.com" not in page  # Stripe.js only where a card is entered or confirmed
 
 
-def test_topup_page_survives_stripe_being_down(client, members, settings):
+def test_topup_page_survives_stripe_being_down(client, members, prepaid, settings):
     from invoicing.stripe_adapter import StripeUnavailable
 
     settings.STRIPE_SECRET_KEY = "sk_test_x"
@@ -180,7 +182,7 @@ def test_topup_page_survives_stripe_being_down(client, members, settings):
     assert 'id="topup-form"' not in html(response)
 
 
-def test_topup_service_errors_are_on_the_form(client, members, settings):
+def test_topup_service_errors_are_on_the_form(client, members, prepaid, settings):
     from accounts.errors import ValidationFailed
 
     settings.STRIPE_SECRET_KEY = "sk_test_x"
@@ -220,13 +222,17 @@ def test_manual_bank_transfer_top_up(client, members, prepaid, settings):
     assert "TR-2025-77" in html(c.get("/billing/top-up/"))
 
 
-def test_postpaid_organizations_are_told_top_ups_are_for_prepaid(client, members, settings):
+def test_postpaid_organizations_get_no_top_up_form(client, members, settings):
     settings.STRIPE_SECRET_KEY = ""
     c = as_member(client, members[Role.FINANCE])
-    assert 'id="not-prepaid"' in html(c.get("/billing/top-up/"))
+    page = html(c.get("/billing/top-up/"))
+    assert 'id="topup-prepaid-only"' in page and "Top-ups are for prepaid accounts" in page
+    assert 'id="manual-topup-form"' not in page and 'id="topup-form"' not in page
+    assert 'id="nav-topup"' not in page  # nor the link to it
+    assert 'id="nav-topup"' not in html(c.get("/billing/balance/"))
     data = {"action": "manual", "manual-amount": "40", "manual-reference": "TR-1"}
     response = c.post("/billing/top-up/", data)
-    assert response.status_code == 200 and "Only prepaid organizations" in html(response)
+    assert response.status_code == 409 and "Top-ups are for prepaid accounts" in html(response)
     assert not Payment.objects.exists()
 
 

@@ -73,6 +73,11 @@ def test_finance_finalizes_downloads_and_credits(live_server, finance, draft, br
     assert not CreditNote.objects.exists()
     page.fill("#credit-note-form #id_amount", "0.50")
     page.click("#credit-note-form button[type=submit]")
+    # A preview first: what the note does, nothing issued until it is confirmed.
+    page.wait_for_selector("#credit-note-confirm")
+    assert "Reduces the amount due" in page.inner_text("#preview-effect")
+    assert not CreditNote.objects.exists()
+    page.click("#confirm-credit-note")
     page.wait_for_selector("#credit-notes")
     note = CreditNote.objects.get()
     assert note.amount_minor == 50 and note.reason == "Slow responses on 14 March"

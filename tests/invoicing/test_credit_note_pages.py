@@ -18,6 +18,7 @@ from tests.invoicing.pages import (
     as_member,
     follow_messages,
     html,
+    preview_and_confirm,
 )
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +31,9 @@ def test_partial_credit_note_by_amount(client, members, finalized):
     c = as_member(client, members[Role.FINANCE])
     url = f"/billing/invoices/{finalized.pk}/credit-notes/new/"
     assert c.get(url).status_code == 200
-    response = c.post(url, {"mode": "amount", "amount": "0.50", "reason": "slow week"})
+    response = preview_and_confirm(
+        c, url, {"mode": "amount", "amount": "0.50", "reason": "slow week"}
+    )
     assert response.status_code == 302
     note = CreditNote.objects.get()
     assert (note.amount, note.amount_minor, note.reason) == (500_000, 50, "slow week")
@@ -73,11 +76,12 @@ def test_credit_note_by_line_and_full(client, members, finalized):
     from invoicing.money import micro_text
 
     assert f"{micro_text(line.amount, 'USD')} on this line" in html(response)  # money, not micro
-    response = c.post(url, {"mode": "lines", f"line_{line.pk}": "0.01", "reason": "bad line"})
+    data = {"mode": "lines", f"line_{line.pk}": "0.01", "reason": "bad line"}
+    response = preview_and_confirm(c, url, data)
     assert response.status_code == 302
     note = CreditNote.objects.get()
     assert note.lines.filter(invoice_line=line, amount=10_000).exists()
-    response = c.post(url, {"mode": "full", "reason": "everything"})
+    response = preview_and_confirm(c, url, {"mode": "full", "reason": "everything"})
     assert response.status_code == 302
     finalized.refresh_from_db()
     assert finalized.credited == finalized.total and finalized.status == InvoiceStatus.PAID
@@ -119,7 +123,7 @@ def test_incident_credit(client, members, org, key, catalog):
     assert response.status_code == 200 and "between the years" in html(response)
     response = c.post(url, {**data, "end": "2025-06-10T12:00"})
     assert response.status_code == 200 and "end after it starts" in html(response)
-    response = c.post(url, data)
+    response = preview_and_confirm(c, url, data)
     assert response.status_code == 302
     assert "2 calls" in follow_messages(c, response)
     note = CreditNote.objects.get()
