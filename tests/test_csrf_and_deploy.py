@@ -50,6 +50,7 @@ def csrf_world(db):
         "call": "req-none",
         "invoice": 1,
         "credit_note": 1,
+        "manual_refund": 1,
         "ledger_entry": 1,
         "bogus_token": "not-a-token",
     }

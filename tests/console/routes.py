@@ -209,6 +209,7 @@ PARAMS: list[tuple[str, str, str]] = [
     ("*", "request_id", "call"),
     ("*", "invoice_id", "invoice"),
     ("*", "credit_note_id", "credit_note"),
+    ("invoicing:refund_mark_paid", "payment_id", "manual_refund"),
     ("api-key-*", "pk", "api_key"),
     ("sub-account-*", "pk", "sub_account"),
     ("member-*", "pk", "membership"),
@@ -232,6 +233,7 @@ def param_kind(route: Route, param: str) -> str | None:
 def _tenant(org, members) -> SimpleNamespace:
     """One organization's objects, one of each kind a URL can name."""
     from accounts.services import invitation_create, sub_account_create
+    from invoicing.models import Payment
     from invoicing.services import (
         credit_note_create,
         invoice_draft,
@@ -261,6 +263,11 @@ def _tenant(org, members) -> SimpleNamespace:
     )
     note = credit_note_create(invoice_id=invoice.pk, actor=finance, amount=10_000, reason="sweep")
     entry = prepaid_adjust(actor=finance, amount=5_000_000, reason="sweep grant", kind="grant")
+    # A refund finance pays by hand, pending (the note's refund, as a paid invoice's would be).
+    refund = Payment.objects.create(
+        organization=org, invoice=invoice, credit_note=note, kind="refund",
+        method="bank_transfer", currency=invoice.currency, amount_minor=1, reference=note.number,
+    )  # fmt: skip
     return SimpleNamespace(
         org=org,
         members=members,
@@ -274,6 +281,7 @@ def _tenant(org, members) -> SimpleNamespace:
             "call": events[0]["request_id"],
             "invoice": invoice.pk,
             "credit_note": note.pk,
+            "manual_refund": refund.pk,
             "ledger_entry": entry.pk,
             "bogus_token": "not-a-real-invitation-token",
         },
