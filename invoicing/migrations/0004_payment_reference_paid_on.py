@@ -76,7 +76,7 @@ class Migration(migrations.Migration):
                     ("reduce_due", "Reduces the amount due"),
                     ("refund_card", "Refunded to the card"),
                     ("refund_balance", "Credited to the prepaid balance"),
-                    ("refund_manual", "Refunded by bank transfer"),
+                    ("refund_manual", "Refund by bank transfer"),
                 ],
                 max_length=16,
             ),

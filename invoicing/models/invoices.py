@@ -279,7 +279,7 @@ class CreditNoteEffect(models.TextChoices):
     REDUCE_DUE = "reduce_due", "Reduces the amount due"
     REFUND_CARD = "refund_card", "Refunded to the card"
     REFUND_BALANCE = "refund_balance", "Credited to the prepaid balance"
-    REFUND_MANUAL = "refund_manual", "Refunded by bank transfer"
+    REFUND_MANUAL = "refund_manual", "Refund by bank transfer"
 
 
 class CreditNote(models.Model):

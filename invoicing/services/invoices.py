@@ -243,7 +243,13 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
         )
         invoice.pdf = invoice_pdf(invoice)
         invoice.save(update_fields=["pdf"])
-        event(invoice, "finalized", actor, number=invoice.number, total=invoice.total)
+        event(
+            invoice,
+            "finalized",
+            actor,
+            number=invoice.number,
+            total=money(invoice.total, invoice.currency),
+        )
         if actor is not None:
             audit_record(
                 actor=actor,

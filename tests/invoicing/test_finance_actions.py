@@ -377,6 +377,22 @@ def test_a_duplicate_top_up_reference_says_it_changed_nothing(client, members, p
     assert prepaid_balance(prepaid.pk) == 40_000_000 and Payment.objects.count() == 1
 
 
+def test_a_manual_top_up_has_the_day_the_money_arrived(client, members, prepaid, settings):
+    settings.STRIPE_SECRET_KEY = ""
+    c = as_member(client, members[Role.FINANCE])
+    data = {"action": "manual", "manual-amount": "10", "manual-reference": "TR-D"}
+    future = (berlin_today() + timedelta(days=2)).isoformat()
+    refused = c.post("/billing/top-up/", {**data, "manual-paid_on": future})
+    assert refused.status_code == 200 and "That day is in the future" in html(refused)
+    assert prepaid_balance(prepaid.pk) == 0
+    day = berlin_today() - timedelta(days=3)
+    assert (
+        c.post("/billing/top-up/", {**data, "manual-paid_on": day.isoformat()}).status_code == 302
+    )
+    assert Payment.objects.get().paid_on == day
+    assert f"<td>{day.isoformat()}</td>" in html(c.get("/billing/top-up/"))
+
+
 # --- 5. manual refunds marked paid -------------------------------------------------------------
 
 
@@ -442,9 +458,9 @@ def test_customers_read_refund_wording_not_internal_notes(
     client, members, finalized, manual_refund
 ):
     page = html(as_member(client, members[Role.FINANCE]).get(detail_url(finalized)))
-    assert "Refunded by bank transfer" in page
+    assert "Refund by bank transfer" in page
     assert "Refund to be paid by hand" not in page
-    assert CreditNoteEffect.REFUND_MANUAL.label == "Refunded by bank transfer"
+    assert CreditNoteEffect.REFUND_MANUAL.label == "Refund by bank transfer"
 
 
 # --- 6. top-ups only for prepaid organizations ----------------------------------------------------
