@@ -56,7 +56,7 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
     for model, group in groupby(usage, key=lambda ln: ln.model or ln.description):
         rows = list(group)
         table.row([model, ""], bold=True, span=True, fill=SHADE, keep_with_next=8)
-        for line in rows:
+        for n, line in enumerate(rows, start=1):
             label = (
                 f"{TokenClass(line.token_class).label} tokens"
                 if line.token_class
@@ -68,7 +68,9 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
                     f"{line.quantity:,}" if line.quantity else "",
                     money_price(line.unit_price_per_mtok, cur),
                     money(line.amount, cur),
-                ]
+                ],
+                # The group's last row stays on the page of its total.
+                keep_with_next=7 if n == len(rows) > 1 else 0,
             )
         if len(rows) > 1:
             table.row(

@@ -24,6 +24,7 @@ from console.money import format_amount
 from invoicing.models import BillingProfile, CreditNoteEffect, InvoiceLine, LineKind, TokenClass
 from invoicing.money import from_minor
 from invoicing.pdf import credit_note_pdf, fonts, invoice_pdf
+from invoicing.pdf.parts import MINUS
 from invoicing.services import (
     credit_note_create,
     credit_note_for_incident,
@@ -362,3 +363,26 @@ def test_without_a_unicode_font_the_pdf_still_renders_and_says_why(
     response = client.get(reverse("invoicing:invoice_pdf", args=[draft.pk]))
     assert response.status_code == 200 and response.content.startswith(b"%PDF")
     fonts._resolve.cache_clear()
+
+
+def test_a_prepaid_invoice_shows_the_balance_it_was_paid_from(
+    prepaid, month_calls, seller, members, actor_for
+):
+    profile(prepaid, "Ελληνική ΑΕ")  # noqa: RUF001
+    invoice = invoice_finalize(
+        invoice_id=invoice_draft(organization_id=prepaid.pk, period="2025-03").pk
+    )
+    cur = invoice.currency
+    assert invoice.credits_applied > 0
+    text = flat(pages(bytes(invoice.pdf))[0])
+    assert (
+        f"Paid from your prepaid balance {MINUS}{format_amount(invoice.credits_applied, cur)}"
+        in text
+    )
+    assert f"Amount due {minor(invoice.amount_due_minor, cur)}" in text
+    note = credit_note_create(
+        invoice_id=invoice.pk, actor=actor_for(members[Role.FINANCE]), full=True, reason="Goodwill"
+    )
+    assert note.refund_minor > 0
+    note_text = flat(pages(credit_note_pdf(note))[0])
+    assert f"Credited to your prepaid balance {minor(note.refund_minor, cur)}" in note_text
