@@ -24,7 +24,7 @@ from console.money import format_amount
 from invoicing.models import BillingProfile, CreditNoteEffect, InvoiceLine, LineKind, TokenClass
 from invoicing.money import from_minor
 from invoicing.pdf import credit_note_pdf, fonts, invoice_pdf
-from invoicing.pdf.parts import MINUS
+from invoicing.pdf.parts import MINUS, local_date
 from invoicing.services import (
     credit_note_create,
     credit_note_for_incident,
@@ -180,7 +180,7 @@ def test_header_blocks_do_not_overlap_on_the_rendered_first_page(finalized):
     doc = pdfium.PdfDocument(invoice_pdf(invoice))
     page = doc[0]
     textpage = page.get_textpage()
-    issued = f"{invoice.issued_at.astimezone(UTC):%Y-%m}"
+    issued = local_date(invoice.issued_at, "Europe/Berlin")
     blocks = {
         "title": box(textpage, "Invoice"),
         "status": box(textpage, "Status: Issued"),
