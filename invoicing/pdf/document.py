@@ -33,12 +33,6 @@ RULE = (208, 213, 221)
 SHADE = (242, 244, 247)
 ALERT = (180, 35, 24)
 
-# What Helvetica (Latin-1) prints for the few non-Latin-1 characters the
-# documents themselves write, when no Unicode font could be found.
-_LATIN1 = str.maketrans(
-    {"\u2212": "-", "\u2014": "-", "\u2013": "-", "\u2026": "...", "\u20ac": "EUR"}
-)
-
 
 def line_height(size: float) -> float:
     return size * PT * 1.4
@@ -65,23 +59,33 @@ class Document(FPDF):
         self.set_lang("en")
         fonts = pdf_fonts()
         self.unicode = fonts.main is not None
+        # The CJK font is opened only for a document with a character the main
+        # font lacks: opening and subsetting it costs half a second.
+        self._fallback = fonts.cjk
         if self.unicode:
             self.add_font("body", "", str(fonts.main.path), collection_font_number=fonts.main.index)
-            if fonts.cjk is not None:
-                self.add_font(
-                    "cjk", "", str(fonts.cjk.path), collection_font_number=fonts.cjk.index
-                )
-                self.set_fallback_fonts(["cjk"], exact_match=False)
+            self._main_chars = self.fonts["body"].cmap
             self.family = "body"
         else:
+            self.core_fonts_encoding = "windows-1252"
             self.family = "helvetica"
         self.style(9)
+
+    def _open_fallback(self) -> None:
+        font, self._fallback = self._fallback, None
+        self.add_font("cjk", "", str(font.path), collection_font_number=font.index)
+        self.set_fallback_fonts(["cjk"], exact_match=False)
 
     # --- text ------------------------------------------------------------------------
 
     def normalize_text(self, text: str) -> str:
+        """fpdf2 passes every text through here before laying it out."""
         if not self.unicode:
-            text = text.translate(_LATIN1).encode("latin-1", "replace").decode("latin-1")
+            text = text.replace("\u2212", "-").encode("cp1252", "replace").decode("cp1252")
+        elif self._fallback is not None and any(
+            ord(c) > 127 and ord(c) not in self._main_chars for c in text
+        ):
+            self._open_fallback()
         return super().normalize_text(text)
 
     def style(self, size: float, *, bold: bool = False, color=INK) -> None:
