@@ -12,7 +12,8 @@ Two Unicode fonts, both installed by pip with the project (``pyproject.toml``):
 ``INVOICING_PDF_FONT`` / ``INVOICING_PDF_CJK_FONT`` name other files;
 without them the packages' files are found through their distributions'
 file lists (the packages' own code is never imported), then Debian's.
-fpdf2 subsets each font to the glyphs a document uses.
+fpdf2 subsets each font to the glyphs a document uses; a document opens
+the CJK font only when it has a character the main font lacks.
 
 No main font at all is not an error: the PDF is still made, with the PDF
 core font Helvetica (Latin only), and a warning is logged (never a 500).
@@ -27,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 
 from django.conf import settings
+from fontTools.ttLib import TTCollection
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +79,6 @@ def _face_index(path: Path) -> int:
     market writes Chinese; every face has the kana and hangul too), else 0."""
     if path.suffix.lower() not in COLLECTIONS:
         return 0
-    from fontTools.ttLib import TTCollection
-
     try:
         faces = TTCollection(str(path), lazy=True).fonts
         for i, face in enumerate(faces):
