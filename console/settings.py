@@ -186,7 +186,20 @@ INVOICING_SELLER = {
     "name": config.env_str("INVOICING_SELLER_NAME", "Token Billing Console"),
     "address": config.env_str("INVOICING_SELLER_ADDRESS").replace("\\n", "\n"),
     "tax_id": config.env_str("INVOICING_SELLER_TAX_ID"),
+    # Where customers write about an invoice (printed under the seller's address).
+    "email": config.env_str("INVOICING_SELLER_EMAIL"),
 }
+# How to pay, printed on every invoice with an amount due (bank details; "\n" for new lines).
+INVOICING_PAYMENT_INSTRUCTIONS = config.env_str("INVOICING_PAYMENT_INSTRUCTIONS").replace(
+    "\\n", "\n"
+)
+# The invoice and credit-note PDFs' fonts (TrueType/OpenType files; empty = the fonts the
+# fontpkg-noto-sans and noto-cjk-sans-otc packages install, then Debian's Noto and DejaVu).
+# Without a Unicode font the PDFs fall back to Latin-only Helvetica and log a warning.
+INVOICING_PDF_FONT = config.env_str("INVOICING_PDF_FONT")
+# The fallback for characters the main font lacks (Chinese, Japanese, Korean); a .ttc/.otc
+# collection's Simplified Chinese face is used when it has one.
+INVOICING_PDF_CJK_FONT = config.env_str("INVOICING_PDF_CJK_FONT")
 # Largest single top-up, in currency units (a typo guard).
 INVOICING_MAX_TOP_UP = config.env_int("INVOICING_MAX_TOP_UP", 100_000, minimum=1)
 # Stripe is off unless a secret key is set; without it finance records payments by hand.
@@ -387,5 +400,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": config.env_str("LOG_LEVEL", "INFO").upper()},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # fontTools reports every table it subsets into an invoice PDF at INFO.
+        "fontTools": {"level": "WARNING"},
+    },
 }

@@ -101,7 +101,7 @@ def test_finalize_numbers_closes_the_period_and_freezes_the_invoice(org, month_c
     assert invoice.calls == 7
     assert invoice.status == InvoiceStatus.FINALIZED
     assert invoice.due_at - invoice.issued_at == timedelta(days=14)
-    assert bytes(invoice.pdf).startswith(b"%PDF-1.4")
+    assert bytes(invoice.pdf).startswith(b"%PDF-")
     close = PeriodClose.objects.get(organization=org)
     assert (close.period_start, close.period_end, close.reference) == (
         invoice.period_start,
