@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, timedelta
 
 from django.conf import settings
@@ -27,3 +28,18 @@ def finalize_blocker(invoice: Invoice, now=None) -> str | None:
             f"{ready.astimezone(UTC):%Y-%m-%d %H:%M} UTC; finalize it after that."
         )
     return None
+
+
+# A usage debit's reason: how many calls its ingest batch held.
+_USAGE_REASON = re.compile(r"^(\d+) calls?$")
+
+
+def usage_debit_reason(calls: int) -> str:
+    """What a usage debit says (``ledger_usage_debit`` writes it)."""
+    return f"{calls} call" if calls == 1 else f"{calls} calls"
+
+
+def usage_debit_calls(reason: str) -> int | None:
+    """The number of calls a usage debit's reason names, or None."""
+    m = _USAGE_REASON.match(reason or "")
+    return int(m.group(1)) if m else None
