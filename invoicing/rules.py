@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, timedelta
 
 from django.conf import settings
@@ -30,16 +29,11 @@ def finalize_blocker(invoice: Invoice, now=None) -> str | None:
     return None
 
 
-# A usage debit's reason: how many calls its ingest batch held.
-_USAGE_REASON = re.compile(r"^(\d+) calls?$")
+# A usage debit's reason says how many calls its ingest batch held; the
+# pattern reads it back (Python ``re`` and the database's regex alike).
+USAGE_REASON_RE = r"^[0-9]+ calls?$"
 
 
 def usage_debit_reason(calls: int) -> str:
     """What a usage debit says (``ledger_usage_debit`` writes it)."""
     return f"{calls} call" if calls == 1 else f"{calls} calls"
-
-
-def usage_debit_calls(reason: str) -> int | None:
-    """The number of calls a usage debit's reason names, or None."""
-    m = _USAGE_REASON.match(reason or "")
-    return int(m.group(1)) if m else None

@@ -5,9 +5,9 @@ lives in ``invoicing.rules``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
-from django.db.models import Q, Sum
+from django.db.models import Sum
 
 from accounts.facade import NotFound, Perm
 from inference_node.facade import nodes_own_and_shared
@@ -19,17 +19,13 @@ from invoicing.models import (
     Invoice,
     InvoiceStatus,
     LedgerEntry,
-    LedgerKind,
     Payment,
     PaymentKind,
     PaymentStatus,
 )
 from invoicing.money import to_minor
 from invoicing.pdf import invoice_pdf
-from invoicing.rules import (
-    finalize_blocker,  # noqa: F401 - the pages ask why a draft waits
-    usage_debit_calls,
-)
+from invoicing.rules import finalize_blocker  # noqa: F401 - the pages ask why a draft waits
 
 
 def prepaid_balance(organization_id: int) -> int:
@@ -284,107 +280,6 @@ def ledger_entries(*, actor, kind: str | None = None, since=None, until=None):
     if until is not None:
         qs = qs.filter(created_at__lt=until)
     return qs
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    """One row of the ledger page: one entry, or a run of usage debits of
-    the same day (in the organization's zone) with nothing between them.
-    ``balance_after`` is the balance once the row's movement is counted;
-    ``cursor`` is the oldest entry's id (the next page starts below it)."""
-
-    kind: str
-    kind_label: str
-    at: datetime  # the newest entry's time
-    day: date | None  # grouped usage: the local day; else None
-    amount: int
-    currency: str
-    entries: int
-    calls: int | None
-    reference: str
-    reason: str
-    created_by: str
-    balance_after: int
-    cursor: int
-
-    @property
-    def grouped(self) -> bool:
-        return self.day is not None
-
-
-@dataclass(frozen=True)
-class LedgerPage:
-    rows: list[LedgerRow]
-    older: int | None  # ``before`` for the next page, None on the last one
-
-
-def _row_of(entry, tzinfo: tzinfo, balance_after: int) -> dict:
-    usage = entry.kind == LedgerKind.USAGE
-    return {
-        "kind": entry.kind,
-        "kind_label": entry.get_kind_display(),
-        "at": entry.created_at,
-        "day": entry.created_at.astimezone(tzinfo).date() if usage else None,
-        "amount": entry.amount,
-        "currency": entry.currency,
-        "entries": 1,
-        "calls": usage_debit_calls(entry.reason) if usage else None,
-        "reference": entry.reference,
-        "reason": entry.reason,
-        "created_by": entry.created_by.email if entry.created_by_id else "",
-        "balance_after": balance_after,
-        "cursor": entry.pk,
-    }
-
-
-def ledger_page(*, actor, tzinfo: tzinfo, before=None, size: int = 50) -> LedgerPage:
-    """The ledger as the balance page shows it, newest first, ``size`` rows
-    from the entry ``before`` (an id; the keyset cursor) down. Usage debits
-    (one entry per ingest batch) are summed per day in ``tzinfo`` with their
-    calls; a run is cut where another entry (a top-up, an adjustment) lies
-    between, so each row's balance is the balance at that point. Other
-    entries are one row each. Reads entries in order with no COUNT/OFFSET; a
-    page never ends inside a run."""
-    qs = ledger_entries(actor=actor)
-    balance = prepaid_balance(actor.organization_id)
-    pk = parse_id(before)
-    if pk:
-        anchor = qs.filter(pk=pk).values_list("created_at", "id").first()
-        if anchor:
-            older = Q(created_at__lt=anchor[0]) | Q(created_at=anchor[0], id__lt=anchor[1])
-            qs = qs.filter(older)
-            balance = int(
-                LedgerEntry.objects.filter(older, organization_id=actor.organization_id).aggregate(
-                    s=Sum("amount")
-                )["s"]
-                or 0
-            )
-    rows: list[dict] = []
-    more = False
-    for entry in qs.iterator(chunk_size=500):
-        last = rows[-1] if rows else None
-        if (
-            last is not None
-            and last["day"] is not None
-            and entry.kind == LedgerKind.USAGE
-            and entry.created_at.astimezone(tzinfo).date() == last["day"]
-        ):
-            last["amount"] += entry.amount
-            last["entries"] += 1
-            calls = usage_debit_calls(entry.reason)
-            known = calls is not None and last["calls"] is not None
-            last["calls"] = last["calls"] + calls if known else None
-            last["cursor"] = entry.pk
-            balance -= entry.amount
-            continue
-        if len(rows) == size:
-            more = True
-            break
-        rows.append(_row_of(entry, tzinfo, balance))
-        balance -= entry.amount
-    return LedgerPage(
-        rows=[LedgerRow(**r) for r in rows], older=rows[-1]["cursor"] if more else None
-    )
 
 
 def balance_get(*, actor) -> int:

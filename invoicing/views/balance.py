@@ -20,6 +20,7 @@ from invoicing.forms import (
     CardTopUpForm,
     ManualTopUpForm,
 )
+from invoicing.ledger_page import ledger_page
 from invoicing.models import PaymentKind
 from invoicing.stripe_adapter import StripeUnavailable
 from invoicing.views._shared import (
@@ -38,7 +39,7 @@ def _ledger_page(request):
     """One page of the ledger in the organization's zone, newest first, by
     keyset (``before`` = an entry id): usage debits summed per day with
     their calls, other entries one row each, each with the balance after."""
-    return selectors.ledger_page(
+    return ledger_page(
         actor=request.actor,
         tzinfo=org_zone(request.actor.organization),
         before=request.GET.get("before"),

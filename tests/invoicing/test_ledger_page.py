@@ -5,7 +5,7 @@ other entries one row each; the balance after each row adds up."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
@@ -93,7 +93,7 @@ def test_balance_after_each_row_adds_up(berlin, members):
     from zoneinfo import ZoneInfo
 
     from accounts.actors import Actor
-    from invoicing.selectors import ledger_page
+    from invoicing.ledger_page import ledger_page
 
     day = datetime(2026, 3, 10, tzinfo=UTC)
     _entry(berlin, LedgerKind.GRANT, 10_000_000, day.replace(hour=8), "grant", "g")
@@ -143,3 +143,61 @@ def test_call_logs_follow_the_same_rule(client, members, berlin, catalog, key):
 
     assert "<th>Time (Europe/Berlin)</th>" in page
     assert "2026-01-15 00:30:00" in page and "2026-01-14 23:30:00" not in page
+
+
+def test_the_database_sums_the_debits(client, members, berlin, django_assert_max_num_queries):
+    # Given: three busy days, 400 ingest batches each, a top-up every day at
+    # noon in Berlin (10:00 UTC) halfway through them.
+    entries = []
+    for d in range(3):
+        for i in range(400):
+            at = datetime(2026, 4, 1 + d, 8, 20, 15, tzinfo=UTC) + timedelta(seconds=30 * i)
+            entries.append(
+                LedgerEntry(
+                    organization=berlin,
+                    kind=LedgerKind.USAGE,
+                    amount=-1_000,
+                    currency="USD",
+                    reference=f"b{d}-{i}",
+                    reason="2 calls",
+                    created_at=at,
+                )
+            )
+        entries.append(
+            LedgerEntry(
+                organization=berlin,
+                kind=LedgerKind.TOP_UP,
+                amount=5_000_000,
+                currency="USD",
+                reference=f"t{d}",
+                created_at=datetime(2026, 4, 1 + d, 10, tzinfo=UTC),
+            )
+        )
+    LedgerEntry.objects.bulk_create(entries)
+    c = as_member(client, members[Role.FINANCE])
+
+    with django_assert_max_num_queries(25):
+        page = html(c.get(reverse("invoicing:balance")))
+
+    # Then: per day, the batches before and after the noon top-up are two rows.
+    rows = _rows(page)
+    assert [(r[0], r[1], r[3]) for r in rows[:3]] == [
+        ("2026-04-03", "Usage", "400 calls"),
+        ("2026-04-03 12:00:00", "Top-up", ""),
+        ("2026-04-03", "Usage", "400 calls"),
+    ]
+    assert len(rows) == 9 and sum(1 for r in rows if r[1] == "Usage") == 6
+    assert rows[-1][6] == "-0.20 USD"  # the first 200 batches of 1 April
+
+
+def test_a_debit_that_does_not_name_its_calls_is_said_so(client, members, berlin):
+    at = datetime(2026, 5, 4, 9, tzinfo=UTC)
+    _entry(berlin, LedgerKind.USAGE, -5_000, at, "u1", "3 calls")
+    _entry(berlin, LedgerKind.USAGE, -5_000, at.replace(hour=10), "u2", "")
+    _entry(berlin, LedgerKind.USAGE, -5_000, at.replace(hour=11), "u3", "imported by hand")
+
+    rows = _rows(html(as_member(client, members[Role.FINANCE]).get(reverse("invoicing:balance"))))
+
+    assert [(r[0], r[2], r[3], r[5]) for r in rows] == [
+        ("2026-05-04", "3 debits", "calls not recorded", "-0.015 USD")
+    ]
