@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from accounts.facade import ValidationFailed
+from console import timezones
 from invoicing.models import InvoiceEvent
 
 _PERIOD = re.compile(r"(\d{4})-(\d{2})\Z")
@@ -20,10 +21,8 @@ def parse_period(period: str) -> tuple[int, int]:
 
 
 def org_zone(timezone_name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(timezone_name or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
+    """The zone of that name, UTC when unknown (``console.timezones``'s rule)."""
+    return timezones.zone(timezone_name)
 
 
 def period_bounds(period: str, timezone_name: str) -> tuple[datetime, datetime]:
