@@ -61,7 +61,7 @@ def _rows(page: str) -> dict[str, dict]:
     for attrs, row in re.findall(r"<tr (data-invoice=[^>]*)>(.*?)</tr>", page, re.S):
         cells = _cells(row)
         status = re.search(r'data-status="(\w+)"', attrs).group(1)
-        period = re.search(r"<td>(\d{4}-\d{2})</td>", row).group(1)
+        period = re.search(r"<td[^>]*>(\d{4}-\d{2})</td>", row).group(1)
         badge = re.search(r'<span class="badge [\w]+">([^<]+)</span>', row).group(1)
         out[period] = {
             "status": status,
