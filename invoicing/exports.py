@@ -241,8 +241,9 @@ def payment_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
 
 # --- ledger -------------------------------------------------------------------------
 
+# ``{tz}``: the zone the times are written in (the organization's), named in the header.
 LEDGER_COLUMNS = (
-    "id", "created_at", "kind", "amount", "amount_exact", "currency", "reference", "reason",
+    "id", "created_at ({tz})", "kind", "amount", "amount_exact", "currency", "reference", "reason",
     "created_by",
 )  # fmt: skip
 
@@ -279,6 +280,10 @@ class Export:
     statuses: tuple[str, ...]  # what ``status`` may be; empty: no status filter
     status_label: str = "status"
 
+    def header(self, tzinfo) -> list[str]:
+        """The column names, a time column naming its zone where it says ``{tz}``."""
+        return [c.replace("{tz}", tzinfo.key) for c in self.columns]
+
     @property
     def url_name(self) -> str:
         return f"invoicing:export_{self.name.replace('-', '_')}"
@@ -314,7 +319,7 @@ def csv_lines(*, export: Export, actor, filters: ExportFilters, tzinfo) -> Itera
     here, before the first line, so a refusal is an error, not a broken file."""
     selectors.require_billing_view(actor)
     rows = export.rows(actor=actor, filters=filters, tzinfo=tzinfo)
-    return _lines(export.columns, rows)
+    return _lines(export.header(tzinfo), rows)
 
 
 def csv_filename(*, export: Export, org_slug: str, filters: ExportFilters) -> str:

@@ -9,21 +9,28 @@ invoicing does, and the gateway learns of balance changes through
 
 Published: the prepaid ledger (``LedgerEntry``, ``LedgerKind``,
 ``ledger_entry_create``, ``prepaid_balance``), the invoice preview the soak
-reconciles against (``invoice_preview``), and ``billing_months`` (with
-``BillingMonths``), what the analytics Billing page draws.
+reconciles against (``invoice_preview``), and ``billing_series`` (with
+``BillingSeries`` and the legend of each series, ``BILLING_BASES``), what
+the analytics Billing page draws.
 """
 
 from __future__ import annotations
 
 from invoicing.models import LedgerEntry, LedgerKind
-from invoicing.selectors import BillingMonths, billing_months, prepaid_balance
+from invoicing.selectors import (
+    BILLING_BASES,
+    BillingSeries,
+    billing_series,
+    prepaid_balance,
+)
 from invoicing.services import invoice_preview, ledger_entry_create
 
 __all__ = [
-    "BillingMonths",
+    "BILLING_BASES",
+    "BillingSeries",
     "LedgerEntry",
     "LedgerKind",
-    "billing_months",
+    "billing_series",
     "invoice_preview",
     "ledger_entry_create",
     "prepaid_balance",

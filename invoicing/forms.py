@@ -107,6 +107,56 @@ class PeriodStatusForm(forms.Form):
         return {name: list(errors) for name, errors in self.errors.items()}
 
 
+class InvoiceListForm(forms.Form):
+    """The invoice list's GET parameters: what it shows (a list status,
+    a range of periods, a currency when there are several) and its order.
+    ``period`` (one month) is read as a range of that month."""
+
+    status = forms.ChoiceField(required=False, label="Status")
+    period_from = forms.CharField(
+        required=False,
+        max_length=7,
+        label="From",
+        widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"}),
+    )
+    period_to = forms.CharField(
+        required=False,
+        max_length=7,
+        label="To",
+        widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"}),
+    )
+    currency = forms.ChoiceField(required=False, label="Currency")
+    sort = forms.ChoiceField(required=False, label="Sort by")
+
+    def __init__(self, data=None, *, statuses, sorts, currencies, **kwargs):
+        if (
+            data is not None
+            and data.get("period")
+            and not (data.get("period_from") or data.get("period_to"))
+        ):
+            data = data.copy()
+            data["period_from"] = data["period_to"] = data["period"]
+        super().__init__(data, **kwargs)
+        self.fields["status"].choices = [("", "Any"), *statuses]
+        self.fields["sort"].choices = sorts
+        self.fields["currency"].choices = [("", "All"), *((c, c) for c in currencies)]
+        if len(currencies) < 2:
+            self.fields["currency"].widget = forms.HiddenInput()
+
+    def clean_period_from(self):
+        return clean_period(self.cleaned_data["period_from"])
+
+    def clean_period_to(self):
+        return clean_period(self.cleaned_data["period_to"])
+
+    def clean(self):
+        data = super().clean()
+        start, end = data.get("period_from"), data.get("period_to")
+        if start and end and start > end:
+            self.add_error("period_to", "The last month comes before the first.")
+        return data
+
+
 class DraftForm(forms.Form):
     period = forms.CharField(
         max_length=7, widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"})

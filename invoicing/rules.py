@@ -27,3 +27,13 @@ def finalize_blocker(invoice: Invoice, now=None) -> str | None:
             f"{ready.astimezone(UTC):%Y-%m-%d %H:%M} UTC; finalize it after that."
         )
     return None
+
+
+# A usage debit's reason says how many calls its ingest batch held; the
+# pattern reads it back (Python ``re`` and the database's regex alike).
+USAGE_REASON_RE = r"^[0-9]+ calls?$"
+
+
+def usage_debit_reason(calls: int) -> str:
+    """What a usage debit says (``ledger_usage_debit`` writes it)."""
+    return f"{calls} call" if calls == 1 else f"{calls} calls"

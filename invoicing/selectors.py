@@ -5,10 +5,9 @@ lives in ``invoicing.rules``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from django.db.models import Sum
-from django.db.models.functions import TruncMonth
 
 from accounts.facade import NotFound, Perm
 from inference_node.facade import nodes_own_and_shared
@@ -16,6 +15,7 @@ from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,
     CreditNote,
+    CreditNoteEffect,
     Invoice,
     InvoiceStatus,
     LedgerEntry,
@@ -23,6 +23,7 @@ from invoicing.models import (
     PaymentKind,
     PaymentStatus,
 )
+from invoicing.money import to_minor
 from invoicing.pdf import invoice_pdf
 from invoicing.rules import finalize_blocker  # noqa: F401 - the pages ask why a draft waits
 
@@ -54,57 +55,106 @@ def ledger_entry_list(*, organization_id: int, kind: str | None = None):
     return qs.order_by("-created_at", "-id")
 
 
-@dataclass(frozen=True)
-class BillingMonths:
-    """Money in one currency per month (``"YYYY-MM"``), for the analytics
-    Billing page: ``invoiced`` in micro-units (finalized, paid or
-    uncollectible invoices' totals by period), ``paid`` and ``refunded`` in
-    the currency's minor units (succeeded invoice payments, credit notes'
-    refunds, by the month they were made in ``tz``). Every month asked for is
-    present, zero when nothing happened."""
+# What each series of the analytics Billing page counts, and by which date:
+# one basis per series, said in its legend.
+BILLING_BASES = {
+    "invoiced": "Invoiced (by issue date)",
+    "paid": "Paid (by payment date)",
+    "refunded": "Refunded (by refund date, completed only)",
+}
 
+
+@dataclass(frozen=True)
+class BillingSeries:
+    """Money in one currency per bucket (``"YYYY-MM-DD"`` days or ``"YYYY-MM"``
+    months in the organization's zone, every bucket of the range present,
+    zero when nothing happened), all in the currency's minor units:
+
+    * ``invoiced``: totals of invoices issued (finalized) in the range and
+      not voided since (uncollectible ones count: they were invoiced), by
+      issue date; each total rounded to the minor unit as the invoice is.
+    * ``paid``: invoice payments that succeeded, by payment date.
+    * ``refunded``: refunds completed, by refund date: card and by-hand
+      refunds once they succeeded (a pending or failed one is not a
+      refund), refunds to the prepaid balance (credited at once).
+
+    Each series counts only what happened in ``[start, end)``."""
+
+    buckets: list[str]
     invoiced: dict[str, int]
     paid: dict[str, int]
     refunded: dict[str, int]
 
 
-def billing_months(
-    *, organization_id: int, currency: str, months: list[str], since: datetime, tz: tzinfo
-) -> BillingMonths:
-    """Invoiced, paid and refunded per month of ``months`` (payments and
-    refunds made from ``since``, the first month's start, on). Read-only and
-    unscoped: the caller has checked who may see billing figures."""
-    invoiced = dict.fromkeys(months, 0)
-    for period, total in (
-        Invoice.objects.filter(
-            organization_id=organization_id, period__in=months, currency=currency
-        )
-        .exclude(status__in=[InvoiceStatus.DRAFT, InvoiceStatus.VOID])
-        .values_list("period")
-        .annotate(t=Sum("total"))
-    ):
-        invoiced[period] = total or 0
+def billing_buckets(start: datetime, end: datetime, tz: tzinfo, bucket: str) -> list[str]:
+    """The day (``bucket="day"``) or month keys the range touches, in ``tz``."""
+    day = start.astimezone(tz).date()
+    last = (end - timedelta(microseconds=1)).astimezone(tz).date()
+    keys: list[str] = []
+    while day <= last:
+        key = day.strftime("%Y-%m-%d" if bucket == "day" else "%Y-%m")
+        if not keys or keys[-1] != key:
+            keys.append(key)
+        day += timedelta(days=1)
+    return keys
 
-    def monthly(qs, column: str) -> dict[str, int]:
-        out = dict.fromkeys(months, 0)
-        rows = (
-            qs.filter(organization_id=organization_id, currency=currency, created_at__gte=since)
-            .annotate(month=TruncMonth("created_at", tzinfo=tz))
-            .values_list("month")
-            .annotate(t=Sum(column))
-        )
-        for month, total in rows:
-            key = month.astimezone(tz).strftime("%Y-%m")
+
+def billing_series(
+    *,
+    organization_id: int,
+    currency: str,
+    start: datetime,
+    end: datetime,
+    tz: tzinfo,
+    bucket: str = "month",
+) -> BillingSeries:
+    """Invoiced, paid and refunded per day or month of ``[start, end)`` in
+    ``tz`` (see ``BillingSeries`` for what each counts). Read-only and
+    unscoped: the caller has checked who may see billing figures."""
+    fmt = "%Y-%m-%d" if bucket == "day" else "%Y-%m"
+    keys = billing_buckets(start, end, tz, bucket)
+
+    def per_bucket(rows) -> dict[str, int]:
+        out = dict.fromkeys(keys, 0)
+        for when, minor in rows:
+            key = when.astimezone(tz).strftime(fmt)
             if key in out:
-                out[key] += total or 0
+                out[key] += minor
         return out
 
-    paid = monthly(
-        Payment.objects.filter(kind=PaymentKind.INVOICE, status=PaymentStatus.SUCCEEDED),
-        "amount_minor",
+    window = {"organization_id": organization_id, "currency": currency}
+    issued = (
+        Invoice.objects.filter(**window, issued_at__gte=start, issued_at__lt=end)
+        .exclude(status__in=[InvoiceStatus.DRAFT, InvoiceStatus.VOID])
+        .values_list("issued_at", "total")
     )
-    refunded = monthly(CreditNote.objects.all(), "refund_minor")
-    return BillingMonths(invoiced=invoiced, paid=paid, refunded=refunded)
+    paid = Payment.objects.filter(
+        **window,
+        kind=PaymentKind.INVOICE,
+        status=PaymentStatus.SUCCEEDED,
+        created_at__gte=start,
+        created_at__lt=end,
+    ).values_list("created_at", "amount_minor")
+    refunds = Payment.objects.filter(
+        **window,
+        kind=PaymentKind.REFUND,
+        status=PaymentStatus.SUCCEEDED,
+        created_at__gte=start,
+        created_at__lt=end,
+    ).values_list("created_at", "amount_minor")
+    to_balance = CreditNote.objects.filter(
+        **window,
+        effect=CreditNoteEffect.REFUND_BALANCE,
+        refund_minor__gt=0,
+        created_at__gte=start,
+        created_at__lt=end,
+    ).values_list("created_at", "refund_minor")
+    return BillingSeries(
+        buckets=keys,
+        invoiced=per_bucket((at, to_minor(total, currency)) for at, total in issued),
+        paid=per_bucket(paid),
+        refunded=per_bucket([*refunds, *to_balance]),
+    )
 
 
 # --- the finance console and API ---------------------------------------------

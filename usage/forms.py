@@ -4,13 +4,13 @@ their query string with it, so the two accept (and reject) the same input."""
 from __future__ import annotations
 
 import re
-import zoneinfo
 from datetime import timedelta
 
 from django import forms
 from django.utils import timezone
 
 from accounts.facade import Actor, SubAccount
+from console import timezones
 from inference_node.facade import nodes_own_and_shared
 from usage import logs
 
@@ -94,7 +94,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
     def __init__(self, data=None, *, actor: Actor, **kwargs):
         super().__init__(data, **kwargs)
         self.actor = actor
-        self.tz = _zone(actor.organization.timezone)
+        self.tz = timezones.org_zone(actor.organization)
         self.fields["key"].queryset = logs.visible_keys(actor=actor).order_by("name", "pk")
         self.fields["sub_account"].queryset = SubAccount.objects.filter(
             organization_id=actor.organization_id
@@ -178,13 +178,6 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
         keep = ("from", "to", "range", "key", "sub_account", "model", "node", "status",
                 "min_latency_ms", "request_id", "limit")  # fmt: skip
         return {k: self.data[k] for k in keep if self.data.get(k)}
-
-
-def _zone(name: str) -> zoneinfo.ZoneInfo:
-    try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return zoneinfo.ZoneInfo("UTC")
 
 
 CallFilterForm.base_fields = {

@@ -1,61 +1,87 @@
-"""The Billing page's chart: invoiced, paid and refunded per month for the
-twelve months up to the range's end, read through ``invoicing.facade``
-(never invoicing's tables)."""
+"""The Billing page's chart: invoiced, paid and refunded in the page's range,
+per day (ranges up to five weeks) or per month, read through
+``invoicing.facade`` (never invoicing's tables).
+
+One basis per series, said in its legend (``invoicing.facade.BILLING_BASES``):
+invoiced by issue date, paid by payment date, refunded by refund date and
+only once completed. Every series counts what happened inside the range
+alone, so a month at an edge of the range is a part of that month."""
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
-from console.analytics.chart import Chart, bar, figure, money_axis
+from console.analytics.chart import Chart, bar, figure
 from console.analytics.query import Query
-from console.money import micro_to_decimal, minor_units
+from console.money import minor_units
 from invoicing import facade as invoicing
 
-
-def _months(end: datetime, tz, count: int = 12) -> list[datetime]:
-    local = (end - timedelta(microseconds=1)).astimezone(tz)
-    y, m = local.year, local.month
-    out = []
-    for _ in range(count):
-        out.append(datetime.combine(datetime(y, m, 1).date(), time.min, tzinfo=tz))  # noqa: DTZ001
-        y, m = (y, m - 1) if m > 1 else (y - 1, 12)
-    return out[::-1]
+# Ranges up to this long are drawn per day; longer ones per month.
+DAILY_UP_TO = timedelta(days=35)
+SERIES = (("invoiced", "#4E79A7"), ("paid", "#59A14F"), ("refunded", "#E15759"))
+CSV_NAMES = {
+    "invoiced": "invoiced_by_issue_date",
+    "paid": "paid_by_payment_date",
+    "refunded": "refunded_completed_by_refund_date",
+}
 
 
 def billing(q: Query) -> Chart:
-    """Invoiced (finalized invoices' totals by period), paid (succeeded
-    invoice payments by month) and refunded (credit notes' refunds by
-    month), for the twelve months up to the range's end. Read-only."""
+    """Invoiced, paid and refunded per day or month of the range. Read-only."""
     cur = q.currency
-    months = _months(q.end, q.tz)
-    keys = [m.strftime("%Y-%m") for m in months]
-    totals = invoicing.billing_months(
-        organization_id=q.organization_id, currency=cur, months=keys, since=months[0], tz=q.tz
+    bucket = "day" if q.end - q.start <= DAILY_UP_TO else "month"
+    data = invoicing.billing_series(
+        organization_id=q.organization_id,
+        currency=cur,
+        start=q.start,
+        end=q.end,
+        tz=q.tz,
+        bucket=bucket,
     )
-    scale = Decimal(10) ** minor_units(cur)
-    invoiced = totals.invoiced
-    paid = {k: Decimal(v) / scale for k, v in totals.paid.items()}
-    refunded = {k: Decimal(v) / scale for k, v in totals.refunded.items()}
+    keys = data.buckets
+    places = minor_units(cur)
+    series = {name: getattr(data, name) for name, _ in SERIES}
     chart = Chart(
         "billing",
-        "Invoiced, paid and refunded per month",
-        columns=["month", f"invoiced_{cur}", f"paid_{cur}", f"refunded_{cur}"],
+        f"Invoiced, paid and refunded per {bucket}",
+        columns=[bucket, *(f"{CSV_NAMES[name]}_{cur}" for name, _ in SERIES)],
     )
     for k in keys:
-        chart.rows.append([k, micro_to_decimal(invoiced[k]), paid[k], refunded[k]])
-    if not any(invoiced.values()) and not any(paid.values()) and not any(refunded.values()):
+        chart.rows.append([k, *(Decimal(series[name][k]).scaleb(-places) for name, _ in SERIES)])
+    first, last = (keys[0], keys[-1]) if keys else ("", "")
+    span = first if first == last else f"{first} to {last}"
+    edges = " (a month at either end is the part of it inside the range)"
+    chart.note = (
+        f"{'Days' if bucket == 'day' else 'Months'} in {q.tz.key}, {span}; only what "
+        "happened inside the range counts"
+        + (edges if bucket == "month" else "")
+        + ". Invoiced: invoices issued (finalized), by issue date, void ones left out. "
+        "Paid: invoice payments received, by payment date. Refunded: refunds completed, by "
+        "refund date; a refund still pending is not counted."
+    )
+    if not any(v for name, _ in SERIES for v in series[name].values()):
         chart.empty = (
-            "No invoices, payments or refunds in the twelve months up to "
-            f"{keys[-1]}. Invoices appear here once a month is invoiced (Billing)."
+            f"No invoices issued, payments or completed refunds in {cur} from {first} to "
+            f"{last} ({q.tz.key}). Widen the range; invoices are issued once a month is "
+            "finalized (Billing)."
         )
         return chart
     traces = [
-        bar("Invoiced", "#4E79A7", keys, [money_axis(invoiced[k]) for k in keys], unit=f" {cur}"),
-        bar("Paid", "#59A14F", keys, [float(paid[k]) for k in keys], unit=f" {cur}"),
-        bar("Refunded", "#E15759", keys, [float(refunded[k]) for k in keys], unit=f" {cur}"),
+        bar(
+            invoicing.BILLING_BASES[name],
+            colour,
+            keys,
+            [float(Decimal(series[name][k]).scaleb(-places)) for k in keys],
+            unit=f" {cur}",
+        )
+        for name, colour in SERIES
     ]
     chart.figure = figure(
-        traces, x_title="Month", y_title=f"Amount ({cur})", barmode="group", x_type="category"
+        traces,
+        x_title=f"{'Day' if bucket == 'day' else 'Month'} ({q.tz.key})",
+        y_title=f"Amount ({cur})",
+        barmode="group",
+        x_type="category",
     )
     return chart

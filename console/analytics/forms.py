@@ -5,7 +5,6 @@ shows the same thing and bad input is a form error, never a server error."""
 
 from __future__ import annotations
 
-import zoneinfo
 from datetime import UTC, datetime, time, timedelta
 
 from django import forms
@@ -13,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.facade import Actor, SubAccount
+from console import timezones
 from inference_node.facade import Node
 from usage.facade import KeyChoiceField, OrganizationFilterMixin, visible_keys
 
@@ -35,13 +35,6 @@ STACK = [("model", "Model"), ("sub_account", "Sub-account"), ("key", "API key")]
 # Form values to ``usage.analytics`` group-by columns.
 GROUP_COLUMN = {"model": "model", "node": "node_id", "key": "api_key_id",
                 "sub_account": "sub_account_id"}  # fmt: skip
-
-
-def zone(name: str) -> zoneinfo.ZoneInfo:
-    try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return zoneinfo.ZoneInfo("UTC")
 
 
 class AnalyticsForm(OrganizationFilterMixin, forms.Form):
@@ -93,7 +86,7 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
         super().__init__(data, **kwargs)
         self.given = given if given is not None else {}
         self.actor = actor
-        self.tz = zone(actor.organization.timezone)
+        self.tz = timezones.org_zone(actor.organization)
         self.now = now or timezone.now()
         self.fields["key"].queryset = visible_keys(actor=actor).order_by("name", "pk")
         self.fields["sub_account"].queryset = SubAccount.objects.filter(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
-from datetime import timedelta
 from urllib.parse import urlencode
 
 import orjson
@@ -132,8 +131,9 @@ PAGES: dict[str, PageSpec] = {
         ("billing",),
         (*_RANGE,),
         perms=BILLING,
-        intro="Invoiced, paid and refunded per month, for the twelve months up to the end "
-        "of the range. Read-only; invoices and refunds are managed under Billing.",
+        intro="Invoiced (by issue date), paid (by payment date) and refunded (by refund date, "
+        "completed refunds only) in the selected range, per day, or per month for ranges "
+        "longer than five weeks. Read-only; invoices and refunds are managed under Billing.",
     ),
 }
 
@@ -180,9 +180,7 @@ def _page(request, name: str):
         "tabs": _tabs(request.actor),
         "refresh": params.get("refresh") == "1",
         "model_names": CatalogModel.objects.order_by("name").values_list("name", flat=True),
-        "range_text": (_months_text(form) if name == "billing" else _range_text(form))
-        if valid
-        else "",
+        "range_text": _range_text(form, name) if valid else "",
         "sees_all": request.actor.can(Perm.USAGE_VIEW_ALL),
     }
     template = "console/analytics/page.html"
@@ -191,20 +189,17 @@ def _page(request, name: str):
     return render(request, template, context)
 
 
-def _range_text(form: AnalyticsForm) -> str:
+def _range_text(form: AnalyticsForm, page: str = "") -> str:
     d = form.cleaned_data
     tz = form.tz
     fmt = "%Y-%m-%d %H:%M"
     per = "per hour" if d["bucket"] == "hour" else "per day"
+    if page == "billing":  # money is drawn per day or month, never per hour
+        per = "per day" if d["end"] - d["start"] <= billing.DAILY_UP_TO else "per month"
     return (
         f"{d['start'].astimezone(tz).strftime(fmt)} to {d['end'].astimezone(tz).strftime(fmt)} "
         f"({tz.key}), {per}"
     )
-
-
-def _months_text(form: AnalyticsForm) -> str:
-    end = form.cleaned_data["end"] - timedelta(microseconds=1)
-    return f"Twelve months to {end.astimezone(form.tz).strftime('%Y-%m')} ({form.tz.key})"
 
 
 def _page_view(name: str):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, date, datetime, time
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from django.utils import timezone as djtz
 
 from accounts.facade import ValidationFailed
+from console import timezones
 from console.money import format_amount, format_exact
 from invoicing.models import InvoiceEvent
 from invoicing.money import from_minor
@@ -24,10 +25,8 @@ def parse_period(period: str) -> tuple[int, int]:
 
 
 def org_zone(timezone_name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(timezone_name or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
+    """The zone of that name, UTC when unknown (``console.timezones``'s rule)."""
+    return timezones.zone(timezone_name)
 
 
 def period_bounds(period: str, timezone_name: str) -> tuple[datetime, datetime]:

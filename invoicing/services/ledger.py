@@ -32,6 +32,7 @@ from accounts.facade import (
 from console import hooks
 from console.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
+from invoicing.rules import usage_debit_reason
 from invoicing.services._common import money_exact
 from usage.facade import OrgUsageTotals
 
@@ -201,7 +202,7 @@ def ledger_usage_debit(*, totals: Sequence[OrgUsageTotals]) -> int:
             amount=-t.cost,
             currency=prepaid[org_id],
             reference=_batch_reference(t.request_ids),
-            reason=f"{t.calls} calls",
+            reason=usage_debit_reason(t.calls),
         )
         for org_id, t in sorted(per_org.items())
         if org_id in prepaid and t.cost

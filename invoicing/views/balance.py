@@ -7,13 +7,13 @@ from __future__ import annotations
 import secrets
 
 from django.contrib import messages
-from django.db.models import Q
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import BillingMode, DomainError, apply_errors, org_view
 from console.money import format_amount
+from console.timezones import org_zone
 from invoicing import exports, selectors, services
 from invoicing.forms import (
     AdjustmentForm,
@@ -21,6 +21,7 @@ from invoicing.forms import (
     CardTopUpForm,
     ManualTopUpForm,
 )
+from invoicing.ledger_page import ledger_page
 from invoicing.models import PaymentKind
 from invoicing.money import from_minor
 from invoicing.stripe_adapter import StripeUnavailable
@@ -37,29 +38,28 @@ LEDGER_PAGE = 50
 
 
 def _ledger_page(request):
-    """One page of the ledger, newest first, by keyset (``before`` = an entry
-    id): the ledger grows with every ingest batch, so no COUNT, no OFFSET."""
-    qs = selectors.ledger_entries(actor=request.actor)
-    before = selectors.parse_id(request.GET.get("before"))
-    if before:
-        anchor = qs.filter(pk=before).values_list("created_at", "id").first()
-        if anchor:
-            qs = qs.filter(Q(created_at__lt=anchor[0]) | Q(created_at=anchor[0], id__lt=anchor[1]))
-    rows = list(qs[: LEDGER_PAGE + 1])
-    return rows[:LEDGER_PAGE], (rows[LEDGER_PAGE - 1].pk if len(rows) > LEDGER_PAGE else None)
+    """One page of the ledger in the organization's zone, newest first, by
+    keyset (``before`` = an entry id): usage debits summed per day with
+    their calls, other entries one row each, each with the balance after."""
+    return ledger_page(
+        actor=request.actor,
+        tzinfo=org_zone(request.actor.organization),
+        before=request.GET.get("before"),
+        size=LEDGER_PAGE,
+    )
 
 
 def _render_balance(request, *, adjust_form=None, profile_form=None):
     actor = request.actor
     org = actor.organization
     profile = selectors.billing_profile_get(actor=actor)
-    entries, older = _ledger_page(request)
+    ledger = _ledger_page(request)
     context = {
         "org": org,
         "balance": selectors.balance_get(actor=actor),
         "profile": profile,
-        "entries": entries,
-        "older": older,
+        "entries": ledger.rows,
+        "older": ledger.older,
         "first_page": not request.GET.get("before"),
         "may_manage": actor.can(MANAGE),
         "adjust_form": adjust_form or AdjustmentForm(currency=org.currency),

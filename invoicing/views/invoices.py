@@ -1,11 +1,13 @@
-"""Invoices: the list (with the running month's preview and a form to draft
-a month now), one invoice and its actions (refresh, finalize, void, mark
-uncollectible, record a payment, pay now with the card on file), its
-printable page and its PDF."""
+"""Invoices: the list (filtered, sorted, reconciling; the running month's
+preview below it and a form to draft a month now), one invoice and its
+actions (refresh, finalize, void, mark uncollectible, record a payment, pay
+now with the card on file), its printable page and its PDF."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -18,11 +20,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, apply_errors, org_view
 from console.money import format_amount
-from invoicing import exports, selectors, services
+from invoicing import exports, lists, selectors, services
 from invoicing.forms import (
     DraftForm,
+    InvoiceListForm,
     PaymentForm,
-    PeriodStatusForm,
     ReasonForm,
 )
 from invoicing.models import InvoiceStatus
@@ -51,12 +53,54 @@ def _preview(actor):
         return None
 
 
+def _list_filters(form) -> lists.InvoiceFilters:
+    d = form.cleaned_data
+    return lists.InvoiceFilters(
+        status=d["status"] or None,
+        period_from=d["period_from"] or None,
+        period_to=d["period_to"] or None,
+        currency=d["currency"] or None,
+        sort=d["sort"] or lists.DEFAULT_SORT,
+    )
+
+
+def _list_params(filters: lists.InvoiceFilters) -> dict[str, str]:
+    """The filters as GET parameters (the default order left out)."""
+    params = {k: v for k, v in asdict(filters).items() if v}
+    if params.get("sort") == lists.DEFAULT_SORT:
+        del params["sort"]
+    return params
+
+
+def _export_params(filters: lists.InvoiceFilters) -> dict[str, str]:
+    """What the CSV exports can take of the filters: one month, an invoice status."""
+    out = {}
+    if filters.period_from and filters.period_from == filters.period_to:
+        out["period"] = filters.period_from
+    if filters.status in InvoiceStatus.values:
+        out["status"] = filters.status
+    return out
+
+
+def _sort_links(params: dict, current: str) -> dict[str, dict]:
+    """Per sortable column: the link that sorts by it (descending first, then
+    flipping) and the arrow that says it is the current order."""
+    links = {}
+    for column in ("period", "total", "due"):
+        desc = f"-{column}"
+        arrow = "↓" if current == desc else "↑" if current == column else ""
+        nxt = column if current == desc else desc
+        links[column] = {"query": urlencode({**params, "sort": nxt}), "arrow": arrow}
+    return links
+
+
 @org_view(VIEW)
 def invoice_list(request):
-    """Invoices with period and status filters; the running month's preview
-    on top; a form to draft a month's invoice now (managers)."""
+    """The invoices first (filters and order in the query string, columns
+    that reconcile, totals per currency), then a one-line summary of the
+    running month (its preview folded below), then a form to draft a month
+    now (managers)."""
     actor = request.actor
-    form = PeriodStatusForm(request.GET or None)
     draft_form = DraftForm(request.POST or None, timezone_name=actor.organization.timezone)
     if request.method == "POST":
         if not actor.can(MANAGE):
@@ -75,23 +119,31 @@ def invoice_list(request):
             else:
                 messages.success(request, f"Invoice for {invoice.period} drafted.")
                 return redirect_to_detail(invoice)
-    period = status = None
-    if form.is_bound and form.is_valid():
-        period = form.cleaned_data["period"] or None
-        status = form.cleaned_data["status"] or None
-    invoices = (
-        selectors.invoice_list(actor=actor, period=period, status=status)
-        if not form.is_bound or form.is_valid()
-        else selectors.invoice_list(actor=actor).none()
+    form = InvoiceListForm(
+        request.GET or None,
+        statuses=lists.ListStatus.choices,
+        sorts=[(k, label) for k, (label, _) in lists.SORTS.items()],
+        currencies=lists.invoice_currencies(actor=actor),
     )
-    page = Paginator(invoices, 50).get_page(request.GET.get("page"))
+    valid = not form.is_bound or form.is_valid()
+    filters = _list_filters(form) if form.is_bound and valid else lists.InvoiceFilters()
+    table = lists.invoice_table(actor=actor, filters=filters)
+    page = Paginator(table.invoices if valid else table.invoices.none(), 50).get_page(
+        request.GET.get("page")
+    )
     for invoice in page.object_list:
-        with_micro(invoice, *INVOICE_MINOR)
-    params = {k: v for k, v in (("period", period), ("status", status)) if v}
+        lists.decorate(invoice)
+    params = _list_params(filters)
     context = {
         "form": form,
         "page": page,
-        "params": params,
+        "totals": table.totals if valid else [],
+        "params": _export_params(filters),
+        "list_params": params,
+        "pager_query": urlencode(params),
+        "sort": filters.sort,
+        "sort_label": lists.SORTS[filters.sort][0],
+        "sort_links": _sort_links(params, filters.sort),
         "exports": exports.EXPORTS.values(),
     }
     if request.htmx:

@@ -286,24 +286,30 @@ def test_finance_and_above_see_billing(client, data, role):
         status="finalized",
         number="INV-T-1",
         total=123_450_000,
+        issued_at=datetime(2025, 2, 3, 9, tzinfo=UTC),
     )
     Payment.objects.create(
         organization=data.org, invoice=inv, kind="invoice", method="stripe",
         status="succeeded", currency="USD", amount_minor=10000,
-        created_at=datetime(2025, 2, 10, tzinfo=UTC),
+        created_at=datetime(2025, 2, 4, 10, tzinfo=UTC),
     )  # fmt: skip
-    CreditNote.objects.create(
+    note = CreditNote.objects.create(
         invoice=inv, organization=data.org, number="INV-T-1-CN01", sequence=1, currency="USD",
         amount=5_000_000, amount_minor=500, refund_minor=500, effect="refund_card", reason="t",
-        created_at=datetime(2025, 2, 11, tzinfo=UTC),
+        created_at=datetime(2025, 2, 4, 11, tzinfo=UTC),
+    )  # fmt: skip
+    Payment.objects.create(
+        organization=data.org, invoice=inv, credit_note=note, kind="refund", method="stripe",
+        status="succeeded", currency="USD", amount_minor=500,
+        created_at=datetime(2025, 2, 4, 11, tzinfo=UTC),
     )  # fmt: skip
     login(client, data, role)
     assert client.get(reverse("analytics:billing"), RANGE).status_code == 200
     fig = figure_of(client.get(reverse("analytics:chart_billing"), RANGE))
     values = {t["name"]: dict(zip(t["x"], t["y"], strict=True)) for t in fig["data"]}
-    assert values["Invoiced"]["2025-01"] == 123.45
-    assert values["Paid"]["2025-02"] == 100.0
-    assert values["Refunded"]["2025-02"] == 5.0
+    assert values["Invoiced (by issue date)"]["2025-02-03"] == 123.45
+    assert values["Paid (by payment date)"]["2025-02-04"] == 100.0
+    assert values["Refunded (by refund date, completed only)"]["2025-02-04"] == 5.0
 
 
 @pytest.mark.parametrize("role", [Role.DEVELOPER, Role.VIEWER])

@@ -61,7 +61,7 @@ def test_ledger_pages_by_keyset(client, members, org):
 
     for i in range(55):
         ledger_entry_create(
-            organization_id=org.pk, kind=LedgerKind.USAGE, amount=-1000 - i, reference=f"r{i}"
+            organization_id=org.pk, kind=LedgerKind.TOP_UP, amount=1000 + i, reference=f"r{i}"
         )
     c = as_member(client, members[Role.FINANCE])
     first = html(c.get("/billing/balance/"))

@@ -136,7 +136,8 @@ def test_ledger_csv_sums_to_the_balance(client, members, org):
             organization_id=org.pk, kind=LedgerKind.USAGE, amount=-333_333 - i, reference=f"b{i}"
         )
     header, rows = download(client, members[Role.FINANCE], "ledger")
-    assert header == list(exports.LEDGER_COLUMNS)
+    assert header == [c.replace("{tz}", org.timezone) for c in exports.LEDGER_COLUMNS]
+    assert header[1] == f"created_at ({org.timezone})"
     assert len(rows) == 4
     total = sum(Decimal(r["amount_exact"]) for r in rows)
     assert total * 1_000_000 == prepaid_balance(org.pk) == 10_000_000 - 1_000_002
