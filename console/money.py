@@ -225,3 +225,66 @@ def money_header(label: str, currency: str) -> str:
     """A table or CSV column header that names the currency:
     ``"Total (USD)"``."""
     return f"{label} ({currency.upper()})"
+
+
+def amount_input(micro: int | None) -> str:
+    """An amount as a form field shows it for editing: plain digits, no
+    grouping, no trailing zeros, never an exponent (a cap of 100 is ``"100"``,
+    not ``"1E+2"``); ``parse_amount`` reads it back exactly."""
+    if micro is None:
+        return ""
+    return format(micro_to_decimal(int(micro)).normalize(), "f")
+
+
+# --- amounts recorded in event parameters (audit log, invoice history) ---------------------
+# Audit entries and invoice events keep the numbers a service recorded, in
+# the units the code holds them. Which unit a parameter is in is said by its
+# name, one rule for every reader: ``*_minor`` is in the currency's minor unit
+# (cents), ``*_ppm`` a rate in parts per million, and the names below are
+# micro-units. A ``currency`` parameter, when recorded, names the currency;
+# otherwise it is the organization's (or the invoice's).
+
+MICRO_PARAMS = frozenset(
+    {
+        "amount",
+        "total",
+        "subtotal",
+        "balance",
+        "threshold",
+        "low_balance_threshold",
+        "spend_cap_daily",
+        "spend_cap_monthly",
+        "spend_cap_lifetime",
+    }
+)
+
+
+def _param_value(name: str, value, currency: str) -> str:
+    if isinstance(value, list | tuple):
+        return " → ".join(_param_value(name, v, currency) for v in value)
+    if value is None:
+        return NONE_TEXT
+    is_number = isinstance(value, int) and not isinstance(value, bool)
+    if is_number and name.endswith("_minor"):
+        return format_minor(value, currency)
+    if is_number and name.endswith("_ppm"):
+        return format_rate(value)
+    if is_number and name in MICRO_PARAMS:
+        return format_amount(value, currency)
+    return str(value)
+
+
+def param_texts(params: dict | None, currency: str) -> list[tuple[str, str]]:
+    """Recorded parameters as ``(label, text)`` for people: amounts in the
+    currency (``{"total": 14293328}`` → ``("total", "14.29 USD")``,
+    ``{"amount_minor": 468}`` → ``("amount", "4.68 USD")``), rates as
+    percentages, a change ``[old, new]`` as ``"old → new"``."""
+    if not params:
+        return []
+    recorded = params.get("currency")
+    code = recorded if isinstance(recorded, str) and len(recorded) == 3 else currency
+    out = []
+    for name, value in params.items():
+        label = name.removesuffix("_minor").removesuffix("_ppm")
+        out.append((label, _param_value(name, value, code)))
+    return out

@@ -15,7 +15,7 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from console.money import format_amount, format_exact, micro_to_decimal, minor_units, parse_amount
+from console.money import amount_input, format_amount, format_exact, minor_units, parse_amount
 from invoicing.models import InvoiceStatus, LedgerKind, LineKind, PaymentMethod
 from invoicing.money import from_minor
 from invoicing.services._common import org_zone, period_of
@@ -391,9 +391,7 @@ class BillingProfileForm(forms.Form):
             "address": profile.address,
             "tax_id": profile.tax_id,
             "billing_email": profile.billing_email,
-            "low_balance_threshold": ""
-            if threshold is None
-            else micro_to_decimal(threshold).normalize(),
+            "low_balance_threshold": amount_input(threshold),
         }
 
     def service_kwargs(self) -> dict:

@@ -51,11 +51,16 @@ def billing(q: Query) -> Chart:
         )
         return chart
     traces = [
-        bar("Invoiced", "#4E79A7", keys, [money_axis(invoiced[k]) for k in keys], unit=f" {cur}"),
-        bar("Paid", "#59A14F", keys, [float(paid[k]) for k in keys], unit=f" {cur}"),
-        bar("Refunded", "#E15759", keys, [float(refunded[k]) for k in keys], unit=f" {cur}"),
+        bar("Invoiced", "#4E79A7", keys, [money_axis(invoiced[k]) for k in keys], currency=cur),
+        bar("Paid", "#59A14F", keys, [float(paid[k]) for k in keys], currency=cur),
+        bar("Refunded", "#E15759", keys, [float(refunded[k]) for k in keys], currency=cur),
     ]
     chart.figure = figure(
-        traces, x_title="Month", y_title=f"Amount ({cur})", barmode="group", x_type="category"
+        traces,
+        x_title="Month",
+        y_title=f"Amount ({cur})",
+        barmode="group",
+        x_type="category",
+        y_currency=cur,
     )
     return chart

@@ -5,7 +5,6 @@ this month's top models and keys by spend."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, time, timedelta
-from decimal import Decimal
 
 import plotly.graph_objects as go
 
@@ -18,7 +17,7 @@ from console.analytics.chart import (
     share_pct,
 )
 from console.analytics.query import Query
-from console.money import micro_to_decimal
+from console.money import chart_tickformat, format_amount, micro_to_decimal
 from usage import facade as usage
 
 KPIS = (
@@ -48,7 +47,7 @@ def _kpi_text(kind: str, value, cur: str) -> str:
     if value is None:
         return "—"
     if kind == "spend":
-        return f"{micro_to_decimal(value).quantize(Decimal('0.01')):,} {cur}"
+        return format_amount(value, cur)
     if kind == "calls":
         return f"{value:,}"
     if kind in ("error_rate", "hit_rate"):
@@ -75,6 +74,7 @@ def overview_kpis(q: Query) -> Chart:
     )
     kpis = []
     any_calls = False
+    spend_hover = f"%{{x}}: %{{y:{chart_tickformat(cur)}}} {cur}<extra></extra>"
     for label, start, end, bucket in overview_periods(q):
         kw = {"filters": q.filters, "tz": q.tz, "quantiles": (0.5, 0.99)}
         whole = usage.series(q.organization_id, start, end, bucket=None, **kw).groups[None][0]
@@ -95,8 +95,9 @@ def overview_kpis(q: Query) -> Chart:
                 fill="tozeroy",
                 fillcolor="rgba(48,86,211,0.12)",
                 connectgaps=False,
-                hoverinfo="x+y",
                 name=title,
+                # Spend with the currency's decimals, like every money chart.
+                **({"hovertemplate": spend_hover} if kind == "spend" else {"hoverinfo": "x+y"}),
             )
             layout = go.Layout(
                 template="none",
@@ -161,7 +162,7 @@ def overview_top(q: Query) -> Chart:
                 [
                     (label, link),
                     (f"{p['calls']:,}", None),
-                    (f"{micro_to_decimal(p['cost']).quantize(Decimal('0.01')):,} {cur}", None),
+                    (format_amount(p["cost"], cur), None),
                 ]
             )
         tables.append(
