@@ -7,6 +7,7 @@ import pytest
 from console.money import (
     MICRO,
     amount_decimal,
+    amount_input,
     chart_tickformat,
     exact_decimal,
     format_amount,
@@ -16,6 +17,7 @@ from console.money import (
     micro_to_decimal,
     minor_units,
     money_header,
+    param_texts,
     parse_amount,
 )
 
@@ -180,3 +182,44 @@ def test_the_locale_defaults_to_the_active_language():
     with translation.override(None):
         assert format_amount(1_234_567_890, "EUR") == "1,234.57 EUR"
     assert format_amount(1_234_567_890, "EUR") == "1,234.57 EUR"
+
+
+@pytest.mark.parametrize(
+    ("micro", "text"),
+    [(100_000_000, "100"), (12_345_678, "12.345678"), (1, "0.000001"), (0, "0"), (None, "")],
+)
+def test_a_cap_is_edited_in_plain_digits_and_reads_back_exactly(micro, text):
+    assert amount_input(micro) == text
+    if micro is not None:
+        assert parse_amount(text) == micro
+
+
+def test_recorded_parameters_name_amounts_in_the_currency():
+    # Given what services record: micro-units, minor units, ppm, changes, plain values
+    params = {
+        "total": 14_293_328,
+        "amount_minor": 468,
+        "spend_cap_daily": [None, 100_000_000],
+        "tax_rate_ppm": 190_000,
+        "reference": "wire-42",
+        "calls": 14_293_328,  # not money: left as it is
+        "replaced": True,
+    }
+    # Then a person reads money, rates and changes
+    assert param_texts(params, "USD") == [
+        ("total", "14.29 USD"),
+        ("amount", "4.68 USD"),
+        ("spend_cap_daily", "— → 100.00 USD"),
+        ("tax_rate", "19 %"),
+        ("reference", "wire-42"),
+        ("calls", "14293328"),
+        ("replaced", "True"),
+    ]
+    assert param_texts({"total": 14_293_328}, "JPY") == [("total", "14 JPY")]
+    assert param_texts({"amount_minor": 12_345}, "BHD") == [("amount", "12.345 BHD")]
+    # A currency recorded with the amounts wins over the organization's.
+    assert param_texts({"amount_minor": 500, "currency": "JPY"}, "USD") == [
+        ("amount", "500 JPY"),
+        ("currency", "JPY"),
+    ]
+    assert param_texts(None, "USD") == []

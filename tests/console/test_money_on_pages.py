@@ -294,7 +294,8 @@ def _populate(currency: str, *, prepaid: bool, staff) -> dict:
     costs = set(CallRecord.objects.filter(organization_id=org.pk).values_list("cost", flat=True))
     assert LARGE_COST in costs and TINY_COST in costs, costs
 
-    invoice = invoice_finalize(invoice_id=invoice_draft(organization_id=org.pk, period=period).pk)
+    draft = invoice_draft(organization_id=org.pk, period=period)
+    invoice = invoice_finalize(invoice_id=draft.pk, actor=finance)
     invoice.refresh_from_db()
     paid = invoice.amount_due_minor // 3
     if paid:
@@ -474,3 +475,20 @@ def test_the_staff_margin_report_shows_money_in_the_currency(money_world):
         assert "analytics:margin" in seen
     assert out.amounts > 10, out
     assert not out.problems, f"{len(out.problems)} problems:\n" + "\n".join(out.problems)
+
+
+def test_the_audit_log_and_invoice_history_name_amounts_in_the_currency(money_world):
+    from console.money import format_amount
+    from invoicing.models import Invoice
+
+    for currency, world_org in money_world["orgs"].items():
+        client = client_for(world_org["owner"])
+        invoice = Invoice.objects.get(pk=world_org["values"]["invoice"])
+        audit, _ = read(client.get("/audit/").content.decode())
+        total = format_amount(invoice.total, currency)
+        assert f"total: {total}" in audit, audit
+        assert f"amount: {format_amount(1_234_567, currency)}" in audit  # the credit note
+        assert f"spend_cap_daily: {format_amount(100_000_000, currency)}" in audit
+        detail, _ = read(client.get(f"/billing/invoices/{invoice.pk}/").content.decode())
+        assert f"total: {total}" in detail
+        assert str(invoice.total) not in audit + detail
