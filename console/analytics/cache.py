@@ -21,7 +21,7 @@ from console.analytics.chart import (
     x_labels,
 )
 from console.analytics.query import Query
-from console.money import format_amount, micro_to_decimal
+from console.money import exact_decimal, format_amount
 from usage import facade as usage
 
 
@@ -168,7 +168,7 @@ def cache_savings(q: Query) -> Chart:
                     iso_local(p["start"], q.tz),
                     model,
                     p["cache_read_tokens"],
-                    micro_to_decimal(p["saved"]),
+                    exact_decimal(p["saved"], cur),
                     p["unpriced_tokens"],
                 ]
             )

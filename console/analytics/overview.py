@@ -17,7 +17,7 @@ from console.analytics.chart import (
     share_pct,
 )
 from console.analytics.query import Query
-from console.money import chart_tickformat, format_amount, micro_to_decimal
+from console.money import chart_tickformat, exact_decimal, format_amount
 from usage import facade as usage
 
 KPIS = (
@@ -124,7 +124,7 @@ def overview_kpis(q: Query) -> Chart:
                 [
                     label,
                     iso_local(t["start"], q.tz),
-                    *(micro_to_decimal(v[k]) if k == "spend" else v[k] for k, _ in KPIS),
+                    *(exact_decimal(v[k], cur) if k == "spend" else v[k] for k, _ in KPIS),
                 ]
             )
         kpis.append({"label": label, "tiles": tiles, "bucket": bucket})
@@ -155,7 +155,7 @@ def overview_top(q: Query) -> Chart:
         rows = []
         for value, (p,) in ranked:
             label = q.names.label(column, value)
-            chart.rows.append([column, value, label, p["calls"], micro_to_decimal(p["cost"])])
+            chart.rows.append([column, value, label, p["calls"], exact_decimal(p["cost"], cur)])
             dim = {"model" if column == "model" else "key": value}
             link = q.calls_url(start=start, end=end, **dim)
             rows.append(

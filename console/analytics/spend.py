@@ -18,7 +18,7 @@ from console.analytics.chart import (
     x_labels,
 )
 from console.analytics.query import TOKEN_COLOURS, Query
-from console.money import format_amount, micro_to_decimal
+from console.money import exact_decimal, format_amount
 
 STACK_TITLES = {"model": "model", "sub_account": "sub-account", "key": "API key"}
 
@@ -59,7 +59,7 @@ def spend(q: Query) -> Chart:
         label = q.names.label(column, group)
         for p in s.groups[group]:
             chart.rows.append(
-                [iso_local(p["start"], q.tz), label, p["calls"], micro_to_decimal(p["cost"])]
+                [iso_local(p["start"], q.tz), label, p["calls"], exact_decimal(p["cost"], cur)]
             )
     chart.figure = figure(
         traces, x_title=time_title(q), y_title=f"Spend ({cur})", barmode="stack", y_currency=cur
@@ -133,7 +133,7 @@ def top_spenders(q: Query) -> Chart:
         sub = q.names.label("sub_account_id", subs.get(key_id) or 0)
         share = share_pct(p["cost"], total)
         chart.rows.append(
-            [key_id, label, sub, p["calls"], toks, micro_to_decimal(p["cost"]), share]
+            [key_id, label, sub, p["calls"], toks, exact_decimal(p["cost"], cur), share]
         )
         rows.append(
             [
