@@ -173,7 +173,7 @@ def format_amount(
         return NONE_TEXT
     code = currency.upper()
     digits = minor_units(code) if places is None else places
-    value = _round(int(micro), digits)
+    value = _round(micro, digits)
     if micro and not value:
         smallest = _number(Decimal(1).scaleb(-digits), digits, locale)
         return f"< {smallest} {code}" if micro > 0 else f"> -{smallest} {code}"
@@ -187,8 +187,8 @@ def format_exact(micro: int | None, currency: str, *, locale: str | None = None)
     exact figures (call detail, exports, a limit that names its amount)."""
     if micro is None:
         return NONE_TEXT
-    places = exact_places(int(micro), currency)
-    return f"{_number(_round(int(micro), places), places, locale)} {currency.upper()}"
+    places = exact_places(micro, currency)
+    return f"{_number(_round(micro, places), places, locale)} {currency.upper()}"
 
 
 def format_minor(minor: int | None, currency: str, *, locale: str | None = None) -> str:
