@@ -125,7 +125,7 @@ def micro_to_decimal(micro: int) -> Decimal:
     return Decimal(micro) / _MICRO_D
 
 
-def _round(micro: int, places: int) -> Decimal:
+def _round(micro: int | Decimal, places: int) -> Decimal:
     return (
         Decimal(micro)
         .scaleb(-MICRO_PLACES)
