@@ -492,3 +492,39 @@ def test_the_audit_log_and_invoice_history_name_amounts_in_the_currency(money_wo
         detail, _ = read(client.get(f"/billing/invoices/{invoice.pk}/").content.decode())
         assert f"total: {total}" in detail
         assert str(invoice.total) not in audit + detail
+
+
+def test_a_tiny_spend_is_said_to_be_under_a_cent_not_zero(db, settings):
+    from tests.usage.factories import PriceFactory, event
+    from usage.ingest import ingest_events
+    from usage.ingest.directory import invalidate_directory
+    from usage.models import CatalogModel
+    from usage.prices import invalidate_price_book
+    from usage.seed import seed_catalog
+
+    # Given an organization whose only call cost 4 micro-units
+    seed_catalog()
+    org = OrganizationFactory(currency="USD")
+    owner = MembershipFactory(organization=org, role=Role.OWNER)
+    PriceFactory(
+        model=CatalogModel.objects.get(name="sim-chat-small"),
+        organization=org,
+        input_per_mtok=PRICE_PER_MTOK,
+        output_per_mtok=PRICE_PER_MTOK,
+    )
+    invalidate_price_book()
+    invalidate_directory()
+    key, _ = issue_key(Actor(owner), name="tiny")
+    when = timezone.now() - timedelta(hours=1)
+    ingest_events([event(key, started_at=when, input_tokens=1, output_tokens=1)])
+    client = client_for(owner)
+    try:
+        # When the owner looks at this month's spend and the top spenders
+        for url in ("/analytics/charts/overview_kpis/", "/analytics/charts/top_spenders/"):
+            text, _ = read(client.get(url).content.decode())
+            # Then it is under a cent, not nothing
+            assert "< 0.01 USD" in text, text
+            assert "0.00 USD" not in text
+    finally:
+        invalidate_price_book()
+        invalidate_directory()
