@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from accounts.actors import Actor
@@ -484,12 +485,14 @@ def test_the_audit_log_and_invoice_history_name_amounts_in_the_currency(money_wo
     for currency, world_org in money_world["orgs"].items():
         client = client_for(world_org["owner"])
         invoice = Invoice.objects.get(pk=world_org["values"]["invoice"])
-        audit, _ = read(client.get("/audit/").content.decode())
+        audit, _ = read(client.get(reverse("accounts:audit")).content.decode())
         total = format_amount(invoice.total, currency)
         assert f"total: {total}" in audit, audit
         assert f"amount: {format_amount(1_234_567, currency)}" in audit  # the credit note
         assert f"spend_cap_daily: {format_amount(100_000_000, currency)}" in audit
-        detail, _ = read(client.get(f"/billing/invoices/{invoice.pk}/").content.decode())
+        detail, _ = read(
+            client.get(reverse("invoicing:invoice_detail", args=[invoice.pk])).content.decode()
+        )
         assert f"total: {total}" in detail
         assert str(invoice.total) not in audit + detail
 
@@ -520,8 +523,8 @@ def test_a_tiny_spend_is_said_to_be_under_a_cent_not_zero(db, settings):
     client = client_for(owner)
     try:
         # When the owner looks at this month's spend and the top spenders
-        for url in ("/analytics/charts/overview_kpis/", "/analytics/charts/top_spenders/"):
-            text, _ = read(client.get(url).content.decode())
+        for name in ("analytics:chart_overview_kpis", "analytics:chart_top_spenders"):
+            text, _ = read(client.get(reverse(name)).content.decode())
             # Then it is under a cent, not nothing
             assert "< 0.01 USD" in text, text
             assert "0.00 USD" not in text
