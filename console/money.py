@@ -70,11 +70,12 @@ def _locale(name: str) -> Locale:
 def current_locale() -> str:
     """Django's active language as a Babel locale name (``"en-us"`` →
     ``"en_US"``), or ``"en"`` outside a request or without a language."""
-    try:
-        from django.utils.translation import get_language, to_locale
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.translation import get_language, to_locale
 
+    try:
         language = get_language()
-    except Exception:  # settings not configured: a script, the hot path in a test
+    except ImproperlyConfigured:  # no Django settings: a plain script
         return DEFAULT_LOCALE
     return to_locale(language) if language else DEFAULT_LOCALE
 
