@@ -33,7 +33,7 @@ from accounts.forms import (
 from accounts.middleware import SESSION_KEY, client_ip
 from accounts.models import ApiKeyStatus, Membership, User
 from accounts.permissions import Perm, can_view_keys
-from console.money import micro_to_decimal
+from console.money import amount_input
 
 
 def _login_failures_key(request) -> str:
@@ -292,7 +292,7 @@ def _limits_initial(obj) -> dict:
     }
     for field in ("spend_cap_daily", "spend_cap_monthly", "spend_cap_lifetime"):
         value = getattr(obj, field)
-        initial[field] = "" if value is None else micro_to_decimal(value).normalize()
+        initial[field] = amount_input(value)
     return initial
 
 

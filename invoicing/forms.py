@@ -15,7 +15,14 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from console.money import format_amount, format_exact, micro_to_decimal, minor_units, parse_amount
+from console.money import (
+    MICRO,
+    amount_input,
+    format_amount,
+    format_exact,
+    minor_units,
+    parse_amount,
+)
 from invoicing.models import InvoiceStatus, LedgerKind, LineKind, PaymentMethod
 from invoicing.money import from_minor
 from invoicing.services._common import org_zone, period_of
@@ -299,7 +306,7 @@ class CreditNoteForm(forms.Form):
             self.fields[name] = MoneyField(
                 required=False,
                 label=line.description,
-                help_text=f"at most {format_amount(line.amount, invoice.currency, places=6)}",
+                help_text=f"at most {format_exact(line.amount, invoice.currency)}",
             )
             self.line_fields.append(name)
 
@@ -484,14 +491,16 @@ class BillingProfileForm(forms.Form):
             "address": profile.address,
             "tax_id": profile.tax_id,
             "billing_email": profile.billing_email,
-            "low_balance_threshold": ""
-            if threshold is None
-            else micro_to_decimal(threshold).normalize(),
+            "low_balance_threshold": amount_input(threshold),
         }
 
     def service_kwargs(self) -> dict:
         """What ``invoicing.services.billing_profile_update`` takes."""
         return {k: self.cleaned_data[k] for k in self.FIELDS}
+
+
+def _max_top_up(currency: str) -> str:
+    return format_amount(settings.INVOICING_MAX_TOP_UP * MICRO, currency)
 
 
 class TopUpForm(forms.Form):
@@ -501,18 +510,14 @@ class TopUpForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.currency = currency
         self.fields["amount"].label = f"Amount ({currency})"
-        self.fields[
-            "amount"
-        ].help_text = f"Up to {settings.INVOICING_MAX_TOP_UP:,} {currency} at a time."
+        self.fields["amount"].help_text = f"Up to {_max_top_up(currency)} at a time."
 
     def clean_amount(self) -> int:
         minor = parse_minor(self.cleaned_data["amount"], self.currency)
         if minor <= 0:
             raise forms.ValidationError("Enter a positive amount.")
         if from_minor(minor, self.currency) > settings.INVOICING_MAX_TOP_UP * 1_000_000:
-            raise forms.ValidationError(
-                f"Top up at most {settings.INVOICING_MAX_TOP_UP:,} {self.currency} at a time."
-            )
+            raise forms.ValidationError(f"Top up at most {_max_top_up(self.currency)} at a time.")
         return minor
 
 

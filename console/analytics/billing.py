@@ -73,7 +73,7 @@ def billing(q: Query) -> Chart:
             colour,
             keys,
             [float(Decimal(series[name][k]).scaleb(-places)) for k in keys],
-            unit=f" {cur}",
+            currency=cur,
         )
         for name, colour in SERIES
     ]
@@ -83,5 +83,6 @@ def billing(q: Query) -> Chart:
         y_title=f"Amount ({cur})",
         barmode="group",
         x_type="category",
+        y_currency=cur,
     )
     return chart

@@ -4,8 +4,6 @@ organization's price-book rates."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from console.analytics.chart import (
     GROUP_NOUNS,
     Chart,
@@ -23,7 +21,7 @@ from console.analytics.chart import (
     x_labels,
 )
 from console.analytics.query import Query
-from console.money import micro_to_decimal
+from console.money import exact_decimal, format_amount
 from usage import facade as usage
 
 
@@ -160,7 +158,7 @@ def cache_savings(q: Query) -> Chart:
                 q.names.colour("model", model),
                 x,
                 [money_axis(p["saved"]) for p in points],
-                unit=f" {cur}",
+                currency=cur,
             )
         )
         for p in points:
@@ -170,13 +168,15 @@ def cache_savings(q: Query) -> Chart:
                     iso_local(p["start"], q.tz),
                     model,
                     p["cache_read_tokens"],
-                    micro_to_decimal(p["saved"]),
+                    exact_decimal(p["saved"], cur),
                     p["unpriced_tokens"],
                 ]
             )
     chart.note = (
-        f"{micro_to_decimal(total).quantize(Decimal('0.01'))} {cur} in all: cached prompt tokens "
+        f"{format_amount(total, cur)} in all: cached prompt tokens "
         "priced at the input price minus the cache-read price of the price book, at your rates."
     )
-    chart.figure = figure(traces, x_title=time_title(q), y_title=f"Saved ({cur})", barmode="stack")
+    chart.figure = figure(
+        traces, x_title=time_title(q), y_title=f"Saved ({cur})", barmode="stack", y_currency=cur
+    )
     return chart

@@ -20,7 +20,7 @@ from datetime import datetime
 import plotly.graph_objects as go
 
 from console.analytics.query import Query
-from console.money import micro_to_decimal
+from console.money import chart_tickformat, micro_to_decimal
 from usage import facade as usage
 
 ALL_QUANTILES = (0.5, 0.9, 0.99, 0.999)
@@ -59,8 +59,18 @@ def iso_local(t: datetime, tz) -> str:
 
 
 def money_axis(micro: int) -> float:
-    """Display only (a chart's axis); CSVs carry the exact decimal."""
+    """Display only (a chart's axis); CSVs carry the exact decimal. Hover
+    labels and ticks round it to the currency's decimals (``currency=`` of
+    ``line``, ``bar`` and ``figure``)."""
     return float(micro_to_decimal(micro))
+
+
+def _hover(number_format: str, unit: str, currency: str | None) -> str:
+    """A trace's hover label: money with its currency's decimals
+    (``console.money.chart_tickformat``: 2 for USD, 0 for JPY, 3 for BHD)."""
+    if currency:
+        return f"%{{y:{chart_tickformat(currency)}}} {currency.upper()}"
+    return f"%{{y:{number_format}}}{unit}"
 
 
 def share_pct(part: int, whole: int) -> float | None:
@@ -80,9 +90,11 @@ def figure(
     height: int = 340,
     y_suffix: str = "",
     x_type: str = "date",
+    y_currency: str | None = None,
 ) -> dict:
     """The serialized figure: validated trace and layout objects, then the
-    data arrays set on the result."""
+    data arrays set on the result. ``y_currency``: the y axis is money, its
+    ticks get the currency's decimals."""
     layout = go.Layout(
         template="none",
         height=height,
@@ -96,6 +108,7 @@ def figure(
             "gridcolor": "#eef1f6",
             "rangemode": "tozero",
             "ticksuffix": y_suffix,
+            **({"tickformat": chart_tickformat(y_currency)} if y_currency else {}),
         },
         barmode=barmode,
         paper_bgcolor="#ffffff",
@@ -107,20 +120,31 @@ def figure(
     return fig
 
 
-def line(name: str, colour: str, x, y, *, dash: str | None = None, unit: str = "") -> tuple:
+def line(
+    name: str,
+    colour: str,
+    x,
+    y,
+    *,
+    dash: str | None = None,
+    unit: str = "",
+    currency: str | None = None,
+) -> tuple:
     trace = go.Scatter(
         name=name,
         mode="lines+markers" if len(x) <= 48 else "lines",
         line={"color": colour, "width": 2, "dash": dash},
         marker={"size": 4},
         connectgaps=False,
-        hovertemplate=f"%{{y:,.4~r}}{unit}",
+        hovertemplate=_hover(",.4~r", unit, currency),
     )
     return trace, {"x": x, "y": y}
 
 
-def bar(name: str, colour: str, x, y, *, unit: str = "") -> tuple:
-    trace = go.Bar(name=name, marker={"color": colour}, hovertemplate=f"%{{y:,.6~r}}{unit}")
+def bar(name: str, colour: str, x, y, *, unit: str = "", currency: str | None = None) -> tuple:
+    trace = go.Bar(
+        name=name, marker={"color": colour}, hovertemplate=_hover(",.6~r", unit, currency)
+    )
     return trace, {"x": x, "y": y}
 
 

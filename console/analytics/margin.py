@@ -190,12 +190,13 @@ def _chart(report: MarginReport) -> dict | None:
         days = [d for d in report.days if d.currency == cur]
         x = [d.day.isoformat() for d in days]
         colour = COLOURS[i % len(COLOURS)]
-        traces.append(line(f"Revenue ({cur})", colour, x, [money_axis(d.revenue) for d in days]))
-        traces.append(
-            line(f"Vendor cost ({cur})", colour, x, [money_axis(d.cost) for d in days], dash="dot")
-        )
-    y_title = f"Amount ({currencies[0]})" if len(currencies) == 1 else "Amount"
-    return figure(traces, x_title="Day (UTC)", y_title=y_title)
+        revenue = [money_axis(d.revenue) for d in days]
+        cost = [money_axis(d.cost) for d in days]
+        traces.append(line(f"Revenue ({cur})", colour, x, revenue, currency=cur))
+        traces.append(line(f"Vendor cost ({cur})", colour, x, cost, dash="dot", currency=cur))
+    one = currencies[0] if len(currencies) == 1 else None
+    y_title = f"Amount ({one})" if one else "Amount"
+    return figure(traces, x_title="Day (UTC)", y_title=y_title, y_currency=one)
 
 
 def _csv_rows(report: MarginReport) -> list[list]:

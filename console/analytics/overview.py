@@ -5,7 +5,6 @@ this month's top models and keys by spend."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, time, timedelta
-from decimal import Decimal
 
 import plotly.graph_objects as go
 
@@ -18,7 +17,7 @@ from console.analytics.chart import (
     share_pct,
 )
 from console.analytics.query import Query
-from console.money import micro_to_decimal
+from console.money import chart_tickformat, exact_decimal, format_amount
 from usage import facade as usage
 
 KPIS = (
@@ -48,7 +47,7 @@ def _kpi_text(kind: str, value, cur: str) -> str:
     if value is None:
         return "—"
     if kind == "spend":
-        return f"{micro_to_decimal(value).quantize(Decimal('0.01')):,} {cur}"
+        return format_amount(value, cur)
     if kind == "calls":
         return f"{value:,}"
     if kind in ("error_rate", "hit_rate"):
@@ -75,6 +74,7 @@ def overview_kpis(q: Query) -> Chart:
     )
     kpis = []
     any_calls = False
+    spend_hover = f"%{{x}}: %{{y:{chart_tickformat(cur)}}} {cur}<extra></extra>"
     for label, start, end, bucket in overview_periods(q):
         kw = {"filters": q.filters, "tz": q.tz, "quantiles": (0.5, 0.99)}
         whole = usage.series(q.organization_id, start, end, bucket=None, **kw).groups[None][0]
@@ -95,8 +95,9 @@ def overview_kpis(q: Query) -> Chart:
                 fill="tozeroy",
                 fillcolor="rgba(48,86,211,0.12)",
                 connectgaps=False,
-                hoverinfo="x+y",
                 name=title,
+                # Spend with the currency's decimals, like every money chart.
+                **({"hovertemplate": spend_hover} if kind == "spend" else {"hoverinfo": "x+y"}),
             )
             layout = go.Layout(
                 template="none",
@@ -123,7 +124,7 @@ def overview_kpis(q: Query) -> Chart:
                 [
                     label,
                     iso_local(t["start"], q.tz),
-                    *(micro_to_decimal(v[k]) if k == "spend" else v[k] for k, _ in KPIS),
+                    *(exact_decimal(v[k], cur) if k == "spend" else v[k] for k, _ in KPIS),
                 ]
             )
         kpis.append({"label": label, "tiles": tiles, "bucket": bucket})
@@ -154,14 +155,14 @@ def overview_top(q: Query) -> Chart:
         rows = []
         for value, (p,) in ranked:
             label = q.names.label(column, value)
-            chart.rows.append([column, value, label, p["calls"], micro_to_decimal(p["cost"])])
+            chart.rows.append([column, value, label, p["calls"], exact_decimal(p["cost"], cur)])
             dim = {"model" if column == "model" else "key": value}
             link = q.calls_url(start=start, end=end, **dim)
             rows.append(
                 [
                     (label, link),
                     (f"{p['calls']:,}", None),
-                    (f"{micro_to_decimal(p['cost']).quantize(Decimal('0.01')):,} {cur}", None),
+                    (format_amount(p["cost"], cur), None),
                 ]
             )
         tables.append(

@@ -3,8 +3,6 @@ token volume by billed class, and the keys that spent most."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from accounts.facade import ApiKey
 from console.analytics.chart import (
     MAX_GROUPS,
@@ -20,7 +18,7 @@ from console.analytics.chart import (
     x_labels,
 )
 from console.analytics.query import TOKEN_COLOURS, Query
-from console.money import micro_to_decimal
+from console.money import exact_decimal, format_amount
 
 STACK_TITLES = {"model": "model", "sub_account": "sub-account", "key": "API key"}
 
@@ -51,19 +49,21 @@ def spend(q: Query) -> Chart:
                 q.names.colour(column, group, i),
                 x,
                 [money_axis(p["cost"]) for p in points],
-                unit=f" {cur}",
+                currency=cur,
             )
         )
     if rest:
         other = [sum(s.groups[g][i]["cost"] for g in rest) for i in range(len(s.buckets))]
-        traces.append(bar("Other", "#BAB0AC", x, [money_axis(v) for v in other], unit=f" {cur}"))
+        traces.append(bar("Other", "#BAB0AC", x, [money_axis(v) for v in other], currency=cur))
     for group in groups:
         label = q.names.label(column, group)
         for p in s.groups[group]:
             chart.rows.append(
-                [iso_local(p["start"], q.tz), label, p["calls"], micro_to_decimal(p["cost"])]
+                [iso_local(p["start"], q.tz), label, p["calls"], exact_decimal(p["cost"], cur)]
             )
-    chart.figure = figure(traces, x_title=time_title(q), y_title=f"Spend ({cur})", barmode="stack")
+    chart.figure = figure(
+        traces, x_title=time_title(q), y_title=f"Spend ({cur})", barmode="stack", y_currency=cur
+    )
     return chart
 
 
@@ -133,7 +133,7 @@ def top_spenders(q: Query) -> Chart:
         sub = q.names.label("sub_account_id", subs.get(key_id) or 0)
         share = share_pct(p["cost"], total)
         chart.rows.append(
-            [key_id, label, sub, p["calls"], toks, micro_to_decimal(p["cost"]), share]
+            [key_id, label, sub, p["calls"], toks, exact_decimal(p["cost"], cur), share]
         )
         rows.append(
             [
@@ -141,7 +141,7 @@ def top_spenders(q: Query) -> Chart:
                 (sub, None),
                 (f"{p['calls']:,}", None),
                 (f"{toks:,}", None),
-                (f"{micro_to_decimal(p['cost']).quantize(Decimal('0.01')):,} {cur}", None),
+                (format_amount(p["cost"], cur), None),
                 (f"{share:.1f} %" if share is not None else "—", None),
             ]
         )

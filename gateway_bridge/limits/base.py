@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import Decimal
 
+from console.money import format_exact
 from gateway_bridge.protocols.base import PAYMENT_REQUIRED, RATE_LIMIT, GatewayError
 
 PREPAID_CODE = "prepaid_balance_exhausted"
@@ -170,13 +170,10 @@ _PERIOD = {"daily": "daily", "monthly": "monthly", "lifetime": "lifetime"}
 
 
 def _money(micro: int, currency: str) -> str:
-    value = (Decimal(micro) / Decimal(1_000_000)).quantize(Decimal("0.000001"))
-    text = f"{value:f}".rstrip("0")
-    if text.endswith("."):
-        text += "00"
-    elif len(text.split(".")[-1]) < 2:
-        text += "0"
-    return f"{text} {currency}".strip()
+    # Exact (a cap rounded to cents would refuse the very amount it names),
+    # in console.money's one format.
+    # With no currency known (an old bucket), the number alone ("XXX": no currency).
+    return format_exact(micro, currency or "XXX").removesuffix(" XXX")
 
 
 def _window_text(window_ms: int) -> str:

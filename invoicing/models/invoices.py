@@ -11,6 +11,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
 
+from console.money import format_minor
+
 
 class InvoiceStatus(models.TextChoices):
     DRAFT = "draft", "Draft"
@@ -269,7 +271,7 @@ class Payment(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.amount_minor} {self.currency} ({self.status})"
+        return f"{self.kind} {format_minor(self.amount_minor, self.currency)} ({self.status})"
 
 
 class CreditNoteEffect(models.TextChoices):

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone as tz
 
+from console.money import format_amount
+
 
 class LedgerKind(models.TextChoices):
     TOP_UP = "top_up", "Top-up"
@@ -48,7 +50,9 @@ class LedgerEntry(models.Model):
         indexes = [models.Index(fields=["organization", "-created_at", "-id"])]
 
     def __str__(self) -> str:
-        return f"{self.organization_id} {self.kind} {self.amount:+d}"
+        sign = "+" if self.amount > 0 else ""
+        amount = format_amount(self.amount, self.currency)
+        return f"{self.organization_id} {self.kind} {sign}{amount}"
 
 
 class BillingProfile(models.Model):

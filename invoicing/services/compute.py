@@ -17,6 +17,7 @@ from datetime import datetime
 from django.db.models import Count, Sum
 
 from accounts.facade import BillingMode, Organization
+from console.money import format_rate
 from invoicing.models import BillingProfile, LineKind, TokenClass
 from invoicing.money import PPM, allocate, div_round, to_minor
 from usage.facade import Adjustment, CallRecord, Price, RerateRun, discount_for, discount_ppm_for
@@ -171,10 +172,10 @@ def compute_invoice(org: Organization, start: datetime, end: datetime) -> Comput
     subtotal = usage + adjustments
     discount = div_round(subtotal * discount_ppm, PPM)
     if discount:
-        lines.append(Line(LineKind.DISCOUNT, f"Discount {discount_ppm / 10_000:g} %", -discount))
+        lines.append(Line(LineKind.DISCOUNT, f"Discount {format_rate(discount_ppm)}", -discount))
     tax = div_round((subtotal - discount) * tax_ppm, PPM)
     if tax_ppm:
-        lines.append(Line(LineKind.TAX, f"Tax {tax_ppm / 10_000:g} %", tax))
+        lines.append(Line(LineKind.TAX, f"Tax {format_rate(tax_ppm)}", tax))
     total = subtotal - discount + tax
     # Prepaid organizations paid their usage from the balance, call batch by batch.
     credits = 0

@@ -31,6 +31,7 @@ from django.utils import timezone as tz
 
 from accounts.facade import BillingMode, Conflict, NotFound, Perm, ValidationFailed, audit_record
 from console.celery import registered_task
+from console.money import format_rate
 from invoicing import stripe_adapter
 from invoicing.models import (
     CreditNote,
@@ -75,7 +76,7 @@ def _grossed(invoice: Invoice, net: int) -> list[tuple[str, int]]:
         out.append(("Discount on the credited amount", -discount))
     tax = div_round((net - discount) * invoice.tax_rate_ppm, PPM)
     if tax:
-        out.append((f"Tax {invoice.tax_rate_ppm / 10_000:g} % on the credited amount", tax))
+        out.append((f"Tax {format_rate(invoice.tax_rate_ppm)} on the credited amount", tax))
     return out
 
 

@@ -132,7 +132,7 @@ def test_topup_with_stripe_creates_a_pending_payment(client, members, prepaid, o
         bad = c.post("/billing/top-up/", {"action": "card", "amount": "12.345"})
         assert bad.status_code == 200 and "at most 2 decimal places" in html(bad)
         big = c.post("/billing/top-up/", {"action": "card", "amount": "100000.01"})
-        assert big.status_code == 200 and "at most 100,000 USD" in html(big)
+        assert big.status_code == 200 and "at most 100,000.00 USD" in html(big)
         response = c.post(
             "/billing/top-up/", {"action": "card", "amount": "50", "request_key": key}
         )
