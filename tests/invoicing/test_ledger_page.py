@@ -76,16 +76,17 @@ def test_usage_debits_are_one_row_per_local_day_with_their_calls(client, members
         ("2026-03-10", "Usage", "312 calls"),
         ("2026-03-10 09:00:00", "Grant", "opening grant"),
     ]
-    # The balance after each row: the newest is today's balance, each older
-    # one is the newer one less the newer row's amount.
+    # The balance after each row, in cents like every amount on the page: the
+    # newest is today's balance, each older one is the newer one less the newer
+    # row's amount (exact figures are in the CSV).
     assert [(r[5], r[6]) for r in rows] == [
-        ("-0.400004 USD", "10.99999 USD"),
-        ("2.00 USD", "11.399994 USD"),
-        ("-0.300003 USD", "9.399994 USD"),
-        ("-0.300003 USD", "9.699997 USD"),
+        ("-0.40 USD", "11.00 USD"),
+        ("2.00 USD", "11.40 USD"),
+        ("-0.30 USD", "9.40 USD"),
+        ("-0.30 USD", "9.70 USD"),
         ("10.00 USD", "10.00 USD"),
     ]
-    assert page.split('id="balance">', 1)[1].startswith("10.99999 USD")
+    assert page.split('id="balance">', 1)[1].startswith("11.00 USD")
     assert "1 calls" not in page
 
 
@@ -199,5 +200,5 @@ def test_a_debit_that_does_not_name_its_calls_is_said_so(client, members, berlin
     rows = _rows(html(as_member(client, members[Role.FINANCE]).get(reverse("invoicing:balance"))))
 
     assert [(r[0], r[2], r[3], r[5]) for r in rows] == [
-        ("2026-05-04", "3 debits", "calls not recorded", "-0.015 USD")
+        ("2026-05-04", "3 debits", "calls not recorded", "-0.02 USD")
     ]
