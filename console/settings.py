@@ -201,6 +201,11 @@ STRIPE_API_BASE = config.env_str("STRIPE_API_BASE")
 STRIPE_WEBHOOK_TOLERANCE_SECONDS = config.env_int(
     "STRIPE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1
 )
+# How far ahead of our clock a webhook signature's timestamp may be (clock skew);
+# later ones are refused.
+STRIPE_WEBHOOK_FUTURE_TOLERANCE_SECONDS = config.env_int(
+    "STRIPE_WEBHOOK_FUTURE_TOLERANCE_SECONDS", 300, minimum=0
+)
 if PRODUCTION and STRIPE_SECRET_KEY and not STRIPE_WEBHOOK_SECRET:
     raise ImproperlyConfigured("STRIPE_SECRET_KEY is set but STRIPE_WEBHOOK_SECRET is missing")
 CELERY_BEAT_SCHEDULE["invoicing-run-monthly"] = {
