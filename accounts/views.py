@@ -3,20 +3,20 @@ service or selector, and renders the page (or, for htmx, just the partial)."""
 
 from __future__ import annotations
 
-import hashlib
+import math
+from datetime import timedelta
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
-from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounts import selectors, services
+from accounts import selectors, services, throttle
 from accounts.decorators import apply_errors, org_view
 from accounts.errors import DomainError, NotFound
 from accounts.forms import (
@@ -36,51 +36,53 @@ from accounts.permissions import Perm, can_view_keys
 from console.money import micro_to_decimal
 
 
-def _login_failures_key(request) -> str:
-    """One counter per e-mail address and client address (the e-mail hashed:
-    cache keys must not carry what a person typed)."""
-    email = (request.POST.get("username") or "").strip().lower()
-    digest = hashlib.sha256(f"{email}|{client_ip(request)}".encode()).hexdigest()
-    return f"login-failures:{digest}"
+def _wait_words(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
+    minutes = math.ceil(seconds / 60)
+    return f"{minutes} minutes"
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login, with failed attempts counted per e-mail and address:
-    after ``LOGIN_MAX_FAILURES`` within ``LOGIN_FAILURE_WINDOW_SECONDS`` the
-    form answers 429 without checking the password until the window ends."""
+    """Django's login behind ``accounts.throttle``: per account, per address
+    and per known device, each failure past ``LOGIN_MAX_FAILURES`` doubles the
+    wait before the next attempt; an attempt made too early is answered 429
+    with the time to wait, without checking the password."""
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        key = _login_failures_key(request)
-        if (cache.get(key) or 0) >= settings.LOGIN_MAX_FAILURES:
+        email = (request.POST.get("username") or "").strip()
+        user_id = (
+            User.objects.filter(email__iexact=email).values_list("pk", flat=True).first()
+            if email
+            else None
+        )
+        attempt = throttle.attempt_for(request, email, client_ip(request), user_id)
+        wait = throttle.retry_after(attempt)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            at = timezone.now() + timedelta(seconds=seconds)
             # An unbound form: the password is not even checked.
-            form = self.form_class(request, initial={"username": request.POST.get("username")})
-            minutes = max(1, round(settings.LOGIN_FAILURE_WINDOW_SECONDS / 60))
+            form = self.form_class(request, initial={"username": email})
             locked = (
-                "Too many failed sign-in attempts for this e-mail address. "
-                f"Try again in {minutes} minute{'s' if minutes != 1 else ''}."
+                "Too many failed sign-in attempts. "
+                f"Try again in {_wait_words(seconds)} (after {at:%H:%M:%S} UTC)."
             )
             context = self.get_context_data(form=form, locked=locked)
             response = self.render_to_response(context, status=429)
-            response["Retry-After"] = str(settings.LOGIN_FAILURE_WINDOW_SECONDS)
+            response["Retry-After"] = str(seconds)
             return response
+        throttle.charge(attempt)
+        self._attempt = attempt
         return super().post(request, *args, **kwargs)
 
-    def form_invalid(self, form):
-        key = _login_failures_key(self.request)
-        window = settings.LOGIN_FAILURE_WINDOW_SECONDS
-        cache.add(key, 0, timeout=window)  # the window starts at the first failure
-        try:
-            cache.incr(key)
-        except ValueError:  # expired in between
-            cache.set(key, 1, timeout=window)
-        return super().form_invalid(form)
-
     def form_valid(self, form):
-        cache.delete(_login_failures_key(self.request))
-        return super().form_valid(form)
+        throttle.succeeded(self._attempt)
+        response = super().form_valid(form)
+        throttle.remember_device(self.request, response, form.get_user())
+        return response
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):

@@ -308,10 +308,14 @@ AUTH_PASSWORD_VALIDATORS = [
 if config.env_bool("CONSOLE_FAST_PASSWORD_HASHER", False):
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 INVITATION_TTL_HOURS = config.env_int("INVITATION_TTL_HOURS", 72, minimum=1)
-# Failed sign-ins allowed per e-mail address and client address within the window;
-# then the login form answers 429 until the window (from the first failure) ends.
+# Sign-in throttling (accounts.throttle): failed attempts are counted per account,
+# per client address and per known device (a browser that signed in before), each
+# for LOGIN_FAILURE_WINDOW_SECONDS after its latest failure. Past LOGIN_MAX_FAILURES,
+# the next attempt waits 2^(failures - LOGIN_MAX_FAILURES) seconds, at most
+# LOGIN_MAX_DELAY_SECONDS; earlier ones get 429 and the time to wait.
 LOGIN_MAX_FAILURES = config.env_int("LOGIN_MAX_FAILURES", 5, minimum=1)
 LOGIN_FAILURE_WINDOW_SECONDS = config.env_int("LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1)
+LOGIN_MAX_DELAY_SECONDS = config.env_int("LOGIN_MAX_DELAY_SECONDS", 600, minimum=1)
 
 # --- e-mail ---------------------------------------------------------------
 EMAIL_BACKEND = config.env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
