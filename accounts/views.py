@@ -24,6 +24,7 @@ from accounts.forms import (
     ApiKeyEditForm,
     ApiKeyForm,
     InviteForm,
+    MemberRemoveForm,
     OrganizationForm,
     RoleForm,
     RotateForm,
@@ -32,7 +33,7 @@ from accounts.forms import (
 )
 from accounts.middleware import SESSION_KEY, client_ip
 from accounts.models import ApiKeyStatus, Membership, User
-from accounts.permissions import Perm, can_view_keys
+from accounts.permissions import Perm, can_view_keys, has_perm
 from console.money import micro_to_decimal
 
 
@@ -132,8 +133,14 @@ def organization_switch(request):
 def organization_settings(request):
     actor = request.actor
     org = actor.organization
+    cap = org.developer_key_cap
     form = OrganizationForm(
-        request.POST or None, initial={"name": org.name, "timezone": org.timezone}
+        request.POST or None,
+        initial={
+            "name": org.name,
+            "timezone": org.timezone,
+            "developer_key_cap": "" if cap is None else micro_to_decimal(cap).normalize(),
+        },
     )
     if request.method == "POST":
         if not actor.can(Perm.ORG_MANAGE):
@@ -220,14 +227,43 @@ def member_role(request, membership_id: int):
     )
 
 
-@require_POST
 @org_view(Perm.MEMBERS_VIEW)
 def member_remove(request, membership_id: int):
-    return _run_action(
+    """Confirm removing a member (or leaving), choosing what becomes of their
+    API keys: revoked (the default) or handed over to another member."""
+    actor = request.actor
+    target = (
+        Membership.objects.select_related("user")
+        .filter(pk=membership_id, organization_id=actor.organization_id)
+        .first()
+    )
+    if target is None or (target.pk != actor.membership.pk and not actor.can(Perm.MEMBERS_MANAGE)):
+        raise Http404
+    recipients = [
+        m
+        for m in selectors.member_list(actor=actor).select_related("user")
+        if m.pk != target.pk and has_perm(m.role, Perm.KEYS_MANAGE_OWN)
+    ]
+    form = MemberRemoveForm(request.POST or None, recipients=recipients)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.membership_remove(
+                actor=actor, membership_id=target.pk, **form.cleaned_data
+            )
+        except NotFound as exc:
+            raise Http404(exc.message) from exc
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"{target.user.email} removed.")
+            if target.pk == actor.membership.pk:
+                return redirect("console:overview")
+            return redirect("accounts:members")
+    keys = selectors.member_keys(actor=actor, user_id=target.user_id)
+    return render(
         request,
-        lambda: services.membership_remove(actor=request.actor, membership_id=membership_id),
-        "Member removed.",
-        "accounts:members",
+        "accounts/member_remove.html",
+        {"target": target, "form": form, "keys": keys, "leaving": target.pk == actor.membership.pk},
     )
 
 
@@ -452,7 +488,13 @@ def api_key_detail(request, key_id: int):
     return render(
         request,
         "accounts/api_key_detail.html",
-        {"key": key, "form": form, "may_change": may_change, "rotate_form": RotateForm()},
+        {
+            "key": key,
+            "form": form,
+            "may_change": may_change,
+            "rotate_form": RotateForm(),
+            "secret_waiting": bool(key.pending_secret) and key.owner_id == actor.user.pk,
+        },
     )
 
 
@@ -470,10 +512,28 @@ def api_key_rotate(request, key_id: int):
         except DomainError as exc:
             _flash_error(request, exc)
             return redirect("accounts:api_key_detail", key.pk)
+        # ``raw`` is "" when the permission matrix keeps the secret for the owner.
         return render(
             request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
         )
     return render(request, "accounts/api_key_rotate.html", {"key": key, "form": form})
+
+
+@require_POST
+@org_view(Perm.KEYS_MANAGE_OWN)
+def api_key_collect_secret(request, key_id: int):
+    """The key's owner collects, once, the new secret someone else's rotation made."""
+    try:
+        raw = services.api_key_collect_secret(actor=request.actor, key_id=key_id)
+        key = services.get_api_key(request.actor, key_id, for_change=False)
+    except DomainError:
+        raise Http404 from None
+    if not raw:
+        messages.error(request, "There is no new secret waiting for you on this key.")
+        return redirect("accounts:api_key_detail", key.pk)
+    return render(
+        request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
+    )
 
 
 @org_view(Perm.KEYS_MANAGE_OWN)

@@ -108,7 +108,12 @@ def test_admin_manages_non_owners(admin_actor, developer, viewer):
     membership_remove(actor=admin_actor, membership_id=viewer.pk)
     assert not Membership.objects.filter(pk=viewer.pk).exists()
     event = AuditEvent.objects.get(action="member.remove")
-    assert event.params == {"email": viewer.user.email, "role": "viewer"}
+    assert event.params == {
+        "email": viewer.user.email,
+        "role": "viewer",
+        "keys": "revoke",
+        "key_prefixes": [],
+    }
 
 
 def test_any_member_may_leave(viewer, actor_for, owner):
