@@ -175,6 +175,7 @@ class MemberRemoveForm(forms.Form):
         label="Their API keys",
         choices=[("revoke", "Revoke them now"), ("hand_over", "Hand them over to")],
         initial="revoke",
+        required=False,
         widget=forms.RadioSelect,
     )
     hand_over_to = forms.TypedChoiceField(coerce=int, required=False, label="Hand over to")
@@ -184,6 +185,9 @@ class MemberRemoveForm(forms.Form):
         self.fields["hand_over_to"].choices = [("", "— choose a member —")] + [
             (m.pk, f"{m.user.email} ({m.get_role_display()})") for m in recipients
         ]
+
+    def clean_keys(self):
+        return self.cleaned_data.get("keys") or "revoke"
 
     def clean_hand_over_to(self):
         value = self.cleaned_data.get("hand_over_to")

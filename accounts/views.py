@@ -247,9 +247,7 @@ def member_remove(request, membership_id: int):
     form = MemberRemoveForm(request.POST or None, recipients=recipients)
     if request.method == "POST" and form.is_valid():
         try:
-            services.membership_remove(
-                actor=actor, membership_id=target.pk, **form.cleaned_data
-            )
+            services.membership_remove(actor=actor, membership_id=target.pk, **form.cleaned_data)
         except NotFound as exc:
             raise Http404(exc.message) from exc
         except DomainError as exc:

@@ -30,6 +30,7 @@ from accounts.models import (
     ApiKey,
     ApiKeyStatus,
     Membership,
+    Organization,
     Priority,
     SubAccount,
     SubAccountStatus,
@@ -165,6 +166,16 @@ def _within_networks(entry: str, ceiling: list[str]) -> bool:
     return False
 
 
+def _developer_cap(actor: Actor) -> int | None:
+    """The organization's cap on developers' keys, read now (not from the
+    actor's possibly older copy of the organization)."""
+    return (
+        Organization.objects.filter(pk=actor.organization_id)
+        .values_list("developer_key_cap", flat=True)
+        .first()
+    )
+
+
 def _money(actor: Actor, micro: int) -> str:
     return format_exact(micro, actor.organization.currency)
 
@@ -176,7 +187,7 @@ def _check_ceiling(actor: Actor, values: dict, *, key: ApiKey | None) -> None:
     if _manages_all(actor):
         return
     ceiling = dict(key.ceiling or {}) if key is not None else {}
-    org_cap = actor.organization.developer_key_cap
+    org_cap = _developer_cap(actor)
     if org_cap is not None:
         current = ceiling.get("spend_cap_monthly")
         ceiling["spend_cap_monthly"] = org_cap if current is None else min(current, org_cap)
@@ -244,8 +255,8 @@ def _ceiling_after(actor: Actor, key: ApiKey, values: dict, *, issued: bool) -> 
                 ceiling.pop(field, None)
             else:
                 ceiling[field] = value
-    elif issued and actor.organization.developer_key_cap is not None:
-        ceiling["spend_cap_monthly"] = actor.organization.developer_key_cap
+    elif issued and (org_cap := _developer_cap(actor)) is not None:
+        ceiling["spend_cap_monthly"] = org_cap
     return ceiling
 
 
@@ -266,12 +277,8 @@ def api_key_issue(
     if unknown:
         raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
     sub = _resolve_sub_account(actor, sub_account_id)
-    org_cap = actor.organization.developer_key_cap
-    if (
-        not _manages_all(actor)
-        and org_cap is not None
-        and fields.get("spend_cap_monthly") in (None, "")
-    ):
+    org_cap = None if _manages_all(actor) else _developer_cap(actor)
+    if org_cap is not None and fields.get("spend_cap_monthly") in (None, ""):
         fields["spend_cap_monthly"] = org_cap  # the organization's default for developers
     values = _clean(actor, {"name": name, **fields}, sub=sub)
     _check_ceiling(actor, values, key=None)

@@ -233,9 +233,7 @@ def membership_remove(
         params = {"email": email, "role": target.role, "keys": keys, "key_prefixes": prefixes}
         if recipient is not None:
             params["hand_over_to"] = recipient.user.email
-        audit_record(
-            actor=actor, action="member.remove", target=target, label=email, params=params
-        )
+        audit_record(actor=actor, action="member.remove", target=target, label=email, params=params)
         target.delete()
 
 
