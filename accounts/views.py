@@ -237,8 +237,11 @@ def member_remove(request, membership_id: int):
         .filter(pk=membership_id, organization_id=actor.organization_id)
         .first()
     )
-    if target is None or (target.pk != actor.membership.pk and not actor.can(Perm.MEMBERS_MANAGE)):
+    if target is None:
         raise Http404
+    if target.pk != actor.membership.pk and not actor.can(Perm.MEMBERS_MANAGE):
+        messages.error(request, f"Your role ({actor.role}) cannot remove members.")
+        return redirect("accounts:members")
     recipients = [
         m
         for m in selectors.member_list(actor=actor).select_related("user")

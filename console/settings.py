@@ -318,7 +318,9 @@ LOGIN_FAILURE_WINDOW_SECONDS = config.env_int("LOGIN_FAILURE_WINDOW_SECONDS", 90
 LOGIN_MAX_DELAY_SECONDS = config.env_int("LOGIN_MAX_DELAY_SECONDS", 600, minimum=1)
 
 # --- e-mail ---------------------------------------------------------------
-EMAIL_BACKEND = config.env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# The default writes each message to a file under var/mail, not to the worker's
+# output: mail carries one-time links (invitations) that must not reach the logs.
+EMAIL_BACKEND = config.env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_HOST = config.env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = config.env_int("EMAIL_PORT", 25, minimum=1)
 EMAIL_HOST_USER = config.env_str("EMAIL_HOST_USER")

@@ -23,6 +23,7 @@ from accounts.models import BillingMode, Invitation, Membership, Organization, R
 from accounts.permissions import Perm, can_assign_role
 from accounts.services._common import FieldErrors, changed
 from accounts.services.api_keys import KeyDisposal, member_keys_dispose
+from console import crypto
 from console.celery import registered_task
 from console.money import CURRENCY_CODES
 
@@ -285,7 +286,10 @@ def invitation_create(*, actor: Actor, email: str, role: str) -> tuple[Invitatio
             params={"email": email, "role": role, "expires_at": invitation.expires_at.isoformat()},
         )
         email_task = registered_task("accounts.send_invitation_email")
-        transaction.on_commit(lambda: email_task.delay(invitation.pk, raw))
+        # Sealed: the broker (a file, a Redis list) and any log of the task's
+        # arguments only ever hold ciphertext; the task unseals it to write the link.
+        sealed = crypto.seal(raw)
+        transaction.on_commit(lambda: email_task.delay(invitation.pk, sealed))
     return invitation, raw
 
 
