@@ -70,6 +70,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "console.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -378,6 +379,9 @@ CSRF_COOKIE_SAMESITE = "Lax"
 # Pages and htmx take the token from the page (base.html), so no script needs the cookie.
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# Send the Content-Security-Policy (console.csp) as Report-Only: to try a policy
+# change on a live site without breaking pages.
+CSP_REPORT_ONLY = config.env_bool("CSP_REPORT_ONLY", False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if PRODUCTION:
