@@ -474,7 +474,7 @@ def member_keys_dispose(
     transaction and permission check); every gateway hears of each key's change
     when it commits (``gateway_bridge.notify``). Returns the keys' prefixes."""
     keys = list(
-        ApiKey.objects.select_for_update()
+        ApiKey.objects.select_for_update(of=("self",))
         .filter(organization_id=member.organization_id, owner_id=member.user_id)
         .exclude(status=ApiKeyStatus.REVOKED)
         .select_related("sub_account")
