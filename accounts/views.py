@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -44,6 +44,27 @@ def _wait_words(seconds: int) -> str:
     return f"{minutes} minutes"
 
 
+def _login_attempt(request) -> tuple[throttle.Attempt, int, str]:
+    """The throttle's counters for a posted sign-in, the seconds to wait before
+    it may be checked (0: now) and, when waiting, what to tell the person."""
+    email = (request.POST.get("username") or "").strip()
+    user_id = (
+        User.objects.filter(email__iexact=email).values_list("pk", flat=True).first()
+        if email
+        else None
+    )
+    attempt = throttle.attempt_for(request, email, client_ip(request), user_id)
+    seconds = math.ceil(throttle.retry_after(attempt))
+    message = ""
+    if seconds > 0:
+        at = timezone.now() + timedelta(seconds=seconds)
+        message = (
+            "Too many failed sign-in attempts. "
+            f"Try again in {_wait_words(seconds)} (after {at:%H:%M:%S} UTC)."
+        )
+    return attempt, seconds, message
+
+
 class LoginView(auth_views.LoginView):
     """Django's login behind ``accounts.throttle``: per account, per address
     and per known device, each failure past ``LOGIN_MAX_FAILURES`` doubles the
@@ -54,23 +75,10 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        email = (request.POST.get("username") or "").strip()
-        user_id = (
-            User.objects.filter(email__iexact=email).values_list("pk", flat=True).first()
-            if email
-            else None
-        )
-        attempt = throttle.attempt_for(request, email, client_ip(request), user_id)
-        wait = throttle.retry_after(attempt)
-        if wait > 0:
-            seconds = math.ceil(wait)
-            at = timezone.now() + timedelta(seconds=seconds)
+        attempt, seconds, locked = _login_attempt(request)
+        if seconds > 0:
             # An unbound form: the password is not even checked.
-            form = self.form_class(request, initial={"username": email})
-            locked = (
-                "Too many failed sign-in attempts. "
-                f"Try again in {_wait_words(seconds)} (after {at:%H:%M:%S} UTC)."
-            )
+            form = self.form_class(request, initial={"username": request.POST.get("username")})
             context = self.get_context_data(form=form, locked=locked)
             response = self.render_to_response(context, status=429)
             response["Retry-After"] = str(seconds)
@@ -84,6 +92,26 @@ class LoginView(auth_views.LoginView):
         response = super().form_valid(form)
         throttle.remember_device(self.request, response, form.get_user())
         return response
+
+
+def admin_login(request):
+    """The Django admin's sign-in page behind the same throttle (it would
+    otherwise be a way around it)."""
+    from django.contrib import admin
+
+    if request.method != "POST":
+        return admin.site.login(request)
+    attempt, seconds, locked = _login_attempt(request)
+    if seconds > 0:
+        response = HttpResponse(locked, status=429, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = str(seconds)
+        return response
+    throttle.charge(attempt)
+    response = admin.site.login(request)
+    if response.status_code == 302 and request.user.is_authenticated:
+        throttle.succeeded(attempt)
+        throttle.remember_device(request, response, request.user)
+    return response
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):

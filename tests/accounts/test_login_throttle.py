@@ -181,3 +181,25 @@ def test_the_cache_keys_carry_no_email_or_address(clock, limits):
     attempt = throttle.attempt_for(_Request(), victim.email, HOME, victim.pk)
     for key in attempt.keys:
         assert victim.email not in key and "@" not in key and HOME not in key
+
+
+def test_the_admin_sign_in_is_no_way_around_the_throttle(clock, limits):
+    staff = _user()
+    staff.is_staff = staff.is_superuser = True
+    staff.save()
+    url = reverse("admin:login")
+    answers = [
+        Client()
+        .post(url, {"username": staff.email, "password": "guess"}, REMOTE_ADDR=f"203.0.113.{n}")
+        .status_code
+        for n in range(7)
+    ]
+    assert answers == [200] * 5 + [429] * 2
+    # The console's sign-in shares the count.
+    assert _login(Client(), staff.email, TEST_PASSWORD, ip="203.0.113.77").status_code == 429
+    clock.advance(600)
+    client = Client()
+    response = client.post(
+        url, {"username": staff.email, "password": TEST_PASSWORD}, REMOTE_ADDR="203.0.113.78"
+    )
+    assert response.status_code == 302 and _signed_in(client)
