@@ -8,9 +8,6 @@ app_name = "accounts"
 urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    # Ahead of admin.site.urls (console/urls.py includes this first): the admin's
-    # sign-in goes through the same throttle.
-    path("django-admin/login/", views.admin_login, name="admin_login"),
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("org/switch/", views.organization_switch, name="organization_switch"),
     path("org/settings/", views.organization_settings, name="organization_settings"),

@@ -3,6 +3,7 @@ service or selector, and renders the page (or, for htmx, just the partial)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import timedelta
 
@@ -94,24 +95,27 @@ class LoginView(auth_views.LoginView):
         return response
 
 
-def admin_login(request):
-    """The Django admin's sign-in page behind the same throttle (it would
-    otherwise be a way around it)."""
-    from django.contrib import admin
+def throttled_login(login_view):
+    """``login_view`` (the Django admin's, which ``AccountsConfig.ready`` wraps)
+    behind the same throttle as the console's sign-in, so it is no way around it."""
 
-    if request.method != "POST":
-        return admin.site.login(request)
-    attempt, seconds, locked = _login_attempt(request)
-    if seconds > 0:
-        response = HttpResponse(locked, status=429, content_type="text/plain; charset=utf-8")
-        response["Retry-After"] = str(seconds)
+    @functools.wraps(login_view)
+    def view(request, *args, **kwargs):
+        if request.method != "POST":
+            return login_view(request, *args, **kwargs)
+        attempt, seconds, locked = _login_attempt(request)
+        if seconds > 0:
+            response = HttpResponse(locked, status=429, content_type="text/plain; charset=utf-8")
+            response["Retry-After"] = str(seconds)
+            return response
+        throttle.charge(attempt)
+        response = login_view(request, *args, **kwargs)
+        if response.status_code == 302 and request.user.is_authenticated:
+            throttle.succeeded(attempt)
+            throttle.remember_device(request, response, request.user)
         return response
-    throttle.charge(attempt)
-    response = admin.site.login(request)
-    if response.status_code == 302 and request.user.is_authenticated:
-        throttle.succeeded(attempt)
-        throttle.remember_device(request, response, request.user)
-    return response
+
+    return view
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):

@@ -77,7 +77,6 @@ RULES: list[tuple[str, Access]] = [
     ("console:health", Access("public")),
     ("accounts:login", Access("public")),
     ("accounts:logout", Access("public")),
-    ("accounts:admin_login", Access("public")),  # the admin's sign-in, throttled
     ("accounts:invitation_accept", Access("public")),  # the token is the credential
     ("stripe-webhook", Access("webhook")),
     ("admin:login", Access("public")),
