@@ -22,6 +22,7 @@ from accounts.serializers import (
     ApiKeyUpdate,
     InvitationInput,
     InvitationSerializer,
+    MemberRemoveInput,
     MemberSerializer,
     RoleInput,
     RotateInput,
@@ -91,7 +92,18 @@ class ApiKeyViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         key = self.get_object()
         data = self._input(RotateInput, request.data)
         key, raw = services.api_key_rotate(actor=self.actor, key_id=key.pk, **data)
-        key.key = raw
+        key.key = raw or None  # None: kept for the key's owner (the permission matrix)
+        return Response(ApiKeyCreated(key).data)
+
+    @extend_schema(request=None, responses=ApiKeyCreated)
+    @action(detail=True, methods=["post"], url_path="secret")
+    def collect_secret(self, request, pk=None):
+        """The key's owner collects, once, the secret someone else's rotation made
+        (``key`` is null when none is waiting)."""
+        key = self.get_object()
+        raw = services.api_key_collect_secret(actor=self.actor, key_id=key.pk)
+        key.refresh_from_db()
+        key.key = raw or None
         return Response(ApiKeyCreated(key).data)
 
     @extend_schema(request=None, responses=ApiKeySerializer)
@@ -143,8 +155,13 @@ class MemberViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         m = services.membership_change_role(actor=self.actor, membership_id=target.pk, **data)
         return Response(MemberSerializer(m).data)
 
+    @extend_schema(parameters=[MemberRemoveInput])
     def destroy(self, request, pk=None):
-        services.membership_remove(actor=self.actor, membership_id=self.get_object().pk)
+        """Remove a member. Their API keys are revoked unless ``?keys=hand_over&
+        hand_over_to=<member id>`` hands them to another member."""
+        target = self.get_object()
+        data = self._input(MemberRemoveInput, request.query_params)
+        services.membership_remove(actor=self.actor, membership_id=target.pk, **data)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -163,3 +163,32 @@ class TokenForm(forms.Form):
 class OrganizationForm(forms.Form):
     name = forms.CharField(max_length=120)
     timezone = forms.CharField(max_length=64, help_text="IANA name, e.g. Europe/Berlin")
+    developer_key_cap = AmountField(
+        label="Default cap for developer keys",
+        help_text="Monthly spend cap every key a developer issues gets, and cannot exceed; "
+        "empty: none.",
+    )
+
+
+class MemberRemoveForm(forms.Form):
+    keys = forms.ChoiceField(
+        label="Their API keys",
+        choices=[("revoke", "Revoke them now"), ("hand_over", "Hand them over to")],
+        initial="revoke",
+        required=False,
+        widget=forms.RadioSelect,
+    )
+    hand_over_to = forms.TypedChoiceField(coerce=int, required=False, label="Hand over to")
+
+    def __init__(self, *args, recipients=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["hand_over_to"].choices = [("", "— choose a member —")] + [
+            (m.pk, f"{m.user.email} ({m.get_role_display()})") for m in recipients
+        ]
+
+    def clean_keys(self):
+        return self.cleaned_data.get("keys") or "revoke"
+
+    def clean_hand_over_to(self):
+        value = self.cleaned_data.get("hand_over_to")
+        return value if value not in ("", None) else None

@@ -87,6 +87,10 @@ class AuthenticatedKey:
     org_rpm: int | None = None
     org_tpm: int | None = None
     response_cache_seconds: int = 0
+    # Set when the presented secret is the one a rotation replaced: the end of
+    # its grace period, after which it must be refused to the second (a cache
+    # holding this view checks it on every call).
+    grace_ends_at: datetime | None = None
 
     def model_allowed(self, model: str) -> bool:
         # Each level in turn (not all() over a generator: this runs on every call).
@@ -121,6 +125,7 @@ def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> Authen
     if key is None:
         hashes_match(presented, _DUMMY_HASH)
         return None
+    grace = None
     if key.public_id == public_id:
         ok = hashes_match(presented, key.secret_hash)
     else:
@@ -134,10 +139,10 @@ def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> Authen
     sub = key.sub_account
     if not org.is_active or (sub and sub.status != SubAccountStatus.ACTIVE):
         return None
-    return authenticated_view(key)
+    return authenticated_view(key, grace_ends_at=grace)
 
 
-def authenticated_view(key) -> AuthenticatedKey:
+def authenticated_view(key, *, grace_ends_at: datetime | None = None) -> AuthenticatedKey:
     org = key.organization
     sub = key.sub_account
     return AuthenticatedKey(
@@ -170,4 +175,5 @@ def authenticated_view(key) -> AuthenticatedKey:
         org_rpm=org.rpm_limit,
         org_tpm=org.tpm_limit,
         response_cache_seconds=key.response_cache_seconds,
+        grace_ends_at=grace_ends_at,
     )

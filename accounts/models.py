@@ -12,6 +12,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
 
+from console.crypto import SealedTextField
+
 
 class UserManager(BaseUserManager):
     use_in_migrations = True
@@ -76,6 +78,9 @@ class Organization(models.Model):
     # Gateway rate limits for the whole organization (staff set them); null = none.
     rpm_limit = models.PositiveIntegerField(null=True, blank=True)
     tpm_limit = models.PositiveIntegerField(null=True, blank=True)
+    # The monthly spend cap (micro-units) every key a developer issues carries at
+    # most; the key's default cap too. Null: developers' keys are not capped by it.
+    developer_key_cap = models.BigIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=tz.now)
 
@@ -218,6 +223,13 @@ class ApiKey(Limits):
     previous_secret_hash = models.CharField(max_length=64, blank=True)
     previous_valid_until = models.DateTimeField(null=True, blank=True)
     ip_allowlist = models.JSONField(default=list, blank=True)
+    # The limits a key manager (an admin) set on this key, {field: value}: the
+    # key's owner may tighten them but not loosen or clear them (see
+    # accounts.services.api_keys). JSON values: ints, lists, ISO datetimes.
+    ceiling = models.JSONField(default=dict, blank=True)
+    # A new secret made by someone who may not see it (an admin rotating an
+    # owner's key), sealed, until the key's owner collects it once.
+    pending_secret = SealedTextField(blank=True, default="")
     # Exact-match response cache for deterministic requests: how long an answer
     # is reused, in seconds; 0 = off (the default).
     response_cache_seconds = models.PositiveIntegerField(default=0)

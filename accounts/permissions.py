@@ -61,3 +61,21 @@ def can_assign_role(actor_role: str, role: str) -> bool:
 
 def can_view_keys(role: str) -> bool:
     return has_perm(role, Perm.KEYS_VIEW_ALL) or has_perm(role, Perm.KEYS_MANAGE_OWN)
+
+
+def can_receive_key_secret(
+    actor_role: str, *, own_key: bool, owner_role: str | None, has_owner: bool
+) -> bool:
+    """Whether whoever rotates a key is shown its new secret. The key's owner
+    always is. Someone else only with ``KEYS_MANAGE_ALL`` and only when the
+    owner's role is one they could hand out (``ASSIGNABLE_ROLES``): an admin
+    rotating a developer's key sees it, an admin rotating an owner's key does
+    not (the owner collects it). A key whose owner has left (``has_owner``
+    false, or no role here any more) goes to whoever may manage every key."""
+    if own_key:
+        return True
+    if not has_perm(actor_role, Perm.KEYS_MANAGE_ALL):
+        return False
+    if not has_owner or owner_role is None:
+        return True
+    return can_assign_role(actor_role, owner_role)

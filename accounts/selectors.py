@@ -9,6 +9,7 @@ from accounts.actors import Actor
 from accounts.errors import PermissionDenied
 from accounts.models import (
     ApiKey,
+    ApiKeyStatus,
     AuditEvent,
     Invitation,
     Membership,
@@ -86,3 +87,14 @@ def sub_accounts_for_key_form(*, actor: Actor) -> QuerySet[SubAccount]:
     if not actor.can(Perm.KEYS_MANAGE_ALL):
         qs = qs.filter(members=actor.membership)
     return qs
+
+
+def member_keys(*, actor: Actor, user_id: int) -> QuerySet[ApiKey]:
+    """A member's keys in the actor's organization that still matter (not
+    revoked): what removing the member revokes or hands over."""
+    return (
+        ApiKey.objects.filter(organization_id=actor.organization_id, owner_id=user_id)
+        .exclude(status=ApiKeyStatus.REVOKED)
+        .select_related("sub_account")
+        .order_by("name", "pk")
+    )

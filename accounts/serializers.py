@@ -81,7 +81,11 @@ class ApiKeyUpdate(ApiKeyInput):
 
 class ApiKeyCreated(ApiKeySerializer):
     key = serializers.CharField(
-        read_only=True, help_text="The secret; shown only in this response."
+        read_only=True,
+        allow_null=True,
+        help_text="The secret; shown only in this response. Null after a rotation by "
+        "someone who may not see the owner's secret: the owner collects it once "
+        "(POST .../keys/{id}/secret/).",
     )
 
     class Meta(ApiKeySerializer.Meta):
@@ -120,6 +124,17 @@ class MemberSerializer(serializers.ModelSerializer):
         model = Membership
         fields = ("id", "email", "full_name", "role", "created_at")
         read_only_fields = fields
+
+
+class MemberRemoveInput(serializers.Serializer):
+    keys = serializers.ChoiceField(
+        choices=[("revoke", "revoke"), ("hand_over", "hand_over")],
+        default="revoke",
+        help_text="What becomes of the member's API keys here: revoked, or handed over.",
+    )
+    hand_over_to = serializers.IntegerField(
+        required=False, allow_null=True, help_text="The member id that takes the keys."
+    )
 
 
 class RoleInput(serializers.Serializer):

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from accounts.models import Invitation
 from accounts.services import api_keys_expire_due
+from console import crypto
 
 
 @shared_task(
@@ -19,7 +20,11 @@ from accounts.services import api_keys_expire_due
     retry_backoff=True,
     max_retries=5,
 )
-def send_invitation_email(invitation_id: int, raw_token: str) -> None:
+def send_invitation_email(invitation_id: int, sealed_token: str) -> None:
+    """E-mail the invitation link. ``sealed_token`` is the one-time token sealed
+    with ``console.crypto.seal`` (a task queued before sealing began carries it
+    in clear; both work)."""
+    raw_token = crypto.unseal(sealed_token) if crypto.is_sealed(sealed_token) else sealed_token
     invitation = (
         Invitation.objects.select_related("organization", "invited_by")
         .filter(pk=invitation_id)

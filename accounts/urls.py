@@ -24,6 +24,7 @@ urlpatterns = [
     path("keys/new/", views.api_key_create, name="api_key_create"),
     path("keys/<int:key_id>/", views.api_key_detail, name="api_key_detail"),
     path("keys/<int:key_id>/rotate/", views.api_key_rotate, name="api_key_rotate"),
+    path("keys/<int:key_id>/secret/", views.api_key_collect_secret, name="api_key_collect_secret"),
     path("keys/<int:key_id>/revoke/", views.api_key_revoke, name="api_key_revoke"),
     path("audit/", views.audit_log, name="audit"),
     path("tokens/", views.access_tokens, name="access_tokens"),

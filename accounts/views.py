@@ -3,20 +3,21 @@ service or selector, and renders the page (or, for htmx, just the partial)."""
 
 from __future__ import annotations
 
-import hashlib
+import functools
+import math
+from datetime import timedelta
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
-from django.core.cache import cache
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounts import selectors, services
+from accounts import selectors, services, throttle
 from accounts.decorators import apply_errors, org_view
 from accounts.errors import DomainError, NotFound
 from accounts.forms import (
@@ -24,6 +25,7 @@ from accounts.forms import (
     ApiKeyEditForm,
     ApiKeyForm,
     InviteForm,
+    MemberRemoveForm,
     OrganizationForm,
     RoleForm,
     RotateForm,
@@ -32,55 +34,88 @@ from accounts.forms import (
 )
 from accounts.middleware import SESSION_KEY, client_ip
 from accounts.models import ApiKeyStatus, Membership, User
-from accounts.permissions import Perm, can_view_keys
-from console.money import amount_input
+from accounts.permissions import Perm, can_view_keys, has_perm
+from console.money import amount_input, micro_to_decimal
 
 
-def _login_failures_key(request) -> str:
-    """One counter per e-mail address and client address (the e-mail hashed:
-    cache keys must not carry what a person typed)."""
-    email = (request.POST.get("username") or "").strip().lower()
-    digest = hashlib.sha256(f"{email}|{client_ip(request)}".encode()).hexdigest()
-    return f"login-failures:{digest}"
+def _wait_words(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
+    minutes = math.ceil(seconds / 60)
+    return f"{minutes} minutes"
+
+
+def _login_attempt(request) -> tuple[throttle.Attempt, int, str]:
+    """The throttle's counters for a posted sign-in, the seconds to wait before
+    it may be checked (0: now) and, when waiting, what to tell the person."""
+    email = (request.POST.get("username") or "").strip()
+    user_id = (
+        User.objects.filter(email__iexact=email).values_list("pk", flat=True).first()
+        if email
+        else None
+    )
+    attempt = throttle.attempt_for(request, email, client_ip(request), user_id)
+    seconds = math.ceil(throttle.retry_after(attempt))
+    message = ""
+    if seconds > 0:
+        at = timezone.now() + timedelta(seconds=seconds)
+        message = (
+            "Too many failed sign-in attempts. "
+            f"Try again in {_wait_words(seconds)} (after {at:%H:%M:%S} UTC)."
+        )
+    return attempt, seconds, message
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login, with failed attempts counted per e-mail and address:
-    after ``LOGIN_MAX_FAILURES`` within ``LOGIN_FAILURE_WINDOW_SECONDS`` the
-    form answers 429 without checking the password until the window ends."""
+    """Django's login behind ``accounts.throttle``: per account, per address
+    and per known device, each failure past ``LOGIN_MAX_FAILURES`` doubles the
+    wait before the next attempt; an attempt made too early is answered 429
+    with the time to wait, without checking the password."""
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        key = _login_failures_key(request)
-        if (cache.get(key) or 0) >= settings.LOGIN_MAX_FAILURES:
+        attempt, seconds, locked = _login_attempt(request)
+        if seconds > 0:
             # An unbound form: the password is not even checked.
             form = self.form_class(request, initial={"username": request.POST.get("username")})
-            minutes = max(1, round(settings.LOGIN_FAILURE_WINDOW_SECONDS / 60))
-            locked = (
-                "Too many failed sign-in attempts for this e-mail address. "
-                f"Try again in {minutes} minute{'s' if minutes != 1 else ''}."
-            )
             context = self.get_context_data(form=form, locked=locked)
             response = self.render_to_response(context, status=429)
-            response["Retry-After"] = str(settings.LOGIN_FAILURE_WINDOW_SECONDS)
+            response["Retry-After"] = str(seconds)
             return response
+        throttle.charge(attempt)
+        self._attempt = attempt
         return super().post(request, *args, **kwargs)
 
-    def form_invalid(self, form):
-        key = _login_failures_key(self.request)
-        window = settings.LOGIN_FAILURE_WINDOW_SECONDS
-        cache.add(key, 0, timeout=window)  # the window starts at the first failure
-        try:
-            cache.incr(key)
-        except ValueError:  # expired in between
-            cache.set(key, 1, timeout=window)
-        return super().form_invalid(form)
-
     def form_valid(self, form):
-        cache.delete(_login_failures_key(self.request))
-        return super().form_valid(form)
+        throttle.succeeded(self._attempt)
+        response = super().form_valid(form)
+        throttle.remember_device(self.request, response, form.get_user())
+        return response
+
+
+def throttled_login(login_view):
+    """``login_view`` (the Django admin's, which ``AccountsConfig.ready`` wraps)
+    behind the same throttle as the console's sign-in, so it is no way around it."""
+
+    @functools.wraps(login_view)
+    def view(request, *args, **kwargs):
+        if request.method != "POST":
+            return login_view(request, *args, **kwargs)
+        attempt, seconds, locked = _login_attempt(request)
+        if seconds > 0:
+            response = HttpResponse(locked, status=429, content_type="text/plain; charset=utf-8")
+            response["Retry-After"] = str(seconds)
+            return response
+        throttle.charge(attempt)
+        response = login_view(request, *args, **kwargs)
+        if response.status_code == 302 and request.user.is_authenticated:
+            throttle.succeeded(attempt)
+            throttle.remember_device(request, response, request.user)
+        return response
+
+    return view
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
@@ -130,8 +165,14 @@ def organization_switch(request):
 def organization_settings(request):
     actor = request.actor
     org = actor.organization
+    cap = org.developer_key_cap
     form = OrganizationForm(
-        request.POST or None, initial={"name": org.name, "timezone": org.timezone}
+        request.POST or None,
+        initial={
+            "name": org.name,
+            "timezone": org.timezone,
+            "developer_key_cap": "" if cap is None else micro_to_decimal(cap).normalize(),
+        },
     )
     if request.method == "POST":
         if not actor.can(Perm.ORG_MANAGE):
@@ -218,14 +259,44 @@ def member_role(request, membership_id: int):
     )
 
 
-@require_POST
 @org_view(Perm.MEMBERS_VIEW)
 def member_remove(request, membership_id: int):
-    return _run_action(
+    """Confirm removing a member (or leaving), choosing what becomes of their
+    API keys: revoked (the default) or handed over to another member."""
+    actor = request.actor
+    target = (
+        Membership.objects.select_related("user")
+        .filter(pk=membership_id, organization_id=actor.organization_id)
+        .first()
+    )
+    if target is None:
+        raise Http404
+    if target.pk != actor.membership.pk and not actor.can(Perm.MEMBERS_MANAGE):
+        messages.error(request, f"Your role ({actor.role}) cannot remove members.")
+        return redirect("accounts:members")
+    recipients = [
+        m
+        for m in selectors.member_list(actor=actor).select_related("user")
+        if m.pk != target.pk and has_perm(m.role, Perm.KEYS_MANAGE_OWN)
+    ]
+    form = MemberRemoveForm(request.POST or None, recipients=recipients)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.membership_remove(actor=actor, membership_id=target.pk, **form.cleaned_data)
+        except NotFound as exc:
+            raise Http404(exc.message) from exc
+        except DomainError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"{target.user.email} removed.")
+            if target.pk == actor.membership.pk:
+                return redirect("console:overview")
+            return redirect("accounts:members")
+    keys = selectors.member_keys(actor=actor, user_id=target.user_id)
+    return render(
         request,
-        lambda: services.membership_remove(actor=request.actor, membership_id=membership_id),
-        "Member removed.",
-        "accounts:members",
+        "accounts/member_remove.html",
+        {"target": target, "form": form, "keys": keys, "leaving": target.pk == actor.membership.pk},
     )
 
 
@@ -450,7 +521,13 @@ def api_key_detail(request, key_id: int):
     return render(
         request,
         "accounts/api_key_detail.html",
-        {"key": key, "form": form, "may_change": may_change, "rotate_form": RotateForm()},
+        {
+            "key": key,
+            "form": form,
+            "may_change": may_change,
+            "rotate_form": RotateForm(),
+            "secret_waiting": bool(key.pending_secret) and key.owner_id == actor.user.pk,
+        },
     )
 
 
@@ -468,10 +545,28 @@ def api_key_rotate(request, key_id: int):
         except DomainError as exc:
             _flash_error(request, exc)
             return redirect("accounts:api_key_detail", key.pk)
+        # ``raw`` is "" when the permission matrix keeps the secret for the owner.
         return render(
             request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
         )
     return render(request, "accounts/api_key_rotate.html", {"key": key, "form": form})
+
+
+@require_POST
+@org_view(Perm.KEYS_MANAGE_OWN)
+def api_key_collect_secret(request, key_id: int):
+    """The key's owner collects, once, the new secret someone else's rotation made."""
+    try:
+        raw = services.api_key_collect_secret(actor=request.actor, key_id=key_id)
+        key = services.get_api_key(request.actor, key_id, for_change=False)
+    except DomainError:
+        raise Http404 from None
+    if not raw:
+        messages.error(request, "There is no new secret waiting for you on this key.")
+        return redirect("accounts:api_key_detail", key.pk)
+    return render(
+        request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
+    )
 
 
 @org_view(Perm.KEYS_MANAGE_OWN)

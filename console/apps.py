@@ -11,6 +11,7 @@ class ConsoleConfig(AppConfig):
         # ``console/__init__``: the simulator imports ``console.tokens`` without
         # paying for Celery. Here, not at module level: the app registry must be
         # ready before the apps' tasks are registered (services enqueue by name).
-        from console import celery
+        from console import celery, redact
 
+        redact.install()  # before anything can log a secret
         celery.register_tasks()

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "console.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -214,6 +215,11 @@ STRIPE_API_BASE = config.env_str("STRIPE_API_BASE")
 STRIPE_WEBHOOK_TOLERANCE_SECONDS = config.env_int(
     "STRIPE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1
 )
+# How far ahead of our clock a webhook signature's timestamp may be (clock skew);
+# later ones are refused.
+STRIPE_WEBHOOK_FUTURE_TOLERANCE_SECONDS = config.env_int(
+    "STRIPE_WEBHOOK_FUTURE_TOLERANCE_SECONDS", 300, minimum=0
+)
 if PRODUCTION and STRIPE_SECRET_KEY and not STRIPE_WEBHOOK_SECRET:
     raise ImproperlyConfigured("STRIPE_SECRET_KEY is set but STRIPE_WEBHOOK_SECRET is missing")
 CELERY_BEAT_SCHEDULE["invoicing-run-monthly"] = {
@@ -316,13 +322,19 @@ AUTH_PASSWORD_VALIDATORS = [
 if config.env_bool("CONSOLE_FAST_PASSWORD_HASHER", False):
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 INVITATION_TTL_HOURS = config.env_int("INVITATION_TTL_HOURS", 72, minimum=1)
-# Failed sign-ins allowed per e-mail address and client address within the window;
-# then the login form answers 429 until the window (from the first failure) ends.
+# Sign-in throttling (accounts.throttle): failed attempts are counted per account,
+# per client address and per known device (a browser that signed in before), each
+# for LOGIN_FAILURE_WINDOW_SECONDS after its latest failure. Past LOGIN_MAX_FAILURES,
+# the next attempt waits 2^(failures - LOGIN_MAX_FAILURES) seconds, at most
+# LOGIN_MAX_DELAY_SECONDS; earlier ones get 429 and the time to wait.
 LOGIN_MAX_FAILURES = config.env_int("LOGIN_MAX_FAILURES", 5, minimum=1)
 LOGIN_FAILURE_WINDOW_SECONDS = config.env_int("LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1)
+LOGIN_MAX_DELAY_SECONDS = config.env_int("LOGIN_MAX_DELAY_SECONDS", 600, minimum=1)
 
 # --- e-mail ---------------------------------------------------------------
-EMAIL_BACKEND = config.env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# The default writes each message to a file under var/mail, not to the worker's
+# output: mail carries one-time links (invitations) that must not reach the logs.
+EMAIL_BACKEND = config.env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_HOST = config.env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = config.env_int("EMAIL_PORT", 25, minimum=1)
 EMAIL_HOST_USER = config.env_str("EMAIL_HOST_USER")
@@ -380,6 +392,9 @@ CSRF_COOKIE_SAMESITE = "Lax"
 # Pages and htmx take the token from the page (base.html), so no script needs the cookie.
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# Send the Content-Security-Policy (console.csp) as Report-Only: to try a policy
+# change on a live site without breaking pages.
+CSP_REPORT_ONLY = config.env_bool("CSP_REPORT_ONLY", False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if PRODUCTION:

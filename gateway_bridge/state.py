@@ -48,6 +48,10 @@ class KeyEntry:
     discount_ppm: int
     expires_ts: float | None  # POSIX seconds
     loaded_at: float  # monotonic
+    # A rotated-out secret in its grace period: when the grace ends (POSIX
+    # seconds), checked on every call like the expiry, so the cache cannot
+    # stretch it.
+    grace_ends_ts: float | None = None
 
     def ip_allowed(self, ip: str) -> bool:
         return not self.networks or ip in self.networks
@@ -99,6 +103,7 @@ def _load_key(raw: str) -> KeyEntry | None:
             discount_ppm=discount_ppm_for(rate if rate is not None else 1),
             expires_ts=auth.expires_at.timestamp() if auth.expires_at else None,
             loaded_at=time.monotonic(),
+            grace_ends_ts=auth.grace_ends_at.timestamp() if auth.grace_ends_at else None,
         )
     finally:
         _db_done()

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 
@@ -238,80 +237,13 @@ def test_security_headers_on_every_answer(client, db, settings):
     assert cookie["httponly"] and cookie["samesite"] == "Lax"
 
 
-# --- login rate limiting ------------------------------------------------------------------
+# --- login ----------------------------------------------------------------------------------
+# The throttle (per account, per address, per known device): tests/accounts/test_login_throttle.py
 
 
 @pytest.fixture
-def login_user(db, settings):
-    settings.LOGIN_MAX_FAILURES = 3
-    settings.LOGIN_FAILURE_WINDOW_SECONDS = 600
-    membership = MembershipFactory(organization=OrganizationFactory(), role=Role.OWNER)
-    return membership.user
-
-
-def _login(client, email, password, ip="198.51.100.7"):
-    return client.post(
-        reverse("accounts:login"), {"username": email, "password": password}, REMOTE_ADDR=ip
-    )
-
-
-def test_failed_logins_lock_the_email_and_address_with_a_429(client, login_user):
-    for _ in range(3):
-        response = _login(client, login_user.email, "wrong password")
-        assert response.status_code == 200  # the form with its usual error
-    # Then even the right password is not checked until the window ends.
-    response = _login(client, login_user.email, TEST_PASSWORD)
-    assert response.status_code == 429
-    assert response["Retry-After"] == "600"
-    page = response.content.decode()
-    assert "Too many failed sign-in attempts" in page and "Try again in 10 minutes" in page
-    assert login_user.email in page  # the form keeps what was typed
-    assert "_auth_user_id" not in client.session
-
-
-def test_the_lock_is_per_email_and_address(client, login_user):
-    other = MembershipFactory(organization=OrganizationFactory(), role=Role.OWNER).user
-    for _ in range(3):
-        _login(client, login_user.email.upper(), "wrong password")  # case does not matter
-    assert _login(client, login_user.email, TEST_PASSWORD).status_code == 429
-    # Another address, or another e-mail from the same address, still signs in.
-    assert _login(Client(), login_user.email, TEST_PASSWORD, ip="198.51.100.8").status_code == 302
-    assert _login(Client(), other.email, TEST_PASSWORD).status_code == 302
-
-
-def test_the_lock_ends_with_the_window_and_success_resets_the_count(client, login_user, settings):
-    for _ in range(2):
-        _login(client, login_user.email, "wrong password")
-    assert _login(client, login_user.email, TEST_PASSWORD).status_code == 302
-    client.logout()
-    # The count started again from zero: two more failures do not lock.
-    for _ in range(2):
-        assert _login(client, login_user.email, "wrong password").status_code == 200
-    assert _login(client, login_user.email, TEST_PASSWORD).status_code == 302
-    client.logout()
-    for _ in range(3):
-        _login(client, login_user.email, "wrong password")
-    assert _login(client, login_user.email, TEST_PASSWORD).status_code == 429
-    # The window ends (the cache entry expires): signing in works again.
-    from accounts.views import _login_failures_key
-
-    class _Request:
-        POST = {"username": login_user.email}
-        META = {"REMOTE_ADDR": "198.51.100.7"}
-
-    cache.delete(_login_failures_key(_Request()))
-    assert _login(client, login_user.email, TEST_PASSWORD).status_code == 302
-
-
-def test_the_cache_key_carries_no_email(login_user):
-    from accounts.views import _login_failures_key
-
-    class _Request:
-        POST = {"username": login_user.email}
-        META = {"REMOTE_ADDR": "198.51.100.7"}
-
-    key = _login_failures_key(_Request())
-    assert login_user.email not in key and "@" not in key
+def login_user(db):
+    return MembershipFactory(organization=OrganizationFactory(), role=Role.OWNER).user
 
 
 def test_login_never_redirects_off_site(client, login_user):

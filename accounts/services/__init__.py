@@ -6,6 +6,7 @@ hands work to Celery enqueues the task by its name
 never the reverse."""
 
 from accounts.services.api_keys import (
+    api_key_collect_secret,
     api_key_issue,
     api_key_revoke,
     api_key_rotate,
@@ -37,6 +38,7 @@ from accounts.services.tokens import (
 )
 
 __all__ = [
+    "api_key_collect_secret",
     "api_key_issue",
     "api_key_revoke",
     "api_key_rotate",

@@ -1,8 +1,21 @@
-"""Gateway API keys: issue (secret shown once), update, rotate, revoke, expire."""
+"""Gateway API keys: issue (secret shown once), update, rotate, revoke, expire.
+
+Who decides a key's limits: a key manager (``KEYS_MANAGE_ALL``: owners and
+admins) sets limits on any key, and what they set becomes the key's
+``ceiling``; the key's owner without that permission (a developer) may
+tighten a limit under its ceiling but not loosen or clear it. A developer's
+keys are also capped by the organization's ``developer_key_cap`` (monthly
+spend): it is their default monthly cap and they cannot go above it.
+
+Who sees a new secret: the rotator, if ``can_receive_key_secret`` (the
+permission matrix) says so; otherwise it waits, sealed, for the key's owner
+to collect once (``api_key_collect_secret``)."""
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -13,11 +26,29 @@ from accounts import validators
 from accounts.actors import Actor
 from accounts.audit import audit_record
 from accounts.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
-from accounts.models import ApiKey, ApiKeyStatus, Priority, SubAccount, SubAccountStatus
-from accounts.permissions import Perm
-from accounts.services._common import LIMIT_FIELDS, FieldErrors, changed, clean_limits
+from accounts.models import (
+    ApiKey,
+    ApiKeyStatus,
+    Membership,
+    Organization,
+    Priority,
+    SubAccount,
+    SubAccountStatus,
+)
+from accounts.permissions import Perm, can_receive_key_secret, has_perm
+from accounts.services._common import (
+    CAP_FIELDS,
+    LIMIT_FIELDS,
+    RATE_FIELDS,
+    FieldErrors,
+    changed,
+    clean_limits,
+)
+from console.money import format_exact
 
 KEY_FIELDS = (*LIMIT_FIELDS, "name", "ip_allowlist", "priority", "expires_at")
+# The limits a key manager's setting makes a ceiling for the key's owner.
+CEILING_FIELDS = (*LIMIT_FIELDS, "ip_allowlist", "expires_at")
 MAX_GRACE = timedelta(days=30)
 
 
@@ -107,6 +138,128 @@ def _clean(
     return out
 
 
+def _manages_all(actor: Actor) -> bool:
+    return actor.can(Perm.KEYS_MANAGE_ALL)
+
+
+def _ceiling_value(field: str, value):
+    """A limit as the ceiling stores it (JSON); None when it restricts nothing."""
+    if value in (None, [], ""):
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _within_networks(entry: str, ceiling: list[str]) -> bool:
+    try:
+        net = ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    for allowed in ceiling:
+        try:
+            outer = ipaddress.ip_network(allowed, strict=False)
+        except ValueError:
+            continue
+        if outer.version == net.version and net.subnet_of(outer):
+            return True
+    return False
+
+
+def _developer_cap(actor: Actor) -> int | None:
+    """The organization's cap on developers' keys, read now (not from the
+    actor's possibly older copy of the organization)."""
+    return (
+        Organization.objects.filter(pk=actor.organization_id)
+        .values_list("developer_key_cap", flat=True)
+        .first()
+    )
+
+
+def _money(actor: Actor, micro: int) -> str:
+    return format_exact(micro, actor.organization.currency)
+
+
+def _check_ceiling(actor: Actor, values: dict, *, key: ApiKey | None) -> None:
+    """For a key's owner who is not a key manager: each limit they change must
+    stay within what a manager set (the key's ceiling) and, for the monthly
+    cap, within the organization's cap for developers' keys."""
+    if _manages_all(actor):
+        return
+    ceiling = dict(key.ceiling or {}) if key is not None else {}
+    org_cap = _developer_cap(actor)
+    if org_cap is not None:
+        current = ceiling.get("spend_cap_monthly")
+        ceiling["spend_cap_monthly"] = org_cap if current is None else min(current, org_cap)
+    errors = FieldErrors()
+    set_by = "an admin" if key is not None and key.ceiling else "your organization"
+    for field, limit in ceiling.items():
+        if field not in values or limit is None:
+            continue
+        new = values[field]
+        if key is not None and getattr(key, field) == new:
+            continue  # unchanged: only a change must respect the ceiling
+        if field in CAP_FIELDS:
+            if new is None or new > limit:
+                errors.add(
+                    field,
+                    f"Capped at {_money(actor, limit)} by {set_by}: you may lower it, "
+                    "not raise or remove it.",
+                )
+        elif field in RATE_FIELDS:
+            if new is None or new > limit:
+                errors.add(
+                    field,
+                    f"Limited to {limit} by an admin: you may lower it, not raise or remove it.",
+                )
+        elif field == "allowed_models":
+            outside = [m for m in new or [] if m not in limit]
+            if not new or outside:
+                errors.add(
+                    field,
+                    f"An admin allowed only {', '.join(limit)}: you may narrow the list, "
+                    "not widen or clear it.",
+                )
+        elif field == "ip_allowlist":
+            if not new or not all(_within_networks(e, limit) for e in new):
+                errors.add(
+                    field,
+                    f"An admin allowed only {', '.join(limit)}: you may narrow it, "
+                    "not widen or clear it.",
+                )
+        elif field == "expires_at":
+            ends = datetime.fromisoformat(limit)
+            if new is None or new > ends:
+                errors.add(
+                    field,
+                    f"An admin set this key to expire by {ends:%Y-%m-%d %H:%M} UTC: "
+                    "you may bring it forward, not postpone or remove it.",
+                )
+    errors.raise_if_any()
+
+
+def _ceiling_after(actor: Actor, key: ApiKey, values: dict, *, issued: bool) -> dict:
+    """The key's ceiling after ``actor`` set ``values``: a manager's setting of a
+    limit (every limit when issuing, a changed one when updating) becomes its
+    ceiling, or lifts it when cleared; an owner's own changes leave it alone,
+    except that a developer's key keeps the organization's cap as a ceiling."""
+    ceiling = dict(key.ceiling or {})
+    if _manages_all(actor):
+        for field in CEILING_FIELDS:
+            if field not in values:
+                continue
+            if not issued and getattr(key, field) == values[field]:
+                continue
+            value = _ceiling_value(field, values[field])
+            if value is None:
+                ceiling.pop(field, None)
+            else:
+                ceiling[field] = value
+    elif issued and (org_cap := _developer_cap(actor)) is not None:
+        ceiling["spend_cap_monthly"] = org_cap
+    return ceiling
+
+
 def _audit_params(values: dict) -> dict:
     return {
         k: (v.isoformat() if isinstance(v, datetime) else v)
@@ -124,11 +277,15 @@ def api_key_issue(
     if unknown:
         raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
     sub = _resolve_sub_account(actor, sub_account_id)
+    org_cap = None if _manages_all(actor) else _developer_cap(actor)
+    if org_cap is not None and fields.get("spend_cap_monthly") in (None, ""):
+        fields["spend_cap_monthly"] = org_cap  # the organization's default for developers
     values = _clean(actor, {"name": name, **fields}, sub=sub)
+    _check_ceiling(actor, values, key=None)
     public_id, raw, digest = key_secrets.new_secret(key_secrets.KEY_PREFIX)
     try:
         with transaction.atomic():
-            key = ApiKey.objects.create(
+            key = ApiKey(
                 organization_id=actor.organization_id,
                 sub_account=sub,
                 owner=actor.user,
@@ -136,6 +293,8 @@ def api_key_issue(
                 secret_hash=digest,
                 **values,
             )
+            key.ceiling = _ceiling_after(actor, key, values, issued=True)
+            key.save(force_insert=True)
             params = _audit_params(values) | {"prefix": key.prefix}
             if sub:
                 params["sub_account"] = sub.name
@@ -157,16 +316,41 @@ def api_key_update(*, actor: Actor, key_id: int, **fields) -> ApiKey:
         if key.status == ApiKeyStatus.REVOKED:
             raise Conflict("A revoked key cannot be changed.", code="key_revoked")
         values = _clean(actor, fields, sub=key.sub_account, instance=key)
+        _check_ceiling(actor, values, key=key)
+        ceiling = _ceiling_after(actor, key, values, issued=False)
         diff = changed(key, values)
-        if diff:
+        if diff or ceiling != key.ceiling:
+            key.ceiling = ceiling
             key.save()
+        if diff:
             audit_record(actor=actor, action="api_key.update", target=key, params=diff)
     return key
 
 
+def _may_receive_secret(actor: Actor, key: ApiKey) -> bool:
+    owner_role = None
+    if key.owner_id is not None:
+        owner_role = (
+            Membership.objects.filter(organization_id=key.organization_id, user_id=key.owner_id)
+            .values_list("role", flat=True)
+            .first()
+        )
+    return can_receive_key_secret(
+        actor.role,
+        own_key=key.owner_id == actor.user.pk,
+        owner_role=owner_role,
+        has_owner=key.owner_id is not None,
+    )
+
+
 def api_key_rotate(*, actor: Actor, key_id: int, grace_seconds: int = 0) -> tuple[ApiKey, str]:
     """Give the key a new secret (and prefix). With a grace period the old
-    secret keeps working until it ends; otherwise it stops at once."""
+    secret keeps working until it ends; otherwise it stops at once.
+
+    Returns the key and its new secret, or ``""`` in place of the secret when
+    the permission matrix does not let ``actor`` see it (an admin rotating an
+    owner's key): then it is kept sealed for the key's owner to collect once
+    (``api_key_collect_secret``)."""
     _require_key_management(actor)
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or grace_seconds < 0:
         raise ValidationFailed.from_fields(
@@ -196,6 +380,8 @@ def api_key_rotate(*, actor: Actor, key_id: int, grace_seconds: int = 0) -> tupl
                 None,
             )
         key.public_id, key.secret_hash, key.rotated_at = public_id, digest, now
+        shown = _may_receive_secret(actor, key)
+        key.pending_secret = "" if shown else raw
         key.save()
         audit_record(
             actor=actor,
@@ -205,9 +391,30 @@ def api_key_rotate(*, actor: Actor, key_id: int, grace_seconds: int = 0) -> tupl
                 "old_prefix": old_prefix,
                 "new_prefix": key.prefix,
                 "grace_seconds": grace_seconds,
+                "secret_shown_to": "rotator" if shown else "owner",
             },
         )
-    return key, raw
+    return key, (raw if shown else "")
+
+
+def api_key_collect_secret(*, actor: Actor, key_id: int) -> str:
+    """The new secret someone else's rotation left for the key's owner: shown
+    to the owner once, then gone. ``""`` when there is none waiting."""
+    _require_key_management(actor)
+    with transaction.atomic():
+        key = get_api_key(actor, key_id, lock=True)
+        if key.owner_id != actor.user.pk or not key.pending_secret:
+            return ""
+        raw = key.pending_secret
+        key.pending_secret = ""
+        key.save(update_fields=["pending_secret"])
+        audit_record(
+            actor=actor,
+            action="api_key.secret_collect",
+            target=key,
+            params={"prefix": key.prefix},
+        )
+    return raw
 
 
 def api_key_revoke(*, actor: Actor, key_id: int) -> ApiKey:
@@ -219,7 +426,8 @@ def api_key_revoke(*, actor: Actor, key_id: int) -> ApiKey:
         key.status = ApiKeyStatus.REVOKED
         key.revoked_at = timezone.now()
         key.previous_valid_until = None
-        key.save(update_fields=["status", "revoked_at", "previous_valid_until"])
+        key.pending_secret = ""
+        key.save(update_fields=["status", "revoked_at", "previous_valid_until", "pending_secret"])
         audit_record(
             actor=actor, action="api_key.revoke", target=key, params={"prefix": key.prefix}
         )
@@ -249,3 +457,88 @@ def api_keys_expire_due(*, now: datetime | None = None) -> int:
             )
             count += 1
     return count
+
+
+class KeyDisposal(StrEnum):
+    """What becomes of a departing member's keys."""
+
+    REVOKE = "revoke"
+    HAND_OVER = "hand_over"
+
+
+def member_keys_dispose(
+    *, actor: Actor, member: Membership, disposal: str, recipient: Membership | None
+) -> list[str]:
+    """Revoke a departing member's keys in this organization, or hand them to
+    ``recipient``; each key audited. Part of removing the member (the caller's
+    transaction and permission check); every gateway hears of each key's change
+    when it commits (``gateway_bridge.notify``). Returns the keys' prefixes."""
+    keys = list(
+        ApiKey.objects.select_for_update(of=("self",))
+        .filter(organization_id=member.organization_id, owner_id=member.user_id)
+        .exclude(status=ApiKeyStatus.REVOKED)
+        .select_related("sub_account")
+        .order_by("pk")
+    )
+    if disposal == KeyDisposal.HAND_OVER and keys:
+        _check_recipient(member, recipient, keys)
+    now = timezone.now()
+    for key in keys:
+        key.pending_secret = ""
+        if disposal == KeyDisposal.HAND_OVER:
+            key.owner_id = recipient.user_id
+            key.save(update_fields=["owner", "pending_secret"])
+            audit_record(
+                actor=actor,
+                action="api_key.hand_over",
+                target=key,
+                params={
+                    "prefix": key.prefix,
+                    "from": member.user.email,
+                    "to": recipient.user.email,
+                },
+            )
+        else:
+            key.status = ApiKeyStatus.REVOKED
+            key.revoked_at = now
+            key.previous_valid_until = None
+            key.save(
+                update_fields=["status", "revoked_at", "previous_valid_until", "pending_secret"]
+            )
+            audit_record(
+                actor=actor,
+                action="api_key.revoke",
+                target=key,
+                params={"prefix": key.prefix, "reason": "member_removed"},
+            )
+    return [key.prefix for key in keys]
+
+
+def _check_recipient(member: Membership, recipient: Membership | None, keys) -> None:
+    if recipient is None or recipient.organization_id != member.organization_id:
+        raise ValidationFailed.from_fields(
+            {"hand_over_to": "Choose a member of this organization to take the keys."}
+        )
+    if recipient.pk == member.pk:
+        raise ValidationFailed.from_fields(
+            {"hand_over_to": "Choose someone other than the member being removed."}
+        )
+    if not has_perm(recipient.role, Perm.KEYS_MANAGE_OWN):
+        raise ValidationFailed.from_fields(
+            {
+                "hand_over_to": f"{recipient.user.email} ({recipient.role}) cannot hold API keys; "
+                "choose an owner, admin or developer."
+            }
+        )
+    if not has_perm(recipient.role, Perm.KEYS_MANAGE_ALL):
+        theirs = set(recipient.sub_accounts.values_list("pk", flat=True))
+        outside = sorted(
+            {k.sub_account.name for k in keys if k.sub_account and k.sub_account_id not in theirs}
+        )
+        if outside:
+            raise ValidationFailed.from_fields(
+                {
+                    "hand_over_to": f"{recipient.user.email} is not a member of "
+                    f"{', '.join(outside)}; add them there first or choose someone else."
+                }
+            )

@@ -15,12 +15,15 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from accounts import validators
 from accounts.actors import Actor
 from accounts.audit import audit_record
 from accounts.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from accounts.models import BillingMode, Invitation, Membership, Organization, Role, User
 from accounts.permissions import Perm, can_assign_role
 from accounts.services._common import FieldErrors, changed
+from accounts.services.api_keys import KeyDisposal, member_keys_dispose
+from console import crypto
 from console.celery import registered_task
 from console.money import CURRENCY_CODES
 
@@ -48,6 +51,14 @@ def _clean_org_fields(data: dict, errors: FieldErrors) -> dict:
         if data["billing_mode"] not in BillingMode.values:
             errors.add("billing_mode", "Choose prepaid or postpaid.")
         out["billing_mode"] = data["billing_mode"]
+    if "developer_key_cap" in data:
+        cap = errors.run(
+            "developer_key_cap",
+            validators.validate_cap,
+            data["developer_key_cap"],
+            "Default cap for developer keys",
+        )
+        out["developer_key_cap"] = cap
     if "discount_rate" in data:
         try:
             rate = Decimal(str(data["discount_rate"]))
@@ -106,7 +117,7 @@ def organization_create(
 
 # Commercial terms are set by the platform's staff, not by the tenant's admins.
 COMMERCIAL_FIELDS = frozenset({"currency", "billing_mode", "discount_rate"})
-ORG_FIELDS = frozenset({"name", "timezone"}) | COMMERCIAL_FIELDS
+ORG_FIELDS = frozenset({"name", "timezone", "developer_key_cap"}) | COMMERCIAL_FIELDS
 
 
 def organization_update(*, actor: Actor, **fields) -> Organization:
@@ -188,7 +199,19 @@ def membership_change_role(*, actor: Actor, membership_id: int, role: str) -> Me
     return target
 
 
-def membership_remove(*, actor: Actor, membership_id: int) -> None:
+def membership_remove(
+    *,
+    actor: Actor,
+    membership_id: int,
+    keys: str = KeyDisposal.REVOKE,
+    hand_over_to: int | None = None,
+) -> None:
+    """Remove a member (or leave). Their gateway keys in this organization are
+    revoked (``keys="revoke"``, the default) or handed over to the member
+    ``hand_over_to`` (``keys="hand_over"``), in the same transaction: a
+    removed member's keys never keep working."""
+    if keys not in {d.value for d in KeyDisposal}:
+        raise ValidationFailed.from_fields({"keys": "Choose revoke or hand_over."})
     with transaction.atomic():
         owners = _lock_owners(actor.organization_id)
         target = _get_membership(actor, membership_id, lock=True)
@@ -198,14 +221,20 @@ def membership_remove(*, actor: Actor, membership_id: int) -> None:
             raise Conflict(
                 "This is the organization's last owner and cannot be removed.", code="last_owner"
             )
-        email = target.user.email
-        audit_record(
-            actor=actor,
-            action="member.remove",
-            target=target,
-            label=email,
-            params={"email": email, "role": target.role},
+        recipient = None
+        if keys == KeyDisposal.HAND_OVER:
+            try:
+                recipient = _get_membership(actor, hand_over_to)
+            except NotFound:
+                recipient = None
+        prefixes = member_keys_dispose(
+            actor=actor, member=target, disposal=keys, recipient=recipient
         )
+        email = target.user.email
+        params = {"email": email, "role": target.role, "keys": keys, "key_prefixes": prefixes}
+        if recipient is not None:
+            params["hand_over_to"] = recipient.user.email
+        audit_record(actor=actor, action="member.remove", target=target, label=email, params=params)
         target.delete()
 
 
@@ -257,7 +286,10 @@ def invitation_create(*, actor: Actor, email: str, role: str) -> tuple[Invitatio
             params={"email": email, "role": role, "expires_at": invitation.expires_at.isoformat()},
         )
         email_task = registered_task("accounts.send_invitation_email")
-        transaction.on_commit(lambda: email_task.delay(invitation.pk, raw))
+        # Sealed: the broker (a file, a Redis list) and any log of the task's
+        # arguments only ever hold ciphertext; the task unseals it to write the link.
+        sealed = crypto.seal(raw)
+        transaction.on_commit(lambda: email_task.delay(invitation.pk, sealed))
     return invitation, raw
 
 

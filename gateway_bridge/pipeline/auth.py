@@ -6,7 +6,8 @@
 - The client's address is the TCP peer, unless the peer is one of our
   trusted proxies (``GATEWAY_TRUSTED_PROXIES``): then it is the right-most
   ``X-Forwarded-For`` hop that is not a trusted proxy.
-- The key's IP allowlist and expiry are checked on every call.
+- The key's IP allowlist and expiry, and the end of a rotated-out secret's
+  grace period, are checked on every call (not only when the key is loaded).
 
 Networks (trusted proxies, allowlists) are parsed once, by ``console.ipnet``.
 """
@@ -82,6 +83,14 @@ async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, header
         )
     entry = await state.key(raw)
     if entry is None:
+        call.record = False
+        raise GatewayError(
+            AUTHENTICATION,
+            "invalid_api_key",
+            "Invalid API key: it is unknown, revoked or expired, or its account is suspended.",
+        )
+    grace_ends = entry.grace_ends_ts
+    if grace_ends is not None and grace_ends <= time.time():
         call.record = False
         raise GatewayError(
             AUTHENTICATION,

@@ -46,10 +46,11 @@ from invoicing.services.topups import (
     topup_create,
     topup_record_manual,
 )
-from invoicing.services.webhooks import stripe_event_receive
+from invoicing.services.webhooks import MalformedEvent, stripe_event_receive
 
 __all__ = [
     "CreditNotePlan",
+    "MalformedEvent",
     "billing_profile_update",
     "card_remove",
     "card_setup_apply",

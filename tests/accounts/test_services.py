@@ -264,6 +264,7 @@ def test_rotate_audit_names_prefixes(admin_actor):
         "old_prefix": old_prefix,
         "new_prefix": key.prefix,
         "grace_seconds": 60,
+        "secret_shown_to": "rotator",
     }
     assert key.previous_public_id == old_prefix.removeprefix("sk-")
 

@@ -382,3 +382,74 @@ def test_receiving_an_event_stores_it_applies_it_once_and_says_a_replay_is_one(s
     other = stripe_event_receive(event={"id": "evt_other", "type": "customer.created"})
     assert other.outcome == "ignored: unhandled type"
     assert not StripeEvent.objects.get(event_id="evt_other").handled
+
+
+# --- hostile but correctly signed ---------------------------------------------------
+
+
+def test_a_signature_dated_in_the_future_is_refused(client, stripe_on, topup):
+    event = stripe_on.event(
+        "payment_intent.succeeded", stripe_on.intent(topup.stripe_payment_intent_id)
+    )
+    # Signed "tomorrow": the replay window would otherwise start a day late.
+    response = stripe_on.deliver(client, event, timestamp=int(time.time()) + 86_400)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "future_timestamp"
+    assert "in the future" in error["message"]
+    # Six minutes ahead is beyond the 5 minutes of clock skew allowed.
+    response = stripe_on.deliver(client, event, timestamp=int(time.time()) + 360)
+    assert response.status_code == 400
+    assert not StripeEvent.objects.exists()
+    assert prepaid_balance(topup.organization_id) == 0
+    # A clock a minute ahead is tolerated.
+    response = stripe_on.deliver(client, event, timestamp=int(time.time()) + 60)
+    assert response.status_code == 200
+    assert prepaid_balance(topup.organization_id) == 40_000_000
+
+
+MALFORMED = [
+    # (type, data) pairs: each is signed correctly but its shape is wrong.
+    ("payment_intent.succeeded", {"object": {"id": "pi_x", "amount": "lots"}}),
+    ("payment_intent.succeeded", {"object": {"id": "pi_x", "metadata": "not a map"}}),
+    ("payment_intent.payment_failed", {"object": {"id": "pi_x", "last_payment_error": "x"}}),
+    ("payment_intent.succeeded", {"object": {"id": ["pi_x"], "amount": 1}}),
+    ("payment_intent.succeeded", {"object": {"id": "pi_x", "customer": 12}}),
+    ("refund.updated", {"object": {"id": "re_x", "amount": {"value": 5}}}),
+    ("charge.refunded", {"object": {"id": "ch_x", "refunds": ["re_x"]}}),
+    ("charge.refunded", {"object": {"id": "ch_x", "refunds": {"data": "re_x"}}}),
+    ("charge.dispute.created", {"object": {"id": "dp_x", "payment_intent": "pi_x", "amount": "?"}}),
+    ("charge.dispute.created", {"object": {"id": "dp_x", "charge": {"no": "id"}}}),
+    ("setup_intent.succeeded", {"object": {"id": "seti_x", "metadata": [1, 2]}}),
+    ("payment_intent.succeeded", ["not", "a", "map"]),
+    ("payment_intent.succeeded", {"object": "pi_x"}),
+    ("payment_intent.succeeded", "data"),
+]
+
+
+@pytest.mark.parametrize(("type_", "data"), MALFORMED)
+def test_a_correctly_signed_malformed_event_is_a_400_and_stores_nothing(
+    client, stripe_on, topup, type_, data
+):
+    before = _snapshot()
+    event = stripe_on.event(type_, {"id": "x"})
+    event["data"] = data
+    response = stripe_on.deliver(client, event)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_payload"
+    assert _snapshot() == before
+    assert not StripeEvent.objects.exists()
+
+
+@pytest.mark.parametrize("event", [{"id": {"a": 1}, "type": "x"}, {"id": "evt_1", "type": 5}, []])
+def test_an_event_whose_id_or_type_is_not_a_string_is_a_400(client, stripe_on, event):
+    payload = json.dumps(event)
+    response = client.post(
+        URL,
+        data=payload,
+        content_type="application/json",
+        HTTP_STRIPE_SIGNATURE=stripe_on.sign(payload),
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_payload"
+    assert not StripeEvent.objects.exists()

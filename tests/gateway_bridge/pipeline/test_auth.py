@@ -78,10 +78,11 @@ class _Auth:
 
 
 class _Entry:
-    def __init__(self, allowlist=(), expires_ts=None):
+    def __init__(self, allowlist=(), expires_ts=None, grace_ends_ts=None):
         self.auth = _Auth(allowlist)
         self.networks = ipnet.parse(allowlist)
         self.expires_ts = expires_ts
+        self.grace_ends_ts = grace_ends_ts
 
 
 class _State:

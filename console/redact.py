@@ -1,0 +1,68 @@
+"""Secrets never reach the logs: every log record is created with them masked.
+
+What is masked, wherever it appears in a record's message, its arguments or
+its traceback:
+
+* invitation links, ``/invite/<token>/`` (Django logs the path of every 4xx
+  answer: an expired or used link would otherwise be written whole);
+* gateway keys and personal access tokens (``sk-<id>_<secret>``,
+  ``pat_<id>_<secret>``): the public id stays, so a line still says which
+  key it was about.
+
+``install`` (``ConsoleConfig.ready``, so every web, gateway and Celery
+process) wraps the logging module's record factory, so the masking holds for
+every handler: Django's, Celery's (which replaces the root handlers in a
+worker), uvicorn's, pytest's. It is a net under the rule, not the rule: code
+never logs a secret in the first place (the invitation token travels to the
+e-mail task sealed, see ``accounts.services.organizations.invitation_create``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+REDACTED = "[redacted]"
+
+_PATTERNS = (
+    (re.compile(r"(/invite/)[^/\s?#\"']+"), rf"\g<1>{REDACTED}"),
+    (re.compile(r"\b((?:sk-|pat_)[A-Za-z0-9]{6,16}_)[A-Za-z0-9_\-]{8,}"), rf"\g<1>{REDACTED}"),
+)
+_installed = False
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def mask(record: logging.LogRecord) -> logging.LogRecord:
+    """``record`` with its message (and traceback) masked, in place."""
+    try:
+        message = record.getMessage()
+    except Exception:  # a broken format string: leave it for the handler to report
+        return record
+    masked = redact(message)
+    if masked != message:
+        record.msg, record.args = masked, None
+    if record.exc_info and not record.exc_text:
+        # Format the traceback now (handlers reuse ``exc_text``) so it is masked too.
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact(record.exc_text)
+    return record
+
+
+def install() -> None:
+    """Mask every log record this process creates from now on (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    base = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        return mask(base(*args, **kwargs))
+
+    logging.setLogRecordFactory(factory)
+    _installed = True
