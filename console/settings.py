@@ -286,8 +286,25 @@ GATEWAY_RESPONSES_RETENTION_SECONDS = config.env_int(
     "GATEWAY_RESPONSES_RETENTION_SECONDS", 30 * 24 * 3600, minimum=1
 )
 GATEWAY_RESPONSES_MAX_ENTRIES = config.env_int("GATEWAY_RESPONSES_MAX_ENTRIES", 10_000, minimum=0)
-# When set, /metrics needs "Authorization: Bearer <token>".
+# /metrics answers "Authorization: Bearer <GATEWAY_METRICS_TOKEN>" only (see below).
 GATEWAY_METRICS_TOKEN = config.env_str("GATEWAY_METRICS_TOKEN")
+
+# --- gateway hardening (issue 19) -------------------------------------------
+# /metrics names every node and key-change counter: closed (401) unless a
+# token is set and sent, or it is opened on purpose for an internal scraper.
+GATEWAY_METRICS_PUBLIC = config.env_bool("GATEWAY_METRICS_PUBLIC", False)
+# Deadline of each command of the limits' Redis client (seconds): past it the
+# call gets 503 limits_unavailable instead of waiting on a stalled Redis.
+GATEWAY_LIMITS_REDIS_TIMEOUT = config.env_float("GATEWAY_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.001)
+# Presented keys found unusable are remembered (by their keyed hash) this long,
+# at most this many, so a flood of garbage keys reaches the database once each.
+GATEWAY_NEGATIVE_KEY_CACHE_SECONDS = config.env_int(
+    "GATEWAY_NEGATIVE_KEY_CACHE_SECONDS", 300, minimum=0
+)
+GATEWAY_NEGATIVE_KEY_CACHE_ENTRIES = config.env_int(
+    "GATEWAY_NEGATIVE_KEY_CACHE_ENTRIES", 100_000, minimum=0
+)
+# --- end of gateway hardening ------------------------------------------------
 
 # --- auth -----------------------------------------------------------------
 AUTH_USER_MODEL = "accounts.User"

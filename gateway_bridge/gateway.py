@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import functools
+import hmac
 import logging
 import os
 import time
@@ -83,6 +84,20 @@ def _open_spool():
             continue
         return Spool(directory / f"usage-{slot}.spool"), fd
     raise RuntimeError(f"no free spool slot in {directory}")
+
+
+def metrics_allowed(authorization: str) -> bool:
+    """Whether a request with this ``Authorization`` header may read /metrics:
+    with ``GATEWAY_METRICS_TOKEN`` set, only with that bearer token (compared
+    in constant time); without one, only when ``GATEWAY_METRICS_PUBLIC`` opens
+    it. Closed by default: the metrics name every node, shared and private."""
+    token = settings.GATEWAY_METRICS_TOKEN
+    if token:
+        scheme, _, presented = authorization.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), token.encode()
+        )
+    return bool(settings.GATEWAY_METRICS_PUBLIC)
 
 
 class Gateway:
@@ -381,13 +396,17 @@ class Gateway:
             self.emitter.emit(usage_event(call, elapsed, overhead))
 
     async def _metrics(self, headers: dict, send) -> None:
-        token = settings.GATEWAY_METRICS_TOKEN
-        if token and headers.get("authorization", "") != f"Bearer {token}":
-            body = b"metrics need a bearer token\n"
-            status = 401
-        else:
+        extra = []
+        if metrics_allowed(headers.get("authorization", "")):
             body = self.metrics.render().encode()
             status = 200
+        else:
+            body = (
+                b"/metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>' "
+                b"(or GATEWAY_METRICS_PUBLIC=true)\n"
+            )
+            status = 401
+            extra = [(b"www-authenticate", b'Bearer realm="metrics"')]
         await send(
             {
                 "type": "http.response.start",
@@ -395,6 +414,7 @@ class Gateway:
                 "headers": [
                     (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
                     (b"content-length", str(len(body)).encode()),
+                    *extra,
                 ],
             }
         )
