@@ -244,6 +244,12 @@ class Gateway:
         def invalidations():
             yield (), self.state.key_invalidations
 
+        def negative_keys():
+            yield (), len(self.state.negative)
+
+        def negative_hits():
+            yield (), self.state.negative_hits
+
         def key_coolings():
             yield (), self.keys.coolings
 
@@ -280,6 +286,18 @@ class Gateway:
             "Key, sub-account and organization changes heard (cached keys dropped).",
             (),
             invalidations,
+        )
+        m.gauge(
+            "gateway_negative_keys",
+            "Unusable presented keys remembered (by hash), refused without the database.",
+            (),
+            negative_keys,
+        )
+        m.gauge(
+            "gateway_negative_key_hits",
+            "Calls refused from the negative key cache, without the database.",
+            (),
+            negative_hits,
         )
         m.gauge(
             "gateway_credential_coolings",
