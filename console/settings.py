@@ -223,9 +223,10 @@ NODE_PROBE_TIMEOUT_SECONDS = config.env_int("NODE_PROBE_TIMEOUT_SECONDS", 2, min
 NODE_UNHEALTHY_AFTER = config.env_int("NODE_UNHEALTHY_AFTER", 3, minimum=1)
 NODE_HEALTHY_AFTER = config.env_int("NODE_HEALTHY_AFTER", 2, minimum=1)
 NODE_PROBE_CONCURRENCY = config.env_int("NODE_PROBE_CONCURRENCY", 50, minimum=1)
-# Whether organizations may register nodes on private, loopback or link-local
-# addresses (the gateway and the prober would call them from inside this network).
-NODE_ALLOW_PRIVATE_URLS = config.env_bool("NODE_ALLOW_PRIVATE_URLS", not PRODUCTION)
+# Whether organizations' nodes may be on private, loopback, link-local or other
+# non-public addresses (the gateway and the prober would call them from inside
+# this network). Off unless staff turn it on; shared platform nodes are never limited.
+NODE_ALLOW_PRIVATE_URLS = config.env_bool("NODE_ALLOW_PRIVATE_URLS", False)
 CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
     "task": "inference_node.probe_nodes",
     "schedule": float(NODE_PROBE_INTERVAL_SECONDS),

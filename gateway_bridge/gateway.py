@@ -62,6 +62,7 @@ from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
 from gateway_bridge.routing import Router, RouterConfig
 from gateway_bridge.state import GatewayState
 from gateway_bridge.upstreams import UpstreamPool
+from inference_node.facade import why_not_public
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,8 @@ class Gateway:
         # Circuit openings and closings go to the audit trail (the Errors page).
         self.circuits = circuits if circuits is not None else CircuitReporter()
         self.router.on_transition = self.circuits.report
-        self.pool = UpstreamPool()
+        # A tenant's node is reached at addresses checked on every connect (SSRF).
+        self.pool = UpstreamPool(address_guard=why_not_public)
         # Credentials of the channels' key pools: cooling, refused, breakers, limits.
         self.keys = KeyPool(self.router.config)
         self.keys.on_refused = self.state.report_refused_credential
