@@ -288,7 +288,7 @@ class GatewayState:
                 entry = await self.run_db(_load_key, raw)
             except Exception as exc:
                 self._loading.pop(digest, None)
-                if hit is not None and hit[0] is not None:
+                if hit is not None:
                     # The database is unreachable (a restart, a failover): the key was
                     # valid a moment ago and a revocation still arrives by pub/sub, so
                     # keep serving it rather than fail every call of every client.

@@ -280,6 +280,8 @@ class Command(BaseCommand):
             "GATEWAY_ROUTING_OVERRIDES": f"{AFFINITY_MODEL}=prefix_affinity,{RR_MODEL}=round_robin",
             # /metrics is closed without a token: the bench reads it with this one.
             "GATEWAY_METRICS_TOKEN": self.metrics_token,
+            # The bench organization's nodes are simulators on loopback: allowed here.
+            "NODE_ALLOW_PRIVATE_URLS": "true",
         }
         cmd = _uvicorn("console.asgi:application", port)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
