@@ -242,9 +242,10 @@ NODE_PROBE_TIMEOUT_SECONDS = config.env_int("NODE_PROBE_TIMEOUT_SECONDS", 2, min
 NODE_UNHEALTHY_AFTER = config.env_int("NODE_UNHEALTHY_AFTER", 3, minimum=1)
 NODE_HEALTHY_AFTER = config.env_int("NODE_HEALTHY_AFTER", 2, minimum=1)
 NODE_PROBE_CONCURRENCY = config.env_int("NODE_PROBE_CONCURRENCY", 50, minimum=1)
-# Whether organizations may register nodes on private, loopback or link-local
-# addresses (the gateway and the prober would call them from inside this network).
-NODE_ALLOW_PRIVATE_URLS = config.env_bool("NODE_ALLOW_PRIVATE_URLS", not PRODUCTION)
+# Whether organizations' nodes may be on private, loopback, link-local or other
+# non-public addresses (the gateway and the prober would call them from inside
+# this network). Off unless staff turn it on; shared platform nodes are never limited.
+NODE_ALLOW_PRIVATE_URLS = config.env_bool("NODE_ALLOW_PRIVATE_URLS", False)
 CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
     "task": "inference_node.probe_nodes",
     "schedule": float(NODE_PROBE_INTERVAL_SECONDS),
@@ -305,8 +306,25 @@ GATEWAY_RESPONSES_RETENTION_SECONDS = config.env_int(
     "GATEWAY_RESPONSES_RETENTION_SECONDS", 30 * 24 * 3600, minimum=1
 )
 GATEWAY_RESPONSES_MAX_ENTRIES = config.env_int("GATEWAY_RESPONSES_MAX_ENTRIES", 10_000, minimum=0)
-# When set, /metrics needs "Authorization: Bearer <token>".
+# /metrics answers "Authorization: Bearer <GATEWAY_METRICS_TOKEN>" only (see below).
 GATEWAY_METRICS_TOKEN = config.env_str("GATEWAY_METRICS_TOKEN")
+
+# --- gateway hardening (issue 19) -------------------------------------------
+# /metrics names every node and key-change counter: closed (401) unless a
+# token is set and sent, or it is opened on purpose for an internal scraper.
+GATEWAY_METRICS_PUBLIC = config.env_bool("GATEWAY_METRICS_PUBLIC", False)
+# Deadline of each command of the limits' Redis client (seconds): past it the
+# call gets 503 limits_unavailable instead of waiting on a stalled Redis.
+GATEWAY_LIMITS_REDIS_TIMEOUT = config.env_float("GATEWAY_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.001)
+# Presented keys found unusable are remembered (by their keyed hash) this long,
+# at most this many, so a flood of garbage keys reaches the database once each.
+GATEWAY_NEGATIVE_KEY_CACHE_SECONDS = config.env_int(
+    "GATEWAY_NEGATIVE_KEY_CACHE_SECONDS", 300, minimum=0
+)
+GATEWAY_NEGATIVE_KEY_CACHE_ENTRIES = config.env_int(
+    "GATEWAY_NEGATIVE_KEY_CACHE_ENTRIES", 100_000, minimum=0
+)
+# --- end of gateway hardening ------------------------------------------------
 
 # --- auth -----------------------------------------------------------------
 AUTH_USER_MODEL = "accounts.User"

@@ -29,6 +29,7 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 DEFAULT_REQUEST_TTL = 300
+REDIS_TIMEOUT_S = 2.0
 MAX_TTL = 7 * 24 * 3600
 _VOLATILE = ("stream", "stream_options", "user", "metadata", "store", "service_tier")
 
@@ -55,7 +56,12 @@ class TtlStore:
         if settings.REDIS_URL:
             import redis.asyncio as aioredis
 
-            self._redis = aioredis.Redis.from_url(settings.REDIS_URL)
+            # A stalled Redis costs a lookup at most this (then it is a miss), never a hang.
+            self._redis = aioredis.Redis.from_url(
+                settings.REDIS_URL,
+                socket_timeout=REDIS_TIMEOUT_S,
+                socket_connect_timeout=REDIS_TIMEOUT_S,
+            )
         prefix = settings.CACHES["default"].get("KEY_PREFIX") or "console"
         self._prefix = f"{prefix}:gateway:{namespace}:"
         self._what = namespace

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import functools
+import hmac
 import logging
 import os
 import time
@@ -61,6 +62,7 @@ from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
 from gateway_bridge.routing import Router, RouterConfig
 from gateway_bridge.state import GatewayState
 from gateway_bridge.upstreams import UpstreamPool
+from inference_node.facade import why_not_public
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,20 @@ def _open_spool():
             continue
         return Spool(directory / f"usage-{slot}.spool"), fd
     raise RuntimeError(f"no free spool slot in {directory}")
+
+
+def metrics_allowed(authorization: str) -> bool:
+    """Whether a request with this ``Authorization`` header may read /metrics:
+    with ``GATEWAY_METRICS_TOKEN`` set, only with that bearer token (compared
+    in constant time); without one, only when ``GATEWAY_METRICS_PUBLIC`` opens
+    it. Closed by default: the metrics name every node, shared and private."""
+    token = settings.GATEWAY_METRICS_TOKEN
+    if token:
+        scheme, _, presented = authorization.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), token.encode()
+        )
+    return bool(settings.GATEWAY_METRICS_PUBLIC)
 
 
 class Gateway:
@@ -109,7 +125,8 @@ class Gateway:
         # Circuit openings and closings go to the audit trail (the Errors page).
         self.circuits = circuits if circuits is not None else CircuitReporter()
         self.router.on_transition = self.circuits.report
-        self.pool = UpstreamPool()
+        # A tenant's node is reached at addresses checked on every connect (SSRF).
+        self.pool = UpstreamPool(address_guard=why_not_public)
         # Credentials of the channels' key pools: cooling, refused, breakers, limits.
         self.keys = KeyPool(self.router.config)
         self.keys.on_refused = self.state.report_refused_credential
@@ -229,6 +246,12 @@ class Gateway:
         def invalidations():
             yield (), self.state.key_invalidations
 
+        def negative_keys():
+            yield (), len(self.state.negative)
+
+        def negative_hits():
+            yield (), self.state.negative_hits
+
         def key_coolings():
             yield (), self.keys.coolings
 
@@ -265,6 +288,18 @@ class Gateway:
             "Key, sub-account and organization changes heard (cached keys dropped).",
             (),
             invalidations,
+        )
+        m.gauge(
+            "gateway_negative_keys",
+            "Unusable presented keys remembered (by hash), refused without the database.",
+            (),
+            negative_keys,
+        )
+        m.gauge(
+            "gateway_negative_key_hits",
+            "Calls refused from the negative key cache, without the database.",
+            (),
+            negative_hits,
         )
         m.gauge(
             "gateway_credential_coolings",
@@ -381,13 +416,17 @@ class Gateway:
             self.emitter.emit(usage_event(call, elapsed, overhead))
 
     async def _metrics(self, headers: dict, send) -> None:
-        token = settings.GATEWAY_METRICS_TOKEN
-        if token and headers.get("authorization", "") != f"Bearer {token}":
-            body = b"metrics need a bearer token\n"
-            status = 401
-        else:
+        extra = []
+        if metrics_allowed(headers.get("authorization", "")):
             body = self.metrics.render().encode()
             status = 200
+        else:
+            body = (
+                b"/metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>' "
+                b"(or GATEWAY_METRICS_PUBLIC=true)\n"
+            )
+            status = 401
+            extra = [(b"www-authenticate", b'Bearer realm="metrics"')]
         await send(
             {
                 "type": "http.response.start",
@@ -395,6 +434,7 @@ class Gateway:
                 "headers": [
                     (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
                     (b"content-length", str(len(body)).encode()),
+                    *extra,
                 ],
             }
         )

@@ -8,6 +8,16 @@ other processes over Redis pub/sub, listened to here) drop cached keys and
 refresh prices and nodes; a key is also re-read after
 ``GATEWAY_KEY_CACHE_SECONDS`` whatever happens, and its expiry is checked on
 every call.
+
+Unusable keys (unknown, a wrong secret, revoked, expired, a suspended
+account) are remembered apart, by keyed hash, in a bounded expiring
+``NegativeCache`` (``GATEWAY_NEGATIVE_KEY_CACHE_SECONDS`` / ``_ENTRIES``):
+a garbage key reaches the database once, then costs a hash and a dict
+look-up. A change of a key, sub-account or organization drops the negative
+entries of exactly the hashes of the keys it concerns (one query on a
+gateway thread); until that is done the negative entries are not trusted,
+so a key made usable again (an account resumed, an expiry moved) works at
+once. A new key has a new hash: no negative entry can refuse it.
 """
 
 from __future__ import annotations
@@ -23,9 +33,16 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from accounts.facade import AuthenticatedKey, Organization, api_key_authenticate, keyed_hash
+from accounts.facade import (
+    ApiKey,
+    AuthenticatedKey,
+    Organization,
+    api_key_authenticate,
+    keyed_hash,
+)
 from console import ipnet
 from gateway_bridge import notify
+from gateway_bridge.negative_cache import NegativeCache
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError
 from inference_node.facade import build_routing_snapshot
 from usage.facade import CatalogModel, PriceBook, discount_ppm_for
@@ -34,7 +51,6 @@ logger = logging.getLogger(__name__)
 
 PRICE_REFRESH_SECONDS = 5.0
 NODE_REFRESH_SECONDS = 1.0
-NEGATIVE_CACHE_SECONDS = 1.0
 MAX_CACHED_KEYS = 100_000
 # Presented keys whose keyed hash is remembered (the HMAC is a fixed cost per
 # call otherwise); the memo only maps a secret to its hash, never to a verdict.
@@ -109,6 +125,23 @@ def _load_key(raw: str) -> KeyEntry | None:
         _db_done()
 
 
+# The keys a change message concerns, by the model field that names them.
+_KEYS_OF = {"key": "pk", "sub": "sub_account_id", "org": "organization_id"}
+
+
+def _key_hashes(kind: str, ident: int) -> list[str]:
+    """The keyed hashes (current and previous secret) of the keys a ``key:``,
+    ``sub:`` or ``org:`` change concerns: the negative entries it may void."""
+    close_old_connections()
+    try:
+        rows = ApiKey.objects.filter(**{_KEYS_OF[kind]: ident}).values_list(
+            "secret_hash", "previous_secret_hash"
+        )
+        return [h for row in rows for h in row if h]
+    finally:
+        _db_done()
+
+
 def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
     close_old_connections()
     try:
@@ -143,8 +176,23 @@ class GatewayState:
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-db")
         self.key_ttl = settings.GATEWAY_KEY_CACHE_SECONDS
-        # keyed hash of the presented key -> (KeyEntry | None, loaded_at monotonic)
-        self._keys: dict[str, tuple[KeyEntry | None, float]] = {}
+        # keyed hash of the presented key -> (KeyEntry, loaded_at monotonic)
+        self._keys: dict[str, tuple[KeyEntry, float]] = {}
+        # keyed hashes of presented keys that are not usable (see the module doc)
+        self.negative = NegativeCache(
+            settings.GATEWAY_NEGATIVE_KEY_CACHE_ENTRIES,
+            settings.GATEWAY_NEGATIVE_KEY_CACHE_SECONDS,
+        )
+        # Key, sub-account and organization changes heard (bumped at once, on any
+        # thread) and those whose negative entries are dropped already: the
+        # negative cache is trusted only while the two agree.
+        self._changes_heard = 0
+        self._changes_settled = 0
+        self._heard_lock = threading.Lock()
+        self._settling: asyncio.Lock | None = None
+        self._settle_tasks: set[asyncio.Task] = set()
+        # Presented keys refused from the negative cache, without the database (/metrics).
+        self.negative_hits = 0
         self._loading: dict[str, asyncio.Future] = {}
         # presented key -> its keyed hash (bounded; see digest())
         self._digests: dict[str, str] = {}
@@ -189,7 +237,7 @@ class GatewayState:
         if self._unsubscribe:
             self._unsubscribe()
         self._listener_stop.set()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._settle_tasks]:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -229,20 +277,23 @@ class GatewayState:
         hit = self._keys.get(digest)
         if hit is not None:
             entry, loaded = hit
-            ttl = self.key_ttl if entry is not None else min(self.key_ttl, NEGATIVE_CACHE_SECONDS)
-            if now - loaded < ttl and not (self._tombstones and self._buried(entry)):
+            if now - loaded < self.key_ttl and not (self._tombstones and self._buried(entry)):
                 return entry
             if self._tombstones and self._buried(entry):
                 hit = None  # changed: neither served nor kept for an outage
+        elif self._changes_settled == self._changes_heard and digest in self.negative:
+            self.negative_hits += 1
+            return None
         pending = self._loading.get(digest)
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
             self._loading[digest] = pending
+            heard = self._changes_heard
             try:
                 entry = await self.run_db(_load_key, raw)
             except Exception as exc:
                 self._loading.pop(digest, None)
-                if hit is not None and hit[0] is not None:
+                if hit is not None:
                     # The database is unreachable (a restart, a failover): the key was
                     # valid a moment ago and a revocation still arrives by pub/sub, so
                     # keep serving it rather than fail every call of every client.
@@ -264,9 +315,14 @@ class GatewayState:
                 pending.set_exception(exc)
                 pending.exception()  # mark retrieved
                 raise
-            if len(self._keys) >= MAX_CACHED_KEYS:
-                self._keys.clear()
-            self._keys[digest] = (entry, time.monotonic())
+            if entry is None:
+                self._keys.pop(digest, None)
+                if heard == self._changes_heard:  # no change heard while it was read
+                    self.negative.add(digest)
+            else:
+                if len(self._keys) >= MAX_CACHED_KEYS:
+                    self._keys.clear()
+                self._keys[digest] = (entry, time.monotonic())
             self._loading.pop(digest, None)
             pending.set_result(entry)
             return entry
@@ -276,8 +332,7 @@ class GatewayState:
         doomed = [
             digest
             for digest, (entry, _) in self._keys.items()
-            if entry is None
-            or (key_id is not None and entry.auth.key_id == key_id)
+            if (key_id is not None and entry.auth.key_id == key_id)
             or (sub_id is not None and entry.auth.sub_account_id == sub_id)
             or (org_id is not None and entry.auth.organization_id == org_id)
         ]
@@ -287,9 +342,7 @@ class GatewayState:
 
     # --- messages ---------------------------------------------------------
 
-    def _buried(self, entry: KeyEntry | None) -> bool:
-        if entry is None:
-            return False
+    def _buried(self, entry: KeyEntry) -> bool:
         auth = entry.auth
         t = self._tombstones
         return (
@@ -308,6 +361,8 @@ class GatewayState:
             self._tombstones.add((letter, int(rest)))
         except ValueError:
             return
+        with self._heard_lock:  # the negative cache is not trusted until settled
+            self._changes_heard += 1
         self.key_invalidations += 1
         self.last_key_invalidation = time.time()
 
@@ -328,6 +383,8 @@ class GatewayState:
     def on_message(self, message: str) -> None:
         kind, _, rest = message.partition(":")
         try:
+            if kind in _KEYS_OF:
+                self._settle_negatives(kind, int(rest))
             if kind == "key":
                 self.drop_keys(key_id=int(rest))
                 self._tombstones.discard(("k", int(rest)))
@@ -345,6 +402,36 @@ class GatewayState:
             logger.warning("gateway: ignoring malformed message %r", message)
         for hook in self.on_message_hooks:
             hook(kind, rest)
+
+    def _settle_negatives(self, kind: str, ident: int) -> None:
+        """Drop the negative entries of the keys a change concerns (their hashes
+        read on a gateway thread, one change after another), then trust the
+        negative cache again. Without a database answer: forget them all."""
+
+        def settled() -> None:
+            # One change settled (never past those heard: a message handed to
+            # on_message directly was not counted).
+            self._changes_settled = min(self._changes_settled + 1, self._changes_heard)
+
+        async def settle() -> None:
+            if self._settling is None:
+                self._settling = asyncio.Lock()
+            async with self._settling:  # in the order the changes came
+                try:
+                    self.negative.discard(await self.run_db(_key_hashes, kind, ident))
+                except Exception:
+                    logger.warning("gateway: could not read the changed keys; forgetting all")
+                    self.negative.clear()
+                settled()
+
+        try:
+            task = asyncio.get_running_loop().create_task(settle())
+        except RuntimeError:  # no loop running (called outside the gateway)
+            self.negative.clear()
+            settled()
+            return
+        self._settle_tasks.add(task)
+        task.add_done_callback(self._settle_tasks.discard)
 
     def _redis_listener(self) -> None:
         """Runs on its own thread: a message is marked (``_mark``) the moment it
@@ -385,6 +472,7 @@ class GatewayState:
 
     def _forget_everything(self) -> None:
         self._keys.clear()
+        self.negative.clear()
         self._prices_dirty = self._nodes_dirty = True
 
     # --- prices, catalogue, nodes ----------------------------------------

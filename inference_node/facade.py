@@ -21,14 +21,15 @@ For the gateway's key pools and upstream connections: ``credential_refused``
 (a vendor refused a key with 401 / 403: disable it, audit it, take the
 channel down when it was the last active one; idempotent, callable from a
 worker thread), and the address rules a tenant's upstream must pass at
-connect time too (``is_public_address``, ``refuse_internal_host``: DNS can
-change after a node was saved).
+connect time too (``is_public_address``, ``why_not_public``,
+``refuse_internal_host``: DNS can change after a node was saved; a
+``RoutableNode`` with ``public_only`` is reached at checked addresses only).
 """
 
 from __future__ import annotations
 
 from inference_node.addresses import is_public as is_public_address
-from inference_node.addresses import refuse_internal_host
+from inference_node.addresses import refuse_internal_host, why_not_public
 from inference_node.health import probe_nodes
 from inference_node.models import (
     Credential,
@@ -71,4 +72,5 @@ __all__ = [
     "nodes_own_and_shared",
     "probe_nodes",
     "refuse_internal_host",
+    "why_not_public",
 ]

@@ -139,8 +139,11 @@ class NodeForm(forms.Form):
         label="Base URL",
         required=False,
         max_length=500,
-        help_text="The server's root, e.g. http://10.0.0.5:8000 (without /v1).",
-        widget=forms.TextInput(attrs={"placeholder": "http://10.0.0.5:8000"}),
+        help_text=(
+            "The server's root, e.g. https://llm.example.com:8000 (without /v1), at a public "
+            "address unless the platform allows private ones."
+        ),
+        widget=forms.TextInput(attrs={"placeholder": "https://llm.example.com:8000"}),
     )
     api_path = forms.CharField(
         label="API path",

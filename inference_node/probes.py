@@ -5,7 +5,10 @@ under a timeout).
 * ``health`` (self-hosted servers): ``/health``, ``/v1/models`` and
   ``/metrics``. The probe succeeds when the first two answer 2xx (the latter
   with a model list). ``/metrics`` is optional: 404 just means the node has
-  none, and a broken one never fails the probe.
+  none, and a broken one never fails the probe. It is read from shared
+  platform nodes only: a tenant's node is asked for its health and model
+  list, nothing else (no metric values read from whatever a tenant points
+  at; ``metrics`` is then ``"skipped"``).
 * ``models`` (vendors): the vendor's model list with the channel's first
   active key and the vendor's auth header (``inference_node.vendor_probe``).
   A 401 / 403 fails the probe and names the key's hint; disabling a key is the
@@ -15,8 +18,11 @@ under a timeout).
 Error texts are written here, never copied from exceptions, so they name no
 host, port or key: they are shown even for shared platform nodes whose address
 tenants must not learn. A tenant's node under ``NODE_ALLOW_PRIVATE_URLS=False``
-is reached through ``PublicOnlyResolver``, so a name that resolved to a public
-address when saved cannot be turned on this deployment's own network later.
+(``addresses.guarded``) is reached through ``PublicOnlyResolver``, so a name
+that resolved to a public address when saved cannot be turned on this
+deployment's own network later, and an IP literal is checked again before
+each probe (the rules may have changed since it was saved): a refused node
+is not contacted at all.
 """
 
 from __future__ import annotations
@@ -26,15 +32,21 @@ import logging
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from urllib.parse import urlsplit
 
 import aiohttp
 from django.conf import settings
 from django.utils import timezone
 
 from inference_node import vendor_probe
-from inference_node.addresses import PrivateAddressRefused, PublicOnlyResolver
+from inference_node.addresses import (
+    PrivateAddressRefused,
+    PublicOnlyResolver,
+    guarded,
+    literal_refusal,
+)
 from inference_node.metrics import NodeLoad, node_load
 from inference_node.models import CredentialStatus, HealthCheck, Node, NodeKind
 from inference_node.selectors import ALL_KEYS_DISABLED, NO_API_KEY
@@ -42,6 +54,8 @@ from inference_node.selectors import ALL_KEYS_DISABLED, NO_API_KEY
 logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_DISCOVERED_MODELS = vendor_probe.MAX_DISCOVERED_MODELS
+SKIPPED = object()  # /metrics not asked (a tenant's node)
+REFUSED_ADDRESS = "refused: the node's address is not a public address"
 
 
 @dataclass(frozen=True)
@@ -56,8 +70,10 @@ class ProbeTarget:
     key_hint: str = ""
     # Why a vendor channel has no key to probe with ("" when it has one).
     no_key: str = ""
-    # Reach it only at public addresses (a tenant's node in production).
+    # Reach it only at public addresses (a tenant's node, unless staff allow private ones).
     guarded: bool = False
+    # A tenant's node: asked for health and models only, never /metrics.
+    tenant: bool = False
 
     @classmethod
     def of(cls, node: Node) -> ProbeTarget:
@@ -84,7 +100,8 @@ class ProbeTarget:
             health_check=node.health_check,
             key_hint=key_hint,
             no_key=no_key,
-            guarded=node.organization_id is not None and not settings.NODE_ALLOW_PRIVATE_URLS,
+            guarded=guarded(node.organization_id),
+            tenant=node.organization_id is not None,
         )
 
 
@@ -97,8 +114,17 @@ class ProbeResult:
     error: str = ""
     # [{"id": ..., "max_model_len": ...}]; None when /v1/models gave no list.
     models: tuple[dict, ...] | None = None
-    load: NodeLoad | None = None  # None when /metrics is absent or unreadable
-    metrics: str = "absent"  # "ok", "absent" (404) or "error"
+    load: NodeLoad | None = None  # None when /metrics is absent, unreadable or not read
+    # "ok", "absent" (404), "error", or "skipped" (a tenant's node: not asked)
+    metrics: str = "absent"
+
+    def relayed(self) -> ProbeResult:
+        """What "test now" shows a tenant about its own node: health (ok, latency,
+        a message written here) and the model ids, nothing else it answered."""
+        models = None
+        if self.models is not None:
+            models = tuple({"id": m["id"]} for m in self.models if "id" in m)
+        return replace(self, models=models, load=None)
 
 
 class _ProbeError(Exception):
@@ -168,6 +194,8 @@ async def probe_node(
         return _discovered(body)
 
     async def metrics():
+        if target.tenant:
+            return SKIPPED
         status, body = await _get(session, f"{base}/metrics", "/metrics", headers)
         if status in (404, 405):
             return None
@@ -186,7 +214,9 @@ async def probe_node(
     for out in (health_out, models_out, metrics_out):
         if isinstance(out, BaseException) and not isinstance(out, (_ProbeError, TimeoutError)):
             raise out
-    if isinstance(metrics_out, NodeLoad):
+    if metrics_out is SKIPPED:
+        load, metrics_state = None, "skipped"
+    elif isinstance(metrics_out, NodeLoad):
         load, metrics_state = metrics_out, "ok"
     elif metrics_out is None:
         load, metrics_state = None, "absent"
@@ -270,14 +300,21 @@ async def probe_targets(
 
     async with AsyncExitStack() as stack:
         plain = await stack.enter_async_context(session())
-        guarded = plain
+        public_only = plain
         if any(t.guarded for t in targets):
-            guarded = await stack.enter_async_context(session(resolver=PublicOnlyResolver()))
+            public_only = await stack.enter_async_context(session(resolver=PublicOnlyResolver()))
 
         async def one(target):
+            if target.guarded and literal_refusal(urlsplit(target.base_url).hostname or ""):
+                return ProbeResult(
+                    node_id=target.node_id,
+                    ok=False,
+                    probed_at=timezone.now(),
+                    error=REFUSED_ADDRESS,
+                )
             async with gate:
                 try:
-                    chosen = guarded if target.guarded else plain
+                    chosen = public_only if target.guarded else plain
                     return await probe_node(chosen, target, timeout=timeout)
                 except Exception as exc:  # one odd node must not end the round
                     logger.exception("probe of node %s failed unexpectedly", target.node_id)

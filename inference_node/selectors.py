@@ -15,6 +15,7 @@ from django.db.models import Prefetch, Q, QuerySet
 
 from accounts.facade import Actor, NotFound, Perm, PermissionDenied
 from console.crypto import Unreadable
+from inference_node.addresses import guarded
 from inference_node.models import (
     Credential,
     CredentialStatus,
@@ -184,6 +185,9 @@ class RoutableNode:
     # its own token, which may be "").
     credentials: tuple[RoutableCredential, ...] = ()
     cost: CostPrice | None = None
+    # Reach it at public addresses only, checked on every connect (a tenant's
+    # node unless staff allow private ones: ``inference_node.addresses``).
+    public_only: bool = False
 
     def __repr__(self) -> str:  # never the token in logs
         return f"RoutableNode({self.node_id}, {self.name!r}, {self.upstream_model!r})"
@@ -304,6 +308,7 @@ def build_routing_snapshot() -> RoutingSnapshot:
             tier=row.tier,
             credentials=pool,
             cost=_cost(row),
+            public_only=guarded(node.organization_id),
         )
         grouped.setdefault(row.public_name, {}).setdefault(node.organization_id, []).append(entry)
     frozen = {

@@ -17,6 +17,10 @@ def _test_settings(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.API_KEY_PEPPER = "test-pepper-not-secret"
     settings.INVITATION_TTL_HOURS = 72
+    # The tests' nodes, tenants' included, are simulators on 127.0.0.1: staff's
+    # allow setting on. The SSRF tests (tests/inference_node/test_addresses.py,
+    # tests/gateway_bridge/test_ssrf.py) turn the default rule back on.
+    settings.NODE_ALLOW_PRIVATE_URLS = True
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -121,6 +122,8 @@ class Cluster:
     workers: list[Proc] = field(default_factory=list)
     beat: Proc | None = None
     broker: Proc | None = None
+    # The gateways' /metrics token (closed without one): set in their env, sent by metrics().
+    metrics_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     # --- set-up ----------------------------------------------------------------
 
@@ -140,6 +143,8 @@ class Cluster:
             "CONSOLE_SECRET_KEYS": ",".join(settings.CONSOLE_SECRET_KEYS),
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            # /metrics is closed without a token: the soak reads it with this one.
+            "GATEWAY_METRICS_TOKEN": self.metrics_token,
         }
         env.pop("CI", None)
         env.update(extra)
@@ -279,7 +284,11 @@ class Cluster:
         self.workers[i].start()
 
     def metrics(self, i: int) -> str:
-        with urllib.request.urlopen(f"{self.gateway_url(i)}/metrics", timeout=5) as resp:  # noqa: S310
+        request = urllib.request.Request(  # noqa: S310 - our own gateway on loopback
+            f"{self.gateway_url(i)}/metrics",
+            headers={"Authorization": f"Bearer {self.metrics_token}"},
+        )
+        with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310
             return resp.read().decode()
 
 

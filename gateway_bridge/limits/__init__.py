@@ -40,7 +40,9 @@ def build_store() -> LimitStore:
     from django.conf import settings
 
     if settings.GATEWAY_LIMITS_STORE == "redis":
-        return RedisLimitStore.from_url(settings.REDIS_URL)
+        return RedisLimitStore.from_url(
+            settings.REDIS_URL, timeout=settings.GATEWAY_LIMITS_REDIS_TIMEOUT
+        )
     return MemoryLimitStore()
 
 

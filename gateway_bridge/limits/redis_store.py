@@ -269,19 +269,30 @@ class RedisLimitStore:
         self._credit = client.register_script(CREDIT)
 
     @classmethod
-    def from_url(cls, url: str, *, client: str = "resp", **kwargs) -> RedisLimitStore:
+    def from_url(
+        cls, url: str, *, client: str = "resp", timeout: float | None = None, **kwargs
+    ) -> RedisLimitStore:
         """A store with its own connection. ``client="resp"`` (the default for
         ``redis://``): one pipelined connection (``limits.resp``), several times
         cheaper per call than redis-py; ``"redis-py"``: redis.asyncio with a
         blocking pool of 64 (TLS, sockets), where callers wait up to 5 s for a
-        free connection rather than fail."""
+        free connection rather than fail. ``timeout`` (seconds): the deadline of
+        each command (and of the connect, and of the wait for a pooled
+        connection); past it the call raises (``resp.RedisTimeout``, redis-py's
+        ``TimeoutError``), which the gateway answers with 503 ``limits_unavailable``."""
         if client == "resp" and url.startswith("redis://"):
             from gateway_bridge.limits.resp import RespClient
 
-            return cls(RespClient.from_url(url), **kwargs)
+            return cls(RespClient.from_url(url, timeout=timeout), **kwargs)
         import redis.asyncio as aioredis
 
-        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=64, timeout=5)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=64,
+            timeout=5 if timeout is None else timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+        )
         return cls(aioredis.Redis(connection_pool=pool), **kwargs)
 
     def _now_arg(self) -> str:

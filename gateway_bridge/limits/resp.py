@@ -8,7 +8,17 @@ in order (Redis answers a connection's commands in order), so concurrent
 calls share the socket and its syscalls. It speaks just what the limits
 store needs: RESP2 replies, EVALSHA with a SCRIPT LOAD fallback, AUTH and
 SELECT from the URL. ``rediss://`` and unix sockets are not supported: use
-the redis-py client for those (``RedisLimitStore.from_url(..., client="redis-py")``)."""
+the redis-py client for those (``RedisLimitStore.from_url(..., client="redis-py")``).
+
+Deadlines: with ``timeout`` set, every command (and the connect with its
+AUTH / SELECT) raises ``RedisTimeout`` (a ``TimeoutError``) when no reply came
+within it, so a stalled Redis (paused, overloaded, a dead peer) costs a caller
+at most ``timeout``, never a hang; the limits then answer 503
+``limits_unavailable``. One timer handle per command, no extra task. The
+command was written, so Redis may still run it later: its reply is matched
+to the abandoned caller and dropped, keeping every later reply in order. A
+connection that read nothing for ``STALE_AFTER_S`` while commands wait is
+dropped, and the next command reconnects."""
 
 from __future__ import annotations
 
@@ -17,9 +27,16 @@ import hashlib
 from collections import deque
 from urllib.parse import unquote, urlsplit
 
+# A connection that answers nothing for this long while commands wait is dropped.
+STALE_AFTER_S = 5.0
+
 
 class RespError(Exception):
     """An error reply from Redis."""
+
+
+class RedisTimeout(TimeoutError):
+    """No reply within the client's deadline."""
 
 
 class _Incomplete(Exception):
@@ -78,11 +95,15 @@ class _Protocol(asyncio.Protocol):
         self.pending: deque[asyncio.Future] = deque()
         self.buf = bytearray()
         self.lost: Exception | None = None
+        # Loop time of the last progress while commands wait (a reply read, or
+        # the first command written to an idle connection).
+        self.progress_at = 0.0
 
     def connection_made(self, transport):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self.progress_at = asyncio.get_running_loop().time()
         buf = self.buf
         buf += data
         pos = 0
@@ -110,15 +131,23 @@ class _Protocol(asyncio.Protocol):
 
 class RespClient:
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 6379, db: int = 0, username=None, password=None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 6379,
+        db: int = 0,
+        username=None,
+        password=None,
+        *,
+        timeout: float | None = None,
     ):
         self.host, self.port, self.db = host, port, db
         self.username, self.password = username, password
+        self.timeout = timeout  # seconds per command; None: wait as long as it takes
         self._proto: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
 
     @classmethod
-    def from_url(cls, url: str) -> RespClient:
+    def from_url(cls, url: str, *, timeout: float | None = None) -> RespClient:
         parts = urlsplit(url)
         if parts.scheme != "redis":
             raise ValueError(f"RespClient speaks redis:// only, not {parts.scheme}://")
@@ -129,12 +158,24 @@ class RespClient:
             db,
             unquote(parts.username) if parts.username else None,
             unquote(parts.password) if parts.password else None,
+            timeout=timeout,
         )
 
     async def _connection(self) -> _Protocol:
         proto = self._proto
         if proto is not None and proto.lost is None:
             return proto
+        if self.timeout is None:
+            return await self._connect()
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._connect()
+        except TimeoutError:
+            raise RedisTimeout(
+                f"no connection to Redis at {self.host}:{self.port} within {self.timeout:g} s"
+            ) from None
+
+    async def _connect(self) -> _Protocol:
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
@@ -159,18 +200,38 @@ class RespClient:
             self._proto = proto
             return proto
 
-    @staticmethod
-    def _send(proto: _Protocol, args) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
+    def _send(self, proto: _Protocol, args) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if not proto.pending:
+            proto.progress_at = loop.time()
         proto.pending.append(fut)
         proto.transport.write(encode(args))
         return fut
+
+    def _expire(self, fut: asyncio.Future, proto: _Protocol) -> None:
+        """A command's deadline passed: its caller gets ``RedisTimeout`` (the
+        reply, if it ever comes, is dropped in order); a connection that has
+        read nothing for ``STALE_AFTER_S`` is dropped."""
+        if fut.done():
+            return
+        fut.set_exception(RedisTimeout(f"Redis did not answer within {self.timeout:g} s"))
+        stalled = fut.get_loop().time() - proto.progress_at
+        if stalled >= STALE_AFTER_S and proto.transport is not None and proto.lost is None:
+            proto.transport.abort()  # connection_lost fails the rest; the next command reconnects
 
     async def execute(self, *args):
         proto = self._proto
         if proto is None or proto.lost is not None:
             proto = await self._connection()
-        return await self._send(proto, args)
+        fut = self._send(proto, args)
+        if self.timeout is None:
+            return await fut
+        timer = fut.get_loop().call_later(self.timeout, self._expire, fut, proto)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
 
     def register_script(self, lua: str) -> _Script:
         return _Script(self, lua)

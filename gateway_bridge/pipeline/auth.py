@@ -1,8 +1,11 @@
 """Stage 2, authenticate: the key, the client's address, the key's rules on both.
 
 - The key comes from ``Authorization: Bearer``, ``x-api-key`` (Anthropic),
-  ``x-goog-api-key`` (Gemini) or the ``key`` query parameter (Gemini), in
-  that order; it is looked up in the gateway's key cache (``GatewayState``).
+  ``x-goog-api-key`` (Gemini) or the ``key`` query parameter, in that order;
+  it is looked up in the gateway's key cache (``GatewayState``). The query
+  parameter is Gemini's convention and is read on Gemini routes only: on an
+  OpenAI or Anthropic path a key in the URL (which proxies and access logs
+  keep) is refused with that protocol's 401.
 - The client's address is the TCP peer, unless the peer is one of our
   trusted proxies (``GATEWAY_TRUSTED_PROXIES``): then it is the right-most
   ``X-Forwarded-For`` hop that is not a trusted proxy.
@@ -33,8 +36,18 @@ def trusted_proxies(entries, logger) -> ipnet.Networks:
     )
 
 
+def query_key(query_string: bytes) -> str | None:
+    """The key in the ``key`` query parameter, or None."""
+    if b"key=" in query_string:
+        values = parse_qs(query_string.decode("latin-1")).get("key")
+        if values and values[0]:
+            return values[0]
+    return None
+
+
 def raw_key(headers: dict, query_string: bytes) -> str | None:
-    """The key the client presented, or None."""
+    """The key the client presented, or None. ``query_string`` is searched
+    for ``key=`` (pass ``b""`` where the protocol takes no key in the URL)."""
     auth = headers.get("authorization")
     if auth:
         scheme, _, value = auth.partition(" ")
@@ -44,11 +57,7 @@ def raw_key(headers: dict, query_string: bytes) -> str | None:
         value = headers.get(name)
         if value:
             return value.strip()
-    if b"key=" in query_string:
-        values = parse_qs(query_string.decode("latin-1")).get("key")
-        if values and values[0]:
-            return values[0]
-    return None
+    return query_key(query_string)
 
 
 def client_ip(trusted: ipnet.Networks, scope, headers: dict) -> str:
@@ -72,9 +81,17 @@ def client_ip(trusted: ipnet.Networks, scope, headers: dict) -> str:
 async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, headers: dict):
     """The call's key entry (also set on ``call``, with the client's address);
     raises the protocol-neutral 401 / 403 otherwise."""
-    raw = raw_key(headers, scope.get("query_string") or b"")
+    query = scope.get("query_string") or b""
+    raw = raw_key(headers, query if call.protocol == "gemini" else b"")
     if raw is None:
         call.record = False
+        if query_key(query) is not None:
+            raise GatewayError(
+                AUTHENTICATION,
+                "missing_api_key",
+                "An API key in the URL (?key=) is accepted on Gemini paths only: send it as "
+                "'Authorization: Bearer <key>' or 'x-api-key'.",
+            )
         raise GatewayError(
             AUTHENTICATION,
             "missing_api_key",

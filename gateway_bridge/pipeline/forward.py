@@ -224,7 +224,13 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
         retry_error: GatewayError | None = None
         try:
             resp = await gw.pool.request(
-                "POST", node.base_url, path, payload, up_headers, **gw.timeouts
+                "POST",
+                node.base_url,
+                path,
+                payload,
+                up_headers,
+                public_only=node.public_only,
+                **gw.timeouts,
             )
             try:
                 status = resp.status

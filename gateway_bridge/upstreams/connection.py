@@ -35,13 +35,16 @@ class _Host:
         "opened",
         "port",
         "prefix",
+        "public_only",
         "server_hostname",
         "ssl",
         "waiters",
     )
 
-    def __init__(self, key, hostname, port, ssl, prefix, host_header):
+    def __init__(self, key, hostname, port, ssl, prefix, host_header, public_only=False):
         self.key = key
+        # Connect only to addresses the pool's address guard accepts (a tenant's node).
+        self.public_only = public_only
         self.hostname = hostname
         self.port = port
         self.ssl = ssl

@@ -4,12 +4,23 @@ At most ``max_connections_per_host`` connections per base URL (waiters get a
 freed connection, or its slot, first come first served); idle connections
 are reused most recent first and closed after ``idle_keepalive_s``. A
 request is serialized once into one buffer (head and body).
+
+Server-side request forgery: a request with ``public_only=True`` (a tenant's
+node) goes over connections of their own, each opened by resolving the host
+once, refusing it unless the pool's ``address_guard`` accepts every address
+it resolved to, and connecting to one of those checked addresses (the name
+still in the Host header and TLS's server name). A name that passed when it
+was saved therefore cannot be re-pointed at this deployment's network later
+(DNS rebinding), and an IP literal saved under older rules is checked again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 import ssl as ssl_module
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from gateway_bridge.upstreams.connection import _INF, _Connection, _Host
@@ -17,6 +28,12 @@ from gateway_bridge.upstreams.errors import UpstreamError, _public, _Stale
 from gateway_bridge.upstreams.response import UpstreamResponse
 
 _SKIPPED = frozenset({"host", "content-length", "connection", "transfer-encoding"})
+# The pool's key of a base URL reached at checked addresses only.
+_PUBLIC_ONLY = "public-only "
+
+
+class AddressRefused(OSError):
+    """A public-only host resolved to an address the address guard refuses."""
 
 
 class UpstreamPool:
@@ -28,8 +45,13 @@ class UpstreamPool:
         idle_keepalive_s: float = 30.0,
         *,
         ssl_context: ssl_module.SSLContext | None = None,
+        address_guard: Callable[[ipaddress.IPv4Address | ipaddress.IPv6Address], str] | None = None,
     ):
+        """``address_guard(address)``: "" when a ``public_only`` request may
+        connect to ``address``, else why not (``inference_node``'s
+        ``why_not_public``). Without one, ``public_only`` requests are refused."""
         self.max_connections_per_host = max_connections_per_host
+        self._address_guard = address_guard
         self.idle_keepalive_s = idle_keepalive_s
         self._ssl_context = ssl_context
         self._hosts: dict[str, _Host] = {}
@@ -50,12 +72,15 @@ class UpstreamPool:
         first_byte_timeout: float | None = 60.0,
         idle_timeout: float | None = 60.0,
         total_timeout: float | None = None,
+        public_only: bool = False,
     ) -> UpstreamResponse:
-        """Send one request; returns once the response head is in."""
+        """Send one request; returns once the response head is in.
+        ``public_only``: connect only to addresses the address guard accepts."""
         if self._closed:
             raise UpstreamError("closed", "the pool is closed")
         loop = asyncio.get_running_loop()
-        host = self._hosts.get(base_url) or self._host(base_url)
+        key = _PUBLIC_ONLY + base_url if public_only else base_url
+        host = self._hosts.get(key) or self._host(base_url, key, public_only)
         deadline = loop.time() + total_timeout if total_timeout else _INF
         payload = _serialize(method, host, path, body or b"", headers)
         no_body = method == "HEAD"
@@ -116,7 +141,7 @@ class UpstreamPool:
         await asyncio.sleep(0)  # let the transports call connection_lost
 
     # connections
-    def _host(self, base_url: str) -> _Host:
+    def _host(self, base_url: str, key: str, public_only: bool) -> _Host:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -131,8 +156,8 @@ class UpstreamPool:
             if self._ssl_context is None:
                 self._ssl_context = ssl_module.create_default_context()
             ssl = self._ssl_context
-        host = _Host(base_url, hostname, port, ssl, parts.path.rstrip("/"), shown)
-        self._hosts[base_url] = host
+        host = _Host(key, hostname, port, ssl, parts.path.rstrip("/"), shown, public_only)
+        self._hosts[key] = host
         return host
 
     async def _acquire(self, host: _Host, loop, connect_timeout, deadline, fresh: bool):
@@ -172,13 +197,16 @@ class UpstreamPool:
         self._conns.add(conn)
         try:
             async with asyncio.timeout_at(_timeout(loop, connect_timeout, deadline)):
-                await loop.create_connection(
-                    lambda: conn,
-                    host.hostname,
-                    host.port,
-                    ssl=host.ssl,
-                    server_hostname=host.server_hostname,
-                )
+                if host.public_only:
+                    await self._connect_checked(loop, conn, host)
+                else:
+                    await loop.create_connection(
+                        lambda: conn,
+                        host.hostname,
+                        host.port,
+                        ssl=host.ssl,
+                        server_hostname=host.server_hostname,
+                    )
         except TimeoutError:
             conn.discard(abort=True)
             raise UpstreamError(_timeout_reason(loop, deadline), host.key) from None
@@ -192,6 +220,35 @@ class UpstreamPool:
             conn.transport.abort()
             raise UpstreamError("closed", host.key)
         return conn, False
+
+    async def _connect_checked(self, loop, conn: _Connection, host: _Host) -> None:
+        """Resolve ``host`` once, refuse it unless every address passes the
+        guard, then connect to those addresses in turn (never resolving again)."""
+        guard = self._address_guard
+        if guard is None:
+            raise AddressRefused("no address guard: public-only hosts are refused")
+        infos = await loop.getaddrinfo(host.hostname, host.port, type=socket.SOCK_STREAM)
+        for info in infos:
+            address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+            if guard(address):
+                # Named without the address: the message can reach the node's owner.
+                raise AddressRefused("the node's host resolves to a non-public address")
+        error: OSError = AddressRefused("the node's host resolves to no address")
+        for family, _, proto, _, sockaddr in infos:
+            try:
+                await loop.create_connection(
+                    lambda: conn,
+                    sockaddr[0],
+                    sockaddr[1],
+                    family=family,
+                    proto=proto,
+                    ssl=host.ssl,
+                    server_hostname=host.server_hostname,
+                )
+                return
+            except OSError as exc:
+                error = exc
+        raise error
 
     def _put_idle(self, conn: _Connection) -> None:
         host = conn.host

@@ -330,7 +330,9 @@ class NodeTestOutcome:
 def node_test(*, actor: Actor, node_id: int) -> NodeTestOutcome:
     """Probe one node now (whatever its status) and record the result like a
     scheduled probe would. A channel judged by traffic gets the vendor probe
-    (its model list with its first active key), not recorded."""
+    (its model list with its first active key), not recorded. The result
+    returned for an organization's node is ``ProbeResult.relayed``: its
+    health and model ids only."""
     actor.require(Perm.NODES_MANAGE)
     node = get_node(actor, node_id, for_change=True)
     target = health.ProbeTarget.of(node)
@@ -338,6 +340,7 @@ def node_test(*, actor: Actor, node_id: int) -> NodeTestOutcome:
     if by_traffic:
         target = replace(target, health_check=HealthCheck.MODELS)
     (result,) = health.run_probes([target])
+    shown = result.relayed() if node.organization_id is not None else result
     with transaction.atomic():
         recorded, change = (node, None) if by_traffic else health.record_probe(result)
         audit_record(
@@ -347,5 +350,5 @@ def node_test(*, actor: Actor, node_id: int) -> NodeTestOutcome:
             params={"ok": result.ok, "latency_ms": result.latency_ms, "error": result.error},
         )
     return NodeTestOutcome(
-        node=recorded or node, result=result, change=change, recorded=not by_traffic
+        node=recorded or node, result=shown, change=change, recorded=not by_traffic
     )

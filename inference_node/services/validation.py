@@ -87,7 +87,7 @@ def clean_base_url(value, *, allow_private: bool = True) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
-        raise ValueError("Enter a valid URL, e.g. http://10.0.0.5:8000.") from None
+        raise ValueError("Enter a valid URL, e.g. https://llm.example.com:8000.") from None
     if parts.scheme not in ("http", "https"):
         raise ValueError("Use an http:// or https:// URL.")
     if not parts.hostname:

@@ -19,6 +19,9 @@ import uvicorn
 from gateway_bridge.app import Router
 from usage.facade import to_wire
 
+# The /metrics token of the gateway processes the tests start (/metrics is closed without one).
+METRICS_TOKEN = "test-metrics-token"
+
 
 class ListEmitter:
     """Collects usage events (the emitter's interface, without a broker), as
@@ -186,6 +189,7 @@ def gateway_process(var_dir, **env: str) -> Iterator[GatewayProcess]:
         "CONSOLE_VAR_DIR": str(var_dir),
         "CELERY_BROKER_URL": "filesystem://",
         "CONSOLE_FAST_PASSWORD_HASHER": "1",
+        "GATEWAY_METRICS_TOKEN": METRICS_TOKEN,
         **env,
     }
     if settings.REDIS_URL and "REDIS_URL" not in env:
@@ -200,7 +204,11 @@ def gateway_process(var_dir, **env: str) -> Iterator[GatewayProcess]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/metrics",
+                    headers={"Authorization": f"Bearer {child_env['GATEWAY_METRICS_TOKEN']}"},
+                )
+                urllib.request.urlopen(request, timeout=1).read()  # noqa: S310 - loopback
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:

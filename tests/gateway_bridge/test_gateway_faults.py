@@ -231,11 +231,52 @@ def test_response_cache_answers_deterministic_requests(tenant, start_gateway, si
     assert gw.emitter.wait_for(4)[3]["cache_status"] != "response_hit"
 
 
-def test_metrics_endpoint(gw, tenant):
-    client(gw, tenant.raw).chat.completions.create(**CHAT, max_tokens=3)
+def _scrape(gw, headers=None) -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=5)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
+    try:
+        conn.request("GET", "/metrics", headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+METRICS_AUTH = {"Authorization": "Bearer metrics-secret"}
+
+
+@pytest.fixture
+def metrics_token(settings):
+    settings.GATEWAY_METRICS_TOKEN = "metrics-secret"
+
+
+def test_metrics_are_closed_by_default(gw, tenant, settings):
+    # Given the default settings: no token, not opened
+    settings.GATEWAY_METRICS_TOKEN = ""
+    settings.GATEWAY_METRICS_PUBLIC = False
+    client(gw, tenant.raw).chat.completions.create(**CHAT, max_tokens=3)
+    # Then an anonymous scrape learns nothing (no node names, no counters)
+    status, text = _scrape(gw)
+    assert status == 401 and "gateway_requests_total" not in text
+    assert tenant.node.name not in text
+    # and opening them on purpose serves them to anyone
+    settings.GATEWAY_METRICS_PUBLIC = True
+    status, text = _scrape(gw)
+    assert status == 200 and "gateway_requests_total" in text
+
+
+def test_metrics_need_the_token_when_one_is_set(gw, tenant, metrics_token, settings):
+    settings.GATEWAY_METRICS_PUBLIC = True  # a token, once set, is always required
+    assert _scrape(gw)[0] == 401
+    assert _scrape(gw, {"Authorization": "Bearer wrong"})[0] == 401
+    assert _scrape(gw, {"Authorization": "metrics-secret"})[0] == 401
+    status, text = _scrape(gw, METRICS_AUTH)
+    assert status == 200 and "gateway_requests_total" in text
+
+
+def test_metrics_endpoint(gw, tenant, metrics_token):
+    client(gw, tenant.raw).chat.completions.create(**CHAT, max_tokens=3)
+    status, text = _scrape(gw, METRICS_AUTH)
+    assert status == 200
     assert (
         'gateway_requests_total{protocol="openai",endpoint="chat.completions",status="200"} 1'
         in text
@@ -271,13 +312,11 @@ def test_priority_queue_when_nodes_are_full(tenant, start_gateway, slow_node, se
     assert any(not isinstance(r, Exception) for r in results)
 
 
-def test_metrics_show_when_a_key_change_was_heard(gw, tenant):
+def test_metrics_show_when_a_key_change_was_heard(gw, tenant, metrics_token):
     from accounts.services import api_key_revoke
 
     def metric(name: str) -> float:
-        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=5)
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
+        _, text = _scrape(gw, METRICS_AUTH)
         line = next(x for x in text.splitlines() if x.startswith(name + " "))
         return float(line.rsplit(" ", 1)[1])
 

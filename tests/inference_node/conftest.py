@@ -39,6 +39,7 @@ class FakeNode:
         self.metrics: str | None = VLLM_METRICS.replace("{queries}", "100").replace("{hits}", "40")
         self.required_token: str | None = None
         self.seen_auth: list[str | None] = []
+        self.paths: list[str] = []  # every path asked, in order
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.port = port
@@ -57,6 +58,7 @@ class FakeNode:
 
             def do_GET(self):
                 fake.seen_auth.append(self.headers.get("Authorization"))
+                fake.paths.append(self.path)
                 if fake.delay:
                     time.sleep(fake.delay)
                 if fake.required_token and (

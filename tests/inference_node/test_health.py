@@ -36,12 +36,19 @@ def test_first_success_makes_an_unknown_node_healthy_and_records_what_it_saw(org
     assert node.last_seen_at is not None and node.last_error == ""
     assert node.last_latency_ms is not None and node.last_latency_ms < 1000
     assert node.discovered_models == [{"id": "llama", "max_model_len": 8192}]
-    assert node.metrics_available
-    assert (node.running, node.waiting, node.kv_cache_usage) == (3, 1, 0.25)
-    assert node.prefix_cache_hit_rate == pytest.approx(0.4)
+    # An organization's own node is asked for its health and models, not /metrics.
+    assert not node.metrics_available and node.running is None
+    assert "/metrics" not in fake_node.paths
     (event,) = _events(node, "node.healthy")
     assert event.organization == org and event.actor_label == "system"
     assert event.params["from"] == "unknown" and event.params["to"] == "healthy"
+
+
+def test_a_shared_nodes_metrics_are_read(fake_node):
+    node = _probe(NodeFactory(organization=None, base_url=fake_node.url))
+    assert node.metrics_available
+    assert (node.running, node.waiting, node.kv_cache_usage) == (3, 1, 0.25)
+    assert node.prefix_cache_hit_rate == pytest.approx(0.4)
 
 
 def test_failures_then_successes_flip_health_with_one_audit_event_each(org, fake_node):
@@ -126,8 +133,8 @@ def test_token_is_sent_and_a_wrong_one_is_reported(org, fake_node):
     assert node.last_error == "" and "Bearer right-token-123456" in fake_node.seen_auth
 
 
-def test_hit_rate_is_taken_from_the_delta_between_two_scrapes(org, fake_node):
-    node = NodeFactory(organization=org, base_url=fake_node.url)
+def test_hit_rate_is_taken_from_the_delta_between_two_scrapes(fake_node):
+    node = NodeFactory(organization=None, base_url=fake_node.url)
     fake_node.set_counters(1000, 100)
     node = _probe(node)
     assert node.prefix_cache_hit_rate == pytest.approx(0.1)  # cumulative on the first

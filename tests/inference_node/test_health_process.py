@@ -105,7 +105,7 @@ def test_probes_follow_a_real_node_process_down_and_up(org, node_process, settin
     settings.NODE_PROBE_TIMEOUT_SECONDS = 2
     node_process.start()
     node = NodeFactory(
-        organization=org,
+        organization=None,  # a shared platform node: its /metrics is read
         base_url=f"http://127.0.0.1:{node_process.port}",
         token=NODE_TOKEN,
         health=NodeHealth.UNKNOWN,

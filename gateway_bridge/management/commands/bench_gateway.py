@@ -37,6 +37,7 @@ import json
 import os
 import random
 import re
+import secrets
 import signal
 import socket
 import statistics
@@ -189,6 +190,12 @@ def _metric(text: str, name: str) -> float:
 
 class Command(BaseCommand):
     help = "Benchmark the gateway against a direct node (JSON on stdout)."
+    # The token the bench's gateway process is started with, to read its /metrics.
+    metrics_token = secrets.token_urlsafe(24)
+
+    @property
+    def metrics_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.metrics_token}"}
 
     def add_arguments(self, parser):
         parser.add_argument("--seconds", type=float, default=5.0, help="per step and target")
@@ -271,6 +278,10 @@ class Command(BaseCommand):
         env = {
             **os.environ,
             "GATEWAY_ROUTING_OVERRIDES": f"{AFFINITY_MODEL}=prefix_affinity,{RR_MODEL}=round_robin",
+            # /metrics is closed without a token: the bench reads it with this one.
+            "GATEWAY_METRICS_TOKEN": self.metrics_token,
+            # The bench organization's nodes are simulators on loopback: allowed here.
+            "NODE_ALLOW_PRIVATE_URLS": "true",
         }
         cmd = _uvicorn("console.asgi:application", port)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
@@ -364,12 +375,12 @@ class Command(BaseCommand):
                     rows.append(row)
                     self.stderr.write(json.dumps(row))
             report["steps"] = rows
-            metrics = _get(f"{gw}/metrics").decode()
+            metrics = _get(f"{gw}/metrics", self.metrics_headers).decode()
             emitted = int(_metric(metrics, "gateway_usage_events"))
             report["gateway_errors"] = int(_metric(metrics, "gateway_errors_total"))
             if not opts["no_affinity"]:
                 report["cache_affinity"] = self._affinity(org, gw, auth, opts)
-                metrics = _get(f"{gw}/metrics").decode()
+                metrics = _get(f"{gw}/metrics", self.metrics_headers).decode()
                 emitted = int(_metric(metrics, "gateway_usage_events"))
             # Stop the gateway cleanly (it flushes its usage buffer), then ingest.
             gateway.send_signal(signal.SIGTERM)
