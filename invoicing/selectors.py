@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 
-from django.db.models import Sum
+from django.db.models import Q, Sum
 
 from accounts.facade import NotFound, Perm
 from inference_node.facade import nodes_own_and_shared
@@ -117,7 +117,8 @@ def billing_series(
     def per_bucket(rows) -> dict[str, int]:
         out = dict.fromkeys(keys, 0)
         for when, minor in rows:
-            key = when.astimezone(tz).strftime(fmt)
+            day = when.astimezone(tz) if isinstance(when, datetime) else when
+            key = day.strftime(fmt)
             if key in out:
                 out[key] += minor
         return out
@@ -128,20 +129,23 @@ def billing_series(
         .exclude(status__in=[InvoiceStatus.DRAFT, InvoiceStatus.VOID])
         .values_list("issued_at", "total")
     )
-    paid = Payment.objects.filter(
-        **window,
-        kind=PaymentKind.INVOICE,
-        status=PaymentStatus.SUCCEEDED,
-        created_at__gte=start,
-        created_at__lt=end,
-    ).values_list("created_at", "amount_minor")
-    refunds = Payment.objects.filter(
-        **window,
-        kind=PaymentKind.REFUND,
-        status=PaymentStatus.SUCCEEDED,
-        created_at__gte=start,
-        created_at__lt=end,
-    ).values_list("created_at", "amount_minor")
+    # A payment is dated by the day the money moved (``paid_on``, a day in the
+    # organization's zone, which may be before the day it was recorded); one
+    # recorded before that field existed, by when it was recorded.
+    first_day, last_day = start.astimezone(tz).date(), end.astimezone(tz).date()
+
+    def moved(kind):
+        rows = Payment.objects.filter(
+            Q(paid_on__gte=first_day, paid_on__lte=last_day)
+            | Q(paid_on__isnull=True, created_at__gte=start, created_at__lt=end),
+            **window,
+            kind=kind,
+            status=PaymentStatus.SUCCEEDED,
+        ).values_list("paid_on", "created_at", "amount_minor")
+        return [(on or at, minor) for on, at, minor in rows]
+
+    paid = moved(PaymentKind.INVOICE)
+    refunds = moved(PaymentKind.REFUND)
     to_balance = CreditNote.objects.filter(
         **window,
         effect=CreditNoteEffect.REFUND_BALANCE,

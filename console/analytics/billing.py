@@ -57,7 +57,8 @@ def billing(q: Query) -> Chart:
         "happened inside the range counts"
         + (edges if bucket == "month" else "")
         + ". Invoiced: invoices issued (finalized), by issue date, void ones left out. "
-        "Paid: invoice payments received, by payment date. Refunded: refunds completed, by "
+        "Paid: invoice payments received, by the day the money moved. Refunded: refunds "
+        "completed, by "
         "refund date; a refund still pending is not counted."
     )
     if not any(v for name, _ in SERIES for v in series[name].values()):

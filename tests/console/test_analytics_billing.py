@@ -154,3 +154,21 @@ def test_an_empty_range_says_so(client, members, february):
     params = {"range": "custom", "from": "2025-03-03T00:00", "to": "2025-03-05T00:00"}
     page, series = _chart(client, members[Role.FINANCE], **params)
     assert series == {} and "No invoices issued, payments or completed refunds" in page
+
+
+def test_a_payment_counts_on_the_day_the_money_moved_not_the_day_it_was_recorded(
+    client, members, february
+):
+    # A bank transfer that arrived on 3 February, recorded a week later.
+    jan = Invoice.objects.get(organization=february, period="2025-01")
+    late = _payment(february, jan, datetime(2025, 2, 11, 9, tzinfo=UTC), 2_500)
+    late.paid_on = datetime(2025, 2, 3).date()
+    late.save(update_fields=["paid_on"])
+    # And one recorded inside the range for money that moved before it.
+    early = _payment(february, jan, datetime(2025, 2, 4, 15, tzinfo=UTC), 4_000)
+    early.paid_on = datetime(2025, 1, 30).date()
+    early.save(update_fields=["paid_on"])
+
+    _, series = _chart(client, members[Role.FINANCE], **RANGE)
+
+    assert series[PAID] == {"2025-02-03": 25.0, "2025-02-04": 100.0}
