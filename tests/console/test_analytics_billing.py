@@ -8,7 +8,7 @@ import csv
 import io
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pytest
 from django.urls import reverse
@@ -162,11 +162,11 @@ def test_a_payment_counts_on_the_day_the_money_moved_not_the_day_it_was_recorded
     # A bank transfer that arrived on 3 February, recorded a week later.
     jan = Invoice.objects.get(organization=february, period="2025-01")
     late = _payment(february, jan, datetime(2025, 2, 11, 9, tzinfo=UTC), 2_500)
-    late.paid_on = datetime(2025, 2, 3).date()
+    late.paid_on = date(2025, 2, 3)
     late.save(update_fields=["paid_on"])
     # And one recorded inside the range for money that moved before it.
     early = _payment(february, jan, datetime(2025, 2, 4, 15, tzinfo=UTC), 4_000)
-    early.paid_on = datetime(2025, 1, 30).date()
+    early.paid_on = date(2025, 1, 30)
     early.save(update_fields=["paid_on"])
 
     _, series = _chart(client, members[Role.FINANCE], **RANGE)
