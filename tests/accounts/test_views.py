@@ -70,11 +70,13 @@ OBJECT_ROUTES = {
     "accounts:api_key_detail": lambda w: [w["key"].pk],
     "accounts:api_key_rotate": lambda w: [w["key"].pk],
     "accounts:api_key_revoke": lambda w: [w["key"].pk],
+    "accounts:api_key_collect_secret": lambda w: [w["key"].pk],
 }
 API_OBJECT_ROUTES = {
     "api-key-detail": lambda w: [w["key"].pk],
     "api-key-rotate": lambda w: [w["key"].pk],
     "api-key-revoke": lambda w: [w["key"].pk],
+    "api-key-collect-secret": lambda w: [w["key"].pk],
     "sub-account-detail": lambda w: [w["sub"].pk],
     "member-detail": lambda w: [w["members"]["viewer"].pk],
     "invitation-revoke": lambda w: [w["invitation"].pk],

@@ -372,6 +372,7 @@ def other_billing(other_org, catalog, make_key):  # noqa: F811 - the usage fixtu
 
     from accounts.actors import Actor
     from accounts.models import Role
+    from invoicing.models import Payment, PaymentKind, PaymentMethod, PaymentStatus
     from invoicing.services import (
         credit_note_create,
         invoice_draft,
@@ -393,6 +394,13 @@ def other_billing(other_org, catalog, make_key):  # noqa: F811 - the usage fixtu
         invoice_id=invoice.pk, actor=finance, reference="GLOBEX-REF-1", amount_minor=1
     )
     entry = prepaid_adjust(actor=finance, amount=5_000_000, reason="globex grant", kind="grant")
+    # A refund by bank transfer still to be paid out (what "mark paid" addresses).
+    refund = Payment.objects.create(
+        organization=other_org, invoice=invoice, credit_note=note, kind=PaymentKind.REFUND,
+        method=PaymentMethod.BANK_TRANSFER, status=PaymentStatus.PENDING,
+        currency=invoice.currency, amount_minor=1,
+    )  # fmt: skip
     return SimpleNamespace(
-        org=other_org, invoice=invoice, note=note, payment=payment, entry=entry, finance=finance
-    )
+        org=other_org, invoice=invoice, note=note, payment=payment, entry=entry, finance=finance,
+        refund=refund,
+    )  # fmt: skip

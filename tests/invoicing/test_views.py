@@ -47,6 +47,7 @@ CONSOLE_OBJECT_ROUTES = {
     "invoicing:credit_note_create": lambda o: [o.invoice.pk],
     "invoicing:incident_credit": lambda o: [o.invoice.pk],
     "invoicing:credit_note_pdf": lambda o: [o.note.pk],
+    "invoicing:refund_mark_paid": lambda o: [o.refund.pk],
 }
 API_OBJECT_ROUTES = {
     "invoice-detail",
