@@ -199,3 +199,25 @@ def test_wide_screen_shows_the_sidebar_and_fits(live_server, browser_page, popul
     page.screenshot(path=str(ARTIFACTS / "desktop-settings.png"), full_page=True)
     assert too_wide == []
     assert errors == []
+
+
+def test_narrowest_phone_fits_every_owner_page(live_server, browser_page, populated):
+    """360 px, the narrowest screen the console supports, with the owner's
+    navigation (the longest); one screenshot per page."""
+    page, errors = browser_page
+    page.set_viewport_size({"width": 360, "height": 740})
+    base = live_server.url
+    sign_in(page, base, populated.members[Role.OWNER].user)
+    open_menu(page)
+    too_wide = []
+    for text, _href in nav_links(page):
+        open_menu(page)
+        with page.expect_navigation():
+            page.locator("nav.sidebar a", has_text=text).first.click()
+        settle(page)
+        name = re.sub(r"\W+", "-", text.lower())
+        page.screenshot(path=str(ARTIFACTS / f"360-{name}.png"), full_page=True)
+        if page_width(page) > 360:
+            too_wide.append(f"{page.url} is {page_width(page)} px wide")
+    assert too_wide == []
+    assert errors == []
