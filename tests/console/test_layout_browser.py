@@ -221,3 +221,18 @@ def test_narrowest_phone_fits_every_owner_page(live_server, browser_page, popula
             too_wide.append(f"{page.url} is {page_width(page)} px wide")
     assert too_wide == []
     assert errors == []
+
+
+def test_without_script_a_phone_shows_the_menu_open(live_server, browser_page, owner):
+    """The Menu button needs console.js; with script off the menu is simply open."""
+    page, _errors = browser_page
+    context = page.context.browser.new_context(java_script_enabled=False, viewport=PHONE)
+    try:
+        bare = context.new_page()
+        sign_in(bare, live_server.url, owner.user)
+        assert not bare.locator("button.menu-toggle").is_visible()
+        assert bare.locator("nav.sidebar >> text=API keys").is_visible()
+        assert bare.locator("nav.user >> text=Log out").is_visible()
+        assert page_width(bare) <= PHONE["width"]
+    finally:
+        context.close()
