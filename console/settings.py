@@ -368,15 +368,22 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(config.env_str("CONSOLE_STATIC_ROOT") or VAR_DIR / "staticfiles").resolve()
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Static files are collected into STATIC_ROOT (CONSOLE_STATIC_ROOT moves it)
+# with content-hashed names and gzip and brotli copies: `collectstatic`, which
+# `up` and the tests run when a source changed (console.staticassets).
+# WhiteNoise serves a hashed name as immutable for ten years and the compressed
+# copy the browser accepts; {% static %} names the hashed file.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
-# Serve straight from the finders so `up` needs no collectstatic step.
-WHITENOISE_USE_FINDERS = True
+# Only under DJANGO_DEBUG: serve straight from the source folders, re-read on change.
+WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
+# Pages name only the hashed files: the plain copies need not be kept (nor compressed).
+WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 
 # --- API ------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -9,6 +11,44 @@ from accounts.models import Role
 from tests.factories import MembershipFactory, OrganizationFactory
 
 ROLES = [r.value for r in Role]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def collected_static():
+    """The static files collected as in production (hashed names, gzip and
+    brotli copies, console.staticassets): every page's {% static %} reads the
+    manifest, strictly, so a template naming a missing file fails its test.
+    Kept across runs in var/test-static beside the code and collected again
+    only when a source file changed, whatever CONSOLE_VAR_DIR a run uses."""
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    from console.staticassets import collect_static
+
+    root = Path(settings.BASE_DIR) / "var" / "test-static"
+    with override_settings(STATIC_ROOT=root):
+        collect_static()
+        yield root
+
+
+@pytest.fixture(scope="session")
+def live_server(request, collected_static):
+    """pytest-django's live server, except that static files are served as in
+    production: by WhiteNoise from the collected files (hashed names,
+    compressed copies, a long cache), not by Django's finder-based handler,
+    which knows no hashed name."""
+    from pytest_django.live_server_helper import LiveServer
+
+    addr = (
+        request.config.getvalue("liveserver")
+        or os.getenv("DJANGO_LIVE_TEST_SERVER_ADDRESS")
+        or "localhost"
+    )
+    server = LiveServer(addr, start=False)
+    server.thread.static_handler = lambda application: application  # WhiteNoise's middleware
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(autouse=True)

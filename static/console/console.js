@@ -1,6 +1,6 @@
-// Console behaviour that needs a few lines of script: copy buttons,
-// confirmations, selects that submit their form, inputs that select their text
-// on focus. Everything works without it, just with fewer comforts. No inline
+// Console behaviour that needs a few lines of script: the Menu button of
+// narrow screens, copy buttons, confirmations, selects that submit their form,
+// inputs that select their text on focus. Everything works without it, just with fewer comforts. No inline
 // handlers anywhere (the Content-Security-Policy forbids them): pages mark
 // elements with data- attributes and this file reacts.
 (function () {
@@ -20,9 +20,27 @@
       done();
     }
   }
+  // The Menu button (shown on narrow screens only) opens and closes the menu
+  // it controls; Esc closes it and gives the focus back to the button.
+  function setMenu(toggle, open) {
+    var menu = document.getElementById(toggle.getAttribute("aria-controls"));
+    if (!menu) return;
+    menu.classList.toggle("open", open);
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  }
   document.addEventListener("click", function (event) {
+    var toggle = event.target.closest("[data-menu-toggle]");
+    if (toggle) {
+      setMenu(toggle, toggle.getAttribute("aria-expanded") !== "true");
+      return;
+    }
     var button = event.target.closest("[data-copy-target]");
     if (button) { event.preventDefault(); copy(button); }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    var toggle = document.querySelector("[data-menu-toggle][aria-expanded='true']");
+    if (toggle && toggle.offsetParent !== null) { setMenu(toggle, false); toggle.focus(); }
   });
   document.addEventListener("submit", function (event) {
     var form = event.target;

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE_TIMEOUT = 90.0
@@ -41,6 +42,8 @@ def up_env_for(var_dir: Path) -> dict:
     ):
         env.pop(name, None)
     env["CONSOLE_VAR_DIR"] = str(var_dir)
+    # The suite's collected static files (tests/conftest.py): up finds them current.
+    env["CONSOLE_STATIC_ROOT"] = str(settings.STATIC_ROOT)
     env["DJANGO_SETTINGS_MODULE"] = "console.settings"
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -1,8 +1,9 @@
 """``python manage.py up``: everything the console needs, in one command.
 
-Migrates the database, makes sure a demo organization with a login and an API
-key exists (unless ``--no-demo``), then runs the ASGI server, a Celery worker
-and Celery beat as child processes until Ctrl-C or SIGTERM.
+Migrates the database, collects the static files (when they changed), makes
+sure a demo organization with a login and an API key exists (unless
+``--no-demo``), then runs the ASGI server, a Celery worker and Celery beat as
+child processes until Ctrl-C or SIGTERM.
 
 Two bundled simulators stand in for the upstreams: a self-hosted
 OpenAI-compatible node (``simulator-1``: sim-chat-small, sim-chat-large,
@@ -46,6 +47,7 @@ from console.management.readiness import (
     wait_for_port,
 )
 from console.processes import ChildDied, Supervisor
+from console.staticassets import collect_static
 
 # How long up waits for the upstreams, the server and the demo key's first calls.
 READY_TIMEOUT_SECONDS = 90.0
@@ -98,6 +100,7 @@ class Command(BaseCommand):
         if not 0 <= vendor_port < 65536 or (vendor_port and vendor_port in (port, node_port)):
             raise CommandError(f"--vendor-port {vendor_port} is not a free TCP port")
         call_command("migrate", interactive=False, verbosity=0)
+        collect_static()  # hashed, compressed static files; only when a source changed
         display_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
         if ":" in display_host:
             display_host = f"[{display_host}]"
