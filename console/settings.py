@@ -253,6 +253,22 @@ CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
     "options": {"expires": float(NODE_PROBE_INTERVAL_SECONDS)},
 }
 
+# --- web server guard (issue 19: slow clients, huge bodies) -----------------
+# console.server: the request head must arrive within this many seconds (408, closed).
+CONSOLE_HEADER_TIMEOUT_SECONDS = config.env_float("CONSOLE_HEADER_TIMEOUT_SECONDS", 10.0, minimum=0)
+# ... and the body within this many seconds of the head (closed; 0: no limit).
+CONSOLE_BODY_TIMEOUT_SECONDS = config.env_float("CONSOLE_BODY_TIMEOUT_SECONDS", 30.0, minimum=0)
+# An idle kept-alive connection is closed after this many seconds.
+CONSOLE_KEEPALIVE_TIMEOUT_SECONDS = config.env_float(
+    "CONSOLE_KEEPALIVE_TIMEOUT_SECONDS", 5.0, minimum=0.1
+)
+# Open connections per client address and server process (TCP peer; 0: no cap).
+CONSOLE_MAX_CONNECTIONS_PER_ADDRESS = config.env_int(
+    "CONSOLE_MAX_CONNECTIONS_PER_ADDRESS", 512, minimum=0
+)
+# console.body_limit: bodies of non-gateway requests bigger than this get 413 unread.
+CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+
 # --- gateway bridge ---------------------------------------------------------
 # Requests bigger than this get 413 before they are parsed.
 GATEWAY_MAX_BODY_BYTES = config.env_int("GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from console.processes import _die_with_parent
+from console.server import server_args
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_TOKEN = "soak-node-token"  # noqa: S105 - loopback simulator's admin token
@@ -198,7 +199,7 @@ class Cluster:
                 sys.executable, "-m", "uvicorn", "console.asgi:application",
                 "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
                 "--no-access-log", "--log-level", "warning", "--no-proxy-headers",
-                "--timeout-graceful-shutdown", "10",
+                "--timeout-graceful-shutdown", "10", *server_args(),
             ]  # fmt: skip
             with contextlib.suppress(ImportError):
                 import uvloop  # noqa: F401 - optional: the gateways use it when installed

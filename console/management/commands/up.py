@@ -46,6 +46,7 @@ from console.management.readiness import (
     wait_for_port,
 )
 from console.processes import ChildDied, Supervisor
+from console.server import server_args
 
 # How long up waits for the upstreams, the server and the demo key's first calls.
 READY_TIMEOUT_SECONDS = 90.0
@@ -237,6 +238,8 @@ class Command(BaseCommand):
                 # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1;
                 # the gateway's GATEWAY_TRUSTED_PROXIES decides that.
                 "--no-proxy-headers",
+                # Header, body and keep-alive timeouts; connections per address.
+                *server_args(),
             ],
         )
 
