@@ -272,6 +272,13 @@ CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 102
 # --- gateway bridge ---------------------------------------------------------
 # Requests bigger than this get 413 before they are parsed.
 GATEWAY_MAX_BODY_BYTES = config.env_int("GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Fair admission (issue 19, gateway_bridge.pipeline.fair): bodies of at least this many
+# bytes take one of their organization's slots before they are read (429 when none is
+# free) and are validated in a parse worker process before the event loop parses them.
+GATEWAY_LARGE_BODY_BYTES = config.env_int("GATEWAY_LARGE_BODY_BYTES", 256 * 1024, minimum=1024)
+GATEWAY_LARGE_BODY_CONCURRENCY = config.env_int("GATEWAY_LARGE_BODY_CONCURRENCY", 2, minimum=1)
+# Parse worker processes per gateway process (0: large bodies are parsed on the loop).
+GATEWAY_PARSE_WORKERS = config.env_int("GATEWAY_PARSE_WORKERS", 1, minimum=0)
 # Peers (IPs or CIDRs) whose X-Forwarded-For is believed; everyone else's is ignored.
 GATEWAY_TRUSTED_PROXIES = config.env_list("GATEWAY_TRUSTED_PROXIES")
 # Upstream timeouts, seconds: connect, response head, gap between stream events, whole call.
