@@ -125,6 +125,11 @@ class Cluster:
     broker: Proc | None = None
     # The gateways' /metrics token (closed without one): set in their env, sent by metrics().
     metrics_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    # The gateways' connection guard (console.server): the cap must admit the
+    # normal clients' connections from 127.0.0.1; the hostile phase exceeds it
+    # from another address.
+    max_connections_per_address: int = 600
+    header_timeout: float = 5.0
 
     # --- set-up ----------------------------------------------------------------
 
@@ -146,6 +151,8 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
             # /metrics is closed without a token: the soak reads it with this one.
             "GATEWAY_METRICS_TOKEN": self.metrics_token,
+            "CONSOLE_MAX_CONNECTIONS_PER_ADDRESS": str(self.max_connections_per_address),
+            "CONSOLE_HEADER_TIMEOUT_SECONDS": str(self.header_timeout),
         }
         env.pop("CI", None)
         env.update(extra)
