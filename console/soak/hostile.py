@@ -12,7 +12,8 @@ connection cap is per address), and prints one JSON summary:
   it is read), and 64 MB chunked to ``/login/`` and ``/healthz`` (413 once the
   console's limit is passed, the rest never read).
 * ``flood`` (127.0.0.3): a tenant's concurrent 3.5 MB bodies of 100,000
-  messages that fail validation (400 or 429, never more).
+  messages that fail validation (400 or 429; a 429 sent before the body is
+  read closes the connection, which the sender may see as a reset).
 * ``random_keys`` (127.0.0.5): calls with made-up keys (401).
 
 ``python -m console.soak.hostile '<json>'`` with gateways, the flooding
@@ -70,7 +71,8 @@ async def slow_clients(gateways: list[str], per_gateway: int, end: float, out: d
                 writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: soak\r\nX-Slow: ")
                 await writer.drain()
                 left = end - time.monotonic()
-                answer = await asyncio.wait_for(reader.read(64), timeout=max(0.1, left + 5))
+                # Past the end a held head must still be closed by the header timeout.
+                answer = await asyncio.wait_for(reader.read(64), timeout=max(0.1, left) + 15)
             except (TimeoutError, OSError):
                 answer = b"?"
             finally:
@@ -101,8 +103,11 @@ async def slow_clients(gateways: list[str], per_gateway: int, end: float, out: d
     }
 
 
-async def oversize(gateways: list[str], console_limit: int, end: float, out: dict) -> None:
-    """Bodies over the limits: declared on a gateway path, chunked on console paths."""
+async def oversize(
+    gateways: list[str], key: str, console_limit: int, end: float, out: dict
+) -> None:
+    """Bodies over the limits: declared on a gateway path (with a valid key: an
+    unknown one is refused before any body), chunked on console paths."""
     statuses: dict = {}
     sent_max = 0
 
@@ -138,7 +143,7 @@ async def oversize(gateways: list[str], console_limit: int, end: float, out: dic
                 url + "/v1/chat/completions",
                 data=body,
                 headers={
-                    "authorization": f"Bearer sk-{secrets.token_urlsafe(24)}",
+                    "authorization": f"Bearer {key}",
                     "content-type": "application/json",
                 },
             ) as resp:
@@ -227,7 +232,7 @@ async def run(args: dict) -> dict:
     out: dict = {"seconds": args["seconds"]}
     await asyncio.gather(
         slow_clients(gateways, args["slow_per_gateway"], end, out),
-        oversize(gateways, args["console_limit"], end, out),
+        oversize(gateways, args["flood_key"], args["console_limit"], end, out),
         flood(gateways, args["flood_key"], args["flood_workers"], end, out),
         random_keys(gateways, args["random_per_second"], end, out),
     )
