@@ -7,6 +7,8 @@ composes the stages of ``gateway_bridge.pipeline``, a module each:
     auth       the key (cached), the client's address (trusted proxies), the
                key's IP allowlist and expiry
     body       read with the size limit, parse JSON, the adapter's parse_call
+    fair       a large body takes one of its organization's slots before it is
+               read and is validated in a parse worker first (fair admission)
     admit      model rules, fallback chain, output budget, worst-case cost
                (one discount rule), reservation and rate limits
     cached     answer from the response cache

@@ -67,6 +67,7 @@ async def slow_clients(gateways: list[str], per_gateway: int, end: float, out: d
                 _count(outcomes, f"connect:{type(exc).__name__}")
                 await asyncio.sleep(0.5)
                 continue
+            t0 = time.monotonic()  # held from here: a loaded backlog may delay the connect
             try:
                 writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: soak\r\nX-Slow: ")
                 await writer.drain()
@@ -122,18 +123,26 @@ async def oversize(
         frame = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
         sent = 0
         answer = asyncio.create_task(reader.read(64))
+        reset = False
         try:
             while sent < 64 * 1024 * 1024 and not answer.done():
                 writer.write(frame)
                 await asyncio.wait_for(writer.drain(), timeout=10)
                 sent += len(chunk)
             head = await asyncio.wait_for(answer, timeout=10)
-        except (TimeoutError, OSError):
-            head = await answer if answer.done() and not answer.exception() else b""
+        except (TimeoutError, OSError) as exc:
+            # The server closed on a body it will not read: its 413 may be lost in the reset.
+            reset = isinstance(exc, ConnectionError)
+            head = answer.result() if answer.done() and not answer.exception() else b""
         finally:
             writer.close()
+            if not answer.done():
+                answer.cancel()
         sent_max = max(sent_max, sent)
-        status = head[9:12].decode() if head.startswith(b"HTTP/1.1") else "none"
+        if head.startswith(b"HTTP/1.1"):
+            status = head[9:12].decode()
+        else:
+            status = "reset" if reset else "none"
         _count(statuses, f"{path} {status}")
 
     async def declared(session: aiohttp.ClientSession, url: str) -> None:
@@ -201,7 +210,8 @@ async def random_keys(gateways: list[str], per_second: float, end: float, out: d
     """Made-up keys, at a steady rate."""
     statuses: dict = {}
     body = {"model": "sim-chat-small", "messages": [{"role": "user", "content": "hi"}]}
-    connector = aiohttp.TCPConnector(local_addr=(RANDOM_FROM, 0), limit=64)
+    # A new connection per call (no keep-alive race with the server's idle timeout).
+    connector = aiohttp.TCPConnector(local_addr=(RANDOM_FROM, 0), limit=64, force_close=True)
 
     async def one(url: str) -> None:
         headers = {"authorization": f"Bearer sk-{secrets.token_urlsafe(32)}"}

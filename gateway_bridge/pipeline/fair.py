@@ -58,6 +58,19 @@ def validate(protocol: str, endpoint: str, raw: bytes, path_model, query: bytes,
     return model, None
 
 
+def count(protocol: str, raw: bytes, path_model):
+    """In a parse worker: ``(the model counted for, the answer's bytes or None,
+    the refusal as a tuple or None)`` of a token count."""
+    from gateway_bridge.pipeline.adapters import ADAPTERS
+
+    try:
+        data = body.loads(raw)
+        adapter = ADAPTERS[protocol]
+        return adapter.count_model(data, path_model), adapter.count_body(data, path_model), None
+    except GatewayError as err:
+        return None, None, (err.kind, err.code, err.message, err.param, err.status, err.headers)
+
+
 def _ready() -> bool:
     return True
 
@@ -163,6 +176,25 @@ class LargeBodies:
                 call.model = safe_model(model)
             raise GatewayError(kind, code, message, param=param, status=status, headers=extra)
         return model
+
+    async def count(self, call, raw: bytes, path_model):
+        """A large body's token count, from a parse worker: ``(model, answer)``,
+        or ``None`` to count on the loop (no workers, or they died)."""
+        if not self.workers:
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            model, answer, refusal = await loop.run_in_executor(
+                self.pool, count, call.protocol, raw, path_model
+            )
+        except BrokenProcessPool:
+            logger.warning("gateway: a parse worker died; starting new ones")
+            self._pool = None
+            return None
+        if refusal is not None:
+            kind, code, message, param, status, extra = refusal
+            raise GatewayError(kind, code, message, param=param, status=status, headers=extra)
+        return model, answer
 
     def close(self) -> None:
         if self._pool is not None:

@@ -196,3 +196,37 @@ def test_a_large_invalid_body_is_refused_with_the_same_error_as_on_the_loop(
     error = json.loads(response.read())["error"]
     assert response.status == 400
     assert "'villain'" in error["message"]
+
+
+def count_tokens(port: int, key: str, body: bytes):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request(
+        "POST",
+        "/v1/messages/count_tokens",
+        body,
+        {"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"},
+    )
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_a_large_token_count_is_counted_off_the_loop_with_the_same_answer(
+    tenant, start_gateway, settings
+):
+    text = " ".join(f"word{i}" for i in range(6000))
+    body = orjson.dumps(
+        {"model": "sim-chat-small", "messages": [{"role": "user", "content": text}]}
+    )
+    settings.GATEWAY_LARGE_BODY_BYTES = 1 << 30  # counted on the loop
+    with_loop = start_gateway()
+    on_loop = count_tokens(with_loop.port, tenant.raw, body)
+    settings.GATEWAY_LARGE_BODY_BYTES = 16 * 1024  # counted in a parse worker
+    worker_gw = start_gateway()
+    in_worker = count_tokens(worker_gw.port, tenant.raw, body)
+    assert on_loop[0] == in_worker[0] == 200
+    assert in_worker[1] == on_loop[1]
+    assert in_worker[1]["input_tokens"] > 6000
+    # A malformed large body is refused from the worker, as on the loop.
+    status, answer = count_tokens(worker_gw.port, tenant.raw, b"{" + b" " * 20_000 + b"[")
+    assert status == 400
+    assert answer["error"]["type"] == "invalid_request_error"
