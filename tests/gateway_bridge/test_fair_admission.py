@@ -107,10 +107,12 @@ def test_a_flood_of_large_invalid_bodies_does_not_stall_another_orgs_calls(
     finally:
         flood.kill()
         flood.wait()
-    # Every flooding call was refused: 400 from the parse worker, 429 for want of a slot.
-    assert set(statuses) <= {"400", "429"}, statuses
+    # Every flooding call was refused: 400 from the parse worker, 429 for want of a
+    # slot (answered before the body is read, then the connection is closed: a
+    # sender still writing may see only the reset, 0 here).
+    assert set(statuses) <= {"400", "429", "0"}, statuses
     assert statuses.get("400", 0) >= 2
-    assert statuses.get("429", 0) > statuses.get("400", 0)
+    assert statuses.get("429", 0) + statuses.get("0", 0) > statuses.get("400", 0)
     # Before: each of those bodies held the loop ~0.1 s, and the bystander's calls
     # queued behind 40 of them for seconds (p99 4 to 6 s on the test machine). The
     # margin is for a shared, busy test machine; the soak measures it properly.
