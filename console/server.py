@@ -96,7 +96,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._refused = False
         table = self.open_by_address
         held = table.get(self._address, 0)
-        if limits.max_per_address and held >= limits.max_per_address:
+        # No peer address (a Unix socket): nothing to tell clients apart by.
+        if limits.max_per_address and self._address and held >= limits.max_per_address:
             self._refused = True
             transport.write(TOO_MANY)
             transport.close()
