@@ -253,9 +253,32 @@ CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
     "options": {"expires": float(NODE_PROBE_INTERVAL_SECONDS)},
 }
 
+# --- web server guard (issue 19: slow clients, huge bodies) -----------------
+# console.server: the request head must arrive within this many seconds (408, closed).
+CONSOLE_HEADER_TIMEOUT_SECONDS = config.env_float("CONSOLE_HEADER_TIMEOUT_SECONDS", 10.0, minimum=0)
+# ... and the body within this many seconds of the head (closed; 0: no limit).
+CONSOLE_BODY_TIMEOUT_SECONDS = config.env_float("CONSOLE_BODY_TIMEOUT_SECONDS", 30.0, minimum=0)
+# An idle kept-alive connection is closed after this many seconds.
+CONSOLE_KEEPALIVE_TIMEOUT_SECONDS = config.env_float(
+    "CONSOLE_KEEPALIVE_TIMEOUT_SECONDS", 5.0, minimum=0.1
+)
+# Open connections per client address and server process (TCP peer; 0: no cap).
+CONSOLE_MAX_CONNECTIONS_PER_ADDRESS = config.env_int(
+    "CONSOLE_MAX_CONNECTIONS_PER_ADDRESS", 512, minimum=0
+)
+# console.body_limit: bodies of non-gateway requests bigger than this get 413 unread.
+CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+
 # --- gateway bridge ---------------------------------------------------------
 # Requests bigger than this get 413 before they are parsed.
 GATEWAY_MAX_BODY_BYTES = config.env_int("GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Fair admission (issue 19, gateway_bridge.pipeline.fair): bodies of at least this many
+# bytes take one of their organization's slots before they are read (429 when none is
+# free) and are validated in a parse worker process before the event loop parses them.
+GATEWAY_LARGE_BODY_BYTES = config.env_int("GATEWAY_LARGE_BODY_BYTES", 256 * 1024, minimum=1024)
+GATEWAY_LARGE_BODY_CONCURRENCY = config.env_int("GATEWAY_LARGE_BODY_CONCURRENCY", 2, minimum=1)
+# Parse worker processes per gateway process (0: large bodies are parsed on the loop).
+GATEWAY_PARSE_WORKERS = config.env_int("GATEWAY_PARSE_WORKERS", 1, minimum=0)
 # Peers (IPs or CIDRs) whose X-Forwarded-For is believed; everyone else's is ignored.
 GATEWAY_TRUSTED_PROXIES = config.env_list("GATEWAY_TRUSTED_PROXIES")
 # Upstream timeouts, seconds: connect, response head, gap between stream events, whole call.

@@ -7,6 +7,8 @@ composes the stages of ``gateway_bridge.pipeline``, a module each:
     auth       the key (cached), the client's address (trusted proxies), the
                key's IP allowlist and expiry
     body       read with the size limit, parse JSON, the adapter's parse_call
+    fair       a large body takes one of its organization's slots before it is
+               read and is validated in a parse worker first (fair admission)
     admit      model rules, fallback chain, output budget, worst-case cost
                (one discount rule), reservation and rate limits
     cached     answer from the response cache
@@ -50,6 +52,7 @@ from gateway_bridge.pipeline import (
     auth,
     body,
     cached,
+    fair,
     forward,
     local,
     relay,
@@ -141,6 +144,12 @@ class Gateway:
         )
         self.trusted = auth.trusted_proxies(settings.GATEWAY_TRUSTED_PROXIES, logger)
         self.max_body = settings.GATEWAY_MAX_BODY_BYTES
+        # Large bodies: per-organization slots, validated off the loop (pipeline.fair).
+        self.large = fair.LargeBodies(
+            settings.GATEWAY_LARGE_BODY_BYTES,
+            settings.GATEWAY_LARGE_BODY_CONCURRENCY,
+            settings.GATEWAY_PARSE_WORKERS,
+        )
         self.timeouts = {
             "connect_timeout": settings.GATEWAY_CONNECT_TIMEOUT,
             "first_byte_timeout": settings.GATEWAY_FIRST_BYTE_TIMEOUT,
@@ -200,6 +209,7 @@ class Gateway:
         await self.cache.close()
         await self.responses.close()
         await self.limits.store.close()
+        self.large.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.circuits.close)
         if self._emitter is not None:
@@ -252,6 +262,9 @@ class Gateway:
         def negative_hits():
             yield (), self.state.negative_hits
 
+        def large_refusals():
+            yield (), self.large.refused
+
         def key_coolings():
             yield (), self.keys.coolings
 
@@ -300,6 +313,12 @@ class Gateway:
             "Calls refused from the negative key cache, without the database.",
             (),
             negative_hits,
+        )
+        m.gauge(
+            "gateway_large_body_refusals",
+            "Large requests refused because their organization had every large-body slot busy.",
+            (),
+            large_refusals,
         )
         m.gauge(
             "gateway_credential_coolings",
@@ -369,11 +388,17 @@ class Gateway:
         call.client_headers = headers
         if path_model is not None:
             call.model = safe_model(path_model)
-        raw = await body.read_raw(receive, headers, self.max_body)
-        data = body.loads(raw)
-        if call.model is None and isinstance(data, dict):
-            call.model = safe_model(data.get("model"))
-        req = body.parse(call, data, scope, headers, path_model, raw)
+        ticket = self.large.ticket(entry)
+        try:
+            raw = await body.read_raw(receive, headers, self.max_body, large=ticket)
+            if ticket.claimed:  # refused in a parse worker when it is invalid
+                await self.large.check(call, raw, scope, headers, path_model)
+            data = body.loads(raw)
+            if call.model is None and isinstance(data, dict):
+                call.model = safe_model(data.get("model"))
+            req = body.parse(call, data, scope, headers, path_model, raw)
+        finally:
+            ticket.release()
         call.model = safe_model(req.model)
         call.stream = req.stream
         call.endpoint = req.endpoint

@@ -271,3 +271,54 @@ def _round(value: float | None) -> float | None:
 
 def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def hostile(section: dict) -> dict:
+    """The hostile phase (``--hostile``): the normal tenants' p99 beside it
+    within 2x of their p99 alone, and every attack answered as it should be:
+    slow clients refused over the cap or closed by the header timeout, oversize
+    bodies 413 (console ones cut off before their end), the flood 400 / 429,
+    random keys 401."""
+    without = section["without_hostile"]["p99_ms"]
+    with_ = section["with_hostile"]["p99_ms"]
+    attack = section.get("attack") or {}
+    problems = []
+    if without is None or with_ is None:
+        problems.append("no successful normal calls to compare")
+    elif with_ > 2 * without:
+        problems.append(f"p99 {with_} ms beside the attack is over 2x {without} ms alone")
+    if "error" in attack or not attack:
+        problems.append(attack.get("error", "no attack summary"))
+    else:
+        slow = attack["slow"]["outcomes"]
+        if not slow.get("503 over the cap"):
+            problems.append("no slow connection was refused over the per-address cap")
+        if slow.get("still held at the end"):
+            problems.append(f"{slow['still held at the end']} slow connections were never closed")
+        held = attack["slow"]["held_seconds_max"]
+        if held is None or held > section["header_timeout_seconds"] + 3:
+            problems.append(f"a half-sent head was held {held} s")
+        for name, count in attack["oversize"]["statuses"].items():
+            # "reset": a console body cut off, its 413 lost in the connection's reset.
+            if not name.endswith((" 413", " reset")) or (
+                name.endswith(" reset") and name.startswith("/v1/")
+            ):
+                problems.append(f"oversize: {count} x {name}")
+        if attack["oversize"]["chunked_bytes_sent_max"] >= 64 * 1024 * 1024:
+            problems.append("a 64 MB chunked console body was read to its end")
+        flood = attack["flood"]["statuses"]
+        # A 429 answered before the body is read closes the connection: a sender
+        # still writing sees a reset. Nothing else (no 2xx, no 5xx) may come back.
+        others = {n for n in flood if n not in ("400", "429") and not n.startswith("transport:")}
+        if others or not flood.get("400"):
+            problems.append(f"flood answered {flood}")
+        keys = attack["random_keys"]["statuses"]
+        if set(keys) != {"401"}:
+            problems.append(f"random keys answered {keys}")
+    return {
+        "ok": not problems,
+        "p99_ms_without_hostile": without,
+        "p99_ms_with_hostile": with_,
+        "ratio": round(with_ / without, 2) if without and with_ else None,
+        "problems": problems,
+    }

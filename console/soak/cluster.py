@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from console.processes import _die_with_parent
+from console.server import server_args
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_TOKEN = "soak-node-token"  # noqa: S105 - loopback simulator's admin token
@@ -124,6 +125,11 @@ class Cluster:
     broker: Proc | None = None
     # The gateways' /metrics token (closed without one): set in their env, sent by metrics().
     metrics_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    # The gateways' connection guard (console.server): the cap must admit the
+    # normal clients' connections from 127.0.0.1; the hostile phase exceeds it
+    # from another address.
+    max_connections_per_address: int = 600
+    header_timeout: float = 5.0
 
     # --- set-up ----------------------------------------------------------------
 
@@ -145,6 +151,8 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
             # /metrics is closed without a token: the soak reads it with this one.
             "GATEWAY_METRICS_TOKEN": self.metrics_token,
+            "CONSOLE_MAX_CONNECTIONS_PER_ADDRESS": str(self.max_connections_per_address),
+            "CONSOLE_HEADER_TIMEOUT_SECONDS": str(self.header_timeout),
         }
         env.pop("CI", None)
         env.update(extra)
@@ -198,7 +206,7 @@ class Cluster:
                 sys.executable, "-m", "uvicorn", "console.asgi:application",
                 "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
                 "--no-access-log", "--log-level", "warning", "--no-proxy-headers",
-                "--timeout-graceful-shutdown", "10",
+                "--timeout-graceful-shutdown", "10", *server_args(),
             ]  # fmt: skip
             with contextlib.suppress(ImportError):
                 import uvloop  # noqa: F401 - optional: the gateways use it when installed

@@ -9,6 +9,8 @@ so the checks read only this run's calls), through the real services.
 * ``soak-c`` — postpaid with a capped sub-account (daily cap), a key with a
   monthly cap, and the burst key: a lifetime cap that admits about fifty calls,
   hit by a hundred concurrent ones.
+* ``soak-d`` — the hostile phase's flooding tenant (``--hostile``), kept out of
+  the reconciled organizations.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ class Scenario:
     actors: dict  # org label -> Actor (the owner)
     prepaid_balance: int
     node_ids: list[int]
+    # The hostile phase's flooding tenant (an organization of its own, outside
+    # ``orgs``: the checks reconcile the normal tenants).
+    flooder: KeySpec | None = None
 
     def traffic_keys(self) -> list[KeySpec]:
         return [k for k in self.keys.values() if k.weight > 0]
@@ -178,6 +183,8 @@ def create(node_urls: list[str], *, prepaid_balance: int) -> Scenario:
         reason="soak opening balance",
     )
     _clear_limit_state(orgs.values(), subs.values(), keys)
+    flooder_org = Organization.objects.create(name=f"Soak D {run}", slug=f"soak-d-{run}")
+    flooder = _key(_owner(flooder_org), "d-flood", "d", weight=0, system="")
     return Scenario(
         run=run,
         orgs=orgs,
@@ -186,4 +193,5 @@ def create(node_urls: list[str], *, prepaid_balance: int) -> Scenario:
         actors=actors,
         prepaid_balance=prepaid_balance,
         node_ids=register_nodes(node_urls),
+        flooder=flooder,
     )

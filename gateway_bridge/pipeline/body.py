@@ -37,17 +37,24 @@ async def read_json(receive, headers: dict, max_body: int):
     return loads(await read_raw(receive, headers, max_body))
 
 
-async def read_raw(receive, headers: dict, max_body: int) -> bytes:
-    """The request body's bytes (size limit and content type checked)."""
+async def read_raw(receive, headers: dict, max_body: int, large=None) -> bytes:
+    """The request body's bytes (size limit and content type checked).
+    ``large`` (a ``fair.Ticket``) is claimed before the body is read when
+    ``Content-Length`` says it is large, or as soon as the bytes counted
+    reach ``large.gate.threshold``."""
     length = headers.get("content-length")
+    large_at = large.gate.threshold if large is not None else max_body + 1
     if length is not None:
         try:
-            if int(length) > max_body:
-                raise too_large(max_body)
+            declared = int(length)
         except ValueError:
             raise GatewayError(
                 INVALID_REQUEST, "invalid_content_length", "Content-Length is not a number."
             ) from None
+        if declared > max_body:
+            raise too_large(max_body)
+        if declared >= large_at:
+            large.claim()
     ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if ctype and ctype != "application/json" and not ctype.endswith("+json"):
         raise GatewayError(
@@ -66,6 +73,8 @@ async def read_raw(receive, headers: dict, max_body: int) -> bytes:
             size += len(chunk)
             if size > max_body:
                 raise too_large(max_body)
+            if size >= large_at:
+                large.claim()
             chunks.append(chunk)
         if not message.get("more_body"):
             break

@@ -72,11 +72,22 @@ async def model(gw: Gateway, call: Call, scope, receive, send, headers, name) ->
 
 
 async def count(gw: Gateway, call: Call, scope, receive, send, headers, path_model) -> None:
-    await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
-    data = await body.read_json(receive, headers, gw.max_body)
+    entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
+    ticket = gw.large.ticket(entry)  # a large body: a slot, and counted off the loop
+    try:
+        raw = await body.read_raw(receive, headers, gw.max_body, large=ticket)
+        counted = await gw.large.count(call, raw, path_model) if ticket.claimed else None
+    finally:
+        ticket.release()
     adapter = ADAPTERS[call.protocol]
-    call.model = safe_model(adapter.count_model(data, path_model))
+    if counted is None:
+        data = body.loads(raw)
+        model, answer = adapter.count_model(data, path_model), None
+    else:
+        model, answer = counted
+    call.model = safe_model(model)
     admit.check_model(call, call.model)
-    answer = adapter.count_body(data, path_model)
+    if answer is None:
+        answer = adapter.count_body(data, path_model)
     call.endpoint = "count_tokens"
     await relay.respond(send, 200, answer, call)

@@ -18,6 +18,14 @@ faults happen, at fixed shares of the run:
     85 %  a burst of 100 concurrent calls against a nearly exhausted cap
     all   5 % of streamed calls hang up after the first event
 
+With ``--hostile``, before those steps, the first step's clients run twice for
+``--hostile-minutes`` each: alone, then beside a hostile phase
+(``console.soak.hostile``: slow clients holding half a request head, oversize
+bodies on gateway and console paths, a tenant flooding 3.5 MB invalid bodies,
+random keys). The ``hostile`` check holds when the normal tenants' p99 beside
+the attack stays within 2x of their p99 alone and each attack got the answer
+it should (see ``console.soak.checks.hostile``).
+
 Then it waits for the pipeline to drain and checks (see console.soak.checks).
 """
 
@@ -26,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,6 +84,22 @@ class Command(BaseCommand):
         parser.add_argument("--prepaid-balance", type=int, default=None, help="micro-units")
         parser.add_argument("--keep", action="store_true", help="keep the work directory")
         parser.add_argument("--out", help="also write the report to this file")
+        parser.add_argument(
+            "--hostile",
+            action="store_true",
+            help="before the faults, run the normal load twice, alone and beside a hostile "
+            "phase (slow clients, oversize bodies, a flooding tenant, random keys), and "
+            "compare the normal tenants' p99",
+        )
+        parser.add_argument(
+            "--hostile-minutes", type=float, default=1.0, help="length of each of those two phases"
+        )
+        parser.add_argument(
+            "--hostile-clients",
+            type=int,
+            default=None,
+            help="normal clients in those phases (default: the first step)",
+        )
 
     def log(self, message: str) -> None:
         elapsed = time.monotonic() - self.t_start
@@ -114,6 +139,14 @@ class Command(BaseCommand):
         pg = None if opts["no_postgres_restart"] else local_postgres_cluster(database_url)
         workdir = Path(tempfile.mkdtemp(prefix="soak-"))
         cluster = Cluster(workdir, database_url, redis_url, log=self.log)
+        # Every normal client may hold a connection to each gateway, plus the probes.
+        cluster.max_connections_per_address = max(600, max(steps) + 200)
+        self.hostile = None
+        if opts["hostile"]:
+            self.hostile = {
+                "seconds": max(10.0, opts["hostile_minutes"] * 60),
+                "clients": opts["hostile_clients"] or steps[0],
+            }
         report: dict = {}
         ok = False
         try:
@@ -151,6 +184,8 @@ class Command(BaseCommand):
                     report["faults"].get("revocation_seconds", {}),
                 ),
             }
+            if "hostile" in report:
+                report["checks"]["hostile"] = checks.hostile(report["hostile"])
             ok = all(c["ok"] for c in report["checks"].values()) and not died
             report["ok"] = ok
         finally:
@@ -173,8 +208,11 @@ class Command(BaseCommand):
         traffic = Traffic(gateways, scenario.traffic_keys())
         await traffic.open(connections=max(steps) + 64)
         faults: dict = {"timeline": []}
+        hostile = None
         try:
             await self.warm(traffic, scenario)
+            if self.hostile is not None:
+                hostile = await self.compare(cluster, traffic, scenario, **self.hostile)
             stop = asyncio.Event()
             active = [0]
             clients: list[asyncio.Task] = []
@@ -198,7 +236,7 @@ class Command(BaseCommand):
             await fault_task
         finally:
             await traffic.close()
-        return {
+        report = {
             "seconds": round(seconds, 1),
             "gateways": len(gateways),
             "nodes": len(cluster.nodes),
@@ -208,6 +246,74 @@ class Command(BaseCommand):
             "calls": len(traffic.results),
             "_results": traffic.results,
         }
+        if hostile is not None:
+            report["hostile"] = hostile
+        return report
+
+    async def compare(self, cluster: Cluster, traffic: Traffic, scenario, *, seconds, clients):
+        """The normal load alone, then the same load beside the hostile phase
+        (console.soak.hostile, a process of its own); their figures side by side."""
+        windows = []
+        attack = None
+        for step, name in ((-1, "without"), (-2, "with")):
+            proc = None
+            if name == "with":
+                proc = await asyncio.to_thread(self._start_attack, cluster, scenario, seconds + 4)
+                await asyncio.sleep(4.0)  # the attack under way (slow clients connected)
+            self.log(f"{clients} clients, {name} the hostile phase, {seconds:.0f} s")
+            traffic.step = step
+            stop = asyncio.Event()
+            active = [clients]
+            tasks = [asyncio.create_task(traffic.client(i, active, stop)) for i in range(clients)]
+            start = time.time()
+            await asyncio.sleep(seconds)
+            windows.append((step, clients, start, time.time()))
+            stop.set()
+            await asyncio.gather(*tasks)
+            if proc is not None:
+                attack = await asyncio.to_thread(self._finish_attack, proc)
+        without, with_ = checks.steps(traffic.results, windows)
+        return {
+            "seconds_per_phase": seconds,
+            "clients": clients,
+            "header_timeout_seconds": cluster.header_timeout,
+            "max_connections_per_address": cluster.max_connections_per_address,
+            "console_max_body_bytes": settings.CONSOLE_MAX_BODY_BYTES,
+            "without_hostile": without,
+            "with_hostile": with_,
+            "attack": attack,
+        }
+
+    def _start_attack(self, cluster: Cluster, scenario, seconds: float) -> subprocess.Popen:
+        args = {
+            "gateways": [cluster.gateway_url(i) for i in range(len(cluster.gateways))],
+            "seconds": seconds,
+            "slow_per_gateway": cluster.max_connections_per_address + 50,
+            "console_limit": settings.CONSOLE_MAX_BODY_BYTES,
+            "flood_key": scenario.flooder.raw,
+            "flood_workers": 20,
+            "random_per_second": 50,
+        }
+        with open(cluster.workdir / "hostile.log", "ab") as log:
+            return subprocess.Popen(  # noqa: S603 - our own module, argv built here
+                [sys.executable, "-m", "console.soak.hostile", json.dumps(args)],
+                cwd=settings.BASE_DIR,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+
+    @staticmethod
+    def _finish_attack(proc: subprocess.Popen) -> dict:
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return {"error": "the hostile phase did not finish"}
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"error": f"the hostile phase exited {proc.returncode} without a summary"}
 
     async def warm(self, traffic: Traffic, scenario) -> None:
         """One call per key on each gateway: keys cached, connections open, nodes

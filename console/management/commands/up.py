@@ -48,6 +48,7 @@ from console.management.readiness import (
 )
 from console.processes import ChildDied, Supervisor
 from console.staticassets import collect_static
+from console.server import server_args
 
 # How long up waits for the upstreams, the server and the demo key's first calls.
 READY_TIMEOUT_SECONDS = 90.0
@@ -240,6 +241,8 @@ class Command(BaseCommand):
                 # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1;
                 # the gateway's GATEWAY_TRUSTED_PROXIES decides that.
                 "--no-proxy-headers",
+                # Header, body and keep-alive timeouts; connections per address.
+                *server_args(),
             ],
         )
 
