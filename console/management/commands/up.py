@@ -47,8 +47,8 @@ from console.management.readiness import (
     wait_for_port,
 )
 from console.processes import ChildDied, Supervisor
-from console.staticassets import collect_static
 from console.server import server_args
+from console.staticassets import collect_static
 
 # How long up waits for the upstreams, the server and the demo key's first calls.
 READY_TIMEOUT_SECONDS = 90.0
