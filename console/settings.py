@@ -80,6 +80,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "accounts.middleware.CurrentOrganizationMiddleware",
+    # API schema conformance (issue 19): a repeated query parameter is a 400
+    "console.api_errors.SingleQueryParameterMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -390,6 +392,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "console.api_errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # The API reads JSON only (a form body cannot say null; issue 19's schema work).
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Token-billing console API",
@@ -401,6 +405,11 @@ SPECTACULAR_SETTINGS = {
         "SubAccountStatusEnum": "accounts.models.SubAccountStatus",
         "NodeStatusEnum": "inference_node.models.NodeStatus",
     },
+    # --- API schema conformance (issue 19): the error answers of every operation
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "console.api_schema.add_error_responses",
+    ],
 }
 
 # --- security -------------------------------------------------------------
