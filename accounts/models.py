@@ -327,3 +327,19 @@ class AuditEvent(models.Model):
         return (
             f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"
         )
+
+
+class RecoveryCode(models.Model):
+    """A one-time code that stands in for the authenticator app at sign-in
+    (``accounts.two_factor``). Only an HMAC of the code is kept."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="recovery_codes")
+    code_hash = models.CharField(max_length=64)
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "code_hash"])]
+
+    def __str__(self) -> str:
+        return f"recovery code of user {self.user_id}" + (" (used)" if self.used_at else "")

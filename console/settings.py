@@ -66,6 +66,9 @@ INSTALLED_APPS = [
     "usage",
     "invoicing",
     "gateway_bridge",
+    # --- two-factor sign-in (issue 19): django-otp's TOTP devices (accounts.two_factor)
+    "django_otp",
+    "django_otp.plugins.otp_totp",
 ]
 
 MIDDLEWARE = [
@@ -350,6 +353,10 @@ INVITATION_TTL_HOURS = config.env_int("INVITATION_TTL_HOURS", 72, minimum=1)
 LOGIN_MAX_FAILURES = config.env_int("LOGIN_MAX_FAILURES", 5, minimum=1)
 LOGIN_FAILURE_WINDOW_SECONDS = config.env_int("LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1)
 LOGIN_MAX_DELAY_SECONDS = config.env_int("LOGIN_MAX_DELAY_SECONDS", 600, minimum=1)
+
+# --- two-factor sign-in (issue 19; accounts.two_factor) ----------------------
+# The name authenticator apps show for the console's entries.
+OTP_TOTP_ISSUER = config.env_str("OTP_TOTP_ISSUER", "Token Console")
 
 # --- e-mail ---------------------------------------------------------------
 # The default writes each message to a file under var/mail, not to the worker's
