@@ -81,6 +81,8 @@ class Organization(models.Model):
     # The monthly spend cap (micro-units) every key a developer issues carries at
     # most; the key's default cap too. Null: developers' keys are not capped by it.
     developer_key_cap = models.BigIntegerField(null=True, blank=True)
+    # Members must sign in with a second factor (accounts.two_factor); set by an owner.
+    require_two_factor = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=tz.now)
 

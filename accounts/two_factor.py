@@ -23,7 +23,9 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from accounts.models import RecoveryCode
+from accounts.audit import audit_record
+from accounts.errors import PermissionDenied, ValidationFailed
+from accounts.models import Organization, RecoveryCode, Role
 
 RECOVERY_CODES = 10
 PENDING_KEY = "two_factor_pending"
@@ -147,3 +149,32 @@ def pending_sign_in(request) -> dict | None:
         request.session.pop(PENDING_KEY, None)
         return None
     return pending
+
+
+def set_organization_requirement(*, actor, required: bool) -> None:
+    """An owner requires (or stops requiring) a second factor of every member
+    of the organization; they must have one themselves first."""
+    if actor.membership.role != Role.OWNER:
+        raise PermissionDenied("Only an owner can require two-factor sign-in.")
+    if required and not is_enabled(actor.user):
+        raise ValidationFailed("Turn on two-factor sign-in for yourself first.")
+    org = actor.organization
+    if org.require_two_factor == required:
+        return
+    Organization.objects.filter(pk=org.pk).update(require_two_factor=required)
+    org.require_two_factor = required
+    audit_record(
+        actor=actor,
+        action="organization.require_two_factor",
+        target=org,
+        params={"required": required},
+    )
+
+
+def must_enroll(request) -> bool:
+    """The current organization requires a second factor and this signed-in
+    user has none yet (``RequireTwoFactorMiddleware`` sends them to set one up)."""
+    actor = getattr(request, "actor", None)
+    return bool(
+        actor is not None and actor.organization.require_two_factor and not is_enabled(actor.user)
+    )

@@ -11,8 +11,9 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods
 
 from accounts import throttle, two_factor
+from accounts.errors import DomainError
 from accounts.middleware import client_ip
-from accounts.models import User
+from accounts.models import Role, User
 from accounts.views import _wait_message
 
 
@@ -65,6 +66,17 @@ def settings_page(request):
         else:
             context["codes"] = codes
             messages.success(request, "Two-factor sign-in is on.")
+    elif action in ("require", "unrequire") and getattr(request, "actor", None) is not None:
+        try:
+            two_factor.set_organization_requirement(
+                actor=request.actor, required=action == "require"
+            )
+        except DomainError as exc:
+            context["error"] = exc.message
+        else:
+            return redirect("accounts:two_factor")
+    elif action == "disable" and _organization_requires(request):
+        context["error"] = "Your organization requires two-factor sign-in."
     elif action in ("disable", "regenerate"):
         if not two_factor.verify(user, request.POST.get("code", "")):
             context["error"] = "That code is not right."
@@ -74,13 +86,31 @@ def settings_page(request):
             return redirect("accounts:two_factor")
         else:
             context["codes"] = two_factor.issue_recovery_codes(user)
+    return render(
+        request,
+        "accounts/two_factor_settings.html",
+        _page(request, context),
+        status=400 if context["error"] else 200,
+    )
+
+
+def _page(request, context: dict) -> dict:
+    user = request.user
+    actor = getattr(request, "actor", None)
     enabled = two_factor.is_enabled(user)
     context["enabled"] = enabled
+    context["organization"] = actor.organization if actor else None
+    context["is_owner"] = bool(actor and actor.membership.role == Role.OWNER)
+    context["required"] = bool(actor and actor.organization.require_two_factor)
     if enabled:
         context["codes_left"] = two_factor.recovery_codes_left(user)
     else:
         device = two_factor.setup_device(user)
         context["qr"] = mark_safe(two_factor.qr_svg(device))  # noqa: S308 - segno's own SVG
         context["secret"] = two_factor.secret_text(device)
-    status = 400 if context["error"] else 200
-    return render(request, "accounts/two_factor_settings.html", context, status=status)
+    return context
+
+
+def _organization_requires(request) -> bool:
+    actor = getattr(request, "actor", None)
+    return bool(actor and actor.organization.require_two_factor)

@@ -83,6 +83,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "accounts.middleware.CurrentOrganizationMiddleware",
+    # two-factor sign-in (issue 19): an organization may require it of its members
+    "accounts.middleware.RequireTwoFactorMiddleware",
     # API schema conformance (issue 19): a repeated query parameter is a 400
     "console.api_errors.SingleQueryParameterMiddleware",
 ]

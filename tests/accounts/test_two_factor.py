@@ -193,3 +193,38 @@ def test_the_admin_sign_in_asks_for_the_code_too(user):
     assert not _signed_in(browser)
     _code_step(browser, _code(user, steps_ahead=1))
     assert _signed_in(browser)
+
+
+def test_an_owner_can_require_two_factor_of_every_member(client):
+    org = OrganizationFactory()
+    owner = MembershipFactory(organization=org, role=Role.OWNER).user
+    member = MembershipFactory(organization=org, role=Role.DEVELOPER).user
+    url = reverse("accounts:two_factor")
+
+    client.force_login(owner)
+    # Not before the owner has a second factor themselves.
+    refused = client.post(url, {"action": "require"})
+    assert refused.status_code == 400 and "for yourself first" in refused.content.decode()
+    _enable(owner)
+    assert client.post(url, {"action": "require"}).status_code == 302
+    org.refresh_from_db()
+    assert org.require_two_factor
+
+    # A developer cannot lift it.
+    other = Client()
+    other.force_login(member)
+    assert other.post(url, {"action": "unrequire"}).status_code == 400
+    org.refresh_from_db()
+    assert org.require_two_factor
+
+    # Without a second factor, the member reaches only the page that sets one up.
+    overview = other.get(reverse("console:overview"))
+    assert overview.status_code == 302 and overview["Location"] == url
+    assert other.get(url).status_code == 200
+    assert other.get("/api/v1/keys/").status_code == 200  # the API is not a sign-in
+    _enable(member)
+    assert other.get(reverse("console:overview")).status_code == 200
+
+    # Nor can a member turn theirs off while it is required.
+    assert other.post(url, {"action": "disable", "code": "x"}).status_code == 400
+    assert two_factor.is_enabled(member)
