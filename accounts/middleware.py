@@ -39,3 +39,36 @@ class CurrentOrganizationMiddleware:
     def __call__(self, request):
         request.actor = _resolve(request)
         return self.get_response(request)
+
+
+class RequireTwoFactorMiddleware:
+    """A member of an organization that requires two-factor sign-in, without
+    a second factor yet, reaches only the page that sets one up (and signing
+    out, switching organization, changing the password); every other console
+    page redirects there. The REST API (personal access tokens) is not a
+    sign-in and is left alone."""
+
+    OPEN_PREFIXES = ("/api/", "/static/", "/healthz", "/billing/stripe/webhook/")
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.shortcuts import redirect
+        from django.urls import reverse
+
+        from accounts import two_factor
+
+        if not request.path.startswith(self.OPEN_PREFIXES):
+            open_paths = {
+                reverse(name)
+                for name in (
+                    "accounts:two_factor",
+                    "accounts:logout",
+                    "accounts:organization_switch",
+                    "accounts:password_change",
+                )
+            }
+            if request.path not in open_paths and two_factor.must_enroll(request):
+                return redirect("accounts:two_factor")
+        return self.get_response(request)

@@ -81,6 +81,8 @@ class Organization(models.Model):
     # The monthly spend cap (micro-units) every key a developer issues carries at
     # most; the key's default cap too. Null: developers' keys are not capped by it.
     developer_key_cap = models.BigIntegerField(null=True, blank=True)
+    # Members must sign in with a second factor (accounts.two_factor); set by an owner.
+    require_two_factor = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=tz.now)
 
@@ -327,3 +329,19 @@ class AuditEvent(models.Model):
         return (
             f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"
         )
+
+
+class RecoveryCode(models.Model):
+    """A one-time code that stands in for the authenticator app at sign-in
+    (``accounts.two_factor``). Only an HMAC of the code is kept."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="recovery_codes")
+    code_hash = models.CharField(max_length=64)
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "code_hash"])]
+
+    def __str__(self) -> str:
+        return f"recovery code of user {self.user_id}" + (" (used)" if self.used_at else "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from accounts import validators
 from accounts.models import (
     ApiKey,
     Invitation,
@@ -27,7 +28,7 @@ LIMIT_FIELDS = (
 class ApiKeySerializer(serializers.ModelSerializer):
     prefix = serializers.CharField(read_only=True)
     status = serializers.CharField(source="effective_status", read_only=True)
-    sub_account = serializers.PrimaryKeyRelatedField(read_only=True)
+    sub_account = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     owner = serializers.EmailField(source="owner.email", read_only=True, default=None)
 
     class Meta:
@@ -51,25 +52,43 @@ class ApiKeySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+def _cap():
+    return serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=validators.MAX_SPEND_CAP,
+        help_text="micro-units",
+    )
+
+
+def _rate(maximum: int):
+    return serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=maximum)
+
+
 class _LimitsInput(serializers.Serializer):
-    allowed_models = serializers.ListField(child=serializers.CharField(), required=False)
-    spend_cap_daily = serializers.IntegerField(
-        required=False, allow_null=True, help_text="micro-units"
+    # The bounds are the services' (accounts.validators), stated here so that
+    # the schema says them too; the services still check.
+    allowed_models = serializers.ListField(
+        child=serializers.RegexField(validators.MODEL_NAME_RE.pattern, max_length=128),
+        required=False,
     )
-    spend_cap_monthly = serializers.IntegerField(
-        required=False, allow_null=True, help_text="micro-units"
-    )
-    spend_cap_lifetime = serializers.IntegerField(
-        required=False, allow_null=True, help_text="micro-units"
-    )
-    rpm_limit = serializers.IntegerField(required=False, allow_null=True)
-    tpm_limit = serializers.IntegerField(required=False, allow_null=True)
+    spend_cap_daily = _cap()
+    spend_cap_monthly = _cap()
+    spend_cap_lifetime = _cap()
+    rpm_limit = _rate(validators.MAX_RATE_LIMIT)
+    tpm_limit = _rate(validators.MAX_TOKENS_PER_MINUTE)
 
 
 class ApiKeyInput(_LimitsInput):
     name = serializers.CharField(max_length=120)
-    sub_account = serializers.IntegerField(required=False, allow_null=True)
-    ip_allowlist = serializers.ListField(child=serializers.CharField(), required=False)
+    sub_account = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    ip_allowlist = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        max_length=validators.MAX_ALLOWLIST_ENTRIES,
+        help_text="IPv4/IPv6 addresses and CIDR ranges",
+    )
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
@@ -151,5 +170,5 @@ class InvitationSerializer(serializers.ModelSerializer):
 
 
 class InvitationInput(serializers.Serializer):
-    email = serializers.CharField(max_length=254)
-    role = serializers.CharField(max_length=16)
+    email = serializers.EmailField(max_length=254)
+    role = serializers.ChoiceField(choices=Role.choices)

@@ -1,12 +1,14 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from accounts import views
+from accounts import two_factor_views, views
 
 app_name = "accounts"
 
 urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
+    path("login/code/", two_factor_views.login_code, name="login_code"),
+    path("account/two-factor/", two_factor_views.settings_page, name="two_factor"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("org/switch/", views.organization_switch, name="organization_switch"),

@@ -8,16 +8,17 @@ import math
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth import login
+from django.contrib.auth import BACKEND_SESSION_KEY, login, logout
 from django.contrib.auth import views as auth_views
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from accounts import selectors, services, throttle
+from accounts import selectors, services, throttle, two_factor
 from accounts.decorators import apply_errors, org_view
 from accounts.errors import DomainError, NotFound
 from accounts.forms import (
@@ -55,6 +56,13 @@ def _login_attempt(request) -> tuple[throttle.Attempt, int, str]:
         else None
     )
     attempt = throttle.attempt_for(request, email, client_ip(request), user_id)
+    seconds, message = _wait_message(attempt)
+    return attempt, seconds, message
+
+
+def _wait_message(attempt: throttle.Attempt) -> tuple[int, str]:
+    """Seconds before ``attempt`` may be checked (0: now) and, when waiting,
+    what to tell the person (the password and the two-factor code steps)."""
     seconds = math.ceil(throttle.retry_after(attempt))
     message = ""
     if seconds > 0:
@@ -63,7 +71,7 @@ def _login_attempt(request) -> tuple[throttle.Attempt, int, str]:
             "Too many failed sign-in attempts. "
             f"Try again in {_wait_words(seconds)} (after {at:%H:%M:%S} UTC)."
         )
-    return attempt, seconds, message
+    return seconds, message
 
 
 class LoginView(auth_views.LoginView):
@@ -89,6 +97,11 @@ class LoginView(auth_views.LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_valid(self, form):
+        user = form.get_user()
+        if two_factor.is_enabled(user):
+            # The attempt stays counted until the code step succeeds.
+            two_factor.begin_sign_in(self.request, user, self.get_success_url())
+            return redirect("accounts:login_code")
         throttle.succeeded(self._attempt)
         response = super().form_valid(form)
         throttle.remember_device(self.request, response, form.get_user())
@@ -110,6 +123,19 @@ def throttled_login(login_view):
             return response
         throttle.charge(attempt)
         response = login_view(request, *args, **kwargs)
+        user = request.user
+        if response.status_code == 302 and user.is_authenticated and two_factor.is_enabled(user):
+            # The admin's sign-in is no way around the second factor either.
+            backend = request.session.get(BACKEND_SESSION_KEY)
+            logout(request)
+            user.backend = backend
+            next_url = request.POST.get("next") or ""
+            if not url_has_allowed_host_and_scheme(
+                next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+            ):
+                next_url = reverse("admin:index")
+            two_factor.begin_sign_in(request, user, next_url)
+            return redirect("accounts:login_code")
         if response.status_code == 302 and request.user.is_authenticated:
             throttle.succeeded(attempt)
             throttle.remember_device(request, response, request.user)

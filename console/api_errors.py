@@ -6,7 +6,8 @@ import logging
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -67,3 +68,35 @@ def _first_message(data) -> str:
     if isinstance(data, list):
         return _first_message(data[0]) if data else ""
     return str(data)
+
+
+def page_not_found(request, exception=None):
+    """The 404 handler: a path under ``/api/v1/`` that no route matches (an id
+    that is not a number, an unknown collection) answers in the API's error
+    shape; every other path gets the console's 404 page."""
+    if request.path.startswith("/api/v1/"):
+        return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)
+    return defaults.page_not_found(request, exception)
+
+
+class SingleQueryParameterMiddleware:
+    """No REST API parameter is a list, so a query parameter given twice
+    (``?status=a&status=b``) is a 400 naming it, not silently the last one."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path.startswith("/api/v1/"):
+            repeated = {
+                name: ["Give this parameter once."]
+                for name, values in request.GET.lists()
+                if len(values) > 1
+            }
+            if repeated:
+                name = next(iter(repeated))
+                return JsonResponse(
+                    error_body("invalid", f"{name}: Give this parameter once.", repeated),
+                    status=400,
+                )
+        return self.get_response(request)

@@ -66,6 +66,9 @@ INSTALLED_APPS = [
     "usage",
     "invoicing",
     "gateway_bridge",
+    # --- two-factor sign-in (issue 19): django-otp's TOTP devices (accounts.two_factor)
+    "django_otp",
+    "django_otp.plugins.otp_totp",
 ]
 
 MIDDLEWARE = [
@@ -80,6 +83,10 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "accounts.middleware.CurrentOrganizationMiddleware",
+    # two-factor sign-in (issue 19): an organization may require it of its members
+    "accounts.middleware.RequireTwoFactorMiddleware",
+    # API schema conformance (issue 19): a repeated query parameter is a 400
+    "console.api_errors.SingleQueryParameterMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -372,6 +379,10 @@ LOGIN_MAX_FAILURES = config.env_int("LOGIN_MAX_FAILURES", 5, minimum=1)
 LOGIN_FAILURE_WINDOW_SECONDS = config.env_int("LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1)
 LOGIN_MAX_DELAY_SECONDS = config.env_int("LOGIN_MAX_DELAY_SECONDS", 600, minimum=1)
 
+# --- two-factor sign-in (issue 19; accounts.two_factor) ----------------------
+# The name authenticator apps show for the console's entries.
+OTP_TOTP_ISSUER = config.env_str("OTP_TOTP_ISSUER", "Token Console")
+
 # --- e-mail ---------------------------------------------------------------
 # The default writes each message to a file under var/mail, not to the worker's
 # output: mail carries one-time links (invitations) that must not reach the logs.
@@ -420,6 +431,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "console.api_errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # The API reads JSON only (a form body cannot say null; issue 19's schema work).
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Token-billing console API",
@@ -431,6 +444,11 @@ SPECTACULAR_SETTINGS = {
         "SubAccountStatusEnum": "accounts.models.SubAccountStatus",
         "NodeStatusEnum": "inference_node.models.NodeStatus",
     },
+    # --- API schema conformance (issue 19): the error answers of every operation
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "console.api_schema.add_error_responses",
+    ],
 }
 
 # --- security -------------------------------------------------------------

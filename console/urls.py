@@ -1,6 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
 
+# An unmatched /api/v1/ path answers JSON; other paths the console's 404 page.
+handler404 = "console.api_errors.page_not_found"
+
 urlpatterns = [
     path("", include("console.console_urls")),
     path("", include("accounts.urls")),

@@ -99,7 +99,7 @@ class NodeViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
 
     @extend_schema(methods=["GET"], request=None, responses=CredentialSerializer(many=True))
     @extend_schema(methods=["POST"], request=CredentialInput, responses={201: CredentialSerializer})
-    @action(detail=True, methods=["get", "post"])
+    @action(detail=True, methods=["get", "post"], pagination_class=None)
     def credentials(self, request, pk=None):
         node = self.get_object()
         if request.method == "GET":

@@ -6,11 +6,13 @@ integer micro-units of ``cost_currency`` per million tokens."""
 
 from __future__ import annotations
 
+from drf_spectacular.drainage import set_override
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inference_node.models import Credential, HealthCheck, Node, NodeKind, NodeModel
 from inference_node.selectors import key_pool, missing_models
+from inference_node.services.validation import MAX_CONCURRENCY, MAX_RPM, MAX_TPM, MAX_WEIGHT
 
 KIND_HELP = "One of: " + ", ".join(NodeKind.values) + "."
 COST_OUTPUT = (
@@ -179,18 +181,36 @@ class ModelInput(serializers.Serializer):
     cost_output_per_mtok = serializers.IntegerField(required=False, allow_null=True)
 
 
+class _Bounded(serializers.IntegerField):
+    """An integer from 1 to ``maximum`` as the schema says; the services check
+    the bounds (with every other field's error in the same answer)."""
+
+    def __init__(self, maximum: int, **kwargs):
+        super().__init__(**kwargs)
+        schema = {"type": "integer", "minimum": 1, "maximum": maximum}
+        if kwargs.get("allow_null"):
+            schema["nullable"] = True
+        set_override(self, "field", schema)
+
+
+def _bounded(maximum: int, **kwargs) -> serializers.IntegerField:
+    return _Bounded(maximum, required=False, **kwargs)
+
+
 class CredentialInput(serializers.Serializer):
-    secret = serializers.CharField(
+    secret = serializers.RegexField(
+        r"^[!-~]+$",
         max_length=1000,
         write_only=True,
         trim_whitespace=True,
-        help_text="The vendor's API key; never returned (only its hint).",
+        help_text="The vendor's API key (printable ASCII, no spaces); never returned "
+        "(only its hint).",
     )
     label = serializers.CharField(max_length=80, required=False, allow_blank=True)
-    weight = serializers.IntegerField(required=False)
-    rpm_limit = serializers.IntegerField(required=False, allow_null=True)
-    tpm_limit = serializers.IntegerField(required=False, allow_null=True)
-    max_concurrency = serializers.IntegerField(required=False, allow_null=True)
+    weight = _bounded(MAX_WEIGHT)
+    rpm_limit = _bounded(MAX_RPM, allow_null=True)
+    tpm_limit = _bounded(MAX_TPM, allow_null=True)
+    max_concurrency = _bounded(MAX_CONCURRENCY, allow_null=True)
 
 
 class CredentialUpdate(CredentialInput):
@@ -219,8 +239,8 @@ class NodeInput(serializers.Serializer):
         trim_whitespace=True,
         help_text="Bearer token sent to a self-hosted node; never returned.",
     )
-    weight = serializers.IntegerField(required=False)
-    max_concurrency = serializers.IntegerField(required=False)
+    weight = _bounded(MAX_WEIGHT)
+    max_concurrency = _bounded(MAX_CONCURRENCY)
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
     models = ModelInput(many=True, required=False)
     credentials = CredentialInput(

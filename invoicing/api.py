@@ -33,7 +33,11 @@ from invoicing.serializers import (
 )
 from invoicing.services._common import period_bounds
 
-PERIOD = OpenApiParameter("period", str, description="Month, YYYY-MM")
+PERIOD = OpenApiParameter(
+    "period",
+    {"type": "string", "pattern": r"^2[0-9]{3}-(0[1-9]|1[0-2])$"},
+    description="Month, YYYY-MM (2000 to 2999)",
+)
 
 
 def _filters(request, statuses, label="status", name="status") -> tuple[str | None, str | None]:
@@ -133,7 +137,11 @@ class InvoiceViewSet(BillingViewSet, mixins.ListModelMixin, mixins.RetrieveModel
 @extend_schema(
     parameters=[
         PERIOD,
-        OpenApiParameter("invoice", int, description="Only this invoice's credit notes"),
+        OpenApiParameter(
+            "invoice",
+            {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+            description="Only this invoice's credit notes",
+        ),
     ]
 )
 class CreditNoteViewSet(BillingViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):

@@ -19,25 +19,44 @@ from rest_framework.views import APIView
 
 from accounts.facade import IsOrgMember, ValidationFailed
 from usage import logs
-from usage.forms import CallFilterForm
+from usage.forms import MAX_LATENCY_MS, CallFilterForm
 from usage.serializers import CallPageSerializer, CallRecordSerializer
 
+# Each parameter's schema states what the filter form accepts (usage.forms).
+_ID = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 FILTER_PARAMETERS = [
     OpenApiParameter("from", OpenApiTypes.DATETIME, description="Calls started at or after"),
     OpenApiParameter("to", OpenApiTypes.DATETIME, description="Calls started before"),
     OpenApiParameter("range", str, enum=["1h", "24h", "7d", "30d"], description="Quick range"),
-    OpenApiParameter("key", int, description="API key id"),
-    OpenApiParameter("sub_account", int, description="Sub-account id"),
-    OpenApiParameter("model", str, description="Public model name"),
-    OpenApiParameter("node", int, description="Inference node id"),
-    OpenApiParameter("status", str, description="ok, errors, 4xx, 429, 5xx or a code"),
-    OpenApiParameter("min_latency_ms", int, description="Latency at least this"),
-    OpenApiParameter("request_id", str, description="One request id"),
+    OpenApiParameter("key", _ID, description="API key id"),
+    OpenApiParameter("sub_account", _ID, description="Sub-account id"),
+    OpenApiParameter("model", {"type": "string", "maxLength": 128}, description="Model name"),
+    OpenApiParameter("node", _ID, description="Inference node id"),
+    OpenApiParameter(
+        "status",
+        {"type": "string", "pattern": r"^(ok|errors|4xx|5xx|[1-5][0-9]{2})$"},
+        description="ok, errors, 4xx, 429, 5xx or a code",
+    ),
+    OpenApiParameter(
+        "min_latency_ms",
+        {"type": "integer", "minimum": 0, "maximum": MAX_LATENCY_MS},
+        description="Latency at least this",
+    ),
+    OpenApiParameter(
+        "request_id",
+        {"type": "string", "pattern": r"^[A-Za-z0-9._:\-]{1,64}$"},
+        description="One request id",
+    ),
 ]
+_CURSOR = {"type": "string", "maxLength": 400}
 PAGE_PARAMETERS = [
-    OpenApiParameter("limit", int, description=f"Page size, 1 to {logs.MAX_LIMIT}"),
-    OpenApiParameter("before", str, description="Cursor: calls older than (from `next`)"),
-    OpenApiParameter("after", str, description="Cursor: calls newer than (from `previous`)"),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": logs.MAX_LIMIT},
+        description=f"Page size, 1 to {logs.MAX_LIMIT}",
+    ),
+    OpenApiParameter("before", _CURSOR, description="Cursor: calls older than (from `next`)"),
+    OpenApiParameter("after", _CURSOR, description="Cursor: calls newer than (from `previous`)"),
 ]
 
 

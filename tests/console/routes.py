@@ -76,6 +76,7 @@ RULES: list[tuple[str, Access]] = [
     # public
     ("console:health", Access("public")),
     ("accounts:login", Access("public")),
+    ("accounts:login_code", Access("public")),  # the second sign-in step (a pending session)
     ("accounts:logout", Access("public")),
     ("accounts:invitation_accept", Access("public")),  # the token is the credential
     ("stripe-webhook", Access("webhook")),
@@ -85,6 +86,7 @@ RULES: list[tuple[str, Access]] = [
     # console pages
     ("console:overview", Access("page", (P.ORG_VIEW,))),
     ("accounts:password_change", Access("page")),
+    ("accounts:two_factor", Access("page")),
     ("accounts:organization_switch", Access("page")),
     ("accounts:organization_settings", Access("page", (P.ORG_VIEW,), (P.ORG_MANAGE,))),
     ("accounts:members", Access("page", (P.MEMBERS_VIEW,), (P.MEMBERS_MANAGE,))),

@@ -104,8 +104,8 @@ def test_a_user_without_an_organization_is_refused_everywhere(world):
         url = url_for(route, world["a"])
         for method in methods_to_try(route):
             r = sweep.send(client, method, url, api=route.access.kind == "api")
-            if route.key == "accounts:password_change":
-                sweep.expect("no-org", method, url, r, {200, 302}, "own password")
+            if route.key in ("accounts:password_change", "accounts:two_factor"):
+                sweep.expect("no-org", method, url, r, {200, 302}, "own sign-in settings")
             else:
                 sweep.expect("no-org", method, url, r, {403, 404, 405}, "no organization")
     assert not sweep.failures, sweep.report()
