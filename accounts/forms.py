@@ -33,18 +33,44 @@ class AmountField(forms.CharField):
             raise forms.ValidationError(str(exc)) from None
 
 
-class ListField(forms.CharField):
-    """Comma, space or newline separated entries → list of strings."""
+class ModelListField(forms.MultipleChoiceField):
+    """Allow-list entries chosen from the model catalogue (the choices the view
+    gives); ticked boxes, or names separated by commas or spaces from a
+    script. A name that is not a choice is refused, saying where to find the
+    valid ones."""
+
+    widget = forms.CheckboxSelectMultiple(attrs={"class": "model-choices"})
 
     def to_python(self, value):
-        value = super().to_python(value) or ""
-        return [v for v in value.replace(",", " ").split() if v]
+        if not value:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        out: list[str] = []
+        for item in value:
+            for name in str(item).replace(",", " ").split():
+                if name not in out:
+                    out.append(name)
+        return out
+
+    def validate(self, value):
+        if self.required and not value:
+            raise forms.ValidationError(self.error_messages["required"], code="required")
+        unknown = [name for name in value if not self.valid_value(name)]
+        if unknown:
+            raise forms.ValidationError(
+                "Unknown model%(s)s: %(names)s. Tick models from the list; the Models & "
+                "prices page shows every model in the catalogue.",
+                code="invalid_choice",
+                params={"s": "s" if len(unknown) > 1 else "", "names": ", ".join(unknown)},
+            )
 
 
 class LimitsForm(forms.Form):
-    allowed_models = ListField(
+    allowed_models = ModelListField(
         required=False,
-        help_text="Comma separated; empty allows every model the level above allows.",
+        label="Allowed models",
+        help_text="None ticked allows every model the level above allows.",
     )
     spend_cap_daily = AmountField(label="Daily spend cap")
     spend_cap_monthly = AmountField(label="Monthly spend cap")
@@ -59,6 +85,17 @@ class LimitsForm(forms.Form):
         label="Tokens per minute",
         widget=forms.NumberInput(attrs={"placeholder": "no limit"}),
     )
+
+    def __init__(self, *args, model_names=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        # The catalogue's models this level may allow, plus what is already
+        # allowed (a model disabled since stays shown, and can be unticked).
+        names = list(model_names)
+        current = self.initial.get("allowed_models") or []
+        if isinstance(current, str):
+            current = current.replace(",", " ").split()
+        names += [n for n in current if n not in names]
+        self.fields["allowed_models"].choices = [(n, n) for n in names]
 
 
 class ApiKeyForm(LimitsForm):

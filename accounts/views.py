@@ -357,7 +357,7 @@ def invitation_accept(request, token: str):
 
 def _limits_initial(obj) -> dict:
     initial = {
-        "allowed_models": ", ".join(obj.allowed_models or []),
+        "allowed_models": list(obj.allowed_models or []),
         "rpm_limit": obj.rpm_limit,
         "tpm_limit": obj.tpm_limit,
     }
@@ -370,7 +370,7 @@ def _limits_initial(obj) -> dict:
 @org_view(Perm.SUBACCOUNTS_VIEW)
 def sub_account_list(request):
     actor = request.actor
-    form = SubAccountForm(request.POST or None)
+    form = SubAccountForm(request.POST or None, model_names=selectors.model_choices(actor=actor))
     if request.method == "POST":
         if not actor.can(Perm.SUBACCOUNTS_MANAGE):
             return render(
@@ -403,6 +403,7 @@ def sub_account_detail(request, sub_account_id: int):
     form = SubAccountForm(
         request.POST or None,
         initial={"name": sub.name, "status": sub.status, **_limits_initial(sub)},
+        model_names=selectors.model_choices(actor=actor),
     )
     if request.method == "POST":
         if not actor.can(Perm.SUBACCOUNTS_MANAGE):
@@ -453,8 +454,15 @@ def api_key_list(request):
     if status not in (None, *ApiKeyStatus.values):
         status = None
     keys = selectors.api_key_list(actor=actor, status=status)
+    page = _page(request, keys)
+    spend = selectors.api_key_spend(actor=actor, keys=page.object_list)
+    for key in page.object_list:
+        key.spend_bars = spend.get(key.pk, ())
+    filters = [(None, "all"), *((s, s) for s in ApiKeyStatus.values)]
     return render(
-        request, "accounts/api_keys.html", {"page": _page(request, keys), "status": status}
+        request,
+        "accounts/api_keys.html",
+        {"page": page, "status": status, "filters": filters},
     )
 
 
@@ -464,6 +472,7 @@ def _key_form(request, data=None):
         data,
         sub_accounts=selectors.sub_accounts_for_key_form(actor=actor),
         tz_name=actor.organization.timezone,
+        model_names=selectors.model_choices(actor=actor),
     )
 
 
@@ -503,7 +512,10 @@ def api_key_detail(request, key_id: int):
         **_limits_initial(key),
     }
     form = ApiKeyEditForm(
-        request.POST or None, initial=initial, tz_name=actor.organization.timezone
+        request.POST or None,
+        initial=initial,
+        tz_name=actor.organization.timezone,
+        model_names=selectors.model_choices(actor=actor, sub_account=key.sub_account),
     )
     if request.method == "POST":
         if not may_change:
@@ -527,6 +539,7 @@ def api_key_detail(request, key_id: int):
             "may_change": may_change,
             "rotate_form": RotateForm(),
             "secret_waiting": bool(key.pending_secret) and key.owner_id == actor.user.pk,
+            "spend_bars": selectors.api_key_spend(actor=actor, keys=[key]).get(key.pk, ()),
         },
     )
 
