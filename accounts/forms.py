@@ -10,6 +10,7 @@ from django import forms
 from django.utils import timezone
 
 from accounts.models import Priority, Role, SubAccountStatus
+from console import timezones
 from console.money import parse_amount
 
 
@@ -199,12 +200,23 @@ class TokenForm(forms.Form):
 
 class OrganizationForm(forms.Form):
     name = forms.CharField(max_length=120)
-    timezone = forms.CharField(max_length=64, help_text="IANA name, e.g. Europe/Berlin")
+    timezone = forms.ChoiceField(
+        label="Time zone",
+        help_text="Days and months of spend caps, charts and exports start at midnight here.",
+    )
     developer_key_cap = AmountField(
         label="Default cap for developer keys",
         help_text="Monthly spend cap every key a developer issues gets, and cannot exceed; "
         "empty: none.",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        choices = timezones.zone_choices()
+        current = self.initial.get("timezone")
+        if current and not any(current == z for _, group in choices for z, _ in group):
+            choices.insert(0, ("Current", [(current, current)]))
+        self.fields["timezone"].choices = choices
 
 
 class MemberRemoveForm(forms.Form):

@@ -33,7 +33,7 @@ from accounts.forms import (
     TokenForm,
 )
 from accounts.middleware import SESSION_KEY, client_ip
-from accounts.models import ApiKeyStatus, Membership, User
+from accounts.models import ApiKeyStatus, Membership, Role, User
 from accounts.permissions import Perm, can_view_keys, has_perm
 from console.money import amount_input, micro_to_decimal
 
@@ -197,6 +197,7 @@ def organization_settings(request):
 def member_list(request):
     actor = request.actor
     invite_form = InviteForm(request.POST or None)
+    invite_link = None
     if request.method == "POST":
         if not actor.can(Perm.MEMBERS_MANAGE):
             return render(
@@ -204,16 +205,28 @@ def member_list(request):
             )
         if invite_form.is_valid():
             try:
-                invitation, _raw = services.invitation_create(
+                invitation, raw = services.invitation_create(
                     actor=actor, **invite_form.cleaned_data
                 )
             except DomainError as exc:
                 apply_errors(invite_form, exc)
             else:
+                # The link is shown once, in this answer to whoever invited
+                # (the token is stored hashed): to copy into a chat when the
+                # e-mail does not arrive. Nothing keeps it for a later page.
                 messages.success(request, f"Invitation sent to {invitation.email}.")
-                return redirect("accounts:members")
+                invite_link = request.build_absolute_uri(
+                    reverse("accounts:invitation_accept", args=[raw])
+                )
+                invite_form = InviteForm()
+    members = list(selectors.member_list(actor=actor))
+    owners = [m for m in members if m.role == Role.OWNER]
     context = {
-        "members": selectors.member_list(actor=actor),
+        "members": members,
+        # The last owner can be neither removed nor demoted (the services
+        # refuse it): the page does not offer it.
+        "last_owner_id": owners[0].pk if len(owners) == 1 else None,
+        "invite_link": invite_link,
         "invitations": selectors.invitation_list(actor=actor)[:50]
         if actor.can(Perm.MEMBERS_MANAGE)
         else [],
