@@ -4,12 +4,12 @@ services validate and decide."""
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import forms
 from django.utils import timezone
 
-from accounts.models import Priority, Role, SubAccountStatus
+from accounts.models import Priority, Role, SubAccountStatus, TokenScope
 from console import timezones
 from console.money import parse_amount
 
@@ -195,7 +195,32 @@ class AcceptNewUserForm(forms.Form):
 
 
 class TokenForm(forms.Form):
+    EXPIRY_DAYS = {"30": 30, "90": 90, "365": 365}
+
     name = forms.CharField(max_length=120)
+    scope = forms.ChoiceField(
+        label="Access",
+        choices=TokenScope.choices,
+        initial=TokenScope.READ_ONLY,
+        widget=forms.RadioSelect,
+        help_text="Read-only tokens are refused (403) on anything that changes data.",
+    )
+    expires = forms.ChoiceField(
+        label="Expires",
+        choices=[
+            ("30", "in 30 days"),
+            ("90", "in 90 days"),
+            ("365", "in a year"),
+            ("never", "never"),
+        ],
+        initial="90",
+    )
+
+    def service_kwargs(self) -> dict:
+        d = self.cleaned_data
+        days = self.EXPIRY_DAYS.get(d["expires"])
+        expires_at = timezone.now() + timedelta(days=days) if days else None
+        return {"name": d["name"], "scope": d["scope"], "expires_at": expires_at}
 
 
 class OrganizationForm(forms.Form):

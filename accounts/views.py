@@ -193,6 +193,9 @@ def organization_settings(request):
 # --- members and invitations -------------------------------------------------
 
 
+INVITE_LINK_SESSION_KEY = "accounts.invite_link"
+
+
 @org_view(Perm.MEMBERS_VIEW)
 def member_list(request):
     actor = request.actor
@@ -211,14 +214,19 @@ def member_list(request):
             except DomainError as exc:
                 apply_errors(invite_form, exc)
             else:
-                # The link is shown once, in this answer to whoever invited
-                # (the token is stored hashed): to copy into a chat when the
-                # e-mail does not arrive. Nothing keeps it for a later page.
+                # The link is shown once, on the page this redirects to, to
+                # whoever invited (the token is stored hashed; the session
+                # holds it until that page pops it): to copy into a chat when
+                # the e-mail does not arrive.
                 messages.success(request, f"Invitation sent to {invitation.email}.")
-                invite_link = request.build_absolute_uri(
+                request.session[INVITE_LINK_SESSION_KEY] = request.build_absolute_uri(
                     reverse("accounts:invitation_accept", args=[raw])
                 )
-                invite_form = InviteForm()
+                return redirect("accounts:members")
+    else:
+        invite_link = request.session.pop(INVITE_LINK_SESSION_KEY, None)
+        if not actor.can(Perm.MEMBERS_MANAGE):
+            invite_link = None
     members = list(selectors.member_list(actor=actor))
     owners = [m for m in members if m.role == Role.OWNER]
     context = {
@@ -233,7 +241,10 @@ def member_list(request):
         "invite_form": invite_form,
         "role_choices": RoleForm.base_fields["role"].choices,
     }
-    return render(request, "accounts/members.html", context)
+    response = render(request, "accounts/members.html", context)
+    if invite_link:
+        response["Cache-Control"] = "no-store"  # the one page that shows the link
+    return response
 
 
 def _run_action(request, action, success, redirect_to: str):
@@ -644,7 +655,7 @@ def access_tokens(request):
         if form.is_valid():
             try:
                 _token, raw = services.personal_access_token_issue(
-                    actor=actor, name=form.cleaned_data["name"]
+                    actor=actor, **form.service_kwargs()
                 )
             except DomainError as exc:
                 apply_errors(form, exc)

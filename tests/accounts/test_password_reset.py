@@ -9,6 +9,8 @@ import re
 import pytest
 from django.core import mail
 from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from accounts.models import User
 
@@ -107,3 +109,14 @@ def test_the_default_backend_writes_the_mail_to_files(settings, tmp_path, client
     client.post(reverse("accounts:password_reset"), {"email": "ada@example.com"})
     written = "".join(p.read_text() for p in tmp_path.iterdir())
     assert "/password/reset/" in written and "ada@example.com" in written
+
+
+def test_a_link_is_bound_to_its_account(client, user):
+    other = User.objects.create_user("eve@example.com", "eves-password-long-1")
+    client.post(reverse("accounts:password_reset"), {"email": "ada@example.com"})
+    link = _link(mail.outbox[0])
+    uid = link.split("/")[-3]
+    other_uid = urlsafe_base64_encode(force_bytes(other.pk))
+    assert uid != other_uid
+    swapped = link.replace(f"/{uid}/", f"/{other_uid}/")
+    assert "This link no longer works" in client.get(swapped, follow=True).content.decode()

@@ -63,8 +63,11 @@ def test_the_last_owner_is_not_offered_remove_or_change_role(client, org, owner,
 def test_the_invitation_link_is_shown_once_with_a_copy_button(client, org, admin, finance):
     client.force_login(admin.user)
     response = client.post(
-        reverse("accounts:members"), {"email": "new@example.com", "role": Role.DEVELOPER}
+        reverse("accounts:members"),
+        {"email": "new@example.com", "role": Role.DEVELOPER},
+        follow=True,
     )
+    assert response.redirect_chain == [(reverse("accounts:members"), 302)]
     html = response.content.decode()
     link = re.search(r'<input type="text" id="invite-link" value="([^"]+)" readonly>', html)
     assert link, html
