@@ -127,3 +127,18 @@ def test_the_tail_formats_costs_with_the_pages_decimals(client, a):
     ).content.decode()
     costs = re.findall(r'<td class="num">([0-9.,]+) USD</td>', rows)
     assert costs and {len(x.split(".")[1]) for x in costs} == {6}
+
+
+def test_the_api_walks_oldest_first_too(client, a):
+    from accounts.facade import Actor
+    from accounts.models import Role
+    from accounts.services import personal_access_token_issue
+
+    _, raw = personal_access_token_issue(actor=Actor(a.members[Role.OWNER]), name="ci")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    by_time = [x.request_id for x in sorted(a.calls, key=lambda x: x.started_at)]
+    first = client.get("/api/v1/calls/", {"sort": "time", "limit": 5}, **auth).json()
+    assert [r["request_id"] for r in first["results"]] == by_time[:5]
+    assert first["previous"] is None
+    second = client.get(first["next"], **auth).json()
+    assert [r["request_id"] for r in second["results"]] == by_time[5:]
