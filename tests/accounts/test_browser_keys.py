@@ -18,6 +18,7 @@ from tests.usage.factories import PriceFactory, event
 from usage.ingest import ingest_events
 from usage.ingest.directory import invalidate_directory
 from usage.prices import invalidate_price_book
+from usage.seed import seed_catalog
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -26,6 +27,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 def test_spend_bars_are_drawn_and_rows_stay_compact(live_server, browser_page, settings):
     page, errors = browser_page
     settings.USAGE_RETENTION_DAYS = 0
+    seed_catalog()  # a transactional test before this one flushed the migration's rows
     org = OrganizationFactory(name="Acme", slug="acme")
     owner = MembershipFactory(organization=org, role=Role.OWNER)
     PriceFactory(

@@ -22,6 +22,7 @@ from usage.facade import SPEND_BY_KEY, spend_by_period
 from usage.ingest import ingest_events
 from usage.ingest.directory import invalidate_directory
 from usage.prices import invalidate_price_book
+from usage.seed import seed_catalog
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +34,7 @@ def _priced(settings):
     """One micro-unit per input token, nothing else: a call costs its tokens."""
     settings.USAGE_RETENTION_DAYS = 0
     settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 300
+    seed_catalog()  # the migration's rows are gone after a transactional test's flush
     PriceFactory(
         model__name=MODEL,
         input_per_mtok=1_000_000,

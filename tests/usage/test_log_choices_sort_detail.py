@@ -27,7 +27,7 @@ def options(html: str, name: str) -> list[str]:
     return re.findall(r"<option[^>]*>([^<]*)</option>", select.group(1))
 
 
-def test_model_key_sub_account_and_node_are_choices_from_what_the_org_has(client, a, b):
+def test_model_key_sub_account_and_node_are_choices_from_what_the_org_has(client, catalog, a, b):
     # Given a model the organization has called (its rollups say so) and one
     # only another organization has...
     Rollup.objects.create(
