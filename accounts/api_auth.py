@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, permissions
 
 from accounts.actors import Actor
 from accounts.services import personal_access_token_authenticate
@@ -21,6 +21,12 @@ class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
         token = personal_access_token_authenticate(raw.strip())
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked access token.")
+        if token.read_only and request.method not in permissions.SAFE_METHODS:
+            # Whatever the view's own permissions: a read-only token never writes.
+            raise exceptions.PermissionDenied(
+                "This access token is read-only; use a read-and-write token to make changes.",
+                code="read_only_token",
+            )
         # The token pins the organization and role it acts with.
         request._request.actor = Actor(token.membership, request._request.META.get("REMOTE_ADDR"))
         return token.membership.user, token

@@ -4,12 +4,13 @@ services validate and decide."""
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import forms
 from django.utils import timezone
 
-from accounts.models import Priority, Role, SubAccountStatus
+from accounts.models import Priority, Role, SubAccountStatus, TokenScope
+from console import timezones
 from console.money import parse_amount
 
 
@@ -33,18 +34,44 @@ class AmountField(forms.CharField):
             raise forms.ValidationError(str(exc)) from None
 
 
-class ListField(forms.CharField):
-    """Comma, space or newline separated entries → list of strings."""
+class ModelListField(forms.MultipleChoiceField):
+    """Allow-list entries chosen from the model catalogue (the choices the view
+    gives); ticked boxes, or names separated by commas or spaces from a
+    script. A name that is not a choice is refused, saying where to find the
+    valid ones."""
+
+    widget = forms.CheckboxSelectMultiple(attrs={"class": "model-choices"})
 
     def to_python(self, value):
-        value = super().to_python(value) or ""
-        return [v for v in value.replace(",", " ").split() if v]
+        if not value:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        out: list[str] = []
+        for item in value:
+            for name in str(item).replace(",", " ").split():
+                if name not in out:
+                    out.append(name)
+        return out
+
+    def validate(self, value):
+        if self.required and not value:
+            raise forms.ValidationError(self.error_messages["required"], code="required")
+        unknown = [name for name in value if not self.valid_value(name)]
+        if unknown:
+            raise forms.ValidationError(
+                "Unknown model%(s)s: %(names)s. Tick models from the list; the Models & "
+                "prices page shows every model in the catalogue.",
+                code="invalid_choice",
+                params={"s": "s" if len(unknown) > 1 else "", "names": ", ".join(unknown)},
+            )
 
 
 class LimitsForm(forms.Form):
-    allowed_models = ListField(
+    allowed_models = ModelListField(
         required=False,
-        help_text="Comma separated; empty allows every model the level above allows.",
+        label="Allowed models",
+        help_text="None ticked allows every model the level above allows.",
     )
     spend_cap_daily = AmountField(label="Daily spend cap")
     spend_cap_monthly = AmountField(label="Monthly spend cap")
@@ -59,6 +86,17 @@ class LimitsForm(forms.Form):
         label="Tokens per minute",
         widget=forms.NumberInput(attrs={"placeholder": "no limit"}),
     )
+
+    def __init__(self, *args, model_names=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        # The catalogue's models this level may allow, plus what is already
+        # allowed (a model disabled since stays shown, and can be unticked).
+        names = list(model_names)
+        current = self.initial.get("allowed_models") or []
+        if isinstance(current, str):
+            current = current.replace(",", " ").split()
+        names += [n for n in current if n not in names]
+        self.fields["allowed_models"].choices = [(n, n) for n in names]
 
 
 class ApiKeyForm(LimitsForm):
@@ -157,17 +195,53 @@ class AcceptNewUserForm(forms.Form):
 
 
 class TokenForm(forms.Form):
+    EXPIRY_DAYS = {"30": 30, "90": 90, "365": 365}
+
     name = forms.CharField(max_length=120)
+    scope = forms.ChoiceField(
+        label="Access",
+        choices=TokenScope.choices,
+        initial=TokenScope.READ_ONLY,
+        widget=forms.RadioSelect,
+        help_text="Read-only tokens are refused (403) on anything that changes data.",
+    )
+    expires = forms.ChoiceField(
+        label="Expires",
+        choices=[
+            ("30", "in 30 days"),
+            ("90", "in 90 days"),
+            ("365", "in a year"),
+            ("never", "never"),
+        ],
+        initial="90",
+    )
+
+    def service_kwargs(self) -> dict:
+        d = self.cleaned_data
+        days = self.EXPIRY_DAYS.get(d["expires"])
+        expires_at = timezone.now() + timedelta(days=days) if days else None
+        return {"name": d["name"], "scope": d["scope"], "expires_at": expires_at}
 
 
 class OrganizationForm(forms.Form):
     name = forms.CharField(max_length=120)
-    timezone = forms.CharField(max_length=64, help_text="IANA name, e.g. Europe/Berlin")
+    timezone = forms.ChoiceField(
+        label="Time zone",
+        help_text="Days and months of spend caps, charts and exports start at midnight here.",
+    )
     developer_key_cap = AmountField(
         label="Default cap for developer keys",
         help_text="Monthly spend cap every key a developer issues gets, and cannot exceed; "
         "empty: none.",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        choices = timezones.zone_choices()
+        current = self.initial.get("timezone")
+        if current and not any(current == z for _, group in choices for z, _ in group):
+            choices.insert(0, ("Current", [(current, current)]))
+        self.fields["timezone"].choices = choices
 
 
 class MemberRemoveForm(forms.Form):

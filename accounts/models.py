@@ -281,6 +281,11 @@ class ApiKey(Limits):
         return self.status
 
 
+class TokenScope(models.TextChoices):
+    READ_ONLY = "read", "Read only"
+    READ_WRITE = "write", "Read and write"
+
+
 class PersonalAccessToken(models.Model):
     """A token for automation against the REST API, acting as one member of one
     organization with that member's role. Distinct from gateway keys."""
@@ -291,6 +296,11 @@ class PersonalAccessToken(models.Model):
     name = models.CharField(max_length=120)
     public_id = models.CharField(max_length=16, unique=True)
     token_hash = models.CharField(max_length=64)
+    # Read-only tokens may only read (GET, HEAD, OPTIONS); the member's role
+    # still bounds what either kind may do.
+    scope = models.CharField(
+        max_length=8, choices=TokenScope.choices, default=TokenScope.READ_WRITE
+    )
     created_at = models.DateTimeField(default=tz.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -305,6 +315,19 @@ class PersonalAccessToken(models.Model):
     @property
     def prefix(self) -> str:
         return f"pat_{self.public_id}"
+
+    @property
+    def read_only(self) -> bool:
+        return self.scope == TokenScope.READ_ONLY
+
+    @property
+    def state(self) -> str:
+        """``revoked``, ``expired`` or ``active``."""
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at and self.expires_at <= tz.now():
+            return "expired"
+        return "active"
 
 
 class AuditEvent(models.Model):

@@ -3,7 +3,11 @@ and what the caller's role may see."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from accounts.actors import Actor
 from accounts.errors import PermissionDenied
@@ -17,6 +21,8 @@ from accounts.models import (
     SubAccount,
 )
 from accounts.permissions import Perm, can_view_keys
+from console import hooks
+from console.timezones import day_and_month
 
 
 def memberships_for_user(user) -> QuerySet[Membership]:
@@ -98,3 +104,68 @@ def member_keys(*, actor: Actor, user_id: int) -> QuerySet[ApiKey]:
         .select_related("sub_account")
         .order_by("name", "pk")
     )
+
+
+@dataclass(frozen=True)
+class SpendBar:
+    """What a key spent in one period against its cap there (``cap`` None: no
+    cap, the figure alone). ``percent`` is how full the cap is, 0-100."""
+
+    period: str  # "today" | "this month" | "lifetime"
+    spent: int  # micro-units
+    cap: int | None  # micro-units
+
+    @property
+    def percent(self) -> int:
+        if not self.cap:
+            return 100 if self.cap == 0 and self.spent > 0 else 0
+        return min(100, self.spent * 100 // self.cap)
+
+    @property
+    def level(self) -> str:
+        """``ok``, ``warn`` (80 % or more) or ``full`` (the cap is reached)."""
+        if self.cap is None:
+            return "ok"
+        if self.spent >= self.cap:
+            return "full"
+        return "warn" if self.percent >= 80 else "ok"
+
+
+_PERIODS = (("d", "today", "spend_cap_daily"), ("m", "this month", "spend_cap_monthly"))
+
+
+def api_key_spend(
+    *, actor: Actor, keys, now: datetime | None = None
+) -> dict[int, tuple[SpendBar, ...]]:
+    """Each key's spend today, this month (in the organization's time zone, the
+    periods its caps count) and in its lifetime, beside its caps:
+    ``{key id: (today, this month, lifetime)}``. The figures are the ingested
+    calls, what the gateway seeds its cap counters from (a call settles into
+    them within the ingest delay, a few seconds)."""
+    keys = [k for k in keys if k.organization_id == actor.organization_id]
+    if not keys:
+        return {}
+    bounds = day_and_month(actor.organization.timezone, now or timezone.now())
+    spent = hooks.ask(
+        hooks.KEY_SPEND,
+        organization_id=actor.organization_id,
+        key_ids=[k.pk for k in keys],
+        periods=bounds,
+    )
+    out = {}
+    for k in keys:
+        mine = spent.get(k.pk, {})
+        bars = [SpendBar(label, mine.get(p, 0), getattr(k, field)) for p, label, field in _PERIODS]
+        bars.append(SpendBar("lifetime", mine.get("life", 0), k.spend_cap_lifetime))
+        out[k.pk] = tuple(bars)
+    return out
+
+
+def model_choices(*, actor: Actor, sub_account=None) -> list[str]:
+    """The catalogue's enabled models a key of the actor's organization (under
+    ``sub_account``, when given) may be allowed: what the allow-list offers."""
+    names = [e.name for e in hooks.ask(hooks.MODEL_CATALOGUE) if e.enabled]
+    for rule in (actor.organization.allowed_models, getattr(sub_account, "allowed_models", None)):
+        if rule:
+            names = [n for n in names if n in rule]
+    return names

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from accounts import two_factor_views, views
+from accounts import password_reset, two_factor_views, views
 
 app_name = "accounts"
 
@@ -11,6 +11,22 @@ urlpatterns = [
     path("account/two-factor/", two_factor_views.settings_page, name="two_factor"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
+    path("password/reset/", password_reset.PasswordResetView.as_view(), name="password_reset"),
+    path(
+        "password/reset/sent/",
+        password_reset.PasswordResetDoneView.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "password/reset/<uidb64>/<token>/",
+        password_reset.PasswordResetConfirmView.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "password/reset/done/",
+        password_reset.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
     path("org/switch/", views.organization_switch, name="organization_switch"),
     path("org/settings/", views.organization_settings, name="organization_settings"),
     path("members/", views.member_list, name="members"),

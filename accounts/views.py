@@ -34,7 +34,7 @@ from accounts.forms import (
     TokenForm,
 )
 from accounts.middleware import SESSION_KEY, client_ip
-from accounts.models import ApiKeyStatus, Membership, User
+from accounts.models import ApiKeyStatus, Membership, Role, User
 from accounts.permissions import Perm, can_view_keys, has_perm
 from console.money import amount_input, micro_to_decimal
 
@@ -219,10 +219,14 @@ def organization_settings(request):
 # --- members and invitations -------------------------------------------------
 
 
+INVITE_LINK_SESSION_KEY = "accounts.invite_link"
+
+
 @org_view(Perm.MEMBERS_VIEW)
 def member_list(request):
     actor = request.actor
     invite_form = InviteForm(request.POST or None)
+    invite_link = None
     if request.method == "POST":
         if not actor.can(Perm.MEMBERS_MANAGE):
             return render(
@@ -230,23 +234,43 @@ def member_list(request):
             )
         if invite_form.is_valid():
             try:
-                invitation, _raw = services.invitation_create(
+                invitation, raw = services.invitation_create(
                     actor=actor, **invite_form.cleaned_data
                 )
             except DomainError as exc:
                 apply_errors(invite_form, exc)
             else:
+                # The link is shown once, on the page this redirects to, to
+                # whoever invited (the token is stored hashed; the session
+                # holds it until that page pops it): to copy into a chat when
+                # the e-mail does not arrive.
                 messages.success(request, f"Invitation sent to {invitation.email}.")
+                request.session[INVITE_LINK_SESSION_KEY] = request.build_absolute_uri(
+                    reverse("accounts:invitation_accept", args=[raw])
+                )
                 return redirect("accounts:members")
+    else:
+        invite_link = request.session.pop(INVITE_LINK_SESSION_KEY, None)
+        if not actor.can(Perm.MEMBERS_MANAGE):
+            invite_link = None
+    members = list(selectors.member_list(actor=actor))
+    owners = [m for m in members if m.role == Role.OWNER]
     context = {
-        "members": selectors.member_list(actor=actor),
+        "members": members,
+        # The last owner can be neither removed nor demoted (the services
+        # refuse it): the page does not offer it.
+        "last_owner_id": owners[0].pk if len(owners) == 1 else None,
+        "invite_link": invite_link,
         "invitations": selectors.invitation_list(actor=actor)[:50]
         if actor.can(Perm.MEMBERS_MANAGE)
         else [],
         "invite_form": invite_form,
         "role_choices": RoleForm.base_fields["role"].choices,
     }
-    return render(request, "accounts/members.html", context)
+    response = render(request, "accounts/members.html", context)
+    if invite_link:
+        response["Cache-Control"] = "no-store"  # the one page that shows the link
+    return response
 
 
 def _run_action(request, action, success, redirect_to: str):
@@ -383,7 +407,7 @@ def invitation_accept(request, token: str):
 
 def _limits_initial(obj) -> dict:
     initial = {
-        "allowed_models": ", ".join(obj.allowed_models or []),
+        "allowed_models": list(obj.allowed_models or []),
         "rpm_limit": obj.rpm_limit,
         "tpm_limit": obj.tpm_limit,
     }
@@ -396,7 +420,7 @@ def _limits_initial(obj) -> dict:
 @org_view(Perm.SUBACCOUNTS_VIEW)
 def sub_account_list(request):
     actor = request.actor
-    form = SubAccountForm(request.POST or None)
+    form = SubAccountForm(request.POST or None, model_names=selectors.model_choices(actor=actor))
     if request.method == "POST":
         if not actor.can(Perm.SUBACCOUNTS_MANAGE):
             return render(
@@ -429,6 +453,7 @@ def sub_account_detail(request, sub_account_id: int):
     form = SubAccountForm(
         request.POST or None,
         initial={"name": sub.name, "status": sub.status, **_limits_initial(sub)},
+        model_names=selectors.model_choices(actor=actor),
     )
     if request.method == "POST":
         if not actor.can(Perm.SUBACCOUNTS_MANAGE):
@@ -479,8 +504,15 @@ def api_key_list(request):
     if status not in (None, *ApiKeyStatus.values):
         status = None
     keys = selectors.api_key_list(actor=actor, status=status)
+    page = _page(request, keys)
+    spend = selectors.api_key_spend(actor=actor, keys=page.object_list)
+    for key in page.object_list:
+        key.spend_bars = spend.get(key.pk, ())
+    filters = [(None, "all"), *((s, s) for s in ApiKeyStatus.values)]
     return render(
-        request, "accounts/api_keys.html", {"page": _page(request, keys), "status": status}
+        request,
+        "accounts/api_keys.html",
+        {"page": page, "status": status, "filters": filters},
     )
 
 
@@ -490,6 +522,7 @@ def _key_form(request, data=None):
         data,
         sub_accounts=selectors.sub_accounts_for_key_form(actor=actor),
         tz_name=actor.organization.timezone,
+        model_names=selectors.model_choices(actor=actor),
     )
 
 
@@ -529,7 +562,10 @@ def api_key_detail(request, key_id: int):
         **_limits_initial(key),
     }
     form = ApiKeyEditForm(
-        request.POST or None, initial=initial, tz_name=actor.organization.timezone
+        request.POST or None,
+        initial=initial,
+        tz_name=actor.organization.timezone,
+        model_names=selectors.model_choices(actor=actor, sub_account=key.sub_account),
     )
     if request.method == "POST":
         if not may_change:
@@ -553,6 +589,7 @@ def api_key_detail(request, key_id: int):
             "may_change": may_change,
             "rotate_form": RotateForm(),
             "secret_waiting": bool(key.pending_secret) and key.owner_id == actor.user.pk,
+            "spend_bars": selectors.api_key_spend(actor=actor, keys=[key]).get(key.pk, ()),
         },
     )
 
@@ -644,7 +681,7 @@ def access_tokens(request):
         if form.is_valid():
             try:
                 _token, raw = services.personal_access_token_issue(
-                    actor=actor, name=form.cleaned_data["name"]
+                    actor=actor, **form.service_kwargs()
                 )
             except DomainError as exc:
                 apply_errors(form, exc)

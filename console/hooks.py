@@ -18,6 +18,13 @@ And when a lower app needs a value that a higher one owns, the owner
 
 * ``PREPAID_BALANCE`` — ``(organization_id) -> int`` micro-units, for the
   gateway's limit counters rebuilt from the database.
+* ``KEY_SPEND`` — ``(organization_id=, key_ids=, periods=) -> {key_id:
+  {period: micro-units, "life": micro-units}}``: what keys spent, the figures
+  the gateway seeds its spend caps from (usage provides it; the keys pages
+  draw their spend bars with it).
+* ``MODEL_CATALOGUE`` — ``() -> list`` of entries with ``name``,
+  ``display_name`` and ``enabled``: the model catalogue (usage provides it;
+  the accounts services refuse allow-list entries that are not in it).
 
 Receivers run synchronously, in the order they were connected, in the
 caller's thread (and transaction, where the caller holds one). A hook with
@@ -36,6 +43,8 @@ from typing import Any
 CALLS_INGESTED = "usage.calls_ingested"
 BALANCE_CHANGED = "invoicing.balance_changed"
 PREPAID_BALANCE = "invoicing.prepaid_balance"
+KEY_SPEND = "usage.key_spend"
+MODEL_CATALOGUE = "usage.model_catalogue"
 
 _receivers: dict[str, list[Callable[..., Any]]] = {}
 _providers: dict[str, Callable[..., Any]] = {}

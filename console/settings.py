@@ -378,6 +378,14 @@ INVITATION_TTL_HOURS = config.env_int("INVITATION_TTL_HOURS", 72, minimum=1)
 LOGIN_MAX_FAILURES = config.env_int("LOGIN_MAX_FAILURES", 5, minimum=1)
 LOGIN_FAILURE_WINDOW_SECONDS = config.env_int("LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1)
 LOGIN_MAX_DELAY_SECONDS = config.env_int("LOGIN_MAX_DELAY_SECONDS", 600, minimum=1)
+# Password reset by e-mail (accounts/password_reset.py): a link is good for
+# PASSWORD_RESET_TIMEOUT seconds and once; at most PASSWORD_RESET_PER_ACCOUNT
+# e-mails per address and PASSWORD_RESET_PER_CLIENT requests per client
+# address in each PASSWORD_RESET_WINDOW_SECONDS.
+PASSWORD_RESET_TIMEOUT = config.env_int("PASSWORD_RESET_TIMEOUT", 3600, minimum=60)
+PASSWORD_RESET_PER_ACCOUNT = config.env_int("PASSWORD_RESET_PER_ACCOUNT", 3, minimum=1)
+PASSWORD_RESET_PER_CLIENT = config.env_int("PASSWORD_RESET_PER_CLIENT", 20, minimum=1)
+PASSWORD_RESET_WINDOW_SECONDS = config.env_int("PASSWORD_RESET_WINDOW_SECONDS", 3600, minimum=60)
 
 # --- two-factor sign-in (issue 19; accounts.two_factor) ----------------------
 # The name authenticator apps show for the console's entries.

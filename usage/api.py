@@ -55,6 +55,12 @@ PAGE_PARAMETERS = [
         {"type": "integer", "minimum": 1, "maximum": logs.MAX_LIMIT},
         description=f"Page size, 1 to {logs.MAX_LIMIT}",
     ),
+    OpenApiParameter(
+        "sort",
+        str,
+        enum=list(logs.SORTS),
+        description="-time (newest first, the default) or time (oldest first)",
+    ),
     OpenApiParameter("before", _CURSOR, description="Cursor: calls older than (from `next`)"),
     OpenApiParameter("after", _CURSOR, description="Cursor: calls newer than (from `previous`)"),
 ]
@@ -122,16 +128,21 @@ class CallListView(CallApiView):
             limit=form.page_size,
             before=form.cleaned_data["before_cursor"],
             after=form.cleaned_data["after_cursor"],
+            sort=form.sort_order,
         )
         params = form.filter_params()
 
         def link(**cursor):
             return request.build_absolute_uri(f"{request.path}?{urlencode({**params, **cursor})}")
 
+        older = link(before=page.older) if page.older else None
+        newer = link(after=page.newer) if page.newer else None
+        if form.sort_order == logs.OLDEST_FIRST:  # ``sort=time``: next is newer
+            older, newer = newer, older
         return Response(
             {
-                "next": link(before=page.older) if page.older else None,
-                "previous": link(after=page.newer) if page.newer else None,
+                "next": older,
+                "previous": newer,
                 "results": CallRecordSerializer(page.calls, many=True).data,
             }
         )

@@ -11,9 +11,15 @@ class UsageConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save
 
         from accounts.facade import ApiKey, Organization
+        from console import hooks
+        from usage.catalog import catalogue_entries
         from usage.ingest.directory import invalidate_directory
         from usage.models import Price
         from usage.prices import invalidate_price_book
+        from usage.spend import key_spend
+
+        hooks.provide(hooks.KEY_SPEND, key_spend)
+        hooks.provide(hooks.MODEL_CATALOGUE, catalogue_entries)
 
         for sender in (Organization, ApiKey):
             post_save.connect(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db.models import Q
 from django.utils import timezone
@@ -138,3 +139,21 @@ def unpriced_unknown_models(*, actor: Actor, at: datetime | None = None) -> list
     names = unpriced_model_names(organization_id=actor.organization_id, since=at - UNPRICED_WINDOW)
     known = set(CatalogModel.objects.filter(name__in=names).values_list("name", flat=True))
     return sorted(names - known)
+
+
+class CatalogueEntry(NamedTuple):
+    """One catalogue model, as ``console.hooks.MODEL_CATALOGUE`` answers it."""
+
+    name: str
+    display_name: str
+    enabled: bool
+
+
+def catalogue_entries() -> list[CatalogueEntry]:
+    """Every catalogue model by name (the ``MODEL_CATALOGUE`` provider)."""
+    return [
+        CatalogueEntry(*row)
+        for row in CatalogModel.objects.order_by("name").values_list(
+            "name", "display_name", "enabled"
+        )
+    ]

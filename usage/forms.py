@@ -65,11 +65,10 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
     sub_account = forms.ModelChoiceField(
         queryset=None, required=False, label="Sub-account", empty_label="All sub-accounts"
     )
-    model = forms.CharField(
-        required=False,
-        max_length=128,
-        widget=forms.TextInput(attrs={"list": "model-options", "placeholder": "any"}),
-    )
+    # A choice on the page (``prepare_choices``: the models the organization
+    # has called and the catalogue's); any exact name is still accepted, so a
+    # link or an API query for a model no longer offered still works.
+    model = forms.CharField(required=False, max_length=128, widget=forms.Select)
     node = forms.ModelChoiceField(queryset=None, required=False, empty_label="All nodes")
     status = forms.CharField(
         required=False,
@@ -87,6 +86,9 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
     request_id = forms.CharField(required=False, max_length=64, label="Request id")
     limit = forms.IntegerField(
         required=False, min_value=1, max_value=logs.MAX_LIMIT, widget=forms.HiddenInput
+    )
+    sort = forms.ChoiceField(
+        required=False, choices=list(logs.SORTS.items()), widget=forms.HiddenInput
     )
     before = forms.CharField(required=False, max_length=400, widget=forms.HiddenInput)
     after = forms.CharField(required=False, max_length=400, widget=forms.HiddenInput)
@@ -122,6 +124,18 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
 
     def clean_model(self):
         return self.cleaned_data["model"].strip()
+
+    def prepare_choices(self) -> None:
+        super().prepare_choices()
+        names = logs.model_names(actor=self.actor)
+        current = (self.data.get("model") or "").strip() if self.is_bound else ""
+        if current and current not in names:
+            names = sorted([*names, current])
+        self.fields["model"].widget.choices = [("", "All models")] + [(n, n) for n in names]
+
+    @property
+    def sort_order(self) -> str:
+        return (self.cleaned_data.get("sort") if self.is_valid() else "") or logs.NEWEST_FIRST
 
     def _cursor(self, name):
         token = self.cleaned_data.get(name)
@@ -176,7 +190,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
         if not self.is_bound:
             return {}
         keep = ("from", "to", "range", "key", "sub_account", "model", "node", "status",
-                "min_latency_ms", "request_id", "limit")  # fmt: skip
+                "min_latency_ms", "request_id", "limit", "sort")  # fmt: skip
         return {k: self.data[k] for k in keep if self.data.get(k)}
 
 

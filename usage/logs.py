@@ -22,7 +22,7 @@ from django.utils.dateparse import parse_datetime
 from accounts.facade import Actor, ApiKey, NotFound, Perm, PermissionDenied, SubAccount
 from console.money import micro_to_decimal
 from inference_node.facade import nodes_own_and_shared
-from usage.models import CallRecord
+from usage.models import CallRecord, CatalogModel, Grain, Rollup
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -190,6 +190,14 @@ def newer_than(qs: QuerySet[CallRecord], cursor: Cursor) -> QuerySet[CallRecord]
     )
 
 
+NEWEST_FIRST, OLDEST_FIRST = "-time", "time"
+# The orders a log page may take: only those an index serves (every call
+# index is organization, [key or model,] started_at), so a sorted page is an
+# index range scan, never a sort of the partitioned table. Cost and latency
+# have no index and are not offered (``min_latency_ms`` filters instead).
+SORTS = {NEWEST_FIRST: "newest first", OLDEST_FIRST: "oldest first"}
+
+
 def page_query(
     *,
     actor: Actor,
@@ -197,15 +205,20 @@ def page_query(
     limit: int = DEFAULT_LIMIT,
     before: Cursor | None = None,
     after: Cursor | None = None,
+    sort: str = NEWEST_FIRST,
 ) -> QuerySet[CallRecord]:
     """The one query behind a page: ``limit + 1`` rows (the extra one says
-    whether there is more), oldest first when walking towards newer calls."""
+    whether there is more), in the order the rows are walked: away from the
+    cursor (``before``: older rows, newest of them first; ``after``: newer
+    rows, oldest first), else in the page's ``sort`` order."""
     limit = max(1, min(limit, MAX_LIMIT))
     qs = call_list(actor=actor, filters=filters)
     if after is not None:
         return newer_than(qs, after).order_by("started_at", "request_id")[: limit + 1]
     if before is not None:
-        qs = older_than(qs, before)
+        return older_than(qs, before)[: limit + 1]
+    if sort == OLDEST_FIRST:
+        return qs.order_by("started_at", "request_id")[: limit + 1]
     return qs[: limit + 1]
 
 
@@ -216,26 +229,38 @@ def call_page(
     limit: int = DEFAULT_LIMIT,
     before: Cursor | None = None,
     after: Cursor | None = None,
+    sort: str = NEWEST_FIRST,
 ) -> CallPage:
     """A page of ``limit`` calls older than ``before``, or newer than
-    ``after`` (the nearest ones), or the newest ones."""
+    ``after`` (the nearest ones), or the first ones in ``sort`` order; shown
+    newest first, or oldest first when ``sort`` is ``OLDEST_FIRST``.
+    ``newer`` / ``older`` are the cursors of the neighbouring pages (for
+    ``after`` / ``before``), whichever order the page is shown in."""
     limit = max(1, min(limit, MAX_LIMIT))
-    rows = list(page_query(actor=actor, filters=filters, limit=limit, before=before, after=after))
-    if after is not None:
+    rows = list(
+        page_query(actor=actor, filters=filters, limit=limit, before=before, after=after, sort=sort)
+    )
+    walked_up = after is not None or (before is None and sort == OLDEST_FIRST)
+    calls = rows[:limit]  # in walking order: nearest the cursor (or the start) first
+    if walked_up:
         more_newer = len(rows) > limit
-        calls = rows[:limit][::-1]
-        more_older = True  # the cursor's own row is older
+        more_older = after is not None  # the cursor's own row is older
     else:
-        calls = rows[:limit]
         more_older = len(rows) > limit
         more_newer = before is not None
+    # Shown newest first, or oldest first when sorted so.
+    ascending = sort == OLDEST_FIRST
+    if walked_up != ascending:
+        calls = calls[::-1]
     for call in calls:
         call.cursor = Cursor.of(call).encode()
+    by_time = sorted(calls, key=lambda c: (c.started_at, c.request_id))
+    newest_row, oldest_row = (by_time[-1], by_time[0]) if by_time else (None, None)
     page = CallPage(
         calls=calls,
-        newer=Cursor.of(calls[0]).encode() if calls and more_newer else None,
-        older=Cursor.of(calls[-1]).encode() if calls and more_older else None,
-        newest=Cursor.of(calls[0]).encode() if calls else (after.encode() if after else None),
+        newer=Cursor.of(newest_row).encode() if calls and more_newer else None,
+        older=Cursor.of(oldest_row).encode() if calls and more_older else None,
+        newest=Cursor.of(newest_row).encode() if calls else (after.encode() if after else None),
         names=resolve_names(calls),
     )
     if not calls and after is not None and before is None:
@@ -254,6 +279,20 @@ def call_tail(
 
 
 # --- names -------------------------------------------------------------------
+
+
+def model_names(*, actor: Actor) -> list[str]:
+    """The model names a log filter offers: those the organization has
+    called (from its model rollups, an indexed read, not a scan of the
+    calls) and the catalogue's, sorted."""
+    called = (
+        Rollup.objects.filter(organization_id=actor.organization_id, grain=Grain.MODEL)
+        .order_by()
+        .values_list("model", flat=True)
+        .distinct()
+    )
+    listed = CatalogModel.objects.values_list("name", flat=True)
+    return sorted({*called, *listed} - {""})
 
 
 def resolve_names(calls: Iterable[CallRecord], known: Names | None = None) -> Names:

@@ -43,15 +43,32 @@ def spend_by_period(
     sub-account ``ident`` (``SUB_ACCOUNT``) of the organization, per period
     (``periods``: name -> [start, end)), plus ``"life"``, all of it. One
     query, two when a period edge cuts an hour."""
+    return spend_by_period_many(
+        organization_id=organization_id, grain=grain, idents=[ident], periods=periods
+    )[ident]
+
+
+def spend_by_period_many(
+    *,
+    organization_id: int,
+    grain: str,
+    idents: list[int],
+    periods: dict[str, tuple[datetime, datetime]],
+) -> dict[int, dict[str, int]]:
+    """``spend_by_period`` for several keys (or sub-accounts) at once, in the
+    same one or two grouped queries: ``{ident: {period: cost, "life": cost}}``,
+    zeros for an ident without calls."""
     if grain not in (KEY, SUB_ACCOUNT):
         raise ValueError(f"spend is kept per key or per sub-account, not per {grain!r}")
-    rollups = Rollup.objects.filter(organization_id=organization_id, grain=grain)
-    calls = CallRecord.objects.filter(organization_id=organization_id)
-    if grain == KEY:
-        rollups, calls = rollups.filter(api_key_id=ident), calls.filter(api_key_id=ident)
-    else:
-        rollups = rollups.filter(sub_account_id=ident)
-        calls = calls.filter(sub_account_id=ident)
+    field = "api_key_id" if grain == KEY else "sub_account_id"
+    idents = list(dict.fromkeys(idents))
+    out = {i: {"life": 0, **dict.fromkeys(periods, 0)} for i in idents}
+    if not idents:
+        return out
+    rollups = Rollup.objects.filter(
+        organization_id=organization_id, grain=grain, **{f"{field}__in": idents}
+    )
+    calls = CallRecord.objects.filter(organization_id=organization_id, **{f"{field}__in": idents})
     sums = {"life": Sum("cost")}
     partial: dict[str, Q] = {}
     for name, (start, end) in periods.items():
@@ -64,12 +81,23 @@ def spend_by_period(
             edges.append(Q(started_at__gte=whole_to, started_at__lt=end))
         if edges:
             partial[name] = edges[0] if len(edges) == 1 else edges[0] | edges[1]
-    out = {k: int(v or 0) for k, v in rollups.aggregate(**sums).items()}
+    for row in rollups.order_by().values(field).annotate(**sums):
+        out[row[field]].update({k: int(row[k] or 0) for k in sums})
     if partial:
-        extra = calls.aggregate(**{n: Sum("cost", filter=q) for n, q in partial.items()})
-        for name, value in extra.items():
-            out[name] += int(value or 0)
+        extra = {n: Sum("cost", filter=q) for n, q in partial.items()}
+        for row in calls.order_by().values(field).annotate(**extra):
+            for name in partial:
+                out[row[field]][name] += int(row[name] or 0)
     return out
 
 
-__all__ = ["KEY", "SUB_ACCOUNT", "spend_by_period"]
+def key_spend(
+    *, organization_id: int, key_ids: list[int], periods: dict[str, tuple[datetime, datetime]]
+) -> dict[int, dict[str, int]]:
+    """What each key spent per period (the ``console.hooks.KEY_SPEND`` provider)."""
+    return spend_by_period_many(
+        organization_id=organization_id, grain=KEY, idents=key_ids, periods=periods
+    )
+
+
+__all__ = ["KEY", "SUB_ACCOUNT", "key_spend", "spend_by_period", "spend_by_period_many"]

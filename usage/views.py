@@ -9,9 +9,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from accounts.facade import NotFound, Perm, org_view
+from console.money import exact_places
 from usage import catalog, logs
 from usage.forms import CallFilterForm
-from usage.models import CatalogModel
 
 _CALLS = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
 
@@ -24,15 +24,32 @@ def _status_options():
     return [*logs.STATUS_CLASSES.items(), ("404", "not found (404)")]
 
 
+def _cost_places(calls, default: int | None = None) -> int | None:
+    """One number of decimals for every cost on a page (the most any of its
+    costs needs to be exact), so the column lines up; ``default`` (the page's,
+    for rows the live tail adds) when it is at least that."""
+    needed = max((exact_places(c.cost, c.currency) for c in calls), default=None)
+    if default is not None and (needed is None or needed <= default):
+        return default
+    return needed
+
+
 def _render_logs(request, form: CallFilterForm, page: logs.CallPage | None):
     form.prepare_choices()
+    params = form.filter_params()
+    sort = params.get("sort") or logs.NEWEST_FIRST
     context = {
         "form": form,
         "page": page,
-        "params": form.filter_params(),
-        "live": request.GET.get("live") == "1" and page is not None and page.newer is None,
+        "params": params,
+        "sort": sort,
+        "oldest_first": sort == logs.OLDEST_FIRST,
+        "live": request.GET.get("live") == "1"
+        and page is not None
+        and page.newer is None
+        and sort == logs.NEWEST_FIRST,
         "status_options": _status_options(),
-        "model_names": _model_names(),
+        "cost_places": _cost_places(page.calls) if page else None,
     }
     return render(request, "usage/calls.html", context)
 
@@ -50,6 +67,7 @@ def call_list(request):
             limit=form.page_size,
             before=form.cleaned_data["before_cursor"],
             after=form.cleaned_data["after_cursor"],
+            sort=form.sort_order,
         )
     return _render_logs(request, form, page)
 
@@ -64,7 +82,13 @@ def call_tail(request):
     page = logs.call_tail(
         actor=request.actor, filters=form.filters(), after=form.cleaned_data["after_cursor"]
     )
-    return render(request, "usage/_call_rows.html", {"calls": page.calls})
+    places = request.GET.get("places", "")
+    shown = int(places) if places.isdigit() and int(places) <= 6 else None
+    return render(
+        request,
+        "usage/_call_rows.html",
+        {"calls": page.calls, "cost_places": _cost_places(page.calls, shown)},
+    )
 
 
 @require_GET
@@ -110,7 +134,3 @@ def model_list(request):
         "org": actor.organization,
     }
     return render(request, "usage/models.html", context)
-
-
-def _model_names() -> list[str]:
-    return list(CatalogModel.objects.order_by("name").values_list("name", flat=True))

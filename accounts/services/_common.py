@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from accounts import validators
 from accounts.errors import ValidationFailed
+from console import hooks
 
 CAP_FIELDS = ("spend_cap_daily", "spend_cap_monthly", "spend_cap_lifetime")
 RATE_FIELDS = ("rpm_limit", "tpm_limit")
@@ -66,6 +67,14 @@ def clean_limits(
         models = errors.run(
             "allowed_models", validators.normalize_models, data["allowed_models"] or []
         )
+        unknown = _not_in_catalogue(models or [])
+        if unknown:
+            errors.add(
+                "allowed_models",
+                f"Unknown model{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}. "
+                "Choose names from the list; the Models & prices page shows every model "
+                "in the catalogue.",
+            )
         if models is not None:
             outside = []
             if org_models:
@@ -103,6 +112,18 @@ def clean_limits(
                 errors.add(field, f"{_LABELS[field]} cannot exceed the sub-account's limit.")
             out[field] = value
     return out
+
+
+def _not_in_catalogue(models: list[str]) -> list[str]:
+    """The names in ``models`` the model catalogue does not have (usage answers
+    ``console.hooks.MODEL_CATALOGUE``); none when no app provides it."""
+    if not models:
+        return []
+    try:
+        known = {e.name for e in hooks.ask(hooks.MODEL_CATALOGUE)}
+    except LookupError:
+        return []
+    return [m for m in models if m not in known]
 
 
 def changed(instance, values: dict) -> dict:

@@ -10,16 +10,20 @@ from accounts import validators
 from accounts.actors import Actor
 from accounts.audit import audit_record
 from accounts.errors import Conflict, NotFound
-from accounts.models import PersonalAccessToken
+from accounts.models import PersonalAccessToken, TokenScope
 from accounts.permissions import Perm
 from accounts.services._common import FieldErrors
 
 
 def personal_access_token_issue(
-    *, actor: Actor, name: str, expires_at=None
+    *, actor: Actor, name: str, expires_at=None, scope: str = TokenScope.READ_WRITE
 ) -> tuple[PersonalAccessToken, str]:
+    """A new token acting as the actor; ``scope`` read-only tokens may only
+    read, ``expires_at`` (None: never) ends it."""
     actor.require(Perm.TOKENS_MANAGE_OWN)
     errors = FieldErrors()
+    if scope not in TokenScope.values:
+        errors.add("scope", "Choose read only or read and write.")
     name = (name or "").strip()
     if not name:
         errors.add("name", "Enter a name.")
@@ -35,13 +39,18 @@ def personal_access_token_issue(
             public_id=public_id,
             token_hash=digest,
             expires_at=expires_at,
+            scope=scope,
         )
         audit_record(
             actor=actor,
             action="access_token.issue",
             target=token,
             label=name,
-            params={"prefix": token.prefix},
+            params={
+                "prefix": token.prefix,
+                "scope": token.scope,
+                "expires_at": expires_at.isoformat() if expires_at else None,
+            },
         )
     return token, raw
 

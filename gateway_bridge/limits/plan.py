@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from console.timezones import day_and_month
 from gateway_bridge.limits.base import PREPAID_CODE, CapBucket, RateRule
 
 # A period's bucket outlives the period by this much, so a call admitted just
@@ -25,20 +26,15 @@ def org_zone(name: str) -> ZoneInfo:
 def periods(tz_name: str, now: datetime) -> dict[str, tuple[datetime, datetime, str]]:
     """The current day and month in the organization's timezone:
     ``{"d": (start, end, "2026-12-02"), "m": (start, end, "2026-12")}``, start
-    and end aware datetimes (end exclusive)."""
-    tz = org_zone(tz_name)
-    local = now.astimezone(tz)
-    day = local.date()
-    next_day = day + timedelta(days=1)
-    month = day.replace(day=1)
-    next_month = (month + timedelta(days=32)).replace(day=1)
-
-    def at(d):  # local midnight of date d, DST-safe
-        return datetime(d.year, d.month, d.day, tzinfo=tz)
-
+    and end aware datetimes (end exclusive); the bounds are
+    ``console.timezones.day_and_month``'s, which the console's spend bars use too."""
+    bounds = day_and_month(tz_name, now)
+    day_start, day_end = bounds["d"]
+    month_start, month_end = bounds["m"]
+    day = day_start.date()
     return {
-        "d": (at(day), at(next_day), day.isoformat()),
-        "m": (at(month), at(next_month), f"{day.year:04d}-{day.month:02d}"),
+        "d": (day_start, day_end, day.isoformat()),
+        "m": (month_start, month_end, f"{day.year:04d}-{day.month:02d}"),
     }
 
 

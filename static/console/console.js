@@ -7,10 +7,12 @@
   function copy(button) {
     var target = document.getElementById(button.dataset.copyTarget);
     if (!target) return;
+    var label = button.dataset.copyLabel || button.textContent;
+    button.dataset.copyLabel = label;
     var done = function () {
       button.textContent = "Copied";
       button.classList.add("copied");
-      setTimeout(function () { button.textContent = "Copy"; button.classList.remove("copied"); }, 2000);
+      setTimeout(function () { button.textContent = label; button.classList.remove("copied"); }, 2000);
     };
     if (navigator.clipboard && window.isSecureContext) {
       navigator.clipboard.writeText(target.value).then(done, function () { target.select(); document.execCommand("copy"); done(); });

@@ -7,6 +7,21 @@ import pytest
 from accounts.models import ApiKey, AuditEvent, Invitation, Membership, SubAccount
 from tests.factories import SubAccountFactory
 
+# Model names the accounts tests allow-list: in the catalogue, as every
+# allow-list entry must be (``accounts.services._common``).
+TEST_MODELS = ("gpt-a", "gpt-b", "gpt-c", "gpt-z", "m-a", "m-b", "m-small", "m-large", "m-huge")
+
+
+@pytest.fixture(autouse=True)
+def _catalogue_models(request):
+    if "db" not in request.fixturenames and not any(request.node.iter_markers("django_db")):
+        return
+    request.getfixturevalue("db")
+    from usage.models import CatalogModel
+
+    for name in TEST_MODELS:
+        CatalogModel.objects.get_or_create(name=name, defaults={"display_name": name})
+
 
 @pytest.fixture
 def admin_actor(admin, actor_for):

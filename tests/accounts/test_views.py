@@ -84,7 +84,13 @@ API_OBJECT_ROUTES = {
 
 
 # Read by tests/test_route_isolation.py: the object routes this module proves isolated.
-ISOLATED_ROUTES = set(OBJECT_ROUTES) | set(API_OBJECT_ROUTES) | {"accounts:invitation_accept"}
+# The password reset link's token is bound to its user: another user's id with
+# it is refused (tests/accounts/test_password_reset.py).
+ISOLATED_ROUTES = (
+    set(OBJECT_ROUTES)
+    | set(API_OBJECT_ROUTES)
+    | {"accounts:invitation_accept", "accounts:password_reset_confirm"}
+)
 
 
 @pytest.mark.parametrize("route", sorted(OBJECT_ROUTES))

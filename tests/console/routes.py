@@ -79,6 +79,7 @@ RULES: list[tuple[str, Access]] = [
     ("accounts:login_code", Access("public")),  # the second sign-in step (a pending session)
     ("accounts:logout", Access("public")),
     ("accounts:invitation_accept", Access("public")),  # the token is the credential
+    ("accounts:password_reset*", Access("public")),  # the e-mailed token is the credential
     ("stripe-webhook", Access("webhook")),
     ("admin:login", Access("public")),
     ("admin:logout", Access("public")),
@@ -201,6 +202,8 @@ def fill(template: str, values: dict[str, str]) -> str:
 
 PARAMS: list[tuple[str, str, str]] = [
     ("accounts:invitation_accept", "token", "bogus_token"),
+    ("accounts:password_reset_confirm", "uidb64", "bogus_token"),
+    ("accounts:password_reset_confirm", "token", "bogus_token"),
     ("admin:*", "*", "admin_value"),
     ("*", "membership_id", "membership"),
     ("*", "invitation_id", "invitation"),

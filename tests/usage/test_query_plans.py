@@ -116,3 +116,19 @@ def test_model_and_errors_page_reads_the_org_model_time_index(populated):
 
 def test_a_developers_page_reads_the_org_key_time_index(populated):
     assert_uses(plan(page(populated, role=Role.DEVELOPER)), "usage_call_org_key_time")
+
+
+@pytest.mark.parametrize("filters", [{}, {"model": "llama-70b"}], ids=["all", "model"])
+def test_oldest_first_reads_the_same_indexes_backwards(populated, filters):
+    # The time column's other order is the same index walked the other way,
+    # never a sort of the table (costs and latencies have no index: no sort).
+    qs = logs.page_query(
+        actor=populated.actor(),
+        filters=CallFilters(**filters),
+        limit=50,
+        sort=logs.OLDEST_FIRST,
+    )
+    text = plan(qs)
+    index = "usage_call_org_model_time" if filters else "usage_call_org_time"
+    assert_uses(text, index)
+    assert "Index Scan Backward" in text or "Sort" not in text, text

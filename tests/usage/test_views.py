@@ -39,7 +39,8 @@ def test_logs_page_shows_every_column(client, a):
     assert a.sub.name in row and "gpu-a" in row and "gpt-test" in row
     assert ">200<" in row
     assert ">1200<" in row and ">300<" in row and ">50<" in row and ">400<" in row
-    assert "0.001 USD" in row  # cost 1,000 micro-units, exact
+    # 1,000 micro-units, with the six decimals the page's 1,017 needs (aligned costs)
+    assert "0.001000 USD" in row
     assert "95.5" in row  # TTFT ms
     assert "300.0" in row  # latency ms
     assert "198.51.100.7" in row
@@ -208,7 +209,8 @@ def test_live_tail_polls_every_two_seconds_and_prepends_newer_calls(client, a):
     c = login(client, a)
     html = c.get(URL, {"live": "1", "model": "gpt-test"}).content.decode()
     assert 'hx-trigger="every 2s"' in html and 'hx-swap="afterbegin"' in html
-    assert 'hx-get="/usage/calls/tail/?model=gpt-test"' in html
+    # The filters, and the page's cost decimals for the rows it adds.
+    assert re.search(r'hx-get="/usage/calls/tail/\?model=gpt-test&amp;places=\d"', html)
     newest = re.search(r'data-cursor="([^"]+)"', html).group(1)
     assert (
         c.get("/usage/calls/tail/", {"model": "gpt-test", "after": newest}).content.strip() == b""

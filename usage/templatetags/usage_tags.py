@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from django import template
 
-from console.money import format_exact
+from console.money import format_amount, format_exact
 
 register = template.Library()
 
@@ -15,6 +15,15 @@ register = template.Library()
 def exact_money(micro: int | None, currency: str) -> str:
     """``console.money.format_exact``: as many decimals as the amount needs."""
     return format_exact(micro, currency)
+
+
+@register.simple_tag
+def cost_cell(micro: int | None, currency: str, places: int | None = None) -> str:
+    """A cost in a column: ``places`` decimals (the same for the whole column,
+    enough for its most precise figure), exact otherwise."""
+    if places is None or micro is None:
+        return format_exact(micro, currency)
+    return format_amount(micro, currency, places=places)
 
 
 @register.filter
