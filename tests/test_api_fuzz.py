@@ -7,7 +7,8 @@ bodies, invalid input refused, valid input accepted.
 
 Valid input is accepted unless the refusal names only a field whose rule no
 schema can state (``RULES_BEYOND_THE_SCHEMA``: a referenced object that does
-not exist, a duplicate name, a date in the past, a private address); any
+not exist, a duplicate name, a date in the past, a private address, a model
+name outside the catalogue); any
 other refusal of schema-valid input fails the test.
 
 Calls are made in process through the WSGI application, as an owner with a
@@ -63,11 +64,11 @@ _IDS = {"sub_account", "key", "node", "invoice", "hand_over_to", "members"}
 RULES_BEYOND_THE_SCHEMA: dict[str, set[str]] = {
     "GET /api/v1/calls/": _IDS | {"before", "after", "from", "to"},
     "GET /api/v1/calls/export.csv": _IDS | {"from", "to"},
-    "POST /api/v1/keys/": _IDS | {"name", "expires_at", "ip_allowlist"},
-    "PATCH /api/v1/keys/{id}/": {"name", "expires_at", "ip_allowlist"},
+    "POST /api/v1/keys/": _IDS | {"name", "expires_at", "ip_allowlist", "allowed_models"},
+    "PATCH /api/v1/keys/{id}/": {"name", "expires_at", "ip_allowlist", "allowed_models"},
     "POST /api/v1/keys/{id}/rotate/": {"grace_seconds"},
-    "POST /api/v1/sub-accounts/": {"name"},
-    "PATCH /api/v1/sub-accounts/{id}/": {"name", "members"},
+    "POST /api/v1/sub-accounts/": {"name", "allowed_models"},
+    "PATCH /api/v1/sub-accounts/{id}/": {"name", "members", "allowed_models"},
     "DELETE /api/v1/members/{id}/": {"hand_over_to", "keys"},
     "PATCH /api/v1/members/{id}/": {"role"},
     "POST /api/v1/invitations/": {"email", "role"},
