@@ -33,7 +33,7 @@ from django.db.models import BigIntegerField, Sum
 from django.db.models.functions import Cast, Extract, TruncDay
 
 from usage.ingest.aggregate import SUM_COLUMNS
-from usage.models import Grain, Rollup
+from usage.models import CatalogModel, Grain, Rollup
 from usage.prices import get_price_book
 from usage.rating import discount_for, rate
 from usage.sketch import _HEADER, bucket_value, merge_encoded
@@ -288,6 +288,35 @@ def totals(
         qs = qs.annotate(day=TruncDay("hour", tzinfo=UTC))
     rows = qs.values(group_by).annotate(**sums).order_by(group_by)
     return [{group_by: r[group_by], **{c: r[c] or 0 for c in SUM_COLUMNS}} for r in rows]
+
+
+def unserved_models(organization_id: int, start: datetime, end: datetime) -> frozenset[str]:
+    """Names called in the range that are no model: unknown to the catalogue,
+    and no call to them was answered or used a token. That is what a call to
+    a model that does not exist leaves (the gateway refuses it, 404
+    ``model_not_found``, before any node sees it); the failed call still
+    counts among the errors, but the name is not a model to price, chart or
+    compare. A name a node did serve (an answer, or tokens) stays a model,
+    catalogued or not, so it still asks for a price."""
+    rows = (
+        Rollup.objects.filter(
+            organization_id=organization_id,
+            grain=Grain.MODEL,
+            hour__gte=_floor_hour(start),
+            hour__lt=end,
+        )
+        .exclude(model__in=CatalogModel.objects.values("name"))
+        .order_by()
+        .values("model")
+        .annotate(
+            answered=Sum("calls_2xx"),
+            tokens=Sum("input_tokens")
+            + Sum("cache_read_tokens")
+            + Sum("cache_write_tokens")
+            + Sum("output_tokens"),
+        )
+    )
+    return frozenset(r["model"] for r in rows if not r["answered"] and not r["tokens"])
 
 
 # --- series for charts -------------------------------------------------------

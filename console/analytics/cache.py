@@ -127,6 +127,8 @@ def cache_savings(q: Query) -> Chart:
         bucket=q.bucket,
         tz=q.tz,
     )
+    for name in q.not_models() & set(saved):
+        del saved[name]
     cur = q.currency
     chart = Chart(
         "cache_savings",

@@ -167,7 +167,8 @@ def empty_calls(q: Query) -> str:
 
 def series_of(q: Query, **kwargs) -> usage.Series:
     kwargs.setdefault("bucket", q.bucket)
-    return usage.series(q.organization_id, q.start, q.end, filters=q.filters, tz=q.tz, **kwargs)
+    s = usage.series(q.organization_id, q.start, q.end, filters=q.filters, tz=q.tz, **kwargs)
+    return q.models_only(s, kwargs.get("group_by"))
 
 
 def split_top(groups: dict, limit: int = MAX_GROUPS) -> tuple[list, list]:

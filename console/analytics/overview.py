@@ -151,6 +151,7 @@ def overview_top(q: Query) -> Chart:
         s = usage.series(
             q.organization_id, start, end, filters=q.filters, group_by=column, bucket=None, tz=q.tz
         )
+        s = q.models_only(s, column, start, end)
         ranked = sorted(s.groups.items(), key=lambda kv: -kv[1][0]["cost"])[:5]
         rows = []
         for value, (p,) in ranked:
