@@ -21,6 +21,10 @@ from console.analytics.chart import (
 )
 from console.analytics.query import QUANTILE_COLOURS, Query
 
+# The tail percentiles often lie close together: p99 dashed and p99.9 dotted
+# (each its own colour too) keep them apart where they overlap.
+QUANTILE_DASHES = {0.99: "dash", 0.999: "dot"}
+
 
 def latency(q: Query, *, which: str = "latency_ms") -> Chart:
     ttft = which == "ttft_ms"
@@ -60,7 +64,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
                 QUANTILE_COLOURS[qq],
                 x,
                 [round_ms(p[which][qq]) for p in points],
-                dash="dot" if qq == 0.999 else None,
+                dash=QUANTILE_DASHES.get(qq),
                 unit=" ms",
             )
             for qq in ALL_QUANTILES

@@ -31,6 +31,12 @@ from console.analytics.chart import (
 from console.analytics.query import Query
 from inference_node.facade import Node
 
+ENGINE_HIT_NOTE = (
+    "Engine prefix-cache hit rate: what each node's inference engine reports for its own "
+    "prefix cache, over all the traffic it serves. The cached prompt share (here per node, "
+    "and on the overview) counts only your billed prompt tokens read from cache, so the two "
+    "differ."
+)
 HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b7c3"}
 FLIPS = ("node.healthy", "node.unhealthy")
 
@@ -104,7 +110,16 @@ def node_table(q: Query) -> Chart:
             ]
         )
     chart.table = {
-        "headers": ["Node", "Calls", "p50", "p90", "p99", "TTFT p50", "Cache hit", "Errors"],
+        "headers": [
+            "Node",
+            "Calls",
+            "p50",
+            "p90",
+            "p99",
+            "TTFT p50",
+            "Cached prompt share",
+            "Errors",
+        ],
         "numeric": [False, True, True, True, True, True, True, True],
         "rows": rows,
     }
@@ -150,7 +165,7 @@ def node_cache(q: Query) -> Chart:
     s = series_of(q, group_by="node_id")
     chart = Chart(
         "node_cache",
-        "Prefix-cache hit rate per node",
+        "Cached prompt share per node",
         columns=[
             "bucket_start",
             "node",
@@ -272,6 +287,7 @@ def node_load(q: Query) -> Chart:
     chart = Chart(
         "node_load",
         "Load as last probed",
+        note=ENGINE_HIT_NOTE,
         columns=[
             "node",
             "status",
@@ -313,8 +329,8 @@ def node_load(q: Query) -> Chart:
             ]
         )
     chart.table = {
-        "headers": ["Node", "Status", "Health", "Running", "Waiting", "KV cache", "Cache hit",
-                    "Last probe"],
+        "headers": ["Node", "Status", "Health", "Running", "Waiting", "KV cache",
+                    "Engine prefix-cache hit rate", "Last probe"],
         "numeric": [False, False, False, True, True, True, True, False],
         "rows": rows,
     }  # fmt: skip

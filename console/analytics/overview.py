@@ -27,7 +27,14 @@ KPIS = (
     ("p50", "Latency p50"),
     ("p99", "Latency p99"),
     ("ttft_p50", "TTFT p50"),
-    ("hit_rate", "Cache hit rate"),
+    ("hit_rate", "Cached prompt share"),
+)
+# The overview's cache figure and the Nodes page's engine figure differ by
+# design; each page says how (see ``nodes.ENGINE_HIT_NOTE``).
+CACHED_SHARE_NOTE = (
+    "Cached prompt share: the share of your billed prompt tokens read from the prefix cache. "
+    "The Nodes page's engine prefix-cache hit rate is what each node reports for all the "
+    "traffic it serves, so it is usually higher."
 )
 
 
@@ -129,6 +136,7 @@ def overview_kpis(q: Query) -> Chart:
             )
         kpis.append({"label": label, "tiles": tiles, "bucket": bucket})
     chart.kpis = kpis
+    chart.note = CACHED_SHARE_NOTE
     if not any_calls:
         chart.empty = (
             "No calls this month yet. Create an API key and send a request through the "
