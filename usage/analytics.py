@@ -290,22 +290,34 @@ def totals(
     return [{group_by: r[group_by], **{c: r[c] or 0 for c in SUM_COLUMNS}} for r in rows]
 
 
-def unserved_models(organization_id: int, start: datetime, end: datetime) -> frozenset[str]:
+def unserved_models(
+    organization_id: int, start: datetime, end: datetime, *, among=None
+) -> frozenset[str]:
     """Names called in the range that are no model: unknown to the catalogue,
     and no call to them was answered or used a token. That is what a call to
     a model that does not exist leaves (the gateway refuses it, 404
     ``model_not_found``, before any node sees it); the failed call still
     counts among the errors, but the name is not a model to price, chart or
     compare. A name a node did serve (an answer, or tokens) stays a model,
-    catalogued or not, so it still asks for a price."""
-    rows = (
-        Rollup.objects.filter(
-            organization_id=organization_id,
-            grain=Grain.MODEL,
-            hour__gte=_floor_hour(start),
-            hour__lt=end,
+    catalogued or not, so it still asks for a price. ``among``: only these
+    names are looked at (the ones a chart has; none outside the catalogue
+    costs no read of the rollups)."""
+    if among is not None:
+        among = set(among) - set(
+            CatalogModel.objects.filter(name__in=among).values_list("name", flat=True)
         )
-        .exclude(model__in=CatalogModel.objects.values("name"))
+        if not among:
+            return frozenset()
+    rows = Rollup.objects.filter(
+        organization_id=organization_id,
+        grain=Grain.MODEL,
+        hour__gte=_floor_hour(start),
+        hour__lt=end,
+    )
+    if among is not None:
+        rows = rows.filter(model__in=among)
+    rows = (
+        rows.exclude(model__in=CatalogModel.objects.values("name"))
         .order_by()
         .values("model")
         .annotate(
@@ -373,6 +385,20 @@ def _hour_key(qs):
         epoch = Cast(Extract("hour", "epoch", tzinfo=UTC), BigIntegerField())
         return qs.annotate(hour_s=epoch), "hour_s", lambda t: int(t.timestamp())
     return qs, "hour", lambda t: t
+
+
+def _plain_rows(qs):
+    """The rows of a ``values_list`` query. On PostgreSQL they are read with a
+    plain cursor, without Django's per-row converters: a month of histogram
+    rows is thousands, and converting each cell cost more than merging the
+    histograms. Its columns must need no conversion (integers, text, bytea:
+    psycopg gives ``bytes``); elsewhere the query is run as it is."""
+    if connection.vendor != "postgresql":
+        return qs
+    sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
 
 
 def _hour_index(start: datetime, end: datetime, bucket: str | None, tz) -> dict[datetime, int]:
@@ -452,7 +478,7 @@ def series(
         hour_index = {key(h): i for h, i in _hour_index(start, end, bucket, tz).items()}
         columns = [hour_col, *group_col, *(f"{h}_hist" for h in wanted)]
         first_hist = 1 + len(group_col)
-        for row in qs.values_list(*columns):
+        for row in _plain_rows(qs.values_list(*columns)):
             acc = cells.get((row[1] if group_by else None, hour_index.get(row[0])))
             if acc is None:
                 continue

@@ -141,5 +141,6 @@ def unpriced_unknown_models(*, actor: Actor, at: datetime | None = None) -> list
     since = at - UNPRICED_WINDOW
     names = unpriced_model_names(organization_id=actor.organization_id, since=since)
     known = set(CatalogModel.objects.filter(name__in=names).values_list("name", flat=True))
-    errors = unserved_models(actor.organization_id, since, at + timedelta(hours=1))
-    return sorted(names - known - errors)
+    unknown = names - known
+    errors = unserved_models(actor.organization_id, since, at + timedelta(hours=1), among=unknown)
+    return sorted(unknown - errors)

@@ -162,7 +162,7 @@ def cache_savings(q: Query) -> Chart:
         bucket=q.bucket,
         tz=q.tz,
     )
-    for name in q.not_models() & set(saved):
+    for name in q.not_models(saved) if saved else ():
         del saved[name]
     cur = q.currency
     chart = Chart(

@@ -137,14 +137,18 @@ class Query:
             names=Names(actor.organization_id),
         )
 
-    def not_models(self, start: datetime | None = None, end: datetime | None = None) -> frozenset:
-        """Names called in the range (this query's, or ``start``..``end``)
-        that are no model: calls to a model that does not exist
-        (``usage.unserved_models``). Their calls are errors: counted on the
-        Errors page and in every total, never a model of their own."""
-        key = (start or self.start, end or self.end)
+    def not_models(
+        self, names, start: datetime | None = None, end: datetime | None = None
+    ) -> frozenset:
+        """Those of ``names`` called in the range (this query's, or
+        ``start``..``end``) that are no model: calls to a model that does not
+        exist (``usage.unserved_models``). Their calls are errors: counted on
+        the Errors page and in every total, never a model of their own."""
+        key = (frozenset(names), start or self.start, end or self.end)
         if key not in self._not_models:
-            self._not_models[key] = unserved_models(self.organization_id, *key)
+            self._not_models[key] = unserved_models(
+                self.organization_id, key[1], key[2], among=key[0]
+            )
         return self._not_models[key]
 
     def models_only(
@@ -158,7 +162,7 @@ class Query:
         model when it is split by model: the one place every chart, legend,
         comparison and breakdown by model leaves them out."""
         if column == "model" and s.groups:
-            for name in self.not_models(start, end) & set(s.groups):
+            for name in self.not_models(s.groups, start, end):
                 del s.groups[name]
         return s
 
