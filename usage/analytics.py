@@ -345,10 +345,13 @@ class Series:
     the first one may start before ``start`` for days); ``groups`` maps each
     group value (``None`` without grouping) to one dict per bucket with every
     ``SUM_COLUMNS`` sum and, with quantiles, ``latency_ms`` and ``ttft_ms``.
-    Groups are ordered by their calls, busiest first."""
+    Groups are ordered by their calls, busiest first. With ``whole=True``,
+    ``whole`` maps each group to one such dict for the whole range (its
+    percentiles merged from the same histograms: no second read)."""
 
     buckets: list[datetime]
     groups: dict = field(default_factory=dict)
+    whole: dict = field(default_factory=dict)
 
     def total(self, column: str) -> int:
         return sum(p[column] for points in self.groups.values() for p in points)
@@ -425,6 +428,7 @@ def series(
     tz=UTC,
     quantiles: tuple[float, ...] | None = None,
     hists: tuple[str, ...] = ("latency", "ttft"),
+    whole: bool = False,
 ) -> Series:
     """Sums (and, with ``quantiles``, percentiles of the ``hists`` asked
     for: ``latency_ms``, ``ttft_ms``) per bucket and group, read from the
@@ -502,6 +506,14 @@ def series(
                 point[f"{h}_ms"] = encoded_quantiles(acc[1 + j] if acc else [], quantiles)
             points.append(point)
         out.groups[group] = points
+        if whole:
+            accs = [acc for i in range(len(starts)) if (acc := cells.get((group, i)))]
+            sums = [sum(col) for col in zip(*(acc[0] for acc in accs), strict=True)] or empty
+            point = {"start": starts[0], **dict(zip(SUM_COLUMNS, sums, strict=True))}
+            for j, h in enumerate(wanted):
+                blobs = [b for acc in accs for b in acc[1 + j]]
+                point[f"{h}_ms"] = encoded_quantiles(blobs, quantiles)
+            out.whole[group] = point
     return out
 
 

@@ -84,6 +84,26 @@ def test_list_filters_and_whole_range_buckets(data):
     assert s.total("calls") == calls.filter(model=model).count()
 
 
+def test_the_whole_range_beside_the_buckets_equals_one_bucket_for_the_range(data):
+    """``whole=True`` (the overview's figure beside its trend) is what a
+    single bucket over the range says, from the same read."""
+    qs = (0.5, 0.99)
+    for bucket, tz in (("hour", UTC), ("day", NY)):
+        both = analytics.series(
+            data.org.pk, START, END, bucket=bucket, tz=tz, quantiles=qs, whole=True
+        )
+        (one,) = analytics.series(data.org.pk, START, END, bucket=None, tz=tz, quantiles=qs).groups[
+            None
+        ]
+        whole = both.whole[None]
+        assert whole["calls"] == one["calls"] == both.total("calls") > 0
+        assert whole["cost"] == one["cost"]
+        assert whole["latency_ms"] == one["latency_ms"]
+        assert whole["ttft_ms"] == one["ttft_ms"]
+    values = [c.latency_us for c in CallRecord.objects.filter(organization_id=data.org.pk)]
+    assert abs(whole["latency_ms"][0.5] - exact_ms(values, 0.5)) <= exact_ms(values, 0.5) * 0.01
+
+
 def test_series_never_reads_call_records_and_refuses_bad_groups(data):
     with CaptureQueriesContext(connection) as queries:
         analytics.series(data.org.pk, START, END, group_by="node_id", quantiles=(0.9,))
