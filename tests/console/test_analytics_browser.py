@@ -215,3 +215,23 @@ def test_no_kpi_tile_is_left_alone_on_a_row_at_any_width(live_server, browser_pa
         if width == 1440:
             assert len(rows["rows"]) == 1, rows
     assert errors == []
+
+
+def test_the_running_hour_is_drawn_apart(live_server, browser_page, data):
+    """The last hour of a range that ends now: its bars fade, a band marks
+    it, and the note under the chart says it is still running."""
+    page, errors = browser_page
+    calls_today(data)
+    sign_in(page, live_server.url, data.members[Role.OWNER].user)
+    page.goto(f"{live_server.url}/analytics/spend/?range=24h")
+    page.wait_for_selector("#chart-spend .js-plotly-plot")
+    drawn = page.evaluate(
+        """() => { const p = document.querySelector('#chart-spend .js-plotly-plot');
+                   return {shapes: (p.layout.shapes || []).length,
+                           faded: p.data.map(t => Array.from(t.marker.opacity || []).pop())}; }"""
+    )
+    assert drawn["shapes"] == 1 and drawn["faded"] and all(o < 1 for o in drawn["faded"])
+    assert "still running" in page.inner_text("#partial-spend")
+    assert page.locator("#chart-spend .shapelayer path").count() >= 1
+    page.screenshot(path=str(ARTIFACTS / "analytics-spend-running-hour.png"), full_page=True)
+    assert errors == []
