@@ -429,6 +429,7 @@ def series(
     quantiles: tuple[float, ...] | None = None,
     hists: tuple[str, ...] = ("latency", "ttft"),
     whole: bool = False,
+    sums: tuple[str, ...] = SUM_COLUMNS,
 ) -> Series:
     """Sums (and, with ``quantiles``, percentiles of the ``hists`` asked
     for: ``latency_ms``, ``ttft_ms``) per bucket and group, read from the
@@ -438,13 +439,18 @@ def series(
     if group_by not in SERIES_GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(str(g) for g in SERIES_GROUP_BY)}")
     starts = bucket_starts(start, end, bucket, tz)
-    n_sums = len(SUM_COLUMNS)
+    # Only the sums asked for (a percentile chart needs its counts, not the
+    # two dozen others): the database adds up fewer columns.
+    if unknown := set(sums) - set(SUM_COLUMNS):
+        raise ValueError(f"not a sum: {', '.join(sorted(unknown))}")
+    sum_cols = ("calls", *(c for c in sums if c != "calls"))  # calls first: groups rank by it
+    n_sums = len(sum_cols)
     qs = _rows(organization_id, start, end, filters, group_by)
     group_col = [group_by] if group_by else []
     wanted = [h for h in ("latency", "ttft") if h in hists] if quantiles else []
     # The sums, added up by the database per bucket and group.
     cells: dict = {}
-    sums = {c: Sum(c) for c in SUM_COLUMNS}
+    summed = {c: Sum(c) for c in sum_cols}
     sum_qs = qs
     if bucket == "hour":
         index = {t.astimezone(UTC): i for i, t in enumerate(starts)}
@@ -457,8 +463,8 @@ def series(
         index, time_col = None, []
     rows = (
         sum_qs.values_list(*time_col, *group_col)
-        .annotate(**sums)
-        .values_list(*time_col, *group_col, *SUM_COLUMNS)
+        .annotate(**summed)
+        .values_list(*time_col, *group_col, *sum_cols)
     )
     for row in rows:
         if bucket is None:
@@ -501,15 +507,15 @@ def series(
         points = []
         for i, t in enumerate(starts):
             acc = cells.get((group, i))
-            point = {"start": t, **dict(zip(SUM_COLUMNS, acc[0] if acc else empty, strict=True))}
+            point = {"start": t, **dict(zip(sum_cols, acc[0] if acc else empty, strict=True))}
             for j, h in enumerate(wanted):
                 point[f"{h}_ms"] = encoded_quantiles(acc[1 + j] if acc else [], quantiles)
             points.append(point)
         out.groups[group] = points
         if whole:
             accs = [acc for i in range(len(starts)) if (acc := cells.get((group, i)))]
-            sums = [sum(col) for col in zip(*(acc[0] for acc in accs), strict=True)] or empty
-            point = {"start": starts[0], **dict(zip(SUM_COLUMNS, sums, strict=True))}
+            added = [sum(col) for col in zip(*(acc[0] for acc in accs), strict=True)] or empty
+            point = {"start": starts[0], **dict(zip(sum_cols, added, strict=True))}
             for j, h in enumerate(wanted):
                 blobs = [b for acc in accs for b in acc[1 + j]]
                 point[f"{h}_ms"] = encoded_quantiles(blobs, quantiles)

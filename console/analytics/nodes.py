@@ -37,6 +37,9 @@ ENGINE_HIT_NOTE = (
     "and on the overview) counts only your billed prompt tokens read from cache, so the two "
     "differ."
 )
+# The sums the node table shows (calls, errors, the cached prompt share).
+TABLE_SUMS = ("calls", "calls_4xx", "calls_5xx", "input_tokens", "cache_read_tokens",
+              "cache_write_tokens")  # fmt: skip
 HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b7c3"}
 FLIPS = ("node.healthy", "node.unhealthy")
 
@@ -55,7 +58,7 @@ def _nodes(q: Query) -> list[Node]:
 
 
 def node_table(q: Query) -> Chart:
-    s = series_of(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99))
+    s = series_of(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99), sums=TABLE_SUMS)
     chart = Chart(
         "node_table",
         "Nodes over the whole range",
@@ -143,7 +146,7 @@ def _line_per_node(q: Query, s, chart: Chart, value, unit: str, row) -> list:
 
 def node_latency(q: Query) -> Chart:
     qq = q.compared_quantile
-    s = series_of(q, group_by="node_id", quantiles=(qq,), hists=("latency",))
+    s = series_of(q, group_by="node_id", quantiles=(qq,), hists=("latency",), sums=("calls",))
     chart = Chart(
         "node_latency",
         f"Latency {q_label(qq)} per node",

@@ -104,6 +104,21 @@ def test_the_whole_range_beside_the_buckets_equals_one_bucket_for_the_range(data
     assert abs(whole["latency_ms"][0.5] - exact_ms(values, 0.5)) <= exact_ms(values, 0.5) * 0.01
 
 
+def test_only_the_sums_asked_for_and_the_same_figures(data):
+    full = analytics.series(data.org.pk, START, END, group_by="model", quantiles=(0.99,))
+    few = analytics.series(
+        data.org.pk, START, END, group_by="model", quantiles=(0.99,), sums=("ttft_count",)
+    )
+    assert list(few.groups) == list(full.groups)
+    for model, points in few.groups.items():
+        for p, f in zip(points, full.groups[model], strict=True):
+            assert set(p) == {"start", "calls", "ttft_count", "latency_ms", "ttft_ms"}
+            assert (p["calls"], p["ttft_count"], p["latency_ms"]) == (
+                f["calls"], f["ttft_count"], f["latency_ms"])  # fmt: skip
+    with pytest.raises(ValueError, match="not a sum"):
+        analytics.series(data.org.pk, START, END, sums=("calls; drop",))
+
+
 def test_series_never_reads_call_records_and_refuses_bad_groups(data):
     with CaptureQueriesContext(connection) as queries:
         analytics.series(data.org.pk, START, END, group_by="node_id", quantiles=(0.9,))
