@@ -33,7 +33,7 @@ from django.db.models import BigIntegerField, Sum
 from django.db.models.functions import Cast, Extract, TruncDay
 
 from usage.ingest.aggregate import SUM_COLUMNS
-from usage.models import Grain, Rollup
+from usage.models import CatalogModel, Grain, Rollup
 from usage.prices import get_price_book
 from usage.rating import discount_for, rate
 from usage.sketch import _HEADER, bucket_value, merge_encoded
@@ -290,6 +290,47 @@ def totals(
     return [{group_by: r[group_by], **{c: r[c] or 0 for c in SUM_COLUMNS}} for r in rows]
 
 
+def unserved_models(
+    organization_id: int, start: datetime, end: datetime, *, among=None
+) -> frozenset[str]:
+    """Names called in the range that are no model: unknown to the catalogue,
+    and no call to them was answered or used a token. That is what a call to
+    a model that does not exist leaves (the gateway refuses it, 404
+    ``model_not_found``, before any node sees it); the failed call still
+    counts among the errors, but the name is not a model to price, chart or
+    compare. A name a node did serve (an answer, or tokens) stays a model,
+    catalogued or not, so it still asks for a price. ``among``: only these
+    names are looked at (the ones a chart has; none outside the catalogue
+    costs no read of the rollups)."""
+    if among is not None:
+        among = set(among) - set(
+            CatalogModel.objects.filter(name__in=among).values_list("name", flat=True)
+        )
+        if not among:
+            return frozenset()
+    rows = Rollup.objects.filter(
+        organization_id=organization_id,
+        grain=Grain.MODEL,
+        hour__gte=_floor_hour(start),
+        hour__lt=end,
+    )
+    if among is not None:
+        rows = rows.filter(model__in=among)
+    rows = (
+        rows.exclude(model__in=CatalogModel.objects.values("name"))
+        .order_by()
+        .values("model")
+        .annotate(
+            answered=Sum("calls_2xx"),
+            tokens=Sum("input_tokens")
+            + Sum("cache_read_tokens")
+            + Sum("cache_write_tokens")
+            + Sum("output_tokens"),
+        )
+    )
+    return frozenset(r["model"] for r in rows if not r["answered"] and not r["tokens"])
+
+
 # --- series for charts -------------------------------------------------------
 
 SERIES_GROUP_BY = (None, "model", "api_key_id", "sub_account_id", "node_id")
@@ -304,10 +345,13 @@ class Series:
     the first one may start before ``start`` for days); ``groups`` maps each
     group value (``None`` without grouping) to one dict per bucket with every
     ``SUM_COLUMNS`` sum and, with quantiles, ``latency_ms`` and ``ttft_ms``.
-    Groups are ordered by their calls, busiest first."""
+    Groups are ordered by their calls, busiest first. With ``whole=True``,
+    ``whole`` maps each group to one such dict for the whole range (its
+    percentiles merged from the same histograms: no second read)."""
 
     buckets: list[datetime]
     groups: dict = field(default_factory=dict)
+    whole: dict = field(default_factory=dict)
 
     def total(self, column: str) -> int:
         return sum(p[column] for points in self.groups.values() for p in points)
@@ -346,6 +390,20 @@ def _hour_key(qs):
     return qs, "hour", lambda t: t
 
 
+def _plain_rows(qs):
+    """The rows of a ``values_list`` query. On PostgreSQL they are read with a
+    plain cursor, without Django's per-row converters: a month of histogram
+    rows is thousands, and converting each cell cost more than merging the
+    histograms. Its columns must need no conversion (integers, text, bytea:
+    psycopg gives ``bytes``); elsewhere the query is run as it is."""
+    if connection.vendor != "postgresql":
+        return qs
+    sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
 def _hour_index(start: datetime, end: datetime, bucket: str | None, tz) -> dict[datetime, int]:
     """Each UTC hour of the range to its bucket's position."""
     starts = bucket_starts(start, end, bucket, tz)
@@ -370,6 +428,8 @@ def series(
     tz=UTC,
     quantiles: tuple[float, ...] | None = None,
     hists: tuple[str, ...] = ("latency", "ttft"),
+    whole: bool = False,
+    sums: tuple[str, ...] = SUM_COLUMNS,
 ) -> Series:
     """Sums (and, with ``quantiles``, percentiles of the ``hists`` asked
     for: ``latency_ms``, ``ttft_ms``) per bucket and group, read from the
@@ -379,13 +439,18 @@ def series(
     if group_by not in SERIES_GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(str(g) for g in SERIES_GROUP_BY)}")
     starts = bucket_starts(start, end, bucket, tz)
-    n_sums = len(SUM_COLUMNS)
+    # Only the sums asked for (a percentile chart needs its counts, not the
+    # two dozen others): the database adds up fewer columns.
+    if unknown := set(sums) - set(SUM_COLUMNS):
+        raise ValueError(f"not a sum: {', '.join(sorted(unknown))}")
+    sum_cols = ("calls", *(c for c in sums if c != "calls"))  # calls first: groups rank by it
+    n_sums = len(sum_cols)
     qs = _rows(organization_id, start, end, filters, group_by)
     group_col = [group_by] if group_by else []
     wanted = [h for h in ("latency", "ttft") if h in hists] if quantiles else []
     # The sums, added up by the database per bucket and group.
     cells: dict = {}
-    sums = {c: Sum(c) for c in SUM_COLUMNS}
+    summed = {c: Sum(c) for c in sum_cols}
     sum_qs = qs
     if bucket == "hour":
         index = {t.astimezone(UTC): i for i, t in enumerate(starts)}
@@ -398,8 +463,8 @@ def series(
         index, time_col = None, []
     rows = (
         sum_qs.values_list(*time_col, *group_col)
-        .annotate(**sums)
-        .values_list(*time_col, *group_col, *SUM_COLUMNS)
+        .annotate(**summed)
+        .values_list(*time_col, *group_col, *sum_cols)
     )
     for row in rows:
         if bucket is None:
@@ -423,7 +488,7 @@ def series(
         hour_index = {key(h): i for h, i in _hour_index(start, end, bucket, tz).items()}
         columns = [hour_col, *group_col, *(f"{h}_hist" for h in wanted)]
         first_hist = 1 + len(group_col)
-        for row in qs.values_list(*columns):
+        for row in _plain_rows(qs.values_list(*columns)):
             acc = cells.get((row[1] if group_by else None, hour_index.get(row[0])))
             if acc is None:
                 continue
@@ -442,11 +507,19 @@ def series(
         points = []
         for i, t in enumerate(starts):
             acc = cells.get((group, i))
-            point = {"start": t, **dict(zip(SUM_COLUMNS, acc[0] if acc else empty, strict=True))}
+            point = {"start": t, **dict(zip(sum_cols, acc[0] if acc else empty, strict=True))}
             for j, h in enumerate(wanted):
                 point[f"{h}_ms"] = encoded_quantiles(acc[1 + j] if acc else [], quantiles)
             points.append(point)
         out.groups[group] = points
+        if whole:
+            accs = [acc for i in range(len(starts)) if (acc := cells.get((group, i)))]
+            added = [sum(col) for col in zip(*(acc[0] for acc in accs), strict=True)] or empty
+            point = {"start": starts[0], **dict(zip(sum_cols, added, strict=True))}
+            for j, h in enumerate(wanted):
+                blobs = [b for acc in accs for b in acc[1 + j]]
+                point[f"{h}_ms"] = encoded_quantiles(blobs, quantiles)
+            out.whole[group] = point
     return out
 
 

@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.facade import Actor, Perm
+from usage.analytics import unserved_models
 from usage.models import CatalogModel, Grain, Price, Rollup
 from usage.rating import PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
 
@@ -132,13 +133,18 @@ def model_price_list(*, actor: Actor, at: datetime | None = None) -> list[ModelP
 
 
 def unpriced_unknown_models(*, actor: Actor, at: datetime | None = None) -> list[str]:
-    """Called model names with unpriced calls that are not in the catalogue."""
+    """Called model names with unpriced calls that are not in the catalogue,
+    less those no call was answered by (a model that does not exist: its
+    calls are errors, and an error needs no price)."""
     if not actor.can(Perm.ORG_MANAGE):
         return []
     at = at or timezone.now()
-    names = unpriced_model_names(organization_id=actor.organization_id, since=at - UNPRICED_WINDOW)
+    since = at - UNPRICED_WINDOW
+    names = unpriced_model_names(organization_id=actor.organization_id, since=since)
     known = set(CatalogModel.objects.filter(name__in=names).values_list("name", flat=True))
-    return sorted(names - known)
+    unknown = names - known
+    errors = unserved_models(actor.organization_id, since, at + timedelta(hours=1), among=unknown)
+    return sorted(unknown - errors)
 
 
 class CatalogueEntry(NamedTuple):

@@ -21,7 +21,8 @@ What is published, by topic:
   ``Grain``), the catalogue and its prices, and what re-rating leaves for
   invoicing (``Adjustment``, ``RerateRun``, ``PeriodClose``);
 * the rollup reads the analytics pages draw (``series`` into a ``Series``,
-  ``cache_savings``), the keys a caller may see in call logs
+  ``cache_savings``; ``unserved_models``, the names called that are no
+  model), the keys a caller may see in call logs
   (``visible_keys``), the filter form pieces those pages share
   (``KeyChoiceField``, ``OrganizationFilterMixin``) and the CSV guard
   (``csv_text``);
@@ -34,7 +35,7 @@ What is published, by topic:
 
 from __future__ import annotations
 
-from usage.analytics import Series, cache_savings, series
+from usage.analytics import Series, cache_savings, series, unserved_models
 from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
 from usage.logs import csv_text, visible_keys
@@ -94,5 +95,6 @@ __all__ = [
     "series",
     "spend_by_period",
     "to_wire",
+    "unserved_models",
     "visible_keys",
 ]

@@ -113,8 +113,43 @@ def cache_hit(q: Query) -> Chart:
             )
     if rest:
         chart.note = f"The {len(shown)} busiest of {len(s.groups)} are drawn."
+    _cache_totals(chart, s)
     chart.figure = figure(traces, x_title=time_title(q), y_title="Hit rate (%)", y_suffix=" %")
     return chart
+
+
+def _cache_totals(chart: Chart, s: usage.Series) -> None:
+    """The range's totals: a line above the chart and the CSV's total row."""
+    summed = ("calls", "cache_hit_calls", "response_cache_calls", "input_tokens",
+              "cache_read_tokens", "cache_write_tokens")  # fmt: skip
+    t = {c: s.total(c) for c in summed}
+    prompt = t["input_tokens"] + t["cache_read_tokens"] + t["cache_write_tokens"]
+    prefix = _prefix_hits(t)
+    rate = hit_rate(t)
+    chart.total_row(
+        "Total",
+        t["calls"],
+        t["cache_hit_calls"],
+        prompt,
+        t["cache_read_tokens"],
+        rate,
+        share_pct(t["cache_hit_calls"], t["calls"]),
+        prefix,
+        t["response_cache_calls"],
+        share_pct(prefix, t["calls"]),
+        share_pct(t["response_cache_calls"], t["calls"]),
+    )
+
+    def pct(v):
+        return "—" if v is None else f"{v:.1f} %"
+
+    chart.summary = (
+        f"Over this range: {pct(rate)} of prompt tokens served from cache "
+        f"({t['cache_read_tokens']:,} of {prompt:,}); {pct(share_pct(prefix, t['calls']))} "
+        f"of {t['calls']:,} calls had a prefix-cache hit, "
+        f"{pct(share_pct(t['response_cache_calls'], t['calls']))} were answered from the "
+        "response cache."
+    )
 
 
 def cache_savings(q: Query) -> Chart:
@@ -127,6 +162,8 @@ def cache_savings(q: Query) -> Chart:
         bucket=q.bucket,
         tz=q.tz,
     )
+    for name in q.not_models(saved) if saved else ():
+        del saved[name]
     cur = q.currency
     chart = Chart(
         "cache_savings",
@@ -172,9 +209,16 @@ def cache_savings(q: Query) -> Chart:
                     p["unpriced_tokens"],
                 ]
             )
+    chart.total_row(
+        "Total",
+        sum(p["cache_read_tokens"] for points in saved.values() for p in points),
+        exact_decimal(total, cur),
+        sum(p["unpriced_tokens"] for points in saved.values() for p in points),
+    )
+    chart.summary = f"{format_amount(total, cur)} saved in all over this range."
     chart.note = (
-        f"{format_amount(total, cur)} in all: cached prompt tokens "
-        "priced at the input price minus the cache-read price of the price book, at your rates."
+        "Cached prompt tokens priced at the input price minus the cache-read price of the "
+        "price book, at your rates."
     )
     chart.figure = figure(
         traces, x_title=time_title(q), y_title=f"Saved ({cur})", barmode="stack", y_currency=cur

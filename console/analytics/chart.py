@@ -15,7 +15,7 @@ by one would cost more than reading them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, time, timedelta
 
 import plotly.graph_objects as go
 
@@ -43,6 +43,13 @@ class Chart:
     note: str | None = None
     table: dict | None = None  # {"headers": [...], "rows": [[(text, href), ...]]}
     kpis: list | None = None
+    summary: str | None = None  # the range's total, said above the chart
+    partial: str | None = None  # the last bucket is still running: said under it
+
+    def total_row(self, *cells) -> None:
+        """The CSV's last row: the range's total (``bucket_start`` "total",
+        so a script summing the buckets can skip it)."""
+        self.rows.append(["total", *cells])
 
 
 def q_label(q: float) -> str:
@@ -165,9 +172,85 @@ def empty_calls(q: Query) -> str:
     return f"No calls between {start} and {end} ({q.tz.key}). {hint}"
 
 
+PARTIAL_FILL = "rgba(120,130,150,0.10)"
+
+
+def last_bucket(q: Query) -> tuple[datetime, datetime]:
+    """The start and natural end of the range's last bucket (an hour, or a
+    local day), in the organization's time zone."""
+    last = (q.end - timedelta(microseconds=1)).astimezone(q.tz)
+    if q.bucket == "hour":
+        start = last.astimezone(UTC).replace(minute=0, second=0, microsecond=0).astimezone(q.tz)
+        return start, start + timedelta(hours=1)
+    day = last.date()
+    return (
+        datetime.combine(day, time.min, tzinfo=q.tz),
+        datetime.combine(day + timedelta(days=1), time.min, tzinfo=q.tz),
+    )
+
+
+def mark_partial(q: Query, chart: Chart) -> None:
+    """When the last bucket of a chart over time is still running (now is
+    inside it), draw it lighter and say so: its bars are faded, a grey band
+    lies behind it, and a note under the chart says its figures will grow."""
+    fig = chart.figure
+    if not fig or fig.get("layout", {}).get("xaxis", {}).get("type") != "date":
+        return
+    start, end = last_bucket(q)
+    now = q.form.now
+    if not start <= now < end:
+        return
+    fmt = "%Y-%m-%d %H:%M" if q.bucket == "hour" else "%Y-%m-%d"
+    label = start.strftime(fmt)
+    marked = False
+    for trace in fig["data"]:
+        x = trace.get("x")
+        if not x or x[-1] != label:
+            continue
+        marked = True
+        if trace.get("type") == "bar":
+            trace.setdefault("marker", {})["opacity"] = [1.0] * (len(x) - 1) + [0.4]
+    if not marked:
+        return
+    half = (end - start) / 2
+    shape_fmt = "%Y-%m-%d %H:%M"
+    fig["layout"].setdefault("shapes", []).append(
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": "paper",
+            "x0": (start - half).strftime(shape_fmt),
+            "x1": (start + half).strftime(shape_fmt),
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": PARTIAL_FILL,
+            "line": {"width": 1, "dash": "dot", "color": "#9aa3b5"},
+            "layer": "below",
+        }
+    )
+    fig["layout"].setdefault("annotations", []).append(
+        {
+            "xref": "x",
+            "yref": "paper",
+            "x": start.strftime(shape_fmt),
+            "y": 1,
+            "yanchor": "bottom",
+            "text": "so far",
+            "showarrow": False,
+            "font": {"size": 11, "color": "#6b7385"},
+        }
+    )
+    what = "The last hour" if q.bucket == "hour" else "Today"
+    chart.partial = (
+        f"{what} ({label}) is still running: its figures will grow until "
+        f"{end.strftime('%H:%M' if q.bucket == 'hour' else '%Y-%m-%d %H:%M')}."
+    )
+
+
 def series_of(q: Query, **kwargs) -> usage.Series:
     kwargs.setdefault("bucket", q.bucket)
-    return usage.series(q.organization_id, q.start, q.end, filters=q.filters, tz=q.tz, **kwargs)
+    s = usage.series(q.organization_id, q.start, q.end, filters=q.filters, tz=q.tz, **kwargs)
+    return q.models_only(s, kwargs.get("group_by"))
 
 
 def split_top(groups: dict, limit: int = MAX_GROUPS) -> tuple[list, list]:

@@ -21,6 +21,12 @@ from console.analytics.chart import (
 )
 from console.analytics.query import QUANTILE_COLOURS, Query
 
+# The tail percentiles often lie close together: p99 dashed and p99.9 dotted
+# (each its own colour too) keep them apart where they overlap.
+QUANTILE_DASHES = {0.99: "dash", 0.999: "dot"}
+# The only sums these charts show: calls, and the calls with a first token.
+LATENCY_SUMS = ("calls", "ttft_count")
+
 
 def latency(q: Query, *, which: str = "latency_ms") -> Chart:
     ttft = which == "ttft_ms"
@@ -31,7 +37,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
     y_title = "Time to first token (ms)" if ttft else "Latency (ms)"
     column = q.group_column("compare")
     if column is None:
-        s = series_of(q, quantiles=ALL_QUANTILES, hists=(hist,))
+        s = series_of(q, quantiles=ALL_QUANTILES, hists=(hist,), sums=LATENCY_SUMS)
         points = s.groups[None]
         chart = Chart(
             name,
@@ -60,7 +66,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
                 QUANTILE_COLOURS[qq],
                 x,
                 [round_ms(p[which][qq]) for p in points],
-                dash="dot" if qq == 0.999 else None,
+                dash=QUANTILE_DASHES.get(qq),
                 unit=" ms",
             )
             for qq in ALL_QUANTILES
@@ -76,7 +82,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
             )
     else:
         qq = q.compared_quantile
-        s = series_of(q, group_by=column, quantiles=(qq,), hists=(hist,))
+        s = series_of(q, group_by=column, quantiles=(qq,), hists=(hist,), sums=LATENCY_SUMS)
         chart = Chart(
             name,
             f"{title}, {q_label(qq)} by {GROUP_NOUNS[column]}",

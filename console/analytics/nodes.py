@@ -31,6 +31,15 @@ from console.analytics.chart import (
 from console.analytics.query import Query
 from inference_node.facade import Node
 
+ENGINE_HIT_NOTE = (
+    "Engine prefix-cache hit rate: what each node's inference engine reports for its own "
+    "prefix cache, over all the traffic it serves. The cached prompt share (here per node, "
+    "and on the overview) counts only your billed prompt tokens read from cache, so the two "
+    "differ."
+)
+# The sums the node table shows (calls, errors, the cached prompt share).
+TABLE_SUMS = ("calls", "calls_4xx", "calls_5xx", "input_tokens", "cache_read_tokens",
+              "cache_write_tokens")  # fmt: skip
 HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b7c3"}
 FLIPS = ("node.healthy", "node.unhealthy")
 
@@ -49,7 +58,7 @@ def _nodes(q: Query) -> list[Node]:
 
 
 def node_table(q: Query) -> Chart:
-    s = series_of(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99))
+    s = series_of(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99), sums=TABLE_SUMS)
     chart = Chart(
         "node_table",
         "Nodes over the whole range",
@@ -104,7 +113,16 @@ def node_table(q: Query) -> Chart:
             ]
         )
     chart.table = {
-        "headers": ["Node", "Calls", "p50", "p90", "p99", "TTFT p50", "Cache hit", "Errors"],
+        "headers": [
+            "Node",
+            "Calls",
+            "p50",
+            "p90",
+            "p99",
+            "TTFT p50",
+            "Cached prompt share",
+            "Errors",
+        ],
         "numeric": [False, True, True, True, True, True, True, True],
         "rows": rows,
     }
@@ -128,7 +146,7 @@ def _line_per_node(q: Query, s, chart: Chart, value, unit: str, row) -> list:
 
 def node_latency(q: Query) -> Chart:
     qq = q.compared_quantile
-    s = series_of(q, group_by="node_id", quantiles=(qq,), hists=("latency",))
+    s = series_of(q, group_by="node_id", quantiles=(qq,), hists=("latency",), sums=("calls",))
     chart = Chart(
         "node_latency",
         f"Latency {q_label(qq)} per node",
@@ -150,7 +168,7 @@ def node_cache(q: Query) -> Chart:
     s = series_of(q, group_by="node_id")
     chart = Chart(
         "node_cache",
-        "Prefix-cache hit rate per node",
+        "Cached prompt share per node",
         columns=[
             "bucket_start",
             "node",
@@ -272,6 +290,7 @@ def node_load(q: Query) -> Chart:
     chart = Chart(
         "node_load",
         "Load as last probed",
+        note=ENGINE_HIT_NOTE,
         columns=[
             "node",
             "status",
@@ -313,8 +332,8 @@ def node_load(q: Query) -> Chart:
             ]
         )
     chart.table = {
-        "headers": ["Node", "Status", "Health", "Running", "Waiting", "KV cache", "Cache hit",
-                    "Last probe"],
+        "headers": ["Node", "Status", "Health", "Running", "Waiting", "KV cache",
+                    "Engine prefix-cache hit rate", "Last probe"],
         "numeric": [False, False, False, True, True, True, True, False],
         "rows": rows,
     }  # fmt: skip

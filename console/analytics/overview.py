@@ -4,6 +4,8 @@ this month's top models and keys by spend."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from datetime import UTC, datetime, time, timedelta
 
 import plotly.graph_objects as go
@@ -27,7 +29,14 @@ KPIS = (
     ("p50", "Latency p50"),
     ("p99", "Latency p99"),
     ("ttft_p50", "TTFT p50"),
-    ("hit_rate", "Cache hit rate"),
+    ("hit_rate", "Cached prompt share"),
+)
+# The overview's cache figure and the Nodes page's engine figure differ by
+# design; each page says how (see ``nodes.ENGINE_HIT_NOTE``).
+CACHED_SHARE_NOTE = (
+    "Cached prompt share: the share of your billed prompt tokens read from the prefix cache. "
+    "The Nodes page's engine prefix-cache hit rate is what each node reports for all the "
+    "traffic it serves, so it is usually higher."
 )
 
 
@@ -64,6 +73,36 @@ def overview_periods(q: Query) -> list[tuple[str, datetime, datetime, str]]:
     return [("Today", today, end, "hour"), ("This month", month, end, "day")]
 
 
+@functools.lru_cache(maxsize=64)
+def _sparkline(title: str, hovertemplate: str | None) -> dict:
+    """A tile's trend figure without its data, validated by graph_objects
+    once per title (and currency) and copied for each tile: building
+    fourteen figures per request cost more than reading their numbers."""
+    trace = go.Scatter(
+        # Markers too: a day or hour alone between gaps is still seen.
+        mode="lines+markers",
+        marker={"size": 3, "color": "#3056d3"},
+        line={"color": "#3056d3", "width": 1.5},
+        fill="tozeroy",
+        fillcolor="rgba(48,86,211,0.12)",
+        connectgaps=False,
+        name=title,
+        # Spend with the currency's decimals, like every money chart.
+        **({"hovertemplate": hovertemplate} if hovertemplate else {"hoverinfo": "x+y"}),
+    )
+    layout = go.Layout(
+        template="none",
+        height=48,
+        margin={"l": 0, "r": 0, "t": 2, "b": 2},
+        xaxis={"visible": False, "type": "category"},
+        yaxis={"visible": False, "rangemode": "tozero"},
+        showlegend=False,
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
+    return go.Figure(data=[trace], layout=layout).to_plotly_json()
+
+
 def overview_kpis(q: Query) -> Chart:
     """Today and this month: each figure with a small trend chart."""
     cur = q.currency
@@ -77,8 +116,8 @@ def overview_kpis(q: Query) -> Chart:
     spend_hover = f"%{{x}}: %{{y:{chart_tickformat(cur)}}} {cur}<extra></extra>"
     for label, start, end, bucket in overview_periods(q):
         kw = {"filters": q.filters, "tz": q.tz, "quantiles": (0.5, 0.99)}
-        whole = usage.series(q.organization_id, start, end, bucket=None, **kw).groups[None][0]
-        trend = usage.series(q.organization_id, start, end, bucket=bucket, **kw).groups[None]
+        s = usage.series(q.organization_id, start, end, bucket=bucket, whole=True, **kw)
+        whole, trend = s.whole[None], s.groups[None]
         any_calls = any_calls or whole["calls"] > 0
         totals = _kpi_values(whole)
         points = [_kpi_values(p) for p in trend]
@@ -87,29 +126,7 @@ def overview_kpis(q: Query) -> Chart:
         tiles = []
         for kind, title in KPIS:
             ys = [money_axis(v[kind]) if kind == "spend" else v[kind] for v in points]
-            trace = go.Scatter(
-                # Markers too: a day or hour alone between gaps is still seen.
-                mode="lines+markers",
-                marker={"size": 3, "color": "#3056d3"},
-                line={"color": "#3056d3", "width": 1.5},
-                fill="tozeroy",
-                fillcolor="rgba(48,86,211,0.12)",
-                connectgaps=False,
-                name=title,
-                # Spend with the currency's decimals, like every money chart.
-                **({"hovertemplate": spend_hover} if kind == "spend" else {"hoverinfo": "x+y"}),
-            )
-            layout = go.Layout(
-                template="none",
-                height=48,
-                margin={"l": 0, "r": 0, "t": 2, "b": 2},
-                xaxis={"visible": False, "type": "category"},
-                yaxis={"visible": False, "rangemode": "tozero"},
-                showlegend=False,
-                paper_bgcolor="rgba(0,0,0,0)",
-                plot_bgcolor="rgba(0,0,0,0)",
-            )
-            fig = go.Figure(data=[trace], layout=layout).to_plotly_json()
+            fig = copy.deepcopy(_sparkline(title, spend_hover if kind == "spend" else None))
             fig["data"][0].update({"x": x, "y": ys})
             tiles.append(
                 {
@@ -129,6 +146,7 @@ def overview_kpis(q: Query) -> Chart:
             )
         kpis.append({"label": label, "tiles": tiles, "bucket": bucket})
     chart.kpis = kpis
+    chart.note = CACHED_SHARE_NOTE
     if not any_calls:
         chart.empty = (
             "No calls this month yet. Create an API key and send a request through the "
@@ -151,6 +169,7 @@ def overview_top(q: Query) -> Chart:
         s = usage.series(
             q.organization_id, start, end, filters=q.filters, group_by=column, bucket=None, tz=q.tz
         )
+        s = q.models_only(s, column, start, end)
         ranked = sorted(s.groups.items(), key=lambda kv: -kv[1][0]["cost"])[:5]
         rows = []
         for value, (p,) in ranked:

@@ -15,7 +15,7 @@ from django.urls import reverse
 from accounts.facade import Actor, ApiKey, Perm, SubAccount
 from console.analytics.forms import GROUP_COLUMN, PERCENTILES, AnalyticsForm
 from inference_node.facade import Node
-from usage.facade import CatalogModel, visible_keys
+from usage.facade import CatalogModel, Series, unserved_models, visible_keys
 
 # Qualitative palette (Okabe-Ito, then Tableau) for series; one colour per
 # model everywhere (see ``Names.colour``).
@@ -122,6 +122,7 @@ class Query:
     bucket: str
     filters: dict
     names: Names
+    _not_models: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, actor: Actor, form: AnalyticsForm) -> Query:
@@ -135,6 +136,35 @@ class Query:
             filters=scoped_filters(actor, form.dimension_filters()),
             names=Names(actor.organization_id),
         )
+
+    def not_models(
+        self, names, start: datetime | None = None, end: datetime | None = None
+    ) -> frozenset:
+        """Those of ``names`` called in the range (this query's, or
+        ``start``..``end``) that are no model: calls to a model that does not
+        exist (``usage.unserved_models``). Their calls are errors: counted on
+        the Errors page and in every total, never a model of their own."""
+        key = (frozenset(names), start or self.start, end or self.end)
+        if key not in self._not_models:
+            self._not_models[key] = unserved_models(
+                self.organization_id, key[1], key[2], among=key[0]
+            )
+        return self._not_models[key]
+
+    def models_only(
+        self,
+        s: Series,
+        column: str | None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> Series:
+        """The series split by ``column``, less the groups of names that are no
+        model when it is split by model: the one place every chart, legend,
+        comparison and breakdown by model leaves them out."""
+        if column == "model" and s.groups:
+            for name in self.not_models(s.groups, start, end):
+                del s.groups[name]
+        return s
 
     @property
     def org(self):

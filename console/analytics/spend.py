@@ -61,6 +61,12 @@ def spend(q: Query) -> Chart:
             chart.rows.append(
                 [iso_local(p["start"], q.tz), label, p["calls"], exact_decimal(p["cost"], cur)]
             )
+    total, calls = s.total("cost"), s.total("calls")
+    chart.total_row("Total", calls, exact_decimal(total, cur))
+    chart.summary = (
+        f"{format_amount(total, cur)} in all over this range, for {calls:,} "
+        f"call{'s' if calls != 1 else ''}."
+    )
     chart.figure = figure(
         traces, x_title=time_title(q), y_title=f"Spend ({cur})", barmode="stack", y_currency=cur
     )

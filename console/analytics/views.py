@@ -24,7 +24,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from accounts.facade import Perm, org_view
 from console.analytics import billing, breakdowns, cache, errors, latency, nodes, overview, spend
-from console.analytics.chart import Chart
+from console.analytics.chart import Chart, mark_partial
 from console.analytics.forms import CACHE_COMPARE, COMPARE, AnalyticsForm
 from console.analytics.query import Query
 from usage.facade import CatalogModel
@@ -72,6 +72,8 @@ class PageSpec:
     perms: tuple[Perm, ...] = USAGE
     intro: str = ""
     notes: tuple[str, ...] = ()
+    # Said only while one of these filters is set: ((fields, note), ...).
+    filter_notes: tuple[tuple[tuple[str, ...], str], ...] = ()
     compare: tuple = ()
 
 
@@ -85,9 +87,12 @@ PAGES: dict[str, PageSpec] = {
         intro="Percentiles of total latency and of time to first token, from the hourly "
         "latency sketches (within 1 % of the exact values), and where the time of a call "
         "goes: queue, gateway overhead, upstream to first token and decode.",
-        notes=(
-            "The protocol and streaming filters read rollups kept since this version of the "
-            "console: hours ingested before it show no calls under those filters.",
+        filter_notes=(
+            (
+                ("protocol", "stream"),
+                "Protocol and streaming are known for calls made since they began to be "
+                "recorded: older calls do not appear under these two filters.",
+            ),
         ),
         compare=COMPARE,
     ),
@@ -182,6 +187,10 @@ def _page(request, name: str):
         "model_names": CatalogModel.objects.order_by("name").values_list("name", flat=True),
         "range_text": _range_text(form, name) if valid else "",
         "sees_all": request.actor.can(Perm.USAGE_VIEW_ALL),
+        "notes": [
+            *spec.notes,
+            *(note for wanted, note in spec.filter_notes if any(params.get(f) for f in wanted)),
+        ],
     }
     template = "console/analytics/page.html"
     if request.htmx and request.htmx.target == "analytics":
@@ -272,7 +281,9 @@ def _chart_view(name: str):
                 {"name": name, "errors": problems},
                 status=400,
             )
-        chart = spec.build(Query.of(request.actor, form))
+        q = Query.of(request.actor, form)
+        chart = spec.build(q)
+        mark_partial(q, chart)
         if request.GET.get("format") == "csv":
             return _csv_response(chart, request)
         params = form.params()

@@ -27,6 +27,9 @@ def test_bench_console_measures_every_page_and_partial(data):
     assert set(PAGES) | {"overview"} == set(result["pages"])
     assert {f"chart:{name}" for name in CHARTS} <= set(result["partials"])
     assert all(ms > 0 for ms in result["partials"].values())
+    # Each figure's time in the database, within its time in all.
+    assert set(result["db_ms"]) == set(result["cpu_ms"])
+    assert all(0 < result["db_ms"][k] < result["partials"][k] for k in result["partials"])
     assert result["targets_ms"] == {"page": 200, "partial": 100}
 
 

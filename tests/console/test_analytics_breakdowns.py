@@ -82,7 +82,10 @@ def hourly(calls) -> dict[datetime, list]:
 
 
 def rows_by_hour(rows) -> dict[datetime, dict]:
-    return {datetime.fromisoformat(r["bucket_start"]): r for r in rows}
+    """The CSV's buckets by their start (the range's total row left out)."""
+    return {
+        datetime.fromisoformat(r["bucket_start"]): r for r in rows if r["bucket_start"] != "total"
+    }
 
 
 def per_call_ms(total_us: int, calls: int) -> float:

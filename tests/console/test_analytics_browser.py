@@ -184,3 +184,53 @@ def test_a_developer_sees_their_own_keys_drawn(live_server, browser_page, data):
     assert "You see the calls of your own API keys only." in page.inner_text("main")
     assert page.locator("#tab-billing").count() == 0
     assert errors == []
+
+
+def test_no_kpi_tile_is_left_alone_on_a_row_at_any_width(live_server, browser_page, data):
+    """The overview's seven KPI tiles: one row when there is room, else rows
+    that each hold at least two tiles (or one spanning the row)."""
+    page, errors = browser_page
+    calls_today(data)
+    sign_in(page, live_server.url, data.members[Role.OWNER].user)
+    for width in (1440, 1100, 800, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/")
+        page.wait_for_selector("#kpi-1-calls .spark.js-plotly-plot")
+        rows = page.evaluate(
+            """() => {
+                 const grid = document.querySelector('.kpi-tiles');
+                 const rows = {};
+                 for (const t of grid.children) {
+                   const r = t.getBoundingClientRect();
+                   const top = Math.round(r.top);
+                   (rows[top] = rows[top] || []).push(r.width);
+                 }
+                 return {width: grid.getBoundingClientRect().width, rows: Object.values(rows)};
+               }"""
+        )
+        for tiles in rows["rows"]:
+            # A tile alone on its row must be the full width of the grid.
+            assert len(tiles) > 1 or tiles[0] >= rows["width"] - 2, (width, rows)
+        if width == 1440:
+            assert len(rows["rows"]) == 1, rows
+    assert errors == []
+
+
+def test_the_running_hour_is_drawn_apart(live_server, browser_page, data):
+    """The last hour of a range that ends now: its bars fade, a band marks
+    it, and the note under the chart says it is still running."""
+    page, errors = browser_page
+    calls_today(data)
+    sign_in(page, live_server.url, data.members[Role.OWNER].user)
+    page.goto(f"{live_server.url}/analytics/spend/?range=24h")
+    page.wait_for_selector("#chart-spend .js-plotly-plot")
+    drawn = page.evaluate(
+        """() => { const p = document.querySelector('#chart-spend .js-plotly-plot');
+                   return {shapes: (p.layout.shapes || []).length,
+                           faded: p.data.map(t => Array.from(t.marker.opacity || []).pop())}; }"""
+    )
+    assert drawn["shapes"] == 1 and drawn["faded"] and all(o < 1 for o in drawn["faded"])
+    assert "still running" in page.inner_text("#partial-spend")
+    assert page.locator("#chart-spend .shapelayer path").count() >= 1
+    page.screenshot(path=str(ARTIFACTS / "analytics-spend-running-hour.png"), full_page=True)
+    assert errors == []

@@ -84,6 +84,41 @@ def test_list_filters_and_whole_range_buckets(data):
     assert s.total("calls") == calls.filter(model=model).count()
 
 
+def test_the_whole_range_beside_the_buckets_equals_one_bucket_for_the_range(data):
+    """``whole=True`` (the overview's figure beside its trend) is what a
+    single bucket over the range says, from the same read."""
+    qs = (0.5, 0.99)
+    for bucket, tz in (("hour", UTC), ("day", NY)):
+        both = analytics.series(
+            data.org.pk, START, END, bucket=bucket, tz=tz, quantiles=qs, whole=True
+        )
+        (one,) = analytics.series(data.org.pk, START, END, bucket=None, tz=tz, quantiles=qs).groups[
+            None
+        ]
+        whole = both.whole[None]
+        assert whole["calls"] == one["calls"] == both.total("calls") > 0
+        assert whole["cost"] == one["cost"]
+        assert whole["latency_ms"] == one["latency_ms"]
+        assert whole["ttft_ms"] == one["ttft_ms"]
+    values = [c.latency_us for c in CallRecord.objects.filter(organization_id=data.org.pk)]
+    assert abs(whole["latency_ms"][0.5] - exact_ms(values, 0.5)) <= exact_ms(values, 0.5) * 0.01
+
+
+def test_only_the_sums_asked_for_and_the_same_figures(data):
+    full = analytics.series(data.org.pk, START, END, group_by="model", quantiles=(0.99,))
+    few = analytics.series(
+        data.org.pk, START, END, group_by="model", quantiles=(0.99,), sums=("ttft_count",)
+    )
+    assert list(few.groups) == list(full.groups)
+    for model, points in few.groups.items():
+        for p, f in zip(points, full.groups[model], strict=True):
+            assert set(p) == {"start", "calls", "ttft_count", "latency_ms", "ttft_ms"}
+            assert (p["calls"], p["ttft_count"], p["latency_ms"]) == (
+                f["calls"], f["ttft_count"], f["latency_ms"])  # fmt: skip
+    with pytest.raises(ValueError, match="not a sum"):
+        analytics.series(data.org.pk, START, END, sums=("calls; drop",))
+
+
 def test_series_never_reads_call_records_and_refuses_bad_groups(data):
     with CaptureQueriesContext(connection) as queries:
         analytics.series(data.org.pk, START, END, group_by="node_id", quantiles=(0.9,))

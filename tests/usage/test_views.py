@@ -301,12 +301,19 @@ def price_book(a, b):
     called = model("zz-called")
     price(called, 1_000_000, 1_000_000, 1_000_000, 1_000_000, days_ago=1)
     hour = now.replace(minute=0, second=0, microsecond=0)
-    # Unpriced calls 10 days ago to zz-called, 40 days ago to zz-listed (too old).
+    # Unpriced calls 10 days ago to zz-called, 40 days ago to zz-listed (too old),
+    # answered with tokens (a model that does not exist answers none: see below).
     for name, ago in (("zz-called", 10), ("zz-listed", 40), ("not-in-catalogue", 3)):
         Rollup.objects.create(
             organization_id=a.org.pk, grain=Grain.MODEL, model=name, currency="USD",
-            hour=hour - timedelta(days=ago), calls=2, unpriced_calls=2,
+            hour=hour - timedelta(days=ago), calls=2, calls_2xx=2, unpriced_calls=2,
+            input_tokens=40, output_tokens=10,
         )  # fmt: skip
+    # Calls to a model that does not exist: refused (404), no tokens, no price asked.
+    Rollup.objects.create(
+        organization_id=a.org.pk, grain=Grain.MODEL, model="gpt-4o-nonexistent",
+        currency="USD", hour=hour - timedelta(days=2), calls=3, calls_4xx=3, unpriced_calls=3,
+    )  # fmt: skip
     # Another org's unpriced calls do not flag anything here.
     Rollup.objects.create(
         organization_id=b.org.pk, grain=Grain.MODEL, model="zz-negotiated", currency="USD",
@@ -349,6 +356,7 @@ def test_owners_and_admins_see_which_models_need_a_price(client, a, price_book, 
     assert not flagged & {"zz-listed", "zz-negotiated", "zz-disabled"}
     assert "unpriced calls in the last 30 days" in _model_rows(html, "zz-called")
     assert "not-in-catalogue" in html[html.index('id="unknown-unpriced"') :][:300]
+    assert "gpt-4o-nonexistent" not in html
 
 
 @pytest.mark.parametrize("role", [Role.FINANCE, Role.DEVELOPER, Role.VIEWER])

@@ -1,7 +1,9 @@
 """Time the console's analytics pages and chart partials through the real
 views (Django's test client, every middleware, a signed-in admin) on
 whatever is in the database. Prints JSON: the median of ``--runs`` runs per
-page and per partial, after one warm-up.
+page and per partial, after one warm-up: wall time, this process's CPU time
+(``cpu_ms``) and the time its queries ran (``db_ms``), so a figure on a busy,
+shared machine can be told apart from a slow one.
 
     python manage.py bench_console [--org SLUG] [--range 30d] [--runs 5]
     python manage.py bench_console --synth [--synth-calls 200000]   # a quick data set
@@ -13,6 +15,7 @@ measured. ``--synth`` first generates ``--synth-calls`` calls over
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -84,15 +87,20 @@ class Command(BaseCommand):
             # This process's CPU time per request (Django and Python, not the
             # database): what a busy, shared machine inflates least.
             "cpu_ms": {},
+            # The database's share of each request: the time its queries
+            # took to run, as the client saw it (reading rows back is not in
+            # it); the median over the runs.
+            "db_ms": {},
             "load_average": _load_average(),
         }
         for name, url in _scenarios(preset):
             if wanted and name.split("?")[0].split(":")[-1] not in wanted:
                 continue
             kind = "partials" if "/charts/" in url else "pages"
-            wall, cpu = _median_ms(client, url, runs)
+            wall, cpu, db = _median_ms(client, url, runs)
             out[kind][name] = wall
             out["cpu_ms"][name] = cpu
+            out["db_ms"][name] = db
         out["slowest"] = {
             kind: max(out[kind].items(), key=lambda kv: kv[1], default=(None, 0))
             for kind in ("pages", "partials")
@@ -180,7 +188,7 @@ def _busiest_model() -> str | None:
     return top["model"] if top else None
 
 
-def _median_ms(client: Client, url: str, runs: int) -> tuple[float, float]:
+def _median_ms(client: Client, url: str, runs: int) -> tuple[float, float, float]:
     def fetch():
         response = client.get(url)
         if response.status_code != 200:
@@ -188,13 +196,32 @@ def _median_ms(client: Client, url: str, runs: int) -> tuple[float, float]:
         return response
 
     fetch()  # warm-up: connection, caches, templates
-    times, cpu = [], []
+    times, cpu, db = [], [], []
     for _ in range(runs):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fetch()
-        times.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.process_time() - c0) * 1000)
-    return round(statistics.median(times), 2), round(statistics.median(cpu), 2)
+        with _query_clock() as spent:
+            t0, c0 = time.perf_counter(), time.process_time()
+            fetch()
+            times.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
+        db.append(spent[0] * 1000)
+    return tuple(round(statistics.median(v), 2) for v in (times, cpu, db))
+
+
+@contextlib.contextmanager
+def _query_clock():
+    """The seconds this connection spends in the database, added up in a
+    one-element list (an execute wrapper: no query log kept)."""
+    spent = [0.0]
+
+    def clock(execute, sql, params, many, context):
+        t0 = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    with connection.execute_wrapper(clock):
+        yield spent
 
 
 def _load_average() -> list[float] | None:
