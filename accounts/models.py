@@ -38,6 +38,9 @@ class User(AbstractBaseUser, PermissionsMixin):
     is_active = models.BooleanField(default=True)
     is_staff = models.BooleanField(default=False)
     date_joined = models.DateTimeField(default=tz.now)
+    # The console language the user chose (a code of settings.LANGUAGES);
+    # blank: the switcher's cookie or the browser's language (issue 18).
+    language = models.CharField(max_length=16, blank=True, default="")
 
     objects = UserManager()
 
