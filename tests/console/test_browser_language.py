@@ -39,7 +39,7 @@ def test_owner_switches_to_simplified_chinese_and_keeps_it(live_server, owner, b
     base = live_server.url
 
     sign_in(page, base, owner.user)
-    assert [t for t, _ in nav_labels(page)][0] == "Overview"
+    assert next(t for t, _ in nav_labels(page)) == "Overview"
     assert page.get_attribute("html", "lang") == "en"
 
     # The footer's switcher submits itself (console.js, no inline script).
@@ -54,7 +54,7 @@ def test_owner_switches_to_simplified_chinese_and_keeps_it(live_server, owner, b
     assert owner.user.language == "zh-hans"
 
     # Every page of the navigation: the frame in Chinese, the page marked so.
-    for label, href in links:
+    for _label, href in links:
         page.goto(f"{base}{href}")
         assert page.get_attribute("html", "lang") == "zh-hans", href
         assert [t for t, _ in nav_labels(page)] == OWNER_NAV_ZH, href
@@ -70,7 +70,7 @@ def test_owner_switches_to_simplified_chinese_and_keeps_it(live_server, owner, b
     page.click("nav.user button:has-text('退出登录')")
     page.goto(f"{base}/login/")
     assert page.inner_text("h1") == "登录"
-    assert page.inner_text("#forgot-password") == "忘记密码？"
+    assert page.inner_text("#forgot-password") == "忘记密码？"  # noqa: RUF001 (Chinese punctuation)
 
     # Another browser (no cookie): English until signing in, then the account's choice.
     page.context.clear_cookies()
