@@ -108,3 +108,15 @@ def test_the_overview_usage_charts_in_chinese(client, owner):
     assert "<h2>今日及本月用量</h2>" in kpis and "本月暂无调用。" in kpis
     top = client.get(reverse("analytics:chart_overview_top")).content.decode()
     assert "<h2>本月消费最高的模型与密钥</h2>" in top
+
+
+def test_a_member_who_must_set_up_two_factor_can_still_switch_language(client, owner):
+    owner.organization.require_two_factor = True
+    owner.organization.save()
+    client.force_login(owner.user)
+    assert client.get("/").status_code == 302  # sent to set up a second factor
+    r = switch(client, "zh-hans", reverse("accounts:two_factor"))
+    assert r.status_code == 302 and r["Location"] == reverse("accounts:two_factor")
+    owner.user.refresh_from_db()
+    assert owner.user.language == "zh-hans"
+    assert '<html lang="zh-hans">' in client.get(reverse("accounts:two_factor")).content.decode()
