@@ -87,14 +87,24 @@ class UserLanguageMiddleware:
     switch) wins over the cookie and the browser's Accept-Language that
     LocaleMiddleware looked at; the response brings the cookie in line, so
     the sign-in page after signing out keeps their language too. A user who
-    never chose follows LocaleMiddleware."""
+    never chose follows LocaleMiddleware. The REST API under /api/ answers
+    in English."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
+    # The REST API stays in English whatever the client's Accept-Language:
+    # its messages are for programs (and their logs) as much as for people.
+    ENGLISH_PREFIXES = ("/api/",)
+
     def __call__(self, request):
+        from django.conf import settings
         from django.utils import translation
 
+        if request.path.startswith(self.ENGLISH_PREFIXES):
+            translation.activate(settings.LANGUAGE_CODE)
+            request.LANGUAGE_CODE = settings.LANGUAGE_CODE
+            return self.get_response(request)
         language = user_language(request)
         if language:
             translation.activate(language)

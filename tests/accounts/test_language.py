@@ -120,3 +120,20 @@ def test_a_member_who_must_set_up_two_factor_can_still_switch_language(client, o
     owner.user.refresh_from_db()
     assert owner.user.language == "zh-hans"
     assert '<html lang="zh-hans">' in client.get(reverse("accounts:two_factor")).content.decode()
+
+
+def test_roles_and_billing_modes_read_in_chinese_in_the_frame(client, owner):
+    client.force_login(owner.user)
+    switch(client, "zh-hans")
+    html = client.get("/").content.decode()
+    assert f"{owner.organization.name} (所有者)</option>" in html
+    assert "您的角色：所有者" in html  # noqa: RUF001 (Chinese punctuation)
+    assert ("后付费" in html) or ("预付费" in html)
+
+
+def test_the_rest_api_answers_in_english_whatever_the_client_asks(client):
+    r = client.get("/api/v1/keys/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9")
+    assert r.status_code in (401, 403)
+    assert r["Content-Language"] == "en"
+    body = r.content.decode()
+    assert not any("\u4e00" <= ch <= "\u9fff" for ch in body), body
