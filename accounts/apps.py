@@ -16,3 +16,23 @@ class AccountsConfig(AppConfig):
         if not getattr(admin.site.login, "throttled", False):
             admin.site.login = throttled_login(admin.site.login)
             admin.site.login.throttled = True
+
+        from django.contrib.auth.signals import user_logged_in
+
+        user_logged_in.connect(remember_language, dispatch_uid="accounts.remember_language")
+
+
+def remember_language(sender, request, user, **kwargs) -> None:
+    """Signing in: a user who never chose a language keeps the one the
+    sign-in page was switched to (its cookie); one who chose keeps theirs
+    (``UserLanguageMiddleware`` applies it)."""
+    from django.conf import settings
+
+    from accounts.middleware import supported_language
+
+    if request is None or getattr(user, "language", None) is None or user.language:
+        return
+    chosen = supported_language(request.COOKIES.get(settings.LANGUAGE_COOKIE_NAME))
+    if chosen:
+        user.language = chosen
+        user.save(update_fields=["language"])

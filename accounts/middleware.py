@@ -67,8 +67,80 @@ class RequireTwoFactorMiddleware:
                     "accounts:logout",
                     "accounts:organization_switch",
                     "accounts:password_change",
+                    "accounts:set_language",
                 )
             }
             if request.path not in open_paths and two_factor.must_enroll(request):
                 return redirect("accounts:two_factor")
         return self.get_response(request)
+
+
+def supported_language(code: str | None) -> str | None:
+    """``code`` when it is one of settings.LANGUAGES, else ``None``."""
+    from django.conf import settings
+
+    return code if code in dict(settings.LANGUAGES) else None
+
+
+class UserLanguageMiddleware:
+    """A signed-in user's own language (``User.language``, saved when they
+    switch) wins over the cookie and the browser's Accept-Language that
+    LocaleMiddleware looked at; the response brings the cookie in line, so
+    the sign-in page after signing out keeps their language too. A user who
+    never chose follows LocaleMiddleware. The REST API under /api/ answers
+    in English."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    # The REST API stays in English whatever the client's Accept-Language:
+    # its messages are for programs (and their logs) as much as for people.
+    ENGLISH_PREFIXES = ("/api/",)
+
+    def __call__(self, request):
+        from django.conf import settings
+        from django.utils import translation
+
+        if request.path.startswith(self.ENGLISH_PREFIXES):
+            translation.activate(settings.LANGUAGE_CODE)
+            request.LANGUAGE_CODE = settings.LANGUAGE_CODE
+            return self.get_response(request)
+        language = user_language(request)
+        if language:
+            translation.activate(language)
+            request.LANGUAGE_CODE = language
+        response = self.get_response(request)
+        # Signing in applies the user's language from this response on;
+        # signing out leaves the cookie, so the sign-in page keeps it.
+        language = user_language(request)
+        if language and request.COOKIES.get(_cookie_name()) != language:
+            set_language_cookie(response, language)
+        return response
+
+
+def user_language(request) -> str | None:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None
+    return supported_language(getattr(user, "language", None))
+
+
+def _cookie_name() -> str:
+    from django.conf import settings
+
+    return settings.LANGUAGE_COOKIE_NAME
+
+
+def set_language_cookie(response, language: str) -> None:
+    from django.conf import settings
+
+    response.set_cookie(
+        settings.LANGUAGE_COOKIE_NAME,
+        language,
+        max_age=settings.LANGUAGE_COOKIE_AGE,
+        path=settings.LANGUAGE_COOKIE_PATH,
+        domain=settings.LANGUAGE_COOKIE_DOMAIN,
+        secure=settings.LANGUAGE_COOKIE_SECURE,
+        httponly=settings.LANGUAGE_COOKIE_HTTPONLY,
+        samesite=settings.LANGUAGE_COOKIE_SAMESITE,
+    )

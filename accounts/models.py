@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
+from django.utils.translation import gettext_lazy as _
 
 from console.crypto import SealedTextField
 
@@ -38,6 +39,9 @@ class User(AbstractBaseUser, PermissionsMixin):
     is_active = models.BooleanField(default=True)
     is_staff = models.BooleanField(default=False)
     date_joined = models.DateTimeField(default=tz.now)
+    # The console language the user chose (a code of settings.LANGUAGES);
+    # blank: the switcher's cookie or the browser's language (issue 18).
+    language = models.CharField(max_length=16, blank=True, default="")
 
     objects = UserManager()
 
@@ -54,8 +58,8 @@ class User(AbstractBaseUser, PermissionsMixin):
 
 
 class BillingMode(models.TextChoices):
-    PREPAID = "prepaid", "Prepaid"
-    POSTPAID = "postpaid", "Postpaid"
+    PREPAID = "prepaid", _("Prepaid")
+    POSTPAID = "postpaid", _("Postpaid")
 
 
 class Organization(models.Model):
@@ -94,11 +98,11 @@ class Organization(models.Model):
 
 
 class Role(models.TextChoices):
-    OWNER = "owner", "Owner"
-    ADMIN = "admin", "Admin"
-    FINANCE = "finance", "Finance"
-    DEVELOPER = "developer", "Developer"
-    VIEWER = "viewer", "Viewer"
+    OWNER = "owner", _("Owner")
+    ADMIN = "admin", _("Admin")
+    FINANCE = "finance", _("Finance")
+    DEVELOPER = "developer", _("Developer")
+    VIEWER = "viewer", _("Viewer")
 
 
 class Membership(models.Model):

@@ -10,6 +10,7 @@ urlpatterns = [
     path("login/code/", two_factor_views.login_code, name="login_code"),
     path("account/two-factor/", two_factor_views.settings_page, name="two_factor"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("i18n/setlang/", views.set_language, name="set_language"),
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("password/reset/", password_reset.PasswordResetView.as_view(), name="password_reset"),
     path(

@@ -33,7 +33,7 @@ from accounts.forms import (
     SubAccountForm,
     TokenForm,
 )
-from accounts.middleware import SESSION_KEY, client_ip
+from accounts.middleware import SESSION_KEY, client_ip, supported_language
 from accounts.models import ApiKeyStatus, Membership, Role, User
 from accounts.permissions import Perm, can_view_keys, has_perm
 from console.money import amount_input, micro_to_decimal
@@ -72,6 +72,22 @@ def _wait_message(attempt: throttle.Attempt) -> tuple[int, str]:
             f"Try again in {_wait_words(seconds)} (after {at:%H:%M:%S} UTC)."
         )
     return seconds, message
+
+
+@require_POST
+def set_language(request):
+    """Django's ``set_language`` (the cookie, back to ``next``), and for a
+    signed-in user the choice saved on their account, so it follows them to
+    every browser and sign-in."""
+    from django.views.i18n import set_language as django_set_language
+
+    response = django_set_language(request)
+    language = supported_language(request.POST.get("language"))
+    user = request.user
+    if language and user.is_authenticated and user.language != language:
+        user.language = language
+        user.save(update_fields=["language"])
+    return response
 
 
 class LoginView(auth_views.LoginView):

@@ -76,9 +76,13 @@ MIDDLEWARE = [
     "console.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The language (issue 18): after the session, before CommonMiddleware; the
+    # signed-in user's own choice replaces the cookie's after authentication.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "accounts.middleware.UserLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -404,7 +408,13 @@ EMAIL_FILE_PATH = str(VAR_DIR / "mail")
 DEFAULT_FROM_EMAIL = config.env_str("DEFAULT_FROM_EMAIL", "console@localhost")
 
 # --- i18n, static ---------------------------------------------------------
-LANGUAGE_CODE = "en-us"
+# English and Simplified Chinese (issue 18): the console's frame and pages
+# through Django's translation machinery, catalogues in locale/ (compiled by
+# `up`, the tests and CI). A visitor gets the language of the cookie the
+# switcher sets, else the browser's; a signed-in user the one they chose.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

@@ -9,6 +9,8 @@ import functools
 from datetime import UTC, datetime, time, timedelta
 
 import plotly.graph_objects as go
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from console.analytics.chart import (
     Chart,
@@ -22,18 +24,21 @@ from console.analytics.query import Query
 from console.money import chart_tickformat, exact_decimal, format_amount
 from usage import facade as usage
 
+# Titles are translated when shown (issue 18); CSV columns keep the kinds.
 KPIS = (
-    ("spend", "Spend"),
-    ("calls", "Requests"),
-    ("error_rate", "Error rate"),
-    ("p50", "Latency p50"),
-    ("p99", "Latency p99"),
-    ("ttft_p50", "TTFT p50"),
-    ("hit_rate", "Cached prompt share"),
+    ("spend", gettext_lazy("Spend")),
+    ("calls", gettext_lazy("Requests")),
+    ("error_rate", gettext_lazy("Error rate")),
+    ("p50", gettext_lazy("Latency p50")),
+    ("p99", gettext_lazy("Latency p99")),
+    ("ttft_p50", gettext_lazy("TTFT p50")),
+    ("hit_rate", gettext_lazy("Cached prompt share")),
 )
+# The CSV's period column keeps the English name; the page shows it translated.
+PERIOD_TITLES = {"Today": gettext_lazy("Today"), "This month": gettext_lazy("This month")}
 # The overview's cache figure and the Nodes page's engine figure differ by
 # design; each page says how (see ``nodes.ENGINE_HIT_NOTE``).
-CACHED_SHARE_NOTE = (
+CACHED_SHARE_NOTE = gettext_lazy(
     "Cached prompt share: the share of your billed prompt tokens read from the prefix cache. "
     "The Nodes page's engine prefix-cache hit rate is what each node reports for all the "
     "traffic it serves, so it is usually higher."
@@ -108,7 +113,7 @@ def overview_kpis(q: Query) -> Chart:
     cur = q.currency
     chart = Chart(
         "overview_kpis",
-        "Usage today and this month",
+        _("Usage today and this month"),
         columns=["period", "bucket_start", *(k for k, _ in KPIS)],
     )
     kpis = []
@@ -124,7 +129,8 @@ def overview_kpis(q: Query) -> Chart:
         fmt = "%H:%M" if bucket == "hour" else "%Y-%m-%d"
         x = [p["start"].astimezone(q.tz).strftime(fmt) for p in trend]
         tiles = []
-        for kind, title in KPIS:
+        for kind, lazy_title in KPIS:
+            title = str(lazy_title)
             ys = [money_axis(v[kind]) if kind == "spend" else v[kind] for v in points]
             fig = copy.deepcopy(_sparkline(title, spend_hover if kind == "spend" else None))
             fig["data"][0].update({"x": x, "y": ys})
@@ -144,11 +150,11 @@ def overview_kpis(q: Query) -> Chart:
                     *(exact_decimal(v[k], cur) if k == "spend" else v[k] for k, _ in KPIS),
                 ]
             )
-        kpis.append({"label": label, "tiles": tiles, "bucket": bucket})
+        kpis.append({"label": str(PERIOD_TITLES[label]), "tiles": tiles, "bucket": bucket})
     chart.kpis = kpis
-    chart.note = CACHED_SHARE_NOTE
+    chart.note = str(CACHED_SHARE_NOTE)
     if not any_calls:
-        chart.empty = (
+        chart.empty = _(
             "No calls this month yet. Create an API key and send a request through the "
             "gateway; usage shows up here within a minute."
         )
@@ -161,11 +167,14 @@ def overview_top(q: Query) -> Chart:
     _label, start, end, _b = overview_periods(q)[1]
     chart = Chart(
         "overview_top",
-        "Top models and keys this month",
+        _("Top models and keys this month"),
         columns=["kind", "id", "name", "calls", f"spend_{cur}"],
     )
     tables = []
-    for column, title in (("model", "Top models"), ("api_key_id", "Top keys")):
+    for column, title, noun in (
+        ("model", _("Top models"), _("Model")),
+        ("api_key_id", _("Top keys"), _("Key")),
+    ):
         s = usage.series(
             q.organization_id, start, end, filters=q.filters, group_by=column, bucket=None, tz=q.tz
         )
@@ -187,12 +196,12 @@ def overview_top(q: Query) -> Chart:
         tables.append(
             {
                 "title": title,
-                "headers": [title[4:].capitalize()[:-1], "Calls", "Spend"],
+                "headers": [noun, _("Calls"), _("Spend")],
                 "numeric": [False, True, True],
                 "rows": rows,
             }
         )
     chart.table = {"tables": tables}
     if not any(t["rows"] for t in tables):
-        chart.empty = "No calls this month yet."
+        chart.empty = _("No calls this month yet.")
     return chart

@@ -78,6 +78,7 @@ RULES: list[tuple[str, Access]] = [
     ("accounts:login", Access("public")),
     ("accounts:login_code", Access("public")),  # the second sign-in step (a pending session)
     ("accounts:logout", Access("public")),
+    ("accounts:set_language", Access("public")),  # the language cookie; a signed-in user keeps it
     ("accounts:invitation_accept", Access("public")),  # the token is the credential
     ("accounts:password_reset*", Access("public")),  # the e-mailed token is the credential
     ("stripe-webhook", Access("webhook")),
