@@ -11,7 +11,7 @@ class AccountsConfig(AppConfig):
         # before the URLconf is first loaded, which reads ``site.login``.
         from django.contrib import admin
 
-        from accounts.views import throttled_login
+        from accounts.signin_views import throttled_login
 
         if not getattr(admin.site.login, "throttled", False):
             admin.site.login = throttled_login(admin.site.login)

@@ -7,7 +7,7 @@ locked while it is checked so two requests cannot both spend it.
 ``RECOVERY_CODES`` one-time recovery codes are shown once when the factor is
 turned on; only an HMAC of each (keyed by ``SECRET_KEY``) is stored.
 
-Sign-in: the password step (``accounts.views.LoginView``) does not log a
+Sign-in: the password step (``accounts.signin_views.LoginView``) does not log a
 user with a confirmed device in; it keeps ``PENDING_KEY`` in the session for
 ``PENDING_SECONDS`` and the code step (``two_factor_views.login_code``)
 finishes, behind the same throttle as passwords (``accounts.throttle``)."""

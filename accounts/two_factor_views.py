@@ -14,7 +14,7 @@ from accounts import throttle, two_factor
 from accounts.errors import DomainError
 from accounts.middleware import client_ip
 from accounts.models import Role, User
-from accounts.views import _wait_message
+from accounts.signin_views import _wait_message
 
 
 @require_http_methods(["GET", "POST"])

@@ -1,17 +1,17 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from accounts import password_reset, two_factor_views, views
+from accounts import password_reset, signin_views, two_factor_views, views
 
 app_name = "accounts"
 
 urlpatterns = [
-    path("login/", views.LoginView.as_view(), name="login"),
+    path("login/", signin_views.LoginView.as_view(), name="login"),
     path("login/code/", two_factor_views.login_code, name="login_code"),
     path("account/two-factor/", two_factor_views.settings_page, name="two_factor"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("i18n/setlang/", views.set_language, name="set_language"),
-    path("password/", views.PasswordChangeView.as_view(), name="password_change"),
+    path("i18n/setlang/", signin_views.set_language, name="set_language"),
+    path("password/", signin_views.PasswordChangeView.as_view(), name="password_change"),
     path("password/reset/", password_reset.PasswordResetView.as_view(), name="password_reset"),
     path(
         "password/reset/sent/",
