@@ -108,6 +108,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "accounts.context_processors.organization",
+                "console.context_processors.brand",
             ],
         },
     },
@@ -391,9 +392,12 @@ PASSWORD_RESET_PER_ACCOUNT = config.env_int("PASSWORD_RESET_PER_ACCOUNT", 3, min
 PASSWORD_RESET_PER_CLIENT = config.env_int("PASSWORD_RESET_PER_CLIENT", 20, minimum=1)
 PASSWORD_RESET_WINDOW_SECONDS = config.env_int("PASSWORD_RESET_WINDOW_SECONDS", 3600, minimum=60)
 
+# The console's name in page titles, the header and e-mails: a reseller shows its own.
+CONSOLE_BRAND = config.env_str("CONSOLE_BRAND", "Token Console")
+
 # --- two-factor sign-in (issue 19; accounts.two_factor) ----------------------
 # The name authenticator apps show for the console's entries.
-OTP_TOTP_ISSUER = config.env_str("OTP_TOTP_ISSUER", "Token Console")
+OTP_TOTP_ISSUER = config.env_str("OTP_TOTP_ISSUER", CONSOLE_BRAND)
 
 # --- e-mail ---------------------------------------------------------------
 # The default writes each message to a file under var/mail, not to the worker's
