@@ -348,6 +348,13 @@ GATEWAY_METRICS_TOKEN = config.env_str("GATEWAY_METRICS_TOKEN")
 # /metrics names every node and key-change counter: closed (401) unless a
 # token is set and sent, or it is opened on purpose for an internal scraper.
 GATEWAY_METRICS_PUBLIC = config.env_bool("GATEWAY_METRICS_PUBLIC", False)
+# The gateway processes of one host (uvicorn --workers N) share their metrics
+# through this directory: a scrape of any of them shows the whole host. Each
+# separately scraped server needs its own (issue 20).
+GATEWAY_METRICS_DIR = Path(config.env_str("GATEWAY_METRICS_DIR") or VAR_DIR / "metrics")
+# Distinct models a process names in gateway_requests_total's model label
+# (the rest count as "other").
+GATEWAY_METRICS_MAX_MODELS = config.env_int("GATEWAY_METRICS_MAX_MODELS", 100, minimum=1)
 # Deadline of each command of the limits' Redis client (seconds): past it the
 # call gets 503 limits_unavailable instead of waiting on a stalled Redis.
 GATEWAY_LIMITS_REDIS_TIMEOUT = config.env_float("GATEWAY_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.001)

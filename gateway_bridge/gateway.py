@@ -31,6 +31,7 @@ blocks the event loop or writes the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import functools
 import hmac
@@ -45,7 +46,8 @@ from gateway_bridge import cache as response_cache
 from gateway_bridge.circuits import CircuitReporter
 from gateway_bridge.keypool import KeyPool
 from gateway_bridge.limits import Limits, build_store
-from gateway_bridge.metrics import GatewayMetrics
+from gateway_bridge.metrics import MAX, GatewayMetrics, merge
+from gateway_bridge.metrics_dir import MetricsDirectory
 from gateway_bridge.pipeline import (
     account,
     admit,
@@ -68,6 +70,9 @@ from gateway_bridge.upstreams import UpstreamPool
 from inference_node.facade import why_not_public
 
 logger = logging.getLogger(__name__)
+
+# How often a process writes its metrics for the host's scrapes (and before each).
+METRICS_PUBLISH_SECONDS = 1.0
 
 
 def _open_spool():
@@ -108,9 +113,15 @@ class Gateway:
     """The gateway bridge of one process: its caches, router, limits, emitter
     and metrics, and ``handle``, which runs a call through the pipeline."""
 
-    def __init__(self, *, emitter=None, limits=None, circuits=None):
+    def __init__(self, *, emitter=None, limits=None, circuits=None, metrics_dir=None):
         self.state = GatewayState()
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(max_models=settings.GATEWAY_METRICS_MAX_MODELS)
+        # The host's shared metrics (opened on start; None: this process alone).
+        self._metrics_path = (
+            metrics_dir if metrics_dir is not None else settings.GATEWAY_METRICS_DIR
+        )
+        self.metrics_dir: MetricsDirectory | None = None
+        self._metrics_task: asyncio.Task | None = None
         self.router = Router(
             RouterConfig(
                 default_policy=settings.GATEWAY_ROUTING_POLICY,
@@ -201,16 +212,52 @@ class Gateway:
             await self.state.start()
             self.state.on_message_hooks.append(self._on_message)
             self.emitter  # noqa: B018 - open the spool now, replaying what a previous run left
+            self._open_metrics_dir()
             self._started = True
 
+    def _open_metrics_dir(self) -> None:
+        directory = MetricsDirectory(self._metrics_path)
+        try:
+            directory.open()
+        except OSError:
+            logger.exception(
+                "gateway: cannot use the metrics directory %s; /metrics shows this process only",
+                self._metrics_path,
+            )
+            return
+        self.metrics_dir = directory
+        self._metrics_task = asyncio.get_running_loop().create_task(self._publish_metrics())
+
+    async def _publish_metrics(self) -> None:
+        """Every second: this process's snapshot, for the host's scrapes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(METRICS_PUBLISH_SECONDS)
+            try:
+                await loop.run_in_executor(None, self.metrics_dir.write, self.metrics.snapshot())
+            except Exception:
+                logger.exception("gateway: writing the metrics snapshot failed")
+
     async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._metrics_task
+            self._metrics_task = None
+        if self.metrics_dir is not None:
+            # The last counters, for the next scrape to archive.
+            try:
+                await loop.run_in_executor(None, self.metrics_dir.close, self.metrics.snapshot())
+            except Exception:
+                logger.exception("gateway: writing the last metrics snapshot failed")
+            self.metrics_dir = None
         await self.state.close()
         await self.pool.close()
         await self.cache.close()
         await self.responses.close()
         await self.limits.store.close()
         self.large.close()
-        loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.circuits.close)
         if self._emitter is not None:
             await loop.run_in_executor(None, self._emitter.close)
@@ -284,20 +331,21 @@ class Gateway:
         m.gauge("gateway_node_in_flight", "Calls in flight per node.", ("node",), node_in_flight)
         m.gauge(
             "gateway_circuit_open",
-            "1 when a node's circuit is open or half-open.",
+            "1 when a node's circuit is open or half-open (in any process).",
             ("node",),
             breaker_open,
+            agg=MAX,
         )
-        m.gauge(
-            "gateway_circuit_openings",
+        m.counter(
+            "gateway_circuit_openings_total",
             "Times a node's circuit opened.",
             ("node",),
             breaker_openings,
         )
         m.gauge("gateway_spool_batches", "Usage batches waiting in the spool.", (), spool)
-        m.gauge("gateway_usage_events", "Usage events handed to the emitter.", (), emitted)
-        m.gauge(
-            "gateway_key_invalidations",
+        m.counter("gateway_usage_events_total", "Usage events handed to the emitter.", (), emitted)
+        m.counter(
+            "gateway_key_invalidations_total",
             "Key, sub-account and organization changes heard (cached keys dropped).",
             (),
             invalidations,
@@ -308,35 +356,36 @@ class Gateway:
             (),
             negative_keys,
         )
-        m.gauge(
-            "gateway_negative_key_hits",
+        m.counter(
+            "gateway_negative_key_hits_total",
             "Calls refused from the negative key cache, without the database.",
             (),
             negative_hits,
         )
-        m.gauge(
-            "gateway_large_body_refusals",
+        m.counter(
+            "gateway_large_body_refusals_total",
             "Large requests refused because their organization had every large-body slot busy.",
             (),
             large_refusals,
         )
-        m.gauge(
-            "gateway_credential_coolings",
+        m.counter(
+            "gateway_credential_coolings_total",
             "Times a vendor's 429 cooled a credential of a channel's key pool.",
             (),
             key_coolings,
         )
-        m.gauge(
-            "gateway_credential_refusals",
+        m.counter(
+            "gateway_credential_refusals_total",
             "Credentials a vendor refused (401 / 403), taken out of their pool.",
             (),
             key_refusals,
         )
         m.gauge(
             "gateway_last_key_invalidation_timestamp_seconds",
-            "When the last key change was heard (POSIX seconds).",
+            "When the last key change was heard (POSIX seconds; the latest of any process).",
             (),
             last_invalidation,
+            agg=MAX,
         )
 
     # --- ASGI entry -------------------------------------------------------
@@ -434,16 +483,40 @@ class Gateway:
         elapsed = time.perf_counter() - call.t0
         upstream = call.upstream_s
         overhead = max(0.0, elapsed - (upstream or 0.0) - call.queue_s)
-        self.metrics.observe_call(
-            call.protocol, call.endpoint, call.status, call.stream, elapsed, call.ttft, overhead
+        metrics = self.metrics
+        metrics.observe_call(
+            call.protocol,
+            call.endpoint,
+            call.status,
+            call.stream,
+            elapsed,
+            call.ttft,
+            overhead,
+            metrics.model_label(call.model, self.state.catalog),
         )
         if call.record and call.entry is not None:
             self.emitter.emit(usage_event(call, elapsed, overhead))
 
+    async def host_metrics(self) -> str:
+        """Prometheus text for the whole host: every live process sharing
+        the metrics directory, and the archived counters of dead ones."""
+        own = self.metrics.snapshot()
+        directory = self.metrics_dir
+        if directory is None:
+            return self.metrics.render()
+        try:
+            loop = asyncio.get_running_loop()
+            live, archive = await loop.run_in_executor(None, directory.collect, own)
+        except Exception:
+            logger.exception("gateway: reading the host's metrics failed; this process only")
+            live, archive = [own], None
+        specs = self.metrics.specs()
+        return self.metrics.render(merge(live, archive, specs))
+
     async def _metrics(self, headers: dict, send) -> None:
         extra = []
         if metrics_allowed(headers.get("authorization", "")):
-            body = self.metrics.render().encode()
+            body = (await self.host_metrics()).encode()
             status = 200
         else:
             body = (

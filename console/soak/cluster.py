@@ -202,6 +202,9 @@ class Cluster:
         for i in range(gateways):
             port = free_port()
             spool = self.workdir / f"spool-{i + 1}"
+            # Each gateway is its own scrape target (the soak compares them):
+            # its own metrics directory, not the var dir's shared one.
+            metrics_dir = self.workdir / f"metrics-{i + 1}"
             argv = [
                 sys.executable, "-m", "uvicorn", "console.asgi:application",
                 "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
@@ -215,7 +218,7 @@ class Cluster:
             gw = Proc(
                 f"gateway-{i + 1}",
                 argv,
-                {**base, "GATEWAY_SPOOL_DIR": str(spool)},
+                {**base, "GATEWAY_SPOOL_DIR": str(spool), "GATEWAY_METRICS_DIR": str(metrics_dir)},
                 self.workdir / f"gateway-{i + 1}.log",
                 port=port,
             )

@@ -52,7 +52,7 @@ async def fail(gw: Gateway, call: Call, err: GatewayError, send) -> None:
     may have started already: then nothing more is sent)."""
     call.status = err.status
     call.error_type = err.code
-    gw.metrics.errors[err.code] += 1
+    gw.metrics.error(err.code)
     adapter = ADAPTERS.get(call.protocol, DEFAULT)
     status, body = adapter.error_response(err)
     call.status = status

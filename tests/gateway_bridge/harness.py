@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -107,6 +109,10 @@ def running_gateway(emitter=None, **gateway_kwargs) -> Iterator[RunningGateway]:
 
     emitter = emitter if emitter is not None else ListEmitter()
     gateway_kwargs.setdefault("circuits", CircuitReporter(ListSend(), gateway="test-gateway"))
+    # Its own metrics directory: a scrape counts this gateway's calls, not
+    # those of the gateways earlier tests of this process started.
+    metrics_dir = tempfile.mkdtemp(prefix="test-gateway-metrics-")
+    gateway_kwargs.setdefault("metrics_dir", metrics_dir)
     gateway = Gateway(emitter=emitter, **gateway_kwargs)
     app = Router(get_asgi_application(), gateway_factory=lambda: gateway)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -151,6 +157,7 @@ def running_gateway(emitter=None, **gateway_kwargs) -> Iterator[RunningGateway]:
         server.should_exit = True
         thread.join(15)
         sock.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 @dataclass
@@ -164,10 +171,10 @@ class GatewayProcess:
 
 
 @contextlib.contextmanager
-def gateway_process(var_dir, **env: str) -> Iterator[GatewayProcess]:
+def gateway_process(var_dir, *, workers: int = 1, **env: str) -> Iterator[GatewayProcess]:
     """A separate gateway process (uvicorn serving console.asgi) on the test
     database, with the test's pepper, and its own var dir and broker folder
-    (its usage batches stay there)."""
+    (its usage batches stay there); ``workers`` > 1: ``uvicorn --workers``."""
     import os
     import subprocess
     import sys
@@ -197,7 +204,7 @@ def gateway_process(var_dir, **env: str) -> Iterator[GatewayProcess]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1",
          "--port", str(port), "--lifespan", "on", "--no-access-log", "--log-level", "warning",
-         "--no-proxy-headers"],
+         "--no-proxy-headers", *(["--workers", str(workers)] if workers > 1 else [])],
         env=child_env,
     )  # fmt: skip
     try:

@@ -278,8 +278,8 @@ def test_metrics_endpoint(gw, tenant, metrics_token):
     status, text = _scrape(gw, METRICS_AUTH)
     assert status == 200
     assert (
-        'gateway_requests_total{protocol="openai",endpoint="chat.completions",status="200"} 1'
-        in text
+        'gateway_requests_total{protocol="openai",endpoint="chat.completions",'
+        'model="sim-chat-small",status="200"} 1' in text
     )
     assert "gateway_request_duration_seconds_bucket" in text
     assert "gateway_node_in_flight" in text and "gateway_spool_batches" in text
@@ -320,13 +320,13 @@ def test_metrics_show_when_a_key_change_was_heard(gw, tenant, metrics_token):
         line = next(x for x in text.splitlines() if x.startswith(name + " "))
         return float(line.rsplit(" ", 1)[1])
 
-    before = metric("gateway_key_invalidations")
+    before = metric("gateway_key_invalidations_total")
     t0 = time.time()
     api_key_revoke(actor=tenant.actor, key_id=tenant.key.id)
     deadline = time.monotonic() + 5
-    while metric("gateway_key_invalidations") == before and time.monotonic() < deadline:
+    while metric("gateway_key_invalidations_total") == before and time.monotonic() < deadline:
         time.sleep(0.02)
     # heard at least once (in process, and again over Redis pub/sub when configured)
-    assert metric("gateway_key_invalidations") >= before + 1
+    assert metric("gateway_key_invalidations_total") >= before + 1
     heard = metric("gateway_last_key_invalidation_timestamp_seconds")
     assert t0 <= heard <= time.time()

@@ -52,7 +52,7 @@ def test_a_rate_limited_key_cools_and_traffic_moves_to_the_other(vendor, tenant,
     b = node.credentials.get(secret_hint=KEY_B[-4:])
     assert {e["credential_id"] for e in events} == {b.pk}
     metrics = gw.gateway.metrics.render()
-    assert "gateway_credential_coolings 1" in metrics
+    assert "gateway_credential_coolings_total 1" in metrics
     # Cooling is not a fault of the key: it stays active in the registry.
     assert node.credentials.get(secret_hint=KEY_A[-4:]).status == CredentialStatus.ACTIVE
 

@@ -451,7 +451,7 @@ class Command(BaseCommand):
         except OSError:
             return count, ts
         for line in text.splitlines():
-            if line.startswith("gateway_key_invalidations "):
+            if line.startswith("gateway_key_invalidations_total "):
                 count = float(line.rsplit(" ", 1)[1])
             elif line.startswith("gateway_last_key_invalidation_timestamp_seconds "):
                 ts = float(line.rsplit(" ", 1)[1])
@@ -468,7 +468,7 @@ class Command(BaseCommand):
                 continue
             total = 0.0
             for line in text.splitlines():
-                if line.startswith("gateway_circuit_openings"):
+                if line.startswith("gateway_circuit_openings_total"):
                     total += float(line.rsplit(" ", 1)[1])
             out[f"gateway-{i + 1}"] = int(total)
         return out

@@ -282,6 +282,9 @@ class Command(BaseCommand):
             "GATEWAY_METRICS_TOKEN": self.metrics_token,
             # The bench organization's nodes are simulators on loopback: allowed here.
             "NODE_ALLOW_PRIVATE_URLS": "true",
+            # Its own metrics directory: the usage events it counts are this run's
+            # alone, not a console's sharing the var dir (nor earlier runs').
+            "GATEWAY_METRICS_DIR": tempfile.mkdtemp(prefix="bench-gateway-metrics-"),
         }
         cmd = _uvicorn("console.asgi:application", port)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
@@ -376,12 +379,12 @@ class Command(BaseCommand):
                     self.stderr.write(json.dumps(row))
             report["steps"] = rows
             metrics = _get(f"{gw}/metrics", self.metrics_headers).decode()
-            emitted = int(_metric(metrics, "gateway_usage_events"))
+            emitted = int(_metric(metrics, "gateway_usage_events_total"))
             report["gateway_errors"] = int(_metric(metrics, "gateway_errors_total"))
             if not opts["no_affinity"]:
                 report["cache_affinity"] = self._affinity(org, gw, auth, opts)
                 metrics = _get(f"{gw}/metrics", self.metrics_headers).decode()
-                emitted = int(_metric(metrics, "gateway_usage_events"))
+                emitted = int(_metric(metrics, "gateway_usage_events_total"))
             # Stop the gateway cleanly (it flushes its usage buffer), then ingest.
             gateway.send_signal(signal.SIGTERM)
             gateway.wait(60)
