@@ -293,8 +293,13 @@ class Gateway:
                 yield (node,), data.get("openings", 0)
 
         def spool():
+            # Read every second on the event loop: never wait on the spool's lock.
             em = self._emitter
-            yield (), em.spool_pending if em is not None else 0
+            store = getattr(em, "spool", None)
+            if store is not None:
+                yield (), store.pending_batches
+            else:
+                yield (), em.spool_pending if em is not None else 0
 
         def emitted():
             em = self._emitter

@@ -148,6 +148,12 @@ class Spool:
             self._pending_batches += 1
             self._size += len(line)
 
+    @property
+    def pending_batches(self) -> int:
+        """Batches not yet replayed, read without the lock (a replay holds it
+        while it sends): for the metrics the event loop reads every second."""
+        return self._pending_batches
+
     def pending(self) -> Pending:
         """Batches and bytes not yet replayed."""
         with self._lock:
