@@ -219,6 +219,7 @@ class Gateway:
         directory = MetricsDirectory(self._metrics_path)
         try:
             directory.open()
+            directory.write(self.metrics.snapshot())  # counted from the first scrape on
         except OSError:
             logger.exception(
                 "gateway: cannot use the metrics directory %s; /metrics shows this process only",
