@@ -24,6 +24,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from pathlib import Path
 
 from gateway_bridge.metrics import fold
@@ -74,21 +75,25 @@ class MetricsDirectory:
         """Claim this process's name (its lock, held until ``close``)."""
         self.path.mkdir(parents=True, exist_ok=True)
         lock = self.path / f"{self.stem}.lock"
-        while True:
+        # A scrape may sweep the new file between its creation and the lock
+        # (it looks like the lock of a process that died before its first
+        # snapshot): then lock a fresh one. The name is this process's alone,
+        # so nobody else holds it for long.
+        for _ in range(100):
             fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                # A scrape may have swept the file between the open and the
-                # lock (it looked like a dead process's): lock a fresh one.
                 if os.fstat(fd).st_ino == os.stat(lock).st_ino:
-                    break
-            except FileNotFoundError:
+                    self._lock_fd = fd
+                    return
+            except (FileNotFoundError, BlockingIOError):
                 pass
             except OSError:
                 os.close(fd)
                 raise
             os.close(fd)
-        self._lock_fd = fd
+            time.sleep(0.01)
+        raise OSError(f"cannot lock {lock}")
 
     def close(self, snapshot: dict | None = None) -> None:
         """Write the last snapshot and let go: the next scrape archives it."""

@@ -210,3 +210,15 @@ def test_unreadable_files_are_skipped(tmp_path):
     other.open()
     other.snapshot_path.write_text("{not json")
     assert total(d, a) == 2
+
+
+def test_the_lock_of_a_process_that_died_before_its_first_snapshot_is_swept(tmp_path):
+    stale = tmp_path / "gw-1-0123456789ab.lock"
+    tmp_path.mkdir(exist_ok=True)
+    stale.write_text("")
+    a = worker(calls=1)
+    d = MetricsDirectory(tmp_path)
+    d.open()
+    assert total(d, a) == 1
+    assert not stale.exists()
+    assert (tmp_path / f"{d.stem}.lock").exists()  # its own stays
