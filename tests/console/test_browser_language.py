@@ -106,3 +106,76 @@ def test_the_sign_in_page_switches_language_before_signing_in(live_server, owner
     owner.user.refresh_from_db()
     assert owner.user.language == "zh-hans"
     assert errors == []
+
+
+HAN_RE = r"[\u4e00-\u9fff]"
+
+
+def _calls_and_an_invoice(org) -> int:
+    """Recent calls (the charts draw traces) and a finalized invoice of last month."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.utils import timezone
+
+    from accounts.actors import Actor
+    from accounts.models import Membership
+    from invoicing.services import invoice_draft, invoice_finalize
+    from tests.factories import issue_key
+    from tests.usage.factories import event
+    from usage.ingest import ingest_events
+    from usage.seed import seed_catalog
+
+    seed_catalog()
+    owner = Membership.objects.filter(organization=org, role="owner").first()
+    key, _ = issue_key(Actor(owner), name="zh-walk")
+    now = timezone.now()
+    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    last_month = (first - timedelta(days=1)).replace(day=10, hour=12, tzinfo=UTC)
+    ingest_events(
+        [event(key, started_at=now - timedelta(hours=h)) for h in (1, 2, 4)]
+        + [event(key, started_at=last_month + timedelta(minutes=m)) for m in (1, 2)]
+    )
+    period = f"{last_month:%Y-%m}"
+    invoice = invoice_finalize(invoice_id=invoice_draft(organization_id=org.pk, period=period).pk)
+    assert datetime.now(UTC) >= last_month
+    return invoice.pk
+
+
+def test_every_page_of_the_navigation_reads_in_chinese(live_server, owner, browser_page, settings):
+    import re
+
+    from usage.ingest.directory import invalidate_directory
+    from usage.prices import invalidate_price_book
+
+    settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 300
+    invalidate_price_book()
+    invalidate_directory()
+    _calls_and_an_invoice(owner.organization)
+    owner.organization.name = "示例科技"
+    owner.organization.save(update_fields=["name"])
+    owner.user.language = "zh-hans"
+    owner.user.save(update_fields=["language"])
+    page, errors = browser_page
+    base = live_server.url
+    sign_in(page, base, owner.user)
+
+    links = nav_labels(page)
+    assert [t for t, _ in links] == OWNER_NAV_ZH
+    for label, href in links:
+        page.goto(f"{base}{href}")
+        page.wait_for_load_state("networkidle")
+        heading = page.inner_text("main h1")
+        assert re.search(HAN_RE, heading), f"{href}: heading {heading!r}"
+        body = page.inner_text("main")
+        han = len(re.findall(HAN_RE, body))
+        assert han >= 10, f"{label} {href}: {han} Chinese characters in {body[:300]!r}"
+        # Charts drawn in the browser: legends and axis titles in Chinese.
+        for text in page.eval_on_selector_all(
+            ".plot .legendtext, .plot .g-ytitle text, .plot .g-xtitle text, .plot .gtitle",
+            "els => els.map(e => e.textContent)",
+        ):
+            if re.search(r"[A-Za-z]{4,}\s+[A-Za-z]{4,}", text):
+                raise AssertionError(f"{href}: chart text in English {text!r}")
+    invalidate_price_book()
+    invalidate_directory()
+    assert errors == []
