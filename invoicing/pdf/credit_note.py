@@ -6,7 +6,7 @@ the invoice it credits (``invoicing.pdf.language``)."""
 from __future__ import annotations
 
 from django.utils import translation
-from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 
 from invoicing.models import CreditNote, CreditNoteEffect
 from invoicing.pdf.document import CONTENT_W, MUTED, Column, Document, Table
@@ -38,35 +38,41 @@ def _render(note: CreditNote, buyer: dict, language: str) -> bytes:
     invoice = note.invoice
     cur = note.currency
     tz_name = invoice.organization.timezone
-    title = _("Credit note")
+    title = pgettext("invoice PDF", "Credit note")
     doc = Document(
         title=title, reference=note.number, owner=buyer_name(buyer), lang=pdf_lang(language)
     )
     y = heading(
         doc,
         title=title,
-        status=_("Credits invoice %(number)s") % {"number": invoice.number},
+        status=pgettext("invoice PDF", "Credits invoice %(number)s") % {"number": invoice.number},
         alert=False,
         pairs=[
-            (_("Credit note number"), note.number),
-            (_("Issue date"), local_date(note.created_at, tz_name)),
-            (_("Invoice"), invoice.number or ""),
-            (_("Invoice date"), local_date(invoice.issued_at, tz_name)),
-            (_("Period"), period_text(invoice.period, tz_name)),
-            (_("Currency"), cur),
+            (pgettext("invoice PDF", "Credit note number"), note.number),
+            (pgettext("invoice PDF", "Issue date"), local_date(note.created_at, tz_name)),
+            (pgettext("invoice PDF", "Invoice"), invoice.number or ""),
+            (pgettext("invoice PDF", "Invoice date"), local_date(invoice.issued_at, tz_name)),
+            (pgettext("invoice PDF", "Period"), period_text(invoice.period, tz_name)),
+            (pgettext("invoice PDF", "Currency"), cur),
         ],
     )
-    y = parties(doc, y, buyer=buyer, buyer_label=_("Credit to"))
+    y = parties(doc, y, buyer=buyer, buyer_label=pgettext("invoice PDF", "Credit to"))
     doc.set_y(y)
-    table = Table(doc, [Column(_("Description"), CONTENT_W - 40), Column(_("Amount"), 40, "R")])
+    table = Table(
+        doc,
+        [
+            Column(pgettext("invoice PDF", "Description"), CONTENT_W - 40),
+            Column(pgettext("invoice PDF", "Amount"), 40, "R"),
+        ],
+    )
     table.start()
     for line in note.lines.order_by("id"):
         table.row([line.description, money(line.amount, cur)])
-    rows = [(_("Total credited"), minor(note.amount_minor, cur), True)]
+    rows = [(pgettext("invoice PDF", "Total credited"), minor(note.amount_minor, cur), True)]
     if note.due_reduction_minor:
         rows.append(
             (
-                _("%(effect)s on invoice %(number)s")
+                pgettext("invoice PDF", "%(effect)s on invoice %(number)s")
                 % {
                     "effect": effect_wording(CreditNoteEffect.REDUCE_DUE),
                     "number": invoice.number,
@@ -76,13 +82,13 @@ def _render(note: CreditNote, buyer: dict, language: str) -> bytes:
             )
         )
     if note.refund_minor:
-        wording = effect_wording(note.effect, _("Refunded"))
+        wording = effect_wording(note.effect, pgettext("invoice PDF", "Refunded"))
         rows.append((wording, minor(note.refund_minor, cur), False))
     doc.set_y(doc.get_y() + 4)
     totals(doc, rows)
-    section(doc, _("Reason"), [note.reason])
+    section(doc, pgettext("invoice PDF", "Reason"), [note.reason])
     doc.set_y(doc.get_y() + 3)
     doc.ensure(6)
-    note_text = _("Amounts in %(currency)s.") % {"currency": cur}
+    note_text = pgettext("invoice PDF", "Amounts in %(currency)s.") % {"currency": cur}
     doc.block(doc.l_margin, doc.get_y(), CONTENT_W, note_text, size=7.5, color=MUTED)
     return doc.finish()

@@ -20,7 +20,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 from fpdf import FPDF
 from fpdf.enums import Align, MethodReturnValue, TextMode, WrapMode, XPos, YPos
@@ -196,7 +195,7 @@ class Document(FPDF):
         ):
             height = line_height(96)
             self.set_xy(0, PAGE_H / 2 - height / 2)
-            self.cell(PAGE_W, height, pgettext("PDF stamp", "DRAFT"), align=Align.C)
+            self.cell(PAGE_W, height, pgettext("invoice PDF", "DRAFT"), align=Align.C)
         self.set_xy(x, y)
 
     def fits(self, height: float) -> bool:
@@ -205,7 +204,7 @@ class Document(FPDF):
     def continuation(self) -> float:
         """A new page that carries on the document; returns where content starts."""
         self.add_page()
-        text = _("%(document)s · %(owner)s (continued)") % {
+        text = pgettext("invoice PDF", "%(document)s · %(owner)s (continued)") % {
             "document": f"{self.doc_title} {self.reference}".strip(),
             "owner": self.owner,
         }
@@ -235,7 +234,8 @@ class Document(FPDF):
                     MARGIN + CONTENT_W * 0.7,
                     y,
                     CONTENT_W * 0.3,
-                    _("Page %(number)s of %(total)s") % {"number": number, "total": total},
+                    pgettext("invoice PDF", "Page %(number)s of %(total)s")
+                    % {"number": number, "total": total},
                     size=7.5,
                     color=MUTED,
                     align="R",

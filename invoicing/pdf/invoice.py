@@ -11,8 +11,7 @@ from itertools import groupby
 from babel.numbers import format_decimal
 from django.conf import settings
 from django.utils import translation
-from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, pgettext
+from django.utils.translation import pgettext, pgettext_lazy
 
 from console.money import current_locale, format_exact
 from invoicing.models import Invoice, InvoiceStatus, LineKind, TokenClass
@@ -35,18 +34,18 @@ from invoicing.pdf.parts import (
 )
 
 STATUS_TEXT = {
-    InvoiceStatus.DRAFT: gettext_lazy("DRAFT · not issued, not payable"),
-    InvoiceStatus.FINALIZED: gettext_lazy("Status: Issued"),
-    InvoiceStatus.PAID: gettext_lazy("Status: Paid"),
-    InvoiceStatus.VOID: gettext_lazy("Status: Void"),
-    InvoiceStatus.UNCOLLECTIBLE: gettext_lazy("Status: Closed"),
+    InvoiceStatus.DRAFT: pgettext_lazy("invoice PDF", "DRAFT · not issued, not payable"),
+    InvoiceStatus.FINALIZED: pgettext_lazy("invoice PDF", "Status: Issued"),
+    InvoiceStatus.PAID: pgettext_lazy("invoice PDF", "Status: Paid"),
+    InvoiceStatus.VOID: pgettext_lazy("invoice PDF", "Status: Void"),
+    InvoiceStatus.UNCOLLECTIBLE: pgettext_lazy("invoice PDF", "Status: Closed"),
 }
 # A usage line's label: its token class (the model is the group's heading).
 TOKEN_WORDING = {
-    TokenClass.INPUT: gettext_lazy("Input tokens"),
-    TokenClass.CACHE_READ: gettext_lazy("Cache read tokens"),
-    TokenClass.CACHE_WRITE: gettext_lazy("Cache write tokens"),
-    TokenClass.OUTPUT: gettext_lazy("Output tokens"),
+    TokenClass.INPUT: pgettext_lazy("invoice PDF", "Input tokens"),
+    TokenClass.CACHE_READ: pgettext_lazy("invoice PDF", "Cache read tokens"),
+    TokenClass.CACHE_WRITE: pgettext_lazy("invoice PDF", "Cache write tokens"),
+    TokenClass.OUTPUT: pgettext_lazy("invoice PDF", "Output tokens"),
 }
 
 
@@ -57,10 +56,10 @@ def count(n: int) -> str:
 
 def _columns() -> list[Column]:
     return [
-        Column(_("Description"), CONTENT_W - 100),
-        Column(_("Quantity (tokens)"), 30, "R"),
-        Column(_("Unit price per 1M tokens"), 36, "R"),
-        Column(_("Amount"), 34, "R"),
+        Column(pgettext("invoice PDF", "Description"), CONTENT_W - 100),
+        Column(pgettext("invoice PDF", "Quantity (tokens)"), 30, "R"),
+        Column(pgettext("invoice PDF", "Unit price per 1M tokens"), 36, "R"),
+        Column(pgettext("invoice PDF", "Amount"), 34, "R"),
     ]
 
 
@@ -76,7 +75,7 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
     usage = [ln for ln in lines if ln.kind == LineKind.USAGE]
     adjustments = [ln for ln in lines if ln.kind == LineKind.ADJUSTMENT]
     if not usage and not adjustments:
-        table.row([_("No usage in this period."), "", "", ""], rule=False)
+        table.row([pgettext("invoice PDF", "No usage in this period."), "", "", ""], rule=False)
     for model, group in groupby(usage, key=lambda ln: ln.model or ln.description):
         rows = list(group)
         table.row([model, ""], bold=True, span=True, fill=SHADE, keep_with_next=8)
@@ -94,16 +93,22 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
         if len(rows) > 1:
             table.row(
                 [
-                    _("%(model)s total") % {"model": model},
+                    pgettext("invoice PDF", "%(model)s total") % {"model": model},
                     money(sum(ln.amount for ln in rows), cur),
                 ],
                 bold=True,
                 span=True,
             )
     if adjustments:
-        table.row([_("Adjustments"), ""], bold=True, span=True, fill=SHADE, keep_with_next=8)
+        table.row(
+            [pgettext("invoice PDF", "Adjustments"), ""],
+            bold=True,
+            span=True,
+            fill=SHADE,
+            keep_with_next=8,
+        )
         for line in adjustments:
-            calls = _("%(count)s calls") % {"count": count(line.quantity)}
+            calls = pgettext("invoice PDF", "%(count)s calls") % {"count": count(line.quantity)}
             table.row([line.description, calls, "", money(line.amount, cur)])
 
 
@@ -114,28 +119,45 @@ def money_price(unit: int | None, currency: str) -> str:
 
 def _totals(doc: Document, invoice: Invoice) -> None:
     cur = invoice.currency
-    subtotal = _("Subtotal (%(count)s calls)") % {"count": count(invoice.calls)}
+    subtotal = pgettext("invoice PDF", "Subtotal (%(count)s calls)") % {
+        "count": count(invoice.calls)
+    }
     rows: list[tuple[str, str, bool]] = [(subtotal, money(invoice.subtotal, cur), False)]
     if invoice.discount_amount:
         label = (
-            _("Discount %(rate)s") % {"rate": rate(invoice.discount_ppm)}
+            pgettext("invoice PDF", "Discount %(rate)s") % {"rate": rate(invoice.discount_ppm)}
             if invoice.discount_ppm
-            else _("Discount")
+            else pgettext("invoice PDF", "Discount")
         )
         rows.append((label, deduction(money(invoice.discount_amount, cur)), False))
     if invoice.tax_rate_ppm or invoice.tax_amount:
         base = money(invoice.subtotal - invoice.discount_amount, cur)
-        label = _("Tax %(rate)s of %(base)s") % {"rate": rate(invoice.tax_rate_ppm), "base": base}
+        label = pgettext("invoice PDF", "Tax %(rate)s of %(base)s") % {
+            "rate": rate(invoice.tax_rate_ppm),
+            "base": base,
+        }
         rows.append((label, money(invoice.tax_amount, cur), False))
-    rows.append((_("Total"), money(invoice.total, cur), True))
+    rows.append((pgettext("invoice PDF", "Total"), money(invoice.total, cur), True))
     if invoice.credits_applied:
         credits = deduction(money(invoice.credits_applied, cur))
-        rows.append((_("Paid from your prepaid balance"), credits, False))
+        rows.append((pgettext("invoice PDF", "Paid from your prepaid balance"), credits, False))
     if invoice.credited_minor:
-        rows.append((_("Credit notes"), deduction(minor(invoice.credited_minor, cur)), False))
+        rows.append(
+            (
+                pgettext("invoice PDF", "Credit notes"),
+                deduction(minor(invoice.credited_minor, cur)),
+                False,
+            )
+        )
     if invoice.paid_minor:
-        rows.append((_("Payments received"), deduction(minor(invoice.paid_minor, cur)), False))
-    rows.append((_("Amount due"), minor(invoice.amount_due_minor, cur), True))
+        rows.append(
+            (
+                pgettext("invoice PDF", "Payments received"),
+                deduction(minor(invoice.paid_minor, cur)),
+                False,
+            )
+        )
+    rows.append((pgettext("invoice PDF", "Amount due"), minor(invoice.amount_due_minor, cur), True))
     doc.set_y(doc.get_y() + 4)
     totals(doc, rows)
 
@@ -147,10 +169,10 @@ def _credit_notes(doc: Document, invoice: Invoice, notes) -> None:
     table = Table(
         doc,
         [
-            Column(_("Credit note"), 42),
-            Column(_("Date"), 22),
-            Column(_("Effect"), CONTENT_W - 42 - 22 - 34),
-            Column(_("Credited"), 34, "R"),
+            Column(pgettext("invoice PDF", "Credit note"), 42),
+            Column(pgettext("invoice PDF", "Date"), 22),
+            Column(pgettext("invoice PDF", "Effect"), CONTENT_W - 42 - 22 - 34),
+            Column(pgettext("invoice PDF", "Credited"), 34, "R"),
         ],
     )
     table.start()
@@ -169,18 +191,22 @@ def _payment(invoice: Invoice) -> list[str]:
     cur, due = invoice.currency, invoice.amount_due_minor
     if invoice.status == InvoiceStatus.DRAFT:
         return [
-            _(
+            pgettext(
+                "invoice PDF",
                 "This is a draft for review, not a request for payment. The issued invoice "
-                "will carry a number and a due date."
+                "will carry a number and a due date.",
             )
         ]
     if invoice.status == InvoiceStatus.VOID:
-        return [_("This invoice has been voided: nothing is due.")]
+        return [pgettext("invoice PDF", "This invoice has been voided: nothing is due.")]
     if due <= 0:
-        return [_("Nothing is due on this invoice. Thank you.")]
+        return [pgettext("invoice PDF", "Nothing is due on this invoice. Thank you.")]
     tz_name = invoice.organization.timezone
     text = [
-        _("Please pay %(amount)s by %(date)s, quoting the invoice number %(number)s.")
+        pgettext(
+            "invoice PDF",
+            "Please pay %(amount)s by %(date)s, quoting the invoice number %(number)s.",
+        )
         % {
             "amount": minor(due, cur),
             "date": local_date(invoice.due_at, tz_name),
@@ -204,9 +230,11 @@ def _render(invoice: Invoice, buyer: dict, language: str) -> bytes:
     cur = invoice.currency
     tz_name = invoice.organization.timezone
     draft = invoice.status == InvoiceStatus.DRAFT
-    reference = invoice.number or _("draft %(period)s") % {"period": invoice.period}
+    reference = invoice.number or pgettext("invoice PDF", "draft %(period)s") % {
+        "period": invoice.period
+    }
     doc = Document(
-        title=pgettext("document", "Invoice"),
+        title=pgettext("invoice PDF", "Invoice"),
         reference=reference,
         owner=buyer_name(buyer),
         draft=draft,
@@ -215,28 +243,37 @@ def _render(invoice: Invoice, buyer: dict, language: str) -> bytes:
     status = STATUS_TEXT.get(invoice.status)
     y = heading(
         doc,
-        title=_("Draft invoice") if draft else pgettext("document", "Invoice"),
+        title=pgettext("invoice PDF", "Draft invoice")
+        if draft
+        else pgettext("invoice PDF", "Invoice"),
         status=str(status) if status is not None else invoice.get_status_display(),
         alert=draft,
         pairs=[
-            (_("Invoice number"), invoice.number or _("Assigned when issued")),
-            (_("Issue date"), local_date(invoice.issued_at, tz_name) or _("Not issued")),
-            (_("Due date"), local_date(invoice.due_at, tz_name)),
-            (_("Period"), period_text(invoice.period, tz_name)),
-            (_("Currency"), cur),
+            (
+                pgettext("invoice PDF", "Invoice number"),
+                invoice.number or pgettext("invoice PDF", "Assigned when issued"),
+            ),
+            (
+                pgettext("invoice PDF", "Issue date"),
+                local_date(invoice.issued_at, tz_name) or pgettext("invoice PDF", "Not issued"),
+            ),
+            (pgettext("invoice PDF", "Due date"), local_date(invoice.due_at, tz_name)),
+            (pgettext("invoice PDF", "Period"), period_text(invoice.period, tz_name)),
+            (pgettext("invoice PDF", "Currency"), cur),
         ],
     )
-    y = parties(doc, y, buyer=buyer, buyer_label=_("Bill to"))
+    y = parties(doc, y, buyer=buyer, buyer_label=pgettext("invoice PDF", "Bill to"))
     doc.set_y(y)
     lines = list(invoice.lines.order_by("position"))
     _lines(doc, invoice, lines)
     _totals(doc, invoice)
     notes = list(invoice.credit_notes.order_by("created_at", "id")) if invoice.pk else []
     _credit_notes(doc, invoice, notes)
-    section(doc, _("Payment"), _payment(invoice))
-    note = _("Amounts in %(currency)s. Usage lines equal the sum of the period's call costs.") % {
-        "currency": cur
-    }
+    section(doc, pgettext("invoice PDF", "Payment"), _payment(invoice))
+    note = pgettext(
+        "invoice PDF",
+        "Amounts in %(currency)s. Usage lines equal the sum of the period's call costs.",
+    ) % {"currency": cur}
     doc.set_y(doc.get_y() + 3)
     doc.ensure(6)
     doc.block(doc.l_margin, doc.get_y(), CONTENT_W, note, size=7.5, color=MUTED)

@@ -11,8 +11,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
-from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import pgettext, pgettext_lazy
 
 from console.money import format_amount, format_rate
 from invoicing.models import BillingProfile, CreditNoteEffect
@@ -31,10 +30,16 @@ from invoicing.pdf.document import (
 # What a credit note did, in the customer's words (the console's own labels
 # are written for finance: "Refund to be paid by hand").
 EFFECT_WORDING = {
-    CreditNoteEffect.REDUCE_DUE: gettext_lazy("Reduces the amount due"),
-    CreditNoteEffect.REFUND_CARD: gettext_lazy("Refunded to your original payment method"),
-    CreditNoteEffect.REFUND_BALANCE: gettext_lazy("Credited to your prepaid balance"),
-    CreditNoteEffect.REFUND_MANUAL: gettext_lazy("Refunded to you by bank transfer"),
+    CreditNoteEffect.REDUCE_DUE: pgettext_lazy("invoice PDF", "Reduces the amount due"),
+    CreditNoteEffect.REFUND_CARD: pgettext_lazy(
+        "invoice PDF", "Refunded to your original payment method"
+    ),
+    CreditNoteEffect.REFUND_BALANCE: pgettext_lazy(
+        "invoice PDF", "Credited to your prepaid balance"
+    ),
+    CreditNoteEffect.REFUND_MANUAL: pgettext_lazy(
+        "invoice PDF", "Refunded to you by bank transfer"
+    ),
 }
 
 
@@ -78,7 +83,10 @@ def local_date(moment: datetime | None, timezone_name: str) -> str:
 
 
 def period_text(period: str, tz_name: str) -> str:
-    return _("%(period)s (calendar month, %(zone)s)") % {"period": period, "zone": tz_name}
+    return pgettext("invoice PDF", "%(period)s (calendar month, %(zone)s)") % {
+        "period": period,
+        "zone": tz_name,
+    }
 
 
 def buyer_of(invoice) -> dict:
@@ -105,7 +113,7 @@ def buyer_name(buyer: dict) -> str:
 
 
 def tax_id(value: str) -> str:
-    return _("Tax ID: %(tax_id)s") % {"tax_id": value}
+    return pgettext("invoice PDF", "Tax ID: %(tax_id)s") % {"tax_id": value}
 
 
 def heading(
@@ -149,7 +157,7 @@ def parties(doc: Document, y: float, *, buyer: dict, buyer_label: str) -> float:
         to_rows.append((tax_id(buyer["tax_id"]), False))
     if buyer.get("email"):
         to_rows.append((buyer["email"], False))
-    seller_label = _("From").upper()
+    seller_label = pgettext("invoice PDF", "From").upper()
     doc.block(MARGIN, y, LEFT_W, seller_label, size=7.5, bold=True, color=MUTED)
     doc.block(RIGHT_X, y, RIGHT_W, buyer_label.upper(), size=7.5, bold=True, color=MUTED)
     y += line_height(7.5) + 1
