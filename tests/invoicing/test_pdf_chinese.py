@@ -215,3 +215,11 @@ def test_the_billing_settings_choose_the_document_language(client, members, org)
     # A form posted without the field keeps the language set.
     assert c.post(url, {"legal_name": "Acme SE"}).status_code == 302
     assert BillingProfile.objects.get(organization=org).document_language == "zh-hans"
+
+
+def test_the_language_field_reads_in_chinese(client, members, org, settings):
+    c = as_member(client, members[Role.FINANCE])
+    c.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
+    page = c.get("/billing/balance/").content.decode()
+    assert "发票语言" in page and "发票和贷记单 PDF 使用的语言。" in page
+    assert "Invoice language" not in page
