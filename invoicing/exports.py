@@ -2,7 +2,9 @@
 ledger entries of one organization, filtered by period and status.
 
 UTF-8 with a byte-order mark (so spreadsheets read it as UTF-8) and a header
-row. Amounts are currency units with the currency's decimals, converted by
+row: the stable column keys, or for a console download in another language
+their labels (``console.csv_header``; the ``*_LABELS`` tables next to the
+columns). Amounts are currency units with the currency's decimals, converted by
 ``invoicing.money`` in integers and ``Decimal`` (never a float): micro-unit
 amounts with ``micro_to_currency`` (half away from zero, the invoice's rule),
 minor-unit ones with ``minor_to_decimal``. Prices per million tokens keep
@@ -14,12 +16,14 @@ keyset chunks on ``(created_at, id)``, so memory stays flat."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Q, QuerySet
+from django.utils.translation import pgettext_lazy
 
+from console.csv_header import header_line
 from console.money import micro_to_decimal
 from invoicing import selectors
 from invoicing.models import InvoiceLine, InvoiceStatus, LedgerKind, PaymentStatus
@@ -62,9 +66,10 @@ class _Echo:
         return text
 
 
-def _lines(header: Iterable[str], rows: Iterable[list]) -> Iterator[str]:
+def _lines(header: str, rows: Iterable[list]) -> Iterator[str]:
+    """``header`` (the first line, byte-order mark included), then the rows."""
     writer = csv.writer(_Echo())
-    yield "\ufeff" + writer.writerow(list(header))
+    yield header
     for row in rows:
         yield writer.writerow(row)
 
@@ -98,6 +103,36 @@ INVOICE_COLUMNS = (
     "paid", "currency", "credits_applied", "credited", "amount_due", "calls", "issued_at",
     "due_at", "paid_at",
 )  # fmt: skip
+# Labels shared by several exports; each export's table adds its own.
+_COMMON_LABELS = {
+    "period": pgettext_lazy("CSV header", "Period"),
+    "status": pgettext_lazy("CSV header", "Status"),
+    "currency": pgettext_lazy("CSV header", "Currency"),
+    "amount": pgettext_lazy("CSV header", "Amount"),
+    "created_at": pgettext_lazy("CSV header", "Created at"),
+    "created_by": pgettext_lazy("CSV header", "Created by"),
+    "reason": pgettext_lazy("CSV header", "Reason"),
+    "reference": pgettext_lazy("CSV header", "Reference"),
+    "kind": pgettext_lazy("CSV header", "Type"),
+    "invoice_number": pgettext_lazy("CSV header", "Invoice number"),
+}
+INVOICE_LABELS = {
+    **_COMMON_LABELS,
+    "number": pgettext_lazy("CSV header", "Invoice number"),
+    "organization": pgettext_lazy("CSV header", "Organization"),
+    "subtotal": pgettext_lazy("CSV header", "Subtotal"),
+    "discount": pgettext_lazy("CSV header", "Discount"),
+    "tax": pgettext_lazy("CSV header", "Tax"),
+    "total": pgettext_lazy("CSV header", "Total"),
+    "paid": pgettext_lazy("CSV header", "Paid"),
+    "credits_applied": pgettext_lazy("CSV header", "Paid from prepaid balance"),
+    "credited": pgettext_lazy("CSV header", "Credited"),
+    "amount_due": pgettext_lazy("CSV header", "Amount due"),
+    "calls": pgettext_lazy("CSV header", "Calls"),
+    "issued_at": pgettext_lazy("CSV header", "Issued at"),
+    "due_at": pgettext_lazy("CSV header", "Due at"),
+    "paid_at": pgettext_lazy("CSV header", "Paid at"),
+}
 
 
 def _invoices(actor, filters: ExportFilters):
@@ -135,6 +170,16 @@ LINE_COLUMNS = (
     "invoice_number", "invoice_status", "period", "position", "kind", "description", "model",
     "token_class", "quantity", "unit_price_per_mtok", "amount", "currency",
 )  # fmt: skip
+LINE_LABELS = {
+    **_COMMON_LABELS,
+    "invoice_status": pgettext_lazy("CSV header", "Invoice status"),
+    "position": pgettext_lazy("CSV header", "Line"),
+    "description": pgettext_lazy("CSV header", "Description"),
+    "model": pgettext_lazy("CSV header", "Model"),
+    "token_class": pgettext_lazy("CSV header", "Token class"),
+    "quantity": pgettext_lazy("CSV header", "Quantity"),
+    "unit_price_per_mtok": pgettext_lazy("CSV header", "Unit price per 1M tokens"),
+}
 
 
 def line_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
@@ -183,6 +228,13 @@ CREDIT_NOTE_COLUMNS = (
     "number", "invoice_number", "period", "created_at", "amount", "due_reduction", "refund",
     "currency", "effect", "reason", "created_by",
 )  # fmt: skip
+CREDIT_NOTE_LABELS = {
+    **_COMMON_LABELS,
+    "number": pgettext_lazy("CSV header", "Credit note number"),
+    "due_reduction": pgettext_lazy("CSV header", "Reduction of amount due"),
+    "refund": pgettext_lazy("CSV header", "Refund"),
+    "effect": pgettext_lazy("CSV header", "Effect"),
+}
 
 
 def credit_note_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
@@ -213,6 +265,14 @@ PAYMENT_COLUMNS = (
     "id", "created_at", "paid_on", "kind", "method", "status", "invoice_number",
     "credit_note_number", "reference", "amount", "currency", "failure_message", "created_by",
 )  # fmt: skip
+PAYMENT_LABELS = {
+    **_COMMON_LABELS,
+    "id": pgettext_lazy("CSV header", "ID"),
+    "paid_on": pgettext_lazy("CSV header", "Paid on"),
+    "method": pgettext_lazy("CSV header", "Method"),
+    "credit_note_number": pgettext_lazy("CSV header", "Credit note number"),
+    "failure_message": pgettext_lazy("CSV header", "Failure message"),
+}
 
 
 def payment_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
@@ -246,6 +306,12 @@ LEDGER_COLUMNS = (
     "id", "created_at ({tz})", "kind", "amount", "amount_exact", "currency", "reference", "reason",
     "created_by",
 )  # fmt: skip
+LEDGER_LABELS = {
+    **_COMMON_LABELS,
+    "id": pgettext_lazy("CSV header", "ID"),
+    "created_at ({tz})": pgettext_lazy("CSV header", "Created at (%(tz)s)"),
+    "amount_exact": pgettext_lazy("CSV header", "Exact amount"),
+}
 
 
 def ledger_rows(*, actor, filters: ExportFilters, tzinfo) -> Iterator[list]:
@@ -279,6 +345,7 @@ class Export:
     rows: Callable[..., Iterator[list]]
     statuses: tuple[str, ...]  # what ``status`` may be; empty: no status filter
     status_label: str = "status"
+    labels: Mapping[str, object] = field(default_factory=dict)  # column key → label
 
     def header(self, tzinfo) -> list[str]:
         """The column names, a time column naming its zone where it says ``{tz}``."""
@@ -293,8 +360,22 @@ def _exports() -> dict[str, Export]:
     return {
         e.name: e
         for e in (
-            Export("invoices", "Invoices", INVOICE_COLUMNS, invoice_rows, tuple(InvoiceStatus)),
-            Export("invoice-lines", "Invoice lines", LINE_COLUMNS, line_rows, tuple(InvoiceStatus)),
+            Export(
+                "invoices",
+                "Invoices",
+                INVOICE_COLUMNS,
+                invoice_rows,
+                tuple(InvoiceStatus),
+                labels=INVOICE_LABELS,
+            ),
+            Export(
+                "invoice-lines",
+                "Invoice lines",
+                LINE_COLUMNS,
+                line_rows,
+                tuple(InvoiceStatus),
+                labels=LINE_LABELS,
+            ),
             Export(
                 "credit-notes",
                 "Credit notes",
@@ -302,10 +383,24 @@ def _exports() -> dict[str, Export]:
                 credit_note_rows,
                 tuple(InvoiceStatus),
                 "invoice status",
+                labels=CREDIT_NOTE_LABELS,
             ),
-            Export("payments", "Payments", PAYMENT_COLUMNS, payment_rows, tuple(PaymentStatus)),
             Export(
-                "ledger", "Ledger entries", LEDGER_COLUMNS, ledger_rows, tuple(LedgerKind), "kind"
+                "payments",
+                "Payments",
+                PAYMENT_COLUMNS,
+                payment_rows,
+                tuple(PaymentStatus),
+                labels=PAYMENT_LABELS,
+            ),
+            Export(
+                "ledger",
+                "Ledger entries",
+                LEDGER_COLUMNS,
+                ledger_rows,
+                tuple(LedgerKind),
+                "kind",
+                labels=LEDGER_LABELS,
             ),
         )
     }
@@ -314,12 +409,17 @@ def _exports() -> dict[str, Export]:
 EXPORTS = _exports()
 
 
-def csv_lines(*, export: Export, actor, filters: ExportFilters, tzinfo) -> Iterator[str]:
+def csv_lines(
+    *, export: Export, actor, filters: ExportFilters, tzinfo, request=None
+) -> Iterator[str]:
     """The export as lines of text, produced lazily. The permission is checked
-    here, before the first line, so a refusal is an error, not a broken file."""
+    here, before the first line, so a refusal is an error, not a broken file.
+    The header row is made here too, in the request's language: the keys, or
+    for a console download (``request``) in another language the labels."""
     selectors.require_billing_view(actor)
+    header = header_line(export.header(tzinfo), export.labels, request=request)
     rows = export.rows(actor=actor, filters=filters, tzinfo=tzinfo)
-    return _lines(export.header(tzinfo), rows)
+    return _lines(header, rows)
 
 
 def csv_filename(*, export: Export, org_slug: str, filters: ExportFilters) -> str:

@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from django import forms
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
 from console.money import (
     MICRO,
@@ -23,7 +24,7 @@ from console.money import (
     minor_units,
     parse_amount,
 )
-from invoicing.models import InvoiceStatus, LedgerKind, LineKind, PaymentMethod
+from invoicing.models import DocumentLanguage, InvoiceStatus, LedgerKind, LineKind, PaymentMethod
 from invoicing.money import from_minor
 from invoicing.services._common import org_zone, period_of
 
@@ -476,6 +477,13 @@ class BillingProfileForm(forms.Form):
     low_balance_threshold = MoneyField(
         required=False, help_text="Mail when the prepaid balance falls below this; empty: never."
     )
+    # The PDFs are the buyer's documents: their language is the organization's choice.
+    document_language = forms.ChoiceField(
+        required=False,
+        choices=DocumentLanguage.choices,
+        label=gettext_lazy("Invoice language"),
+        help_text=gettext_lazy("The language of invoice and credit-note PDFs."),
+    )
 
     FIELDS = ("legal_name", "address", "tax_id", "billing_email", "low_balance_threshold")
 
@@ -492,11 +500,16 @@ class BillingProfileForm(forms.Form):
             "tax_id": profile.tax_id,
             "billing_email": profile.billing_email,
             "low_balance_threshold": amount_input(threshold),
+            "document_language": profile.document_language,
         }
 
     def service_kwargs(self) -> dict:
-        """What ``invoicing.services.billing_profile_update`` takes."""
-        return {k: self.cleaned_data[k] for k in self.FIELDS}
+        """What ``invoicing.services.billing_profile_update`` takes (a form
+        posted without the language keeps the one set)."""
+        kwargs = {k: self.cleaned_data[k] for k in self.FIELDS}
+        if self.cleaned_data.get("document_language"):
+            kwargs["document_language"] = self.cleaned_data["document_language"]
+        return kwargs
 
 
 def _max_top_up(currency: str) -> str:

@@ -18,8 +18,10 @@ from datetime import UTC, datetime
 
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import pgettext_lazy
 
 from accounts.facade import Actor, ApiKey, NotFound, Perm, PermissionDenied, SubAccount
+from console.csv_header import header_line
 from console.money import micro_to_decimal
 from inference_node.facade import nodes_own_and_shared
 from usage.models import CallRecord, CatalogModel, Grain, Rollup
@@ -355,6 +357,38 @@ CSV_COLUMNS = (
     "reasoning_tokens", "cost", "currency", "priced", "ttft_ms", "latency_ms",
     "upstream_ms", "overhead_ms", "queue_ms", "cache_status", "client_ip",
 )  # fmt: skip
+# The header row for people reading the console in another language
+# (``console.csv_header``); scripts and the API keep the keys above.
+CSV_LABELS = {
+    "request_id": pgettext_lazy("CSV header", "Request ID"),
+    "started_at": pgettext_lazy("CSV header", "Started at"),
+    "finished_at": pgettext_lazy("CSV header", "Finished at"),
+    "key_prefix": pgettext_lazy("CSV header", "API key prefix"),
+    "key_name": pgettext_lazy("CSV header", "API key name"),
+    "sub_account": pgettext_lazy("CSV header", "Sub-account"),
+    "model": pgettext_lazy("CSV header", "Model"),
+    "node": pgettext_lazy("CSV header", "Node"),
+    "protocol": pgettext_lazy("CSV header", "Protocol"),
+    "endpoint": pgettext_lazy("CSV header", "Endpoint"),
+    "stream": pgettext_lazy("CSV header", "Streamed"),
+    "status_code": pgettext_lazy("CSV header", "HTTP status"),
+    "error_type": pgettext_lazy("CSV header", "Error type"),
+    "input_tokens": pgettext_lazy("CSV header", "Input tokens"),
+    "cache_read_tokens": pgettext_lazy("CSV header", "Cache read tokens"),
+    "cache_write_tokens": pgettext_lazy("CSV header", "Cache write tokens"),
+    "output_tokens": pgettext_lazy("CSV header", "Output tokens"),
+    "reasoning_tokens": pgettext_lazy("CSV header", "Reasoning tokens"),
+    "cost": pgettext_lazy("CSV header", "Cost"),
+    "currency": pgettext_lazy("CSV header", "Currency"),
+    "priced": pgettext_lazy("CSV header", "Priced"),
+    "ttft_ms": pgettext_lazy("CSV header", "Time to first token (ms)"),
+    "latency_ms": pgettext_lazy("CSV header", "Latency (ms)"),
+    "upstream_ms": pgettext_lazy("CSV header", "Upstream (ms)"),
+    "overhead_ms": pgettext_lazy("CSV header", "Gateway overhead (ms)"),
+    "queue_ms": pgettext_lazy("CSV header", "Queue (ms)"),
+    "cache_status": pgettext_lazy("CSV header", "Cache status"),
+    "client_ip": pgettext_lazy("CSV header", "Client IP"),
+}
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -419,12 +453,22 @@ class _Line:
 
 
 def csv_lines(
-    *, actor: Actor, filters: CallFilters, tzinfo, chunk_size: int = 5000
+    *, actor: Actor, filters: CallFilters, tzinfo, chunk_size: int = 5000, request=None
 ) -> Iterator[str]:
     """The export as lines of text: a byte-order mark and the header first
-    (so Excel reads UTF-8), then one line per call, produced lazily."""
+    (so Excel reads UTF-8), then one line per call, produced lazily. The
+    header row is the keys, or for a console download (``request``) in
+    another language its labels (``console.csv_header``), made now, while
+    the request's language is active."""
+    header = header_line(CSV_COLUMNS, CSV_LABELS, request=request)
+    return _csv_body(header, actor=actor, filters=filters, tzinfo=tzinfo, chunk_size=chunk_size)
+
+
+def _csv_body(
+    header: str, *, actor: Actor, filters: CallFilters, tzinfo, chunk_size: int
+) -> Iterator[str]:
     writer = csv.writer(_Line())
-    yield "\ufeff" + writer.writerow(CSV_COLUMNS)
+    yield header
     for call in iter_calls(actor=actor, filters=filters, chunk_size=chunk_size):
         yield writer.writerow(csv_row(call, tzinfo))
 

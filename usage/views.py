@@ -112,7 +112,7 @@ def call_export(request):
         return _render_logs(request, form, None)
     filters = form.filters()
     response = StreamingHttpResponse(
-        logs.csv_lines(actor=request.actor, filters=filters, tzinfo=form.tz),
+        logs.csv_lines(actor=request.actor, filters=filters, tzinfo=form.tz, request=request),
         content_type="text/csv; charset=utf-8",
     )
     name = logs.csv_filename(

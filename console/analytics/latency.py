@@ -46,7 +46,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
                 "bucket_start",
                 "series",
                 "calls",
-                *(f"{q_label(x)}round_ms" for x in ALL_QUANTILES),
+                *(f"{q_label(x)}_ms" for x in ALL_QUANTILES),
             ],
         )
         if not s.total(count_col):
@@ -86,7 +86,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
         chart = Chart(
             name,
             f"{title}, {q_label(qq)} by {GROUP_NOUNS[column]}",
-            columns=["bucket_start", "series", "calls", f"{q_label(qq)}round_ms"],
+            columns=["bucket_start", "series", "calls", f"{q_label(qq)}_ms"],
         )
         if not s.total(count_col):
             chart.empty = empty_calls(q)

@@ -35,8 +35,10 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from console.analytics.chart import figure, line, money_axis
+from console.analytics.csv_labels import MARGIN_CSV_LABELS
 from console.analytics.forms import MAX_RANGE, RANGES
 from console.analytics.views import _json_for_script, _tabs
+from console.csv_header import header_line
 from console.money import format_exact, micro_to_decimal
 from usage.facade import MarginLine, MarginReport, csv_text, margin_report
 
@@ -222,11 +224,10 @@ def _csv_rows(report: MarginReport) -> list[list]:
     return rows
 
 
-def _csv_response(report: MarginReport) -> HttpResponse:
+def _csv_response(report: MarginReport, request) -> HttpResponse:
     out = io.StringIO()
-    out.write("\ufeff")
+    out.write(header_line(CSV_COLUMNS, MARGIN_CSV_LABELS, request=request))
     writer = csv.writer(out)
-    writer.writerow(CSV_COLUMNS)
     writer.writerows(_csv_rows(report))
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     span = f"{report.start:%Y%m%d%H}-{report.end:%Y%m%d%H}"
@@ -281,4 +282,4 @@ def margin_csv(request):
     if report is None:
         problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
         return HttpResponse(problems, status=400, content_type="text/plain; charset=utf-8")
-    return _csv_response(report)
+    return _csv_response(report, request)

@@ -150,7 +150,7 @@ def node_latency(q: Query) -> Chart:
     chart = Chart(
         "node_latency",
         f"Latency {q_label(qq)} per node",
-        columns=["bucket_start", "node", "calls", f"{q_label(qq)}round_ms"],
+        columns=["bucket_start", "node", "calls", f"{q_label(qq)}_ms"],
     )
     if not s.total("calls"):
         chart.empty = empty_calls(q)

@@ -25,8 +25,10 @@ from django.views.decorators.vary import vary_on_headers
 from accounts.facade import Perm, org_view
 from console.analytics import billing, breakdowns, cache, errors, latency, nodes, overview, spend
 from console.analytics.chart import Chart, mark_partial
+from console.analytics.csv_labels import CSV_LABELS
 from console.analytics.forms import CACHE_COMPARE, COMPARE, AnalyticsForm
 from console.analytics.query import Query
+from console.csv_header import header_line
 from usage.facade import CatalogModel
 
 USAGE = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
@@ -253,9 +255,8 @@ def _is_number(text: str) -> bool:
 
 def _csv_response(chart: Chart, request) -> HttpResponse:
     out = io.StringIO()
-    out.write("\ufeff")
+    out.write(header_line(chart.columns, CSV_LABELS, request=request))
     writer = csv.writer(out)
-    writer.writerow(chart.columns)
     for row in chart.rows:
         writer.writerow([_csv_cell(v) for v in row])
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")

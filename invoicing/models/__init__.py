@@ -23,7 +23,7 @@ from invoicing.models.invoices import (
     StripeEvent,
     TokenClass,
 )
-from invoicing.models.ledger import BillingProfile, LedgerEntry, LedgerKind
+from invoicing.models.ledger import BillingProfile, DocumentLanguage, LedgerEntry, LedgerKind
 
 __all__ = [
     "BillingProfile",
@@ -32,6 +32,7 @@ __all__ = [
     "CreditNote",
     "CreditNoteEffect",
     "CreditNoteLine",
+    "DocumentLanguage",
     "Invoice",
     "InvoiceEvent",
     "InvoiceLine",

@@ -55,6 +55,15 @@ class LedgerEntry(models.Model):
         return f"{self.organization_id} {self.kind} {sign}{amount}"
 
 
+class DocumentLanguage(models.TextChoices):
+    """The language of an organization's invoice and credit-note PDFs (they
+    are the buyer's documents, so the organization chooses, not whoever
+    downloads them). Each language is named in itself."""
+
+    EN = "en", "English"
+    ZH_HANS = "zh-hans", "简体中文"
+
+
 class BillingProfile(models.Model):
     """What an invoice says about its buyer, and the organization's billing terms."""
 
@@ -77,6 +86,10 @@ class BillingProfile(models.Model):
     # An invoice-level discount on the subtotal, in parts per million (its own line).
     invoice_discount_ppm = models.PositiveIntegerField(default=0)
     stripe_customer_id = models.CharField(max_length=64, blank=True)
+    # The language of the invoice and credit-note PDFs (frozen on an invoice at finalization).
+    document_language = models.CharField(
+        max_length=16, choices=DocumentLanguage.choices, default=DocumentLanguage.EN
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -1,67 +1,94 @@
 """The credit-note PDF: seller and buyer, the invoice it credits, each
 credited line (wrapped, never cut), what was credited and where the money
-went, in the customer's words, and the reason."""
+went, in the customer's words, and the reason; in the document language of
+the invoice it credits (``invoicing.pdf.language``)."""
 
 from __future__ import annotations
 
+from django.utils import translation
+from django.utils.translation import pgettext
+
 from invoicing.models import CreditNote, CreditNoteEffect
 from invoicing.pdf.document import CONTENT_W, MUTED, Column, Document, Table
+from invoicing.pdf.language import document_language, pdf_lang
 from invoicing.pdf.parts import (
-    EFFECT_WORDING,
     buyer_name,
     buyer_of,
+    effect_wording,
     heading,
     local_date,
     minor,
     money,
     parties,
+    period_text,
     section,
     totals,
 )
 
 
 def credit_note_pdf(note: CreditNote) -> bytes:
+    """The credit note as a PDF, in the language of the invoice it credits."""
+    buyer = buyer_of(note.invoice)
+    language = document_language(buyer)
+    with translation.override(language):
+        return _render(note, buyer, language)
+
+
+def _render(note: CreditNote, buyer: dict, language: str) -> bytes:
     invoice = note.invoice
     cur = note.currency
     tz_name = invoice.organization.timezone
-    buyer = buyer_of(invoice)
-    doc = Document(title="Credit note", reference=note.number, owner=buyer_name(buyer))
+    title = pgettext("invoice PDF", "Credit note")
+    doc = Document(
+        title=title, reference=note.number, owner=buyer_name(buyer), lang=pdf_lang(language)
+    )
     y = heading(
         doc,
-        title="Credit note",
-        status=f"Credits invoice {invoice.number}",
+        title=title,
+        status=pgettext("invoice PDF", "Credits invoice %(number)s") % {"number": invoice.number},
         alert=False,
         pairs=[
-            ("Credit note number", note.number),
-            ("Issue date", local_date(note.created_at, tz_name)),
-            ("Invoice", invoice.number or ""),
-            ("Invoice date", local_date(invoice.issued_at, tz_name)),
-            ("Period", f"{invoice.period} (calendar month, {tz_name})"),
-            ("Currency", cur),
+            (pgettext("invoice PDF", "Credit note number"), note.number),
+            (pgettext("invoice PDF", "Issue date"), local_date(note.created_at, tz_name)),
+            (pgettext("invoice PDF", "Invoice"), invoice.number or ""),
+            (pgettext("invoice PDF", "Invoice date"), local_date(invoice.issued_at, tz_name)),
+            (pgettext("invoice PDF", "Period"), period_text(invoice.period, tz_name)),
+            (pgettext("invoice PDF", "Currency"), cur),
         ],
     )
-    y = parties(doc, y, buyer=buyer, buyer_label="Credit to")
+    y = parties(doc, y, buyer=buyer, buyer_label=pgettext("invoice PDF", "Credit to"))
     doc.set_y(y)
-    table = Table(doc, [Column("Description", CONTENT_W - 40), Column("Amount", 40, "R")])
+    table = Table(
+        doc,
+        [
+            Column(pgettext("invoice PDF", "Description"), CONTENT_W - 40),
+            Column(pgettext("invoice PDF", "Amount"), 40, "R"),
+        ],
+    )
     table.start()
     for line in note.lines.order_by("id"):
         table.row([line.description, money(line.amount, cur)])
-    rows = [("Total credited", minor(note.amount_minor, cur), True)]
+    rows = [(pgettext("invoice PDF", "Total credited"), minor(note.amount_minor, cur), True)]
     if note.due_reduction_minor:
         rows.append(
             (
-                f"{EFFECT_WORDING[CreditNoteEffect.REDUCE_DUE]} on invoice {invoice.number}",
+                pgettext("invoice PDF", "%(effect)s on invoice %(number)s")
+                % {
+                    "effect": effect_wording(CreditNoteEffect.REDUCE_DUE),
+                    "number": invoice.number,
+                },
                 minor(note.due_reduction_minor, cur),
                 False,
             )
         )
     if note.refund_minor:
-        wording = EFFECT_WORDING.get(note.effect, "Refunded")
+        wording = effect_wording(note.effect, pgettext("invoice PDF", "Refunded"))
         rows.append((wording, minor(note.refund_minor, cur), False))
     doc.set_y(doc.get_y() + 4)
     totals(doc, rows)
-    section(doc, "Reason", [note.reason])
+    section(doc, pgettext("invoice PDF", "Reason"), [note.reason])
     doc.set_y(doc.get_y() + 3)
     doc.ensure(6)
-    doc.block(doc.l_margin, doc.get_y(), CONTENT_W, f"Amounts in {cur}.", size=7.5, color=MUTED)
+    note_text = pgettext("invoice PDF", "Amounts in %(currency)s.") % {"currency": cur}
+    doc.block(doc.l_margin, doc.get_y(), CONTENT_W, note_text, size=7.5, color=MUTED)
     return doc.finish()

@@ -2,6 +2,10 @@
 a table whose header row repeats on every page it runs onto, a diagonal
 DRAFT mark, and "Page 1 of 3" footers once the page count is known.
 
+Its own words (DRAFT, "(continued)", "Page 1 of 3") are translated into the
+language active while it is built: ``invoicing.pdf.language.document_language``
+makes that the document's language.
+
 Every block is laid out from the height fpdf2 measures for its wrapped
 text, so nothing is cut and nothing is printed over something else.
 
@@ -16,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from django.utils.translation import pgettext
 from fpdf import FPDF
 from fpdf.enums import Align, MethodReturnValue, TextMode, WrapMode, XPos, YPos
 
@@ -49,14 +54,16 @@ class Document(FPDF):
     """``title`` and ``reference`` name the document in the continuation line
     and the footers of its pages; ``draft`` stamps every page."""
 
-    def __init__(self, *, title: str, reference: str, owner: str, draft: bool = False):
+    def __init__(
+        self, *, title: str, reference: str, owner: str, draft: bool = False, lang: str = "en"
+    ):
         super().__init__(orientation="P", unit="mm", format="A4")
         self.doc_title, self.reference, self.owner, self.draft = title, reference, owner, draft
         self.set_margins(MARGIN, MARGIN, MARGIN)
         self.set_auto_page_break(False)  # pages break where the layout says, never mid-row
         self.set_title(f"{title} {reference}".strip())
         self.set_creator("Token Billing Console")
-        self.set_lang("en")
+        self.set_lang(lang)  # BCP 47, for screen readers and text extraction
         fonts = pdf_fonts()
         self.unicode = fonts.main is not None
         # The CJK font is opened only for a document with a character the main
@@ -177,14 +184,19 @@ class Document(FPDF):
     # --- pages -----------------------------------------------------------------------
 
     def header(self) -> None:
-        """fpdf2 calls this on every new page: the DRAFT stamp, under the content."""
+        """fpdf2 calls this on every new page: the DRAFT stamp, under the content.
+        A cell (not ``text``), so a word in Chinese reaches the fallback font."""
         if not self.draft:
             return
+        x, y = self.get_x(), self.get_y()
         with (
             self.styled(96, bold=False, color=(236, 238, 242)),
             self.rotation(35, PAGE_W / 2, PAGE_H / 2),
         ):
-            self.text(PAGE_W / 2 - 62, PAGE_H / 2 + 12, "DRAFT")
+            height = line_height(96)
+            self.set_xy(0, PAGE_H / 2 - height / 2)
+            self.cell(PAGE_W, height, pgettext("invoice PDF", "DRAFT"), align=Align.C)
+        self.set_xy(x, y)
 
     def fits(self, height: float) -> bool:
         return self.get_y() + height <= BOTTOM
@@ -192,7 +204,10 @@ class Document(FPDF):
     def continuation(self) -> float:
         """A new page that carries on the document; returns where content starts."""
         self.add_page()
-        text = f"{self.doc_title} {self.reference} · {self.owner} (continued)"
+        text = pgettext("invoice PDF", "%(document)s · %(owner)s (continued)") % {
+            "document": f"{self.doc_title} {self.reference}".strip(),
+            "owner": self.owner,
+        }
         y = self.block(MARGIN, MARGIN - 3, CONTENT_W, text, size=8, color=MUTED)
         self.rule(MARGIN, y + 1, PAGE_W - MARGIN)
         self.set_y(y + 4)
@@ -219,7 +234,8 @@ class Document(FPDF):
                     MARGIN + CONTENT_W * 0.7,
                     y,
                     CONTENT_W * 0.3,
-                    f"Page {number} of {total}",
+                    pgettext("invoice PDF", "Page %(number)s of %(total)s")
+                    % {"number": number, "total": total},
                     size=7.5,
                     color=MUTED,
                     align="R",

@@ -1,48 +1,71 @@
 """The invoice PDF: seller and buyer, number and dates, usage lines grouped
 by model (one row per token class: quantity, unit price per million tokens,
 amount), re-rating adjustments, discount, tax by rate, credits, credit
-notes, payments, the amount due and how to pay it."""
+notes, payments, the amount due and how to pay it; in the buyer's document
+language (``invoicing.pdf.language``)."""
 
 from __future__ import annotations
 
 from itertools import groupby
 
+from babel.numbers import format_decimal
 from django.conf import settings
+from django.utils import translation
+from django.utils.translation import pgettext, pgettext_lazy
 
-from console.money import format_exact
+from console.money import current_locale, format_exact
 from invoicing.models import Invoice, InvoiceStatus, LineKind, TokenClass
 from invoicing.pdf.document import CONTENT_W, MUTED, SHADE, Column, Document, Table
+from invoicing.pdf.language import document_language, pdf_lang
 from invoicing.pdf.parts import (
-    EFFECT_WORDING,
     buyer_name,
     buyer_of,
     deduction,
+    effect_wording,
     heading,
     local_date,
     minor,
     money,
     parties,
+    period_text,
     rate,
     section,
     totals,
 )
 
 STATUS_TEXT = {
-    InvoiceStatus.DRAFT: "DRAFT · not issued, not payable",
-    InvoiceStatus.FINALIZED: "Status: Issued",
-    InvoiceStatus.PAID: "Status: Paid",
-    InvoiceStatus.VOID: "Status: Void",
-    InvoiceStatus.UNCOLLECTIBLE: "Status: Closed",
+    InvoiceStatus.DRAFT: pgettext_lazy("invoice PDF", "DRAFT · not issued, not payable"),
+    InvoiceStatus.FINALIZED: pgettext_lazy("invoice PDF", "Status: Issued"),
+    InvoiceStatus.PAID: pgettext_lazy("invoice PDF", "Status: Paid"),
+    InvoiceStatus.VOID: pgettext_lazy("invoice PDF", "Status: Void"),
+    InvoiceStatus.UNCOLLECTIBLE: pgettext_lazy("invoice PDF", "Status: Closed"),
 }
+# A usage line's label: its token class (the model is the group's heading).
+TOKEN_WORDING = {
+    TokenClass.INPUT: pgettext_lazy("invoice PDF", "Input tokens"),
+    TokenClass.CACHE_READ: pgettext_lazy("invoice PDF", "Cache read tokens"),
+    TokenClass.CACHE_WRITE: pgettext_lazy("invoice PDF", "Cache write tokens"),
+    TokenClass.OUTPUT: pgettext_lazy("invoice PDF", "Output tokens"),
+}
+
+
+def count(n: int) -> str:
+    """A whole number with the document locale's digit grouping."""
+    return format_decimal(n, locale=current_locale().replace("-", "_"))
 
 
 def _columns() -> list[Column]:
     return [
-        Column("Description", CONTENT_W - 100),
-        Column("Quantity (tokens)", 30, "R"),
-        Column("Unit price per 1M tokens", 36, "R"),
-        Column("Amount", 34, "R"),
+        Column(pgettext("invoice PDF", "Description"), CONTENT_W - 100),
+        Column(pgettext("invoice PDF", "Quantity (tokens)"), 30, "R"),
+        Column(pgettext("invoice PDF", "Unit price per 1M tokens"), 36, "R"),
+        Column(pgettext("invoice PDF", "Amount"), 34, "R"),
     ]
+
+
+def _token_label(line) -> str:
+    wording = TOKEN_WORDING.get(line.token_class)
+    return str(wording) if wording is not None else line.description
 
 
 def _lines(doc: Document, invoice: Invoice, lines) -> None:
@@ -52,20 +75,15 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
     usage = [ln for ln in lines if ln.kind == LineKind.USAGE]
     adjustments = [ln for ln in lines if ln.kind == LineKind.ADJUSTMENT]
     if not usage and not adjustments:
-        table.row(["No usage in this period.", "", "", ""], rule=False)
+        table.row([pgettext("invoice PDF", "No usage in this period."), "", "", ""], rule=False)
     for model, group in groupby(usage, key=lambda ln: ln.model or ln.description):
         rows = list(group)
         table.row([model, ""], bold=True, span=True, fill=SHADE, keep_with_next=8)
         for n, line in enumerate(rows, start=1):
-            label = (
-                f"{TokenClass(line.token_class).label} tokens"
-                if line.token_class
-                else line.description
-            )
             table.row(
                 [
-                    label,
-                    f"{line.quantity:,}" if line.quantity else "",
+                    _token_label(line) if line.token_class else line.description,
+                    count(line.quantity) if line.quantity else "",
                     money_price(line.unit_price_per_mtok, cur),
                     money(line.amount, cur),
                 ],
@@ -74,14 +92,24 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
             )
         if len(rows) > 1:
             table.row(
-                [f"{model} total", money(sum(ln.amount for ln in rows), cur)],
+                [
+                    pgettext("invoice PDF", "%(model)s total") % {"model": model},
+                    money(sum(ln.amount for ln in rows), cur),
+                ],
                 bold=True,
                 span=True,
             )
     if adjustments:
-        table.row(["Adjustments", ""], bold=True, span=True, fill=SHADE, keep_with_next=8)
+        table.row(
+            [pgettext("invoice PDF", "Adjustments"), ""],
+            bold=True,
+            span=True,
+            fill=SHADE,
+            keep_with_next=8,
+        )
         for line in adjustments:
-            table.row([line.description, f"{line.quantity:,} calls", "", money(line.amount, cur)])
+            calls = pgettext("invoice PDF", "%(count)s calls") % {"count": count(line.quantity)}
+            table.row([line.description, calls, "", money(line.amount, cur)])
 
 
 def money_price(unit: int | None, currency: str) -> str:
@@ -91,26 +119,45 @@ def money_price(unit: int | None, currency: str) -> str:
 
 def _totals(doc: Document, invoice: Invoice) -> None:
     cur = invoice.currency
-    rows: list[tuple[str, str, bool]] = [
-        (f"Subtotal ({invoice.calls:,} calls)", money(invoice.subtotal, cur), False)
-    ]
+    subtotal = pgettext("invoice PDF", "Subtotal (%(count)s calls)") % {
+        "count": count(invoice.calls)
+    }
+    rows: list[tuple[str, str, bool]] = [(subtotal, money(invoice.subtotal, cur), False)]
     if invoice.discount_amount:
-        label = f"Discount {rate(invoice.discount_ppm)}" if invoice.discount_ppm else "Discount"
+        label = (
+            pgettext("invoice PDF", "Discount %(rate)s") % {"rate": rate(invoice.discount_ppm)}
+            if invoice.discount_ppm
+            else pgettext("invoice PDF", "Discount")
+        )
         rows.append((label, deduction(money(invoice.discount_amount, cur)), False))
     if invoice.tax_rate_ppm or invoice.tax_amount:
         base = money(invoice.subtotal - invoice.discount_amount, cur)
-        rows.append(
-            (f"Tax {rate(invoice.tax_rate_ppm)} of {base}", money(invoice.tax_amount, cur), False)
-        )
-    rows.append(("Total", money(invoice.total, cur), True))
+        label = pgettext("invoice PDF", "Tax %(rate)s of %(base)s") % {
+            "rate": rate(invoice.tax_rate_ppm),
+            "base": base,
+        }
+        rows.append((label, money(invoice.tax_amount, cur), False))
+    rows.append((pgettext("invoice PDF", "Total"), money(invoice.total, cur), True))
     if invoice.credits_applied:
         credits = deduction(money(invoice.credits_applied, cur))
-        rows.append(("Paid from your prepaid balance", credits, False))
+        rows.append((pgettext("invoice PDF", "Paid from your prepaid balance"), credits, False))
     if invoice.credited_minor:
-        rows.append(("Credit notes", deduction(minor(invoice.credited_minor, cur)), False))
+        rows.append(
+            (
+                pgettext("invoice PDF", "Credit notes"),
+                deduction(minor(invoice.credited_minor, cur)),
+                False,
+            )
+        )
     if invoice.paid_minor:
-        rows.append(("Payments received", deduction(minor(invoice.paid_minor, cur)), False))
-    rows.append(("Amount due", minor(invoice.amount_due_minor, cur), True))
+        rows.append(
+            (
+                pgettext("invoice PDF", "Payments received"),
+                deduction(minor(invoice.paid_minor, cur)),
+                False,
+            )
+        )
+    rows.append((pgettext("invoice PDF", "Amount due"), minor(invoice.amount_due_minor, cur), True))
     doc.set_y(doc.get_y() + 4)
     totals(doc, rows)
 
@@ -122,10 +169,10 @@ def _credit_notes(doc: Document, invoice: Invoice, notes) -> None:
     table = Table(
         doc,
         [
-            Column("Credit note", 42),
-            Column("Date", 22),
-            Column("Effect", CONTENT_W - 42 - 22 - 34),
-            Column("Credited", 34, "R"),
+            Column(pgettext("invoice PDF", "Credit note"), 42),
+            Column(pgettext("invoice PDF", "Date"), 22),
+            Column(pgettext("invoice PDF", "Effect"), CONTENT_W - 42 - 22 - 34),
+            Column(pgettext("invoice PDF", "Credited"), 34, "R"),
         ],
     )
     table.start()
@@ -134,7 +181,7 @@ def _credit_notes(doc: Document, invoice: Invoice, notes) -> None:
             [
                 note.number,
                 local_date(note.created_at, invoice.organization.timezone),
-                EFFECT_WORDING.get(note.effect, ""),
+                effect_wording(note.effect),
                 minor(note.amount_minor, invoice.currency),
             ]
         )
@@ -144,17 +191,27 @@ def _payment(invoice: Invoice) -> list[str]:
     cur, due = invoice.currency, invoice.amount_due_minor
     if invoice.status == InvoiceStatus.DRAFT:
         return [
-            "This is a draft for review, not a request for payment. The issued invoice "
-            "will carry a number and a due date."
+            pgettext(
+                "invoice PDF",
+                "This is a draft for review, not a request for payment. The issued invoice "
+                "will carry a number and a due date.",
+            )
         ]
     if invoice.status == InvoiceStatus.VOID:
-        return ["This invoice has been voided: nothing is due."]
+        return [pgettext("invoice PDF", "This invoice has been voided: nothing is due.")]
     if due <= 0:
-        return ["Nothing is due on this invoice. Thank you."]
+        return [pgettext("invoice PDF", "Nothing is due on this invoice. Thank you.")]
     tz_name = invoice.organization.timezone
     text = [
-        f"Please pay {minor(due, cur)} by {local_date(invoice.due_at, tz_name)}, "
-        f"quoting the invoice number {invoice.number}."
+        pgettext(
+            "invoice PDF",
+            "Please pay %(amount)s by %(date)s, quoting the invoice number %(number)s.",
+        )
+        % {
+            "amount": minor(due, cur),
+            "date": local_date(invoice.due_at, tz_name),
+            "number": invoice.number,
+        }
     ]
     if settings.INVOICING_PAYMENT_INSTRUCTIONS:
         text += settings.INVOICING_PAYMENT_INSTRUCTIONS.splitlines()
@@ -162,34 +219,61 @@ def _payment(invoice: Invoice) -> list[str]:
 
 
 def invoice_pdf(invoice: Invoice) -> bytes:
+    """The invoice as a PDF in the buyer's document language."""
+    buyer = buyer_of(invoice)
+    language = document_language(buyer)
+    with translation.override(language):
+        return _render(invoice, buyer, language)
+
+
+def _render(invoice: Invoice, buyer: dict, language: str) -> bytes:
     cur = invoice.currency
     tz_name = invoice.organization.timezone
-    buyer = buyer_of(invoice)
     draft = invoice.status == InvoiceStatus.DRAFT
-    reference = invoice.number or f"draft {invoice.period}"
-    doc = Document(title="Invoice", reference=reference, owner=buyer_name(buyer), draft=draft)
+    reference = invoice.number or pgettext("invoice PDF", "draft %(period)s") % {
+        "period": invoice.period
+    }
+    doc = Document(
+        title=pgettext("invoice PDF", "Invoice"),
+        reference=reference,
+        owner=buyer_name(buyer),
+        draft=draft,
+        lang=pdf_lang(language),
+    )
+    status = STATUS_TEXT.get(invoice.status)
     y = heading(
         doc,
-        title="Draft invoice" if draft else "Invoice",
-        status=STATUS_TEXT.get(invoice.status, invoice.get_status_display()),
+        title=pgettext("invoice PDF", "Draft invoice")
+        if draft
+        else pgettext("invoice PDF", "Invoice"),
+        status=str(status) if status is not None else invoice.get_status_display(),
         alert=draft,
         pairs=[
-            ("Invoice number", invoice.number or "Assigned when issued"),
-            ("Issue date", local_date(invoice.issued_at, tz_name) or "Not issued"),
-            ("Due date", local_date(invoice.due_at, tz_name)),
-            ("Period", f"{invoice.period} (calendar month, {tz_name})"),
-            ("Currency", cur),
+            (
+                pgettext("invoice PDF", "Invoice number"),
+                invoice.number or pgettext("invoice PDF", "Assigned when issued"),
+            ),
+            (
+                pgettext("invoice PDF", "Issue date"),
+                local_date(invoice.issued_at, tz_name) or pgettext("invoice PDF", "Not issued"),
+            ),
+            (pgettext("invoice PDF", "Due date"), local_date(invoice.due_at, tz_name)),
+            (pgettext("invoice PDF", "Period"), period_text(invoice.period, tz_name)),
+            (pgettext("invoice PDF", "Currency"), cur),
         ],
     )
-    y = parties(doc, y, buyer=buyer, buyer_label="Bill to")
+    y = parties(doc, y, buyer=buyer, buyer_label=pgettext("invoice PDF", "Bill to"))
     doc.set_y(y)
     lines = list(invoice.lines.order_by("position"))
     _lines(doc, invoice, lines)
     _totals(doc, invoice)
     notes = list(invoice.credit_notes.order_by("created_at", "id")) if invoice.pk else []
     _credit_notes(doc, invoice, notes)
-    section(doc, "Payment", _payment(invoice))
-    note = f"Amounts in {cur}. Usage lines equal the sum of the period's call costs."
+    section(doc, pgettext("invoice PDF", "Payment"), _payment(invoice))
+    note = pgettext(
+        "invoice PDF",
+        "Amounts in %(currency)s. Usage lines equal the sum of the period's call costs.",
+    ) % {"currency": cur}
     doc.set_y(doc.get_y() + 3)
     doc.ensure(6)
     doc.block(doc.l_margin, doc.get_y(), CONTENT_W, note, size=7.5, color=MUTED)

@@ -1,17 +1,19 @@
 """The blocks an invoice and a credit note share: the heading with its
 number-and-dates block, the seller and buyer blocks, the totals, and the
-customer-facing texts. Money goes through ``console.money``."""
+customer-facing texts, translated into the document's language (see
+``invoicing.pdf.language``). Money goes through ``console.money``, in the
+locale of the language active while the document is built."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from decimal import Decimal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
+from django.utils.translation import pgettext, pgettext_lazy
 
-from console.money import format_amount
+from console.money import format_amount, format_rate
 from invoicing.models import BillingProfile, CreditNoteEffect
 from invoicing.money import from_minor
 from invoicing.pdf.document import (
@@ -28,11 +30,23 @@ from invoicing.pdf.document import (
 # What a credit note did, in the customer's words (the console's own labels
 # are written for finance: "Refund to be paid by hand").
 EFFECT_WORDING = {
-    CreditNoteEffect.REDUCE_DUE: "Reduces the amount due",
-    CreditNoteEffect.REFUND_CARD: "Refunded to your original payment method",
-    CreditNoteEffect.REFUND_BALANCE: "Credited to your prepaid balance",
-    CreditNoteEffect.REFUND_MANUAL: "Refunded to you by bank transfer",
+    CreditNoteEffect.REDUCE_DUE: pgettext_lazy("invoice PDF", "Reduces the amount due"),
+    CreditNoteEffect.REFUND_CARD: pgettext_lazy(
+        "invoice PDF", "Refunded to your original payment method"
+    ),
+    CreditNoteEffect.REFUND_BALANCE: pgettext_lazy(
+        "invoice PDF", "Credited to your prepaid balance"
+    ),
+    CreditNoteEffect.REFUND_MANUAL: pgettext_lazy(
+        "invoice PDF", "Refunded to you by bank transfer"
+    ),
 }
+
+
+def effect_wording(effect: str, default: str = "") -> str:
+    wording = EFFECT_WORDING.get(effect)
+    return str(wording) if wording is not None else default
+
 
 MINUS = "\u2212"  # the minus sign, as the console's pages write a deduction
 LEFT_W = 92.0  # the title / seller column
@@ -55,8 +69,7 @@ def deduction(text: str) -> str:
 
 def rate(ppm: int) -> str:
     """A rate kept in parts per million as a percentage: 200_000 → "20 %"."""
-    value = (Decimal(ppm) / Decimal(10_000)).normalize()
-    return f"{value:f} %"
+    return format_rate(ppm)
 
 
 def local_date(moment: datetime | None, timezone_name: str) -> str:
@@ -67,6 +80,13 @@ def local_date(moment: datetime | None, timezone_name: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         zone = ZoneInfo("UTC")
     return f"{moment.astimezone(zone):%Y-%m-%d}"
+
+
+def period_text(period: str, tz_name: str) -> str:
+    return pgettext("invoice PDF", "%(period)s (calendar month, %(zone)s)") % {
+        "period": period,
+        "zone": tz_name,
+    }
 
 
 def buyer_of(invoice) -> dict:
@@ -84,11 +104,16 @@ def buyer_of(invoice) -> dict:
         "address": profile.address,
         "tax_id": profile.tax_id,
         "email": profile.billing_email,
+        "language": profile.document_language,
     }
 
 
 def buyer_name(buyer: dict) -> str:
     return buyer.get("legal_name") or buyer.get("name") or ""
+
+
+def tax_id(value: str) -> str:
+    return pgettext("invoice PDF", "Tax ID: %(tax_id)s") % {"tax_id": value}
 
 
 def heading(
@@ -123,16 +148,17 @@ def parties(doc: Document, y: float, *, buyer: dict, buyer_label: str) -> float:
     from_rows: list[tuple[str, bool]] = [(seller.get("name", ""), True)]
     from_rows += [(line, False) for line in seller.get("address", "").splitlines() if line]
     if seller.get("tax_id"):
-        from_rows.append((f"Tax ID: {seller['tax_id']}", False))
+        from_rows.append((tax_id(seller["tax_id"]), False))
     if seller.get("email"):
         from_rows.append((seller["email"], False))
     to_rows: list[tuple[str, bool]] = [(buyer_name(buyer), True)]
     to_rows += [(line, False) for line in (buyer.get("address") or "").splitlines() if line]
     if buyer.get("tax_id"):
-        to_rows.append((f"Tax ID: {buyer['tax_id']}", False))
+        to_rows.append((tax_id(buyer["tax_id"]), False))
     if buyer.get("email"):
         to_rows.append((buyer["email"], False))
-    doc.block(MARGIN, y, LEFT_W, "FROM", size=7.5, bold=True, color=MUTED)
+    seller_label = pgettext("invoice PDF", "From").upper()
+    doc.block(MARGIN, y, LEFT_W, seller_label, size=7.5, bold=True, color=MUTED)
     doc.block(RIGHT_X, y, RIGHT_W, buyer_label.upper(), size=7.5, bold=True, color=MUTED)
     y += line_height(7.5) + 1
     left = doc.lines(MARGIN, y, LEFT_W, from_rows)

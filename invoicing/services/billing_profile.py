@@ -1,15 +1,17 @@
-"""The organization's billing profile: who the invoices name, where billing
-mail goes, the low-balance threshold, and (platform staff only) the
-commercial terms: tax rate, invoice discount and payment terms."""
+"""The organization's billing profile: who the invoices name, the language
+of its invoice PDFs, where billing mail goes, the low-balance threshold,
+and (platform staff only) the commercial terms: tax rate, invoice discount
+and payment terms."""
 
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from accounts.facade import Perm, ValidationFailed, audit_record
-from invoicing.models import BillingProfile
+from invoicing.models import BillingProfile, DocumentLanguage
 from invoicing.services.ledger import low_balance_check
 
 # What the organization's billing members may change: field → longest text.
@@ -43,6 +45,10 @@ def _clean(fields: dict, *, staff: bool) -> dict:
                 except ValidationError:
                     errors[name] = "Enter a valid e-mail address."
             data[name] = text
+        elif name == "document_language":
+            if value not in DocumentLanguage.values:
+                errors[name] = _("Choose one of the languages offered.")
+            data[name] = value
         elif name == "low_balance_threshold":
             if value is not None and (type(value) is not int or not 0 <= value <= MAX_THRESHOLD):
                 errors[name] = "Give the threshold as a positive amount, or none."

@@ -18,6 +18,7 @@ from console.celery import registered_task
 from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,
+    DocumentLanguage,
     Invoice,
     InvoiceLine,
     InvoiceRun,
@@ -189,6 +190,8 @@ def _buyer(org: Organization) -> dict:
         "address": profile.address if profile else "",
         "tax_id": profile.tax_id if profile else "",
         "email": profile.billing_email if profile else "",
+        # The language of the invoice's PDF and of its credit notes' PDFs.
+        "language": profile.document_language if profile else DocumentLanguage.EN,
     }
 
 

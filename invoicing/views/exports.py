@@ -42,6 +42,7 @@ def export_view(name: str):
                 actor=actor,
                 filters=filters,
                 tzinfo=org_zone(actor.organization.timezone),
+                request=request,
             ),
             content_type="text/csv; charset=utf-8",
         )

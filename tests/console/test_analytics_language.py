@@ -1,6 +1,7 @@
 """The overview's usage charts in Simplified Chinese (issue 18): tile titles,
-periods, the cache note and the top tables' headers are Chinese on the page,
-while the CSV keeps its English column names and period names."""
+periods, the cache note and the top tables' headers are Chinese on the page;
+the CSV's header row is Chinese too (``?header=keys``: the stable column
+keys), its data (period names included) the same as in English."""
 
 from __future__ import annotations
 
@@ -37,11 +38,15 @@ def test_the_overview_tiles_and_top_tables_in_chinese(client, data):
     top = client.get(reverse("analytics:chart_overview_top")).content.decode()
     assert "<h3>消费最高的模型</h3>" in top and "<h3>消费最高的密钥</h3>" in top
     assert ">调用次数<" in top and ">模型<" in top
+    url = reverse("analytics:chart_overview_kpis")
     rows = list(csv.DictReader(io.StringIO(
-        client.get(reverse("analytics:chart_overview_kpis"), {"format": "csv"}).content.decode()
-        .lstrip("\ufeff")
+        client.get(url, {"format": "csv", "header": "keys"}).content.decode().lstrip("\ufeff")
     )))  # fmt: skip
     assert {r["period"] for r in rows} == {"Today", "This month"}
-    assert "spend_" + data.org.currency in "".join(
-        client.get(reverse("analytics:chart_overview_top"), {"format": "csv"}).content.decode()
-    )
+    chinese = client.get(url, {"format": "csv"}).content.decode()
+    assert chinese.startswith("\ufeff账期,") and "Today" in chinese
+    top = reverse("analytics:chart_overview_top")
+    keys = client.get(top, {"format": "csv", "header": "keys"}).content.decode()
+    assert "spend_" + data.org.currency in keys
+    chinese_top = client.get(top, {"format": "csv"}).content.decode()
+    assert f"消费（{data.org.currency}）" in chinese_top  # noqa: RUF001

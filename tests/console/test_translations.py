@@ -28,9 +28,9 @@ def po_entries(path: Path) -> list[dict]:
         if line.startswith("#,"):
             entry = entry if entry and "msgid" not in entry else {}
             entry["flags"] = {f.strip() for f in line[2:].split(",")}
-        elif line.startswith(("msgid ", "msgstr ", "msgid_plural ", "msgstr[")):
+        elif line.startswith(("msgctxt ", "msgid ", "msgstr ", "msgid_plural ", "msgstr[")):
             key, _, value = line.partition(" ")
-            if key == "msgid" and entry is not None and "msgstr" in entry:
+            if key in ("msgctxt", "msgid") and entry is not None and "msgstr" in entry:
                 entries.append(entry)
                 entry = None
             entry = entry if entry is not None else {}
@@ -63,7 +63,11 @@ def test_the_compiled_catalogue_says_what_the_po_says():
     with MO.open("rb") as f:
         compiled = gettext.GNUTranslations(f)
     for e in po_entries(PO):
-        assert compiled.gettext(e["msgid"]) == e["msgstr"], (
+        if "msgctxt" in e:  # pgettext / {% translate … context … %}
+            found = compiled.pgettext(e["msgctxt"], e["msgid"])
+        else:
+            found = compiled.gettext(e["msgid"])
+        assert found == e["msgstr"], (
             f"{MO} is older than {PO.name}: run `python manage.py compilemessages -l zh_Hans`"
         )
 
