@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from console.crypto import SealedTextField
 
@@ -105,6 +106,22 @@ class Role(models.TextChoices):
     VIEWER = "viewer", _("Viewer")
 
 
+_ROLE_NOUNS = {
+    "owner": pgettext_lazy("role inside a sentence", "owner"),
+    "admin": pgettext_lazy("role inside a sentence", "admin"),
+    "finance": pgettext_lazy("role inside a sentence", "finance"),
+    "developer": pgettext_lazy("role inside a sentence", "developer"),
+    "viewer": pgettext_lazy("role inside a sentence", "viewer"),
+}
+
+
+def role_noun(role: str) -> str:
+    """A role as a sentence names it ("as viewer", "the owner role"), in the
+    active language; an unknown code as is."""
+    noun = _ROLE_NOUNS.get(str(role))
+    return str(noun) if noun is not None else str(role)
+
+
 class Membership(models.Model):
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
     organization = models.ForeignKey(
@@ -158,8 +175,8 @@ class Invitation(models.Model):
 
 
 class SubAccountStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    SUSPENDED = "suspended", "Suspended"
+    ACTIVE = "active", _("Active")
+    SUSPENDED = "suspended", _("Suspended")
 
 
 class Limits(models.Model):
@@ -199,15 +216,15 @@ class SubAccount(Limits):
 
 
 class Priority(models.TextChoices):
-    HIGH = "high", "High"
-    NORMAL = "normal", "Normal"
-    LOW = "low", "Low"
+    HIGH = "high", _("High")
+    NORMAL = "normal", _("Normal")
+    LOW = "low", _("Low")
 
 
 class ApiKeyStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    REVOKED = "revoked", "Revoked"
-    EXPIRED = "expired", "Expired"
+    ACTIVE = "active", _("Active")
+    REVOKED = "revoked", _("Revoked")
+    EXPIRED = "expired", _("Expired")
 
 
 class ApiKey(Limits):
@@ -286,8 +303,8 @@ class ApiKey(Limits):
 
 
 class TokenScope(models.TextChoices):
-    READ_ONLY = "read", "Read only"
-    READ_WRITE = "write", "Read and write"
+    READ_ONLY = "read", _("Read only")
+    READ_WRITE = "write", _("Read and write")
 
 
 class PersonalAccessToken(models.Model):
