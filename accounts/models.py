@@ -12,7 +12,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 from console.crypto import SealedTextField
 
@@ -107,11 +106,11 @@ class Role(models.TextChoices):
 
 
 _ROLE_NOUNS = {
-    "owner": pgettext_lazy("role inside a sentence", "owner"),
-    "admin": pgettext_lazy("role inside a sentence", "admin"),
-    "finance": pgettext_lazy("role inside a sentence", "finance"),
-    "developer": pgettext_lazy("role inside a sentence", "developer"),
-    "viewer": pgettext_lazy("role inside a sentence", "viewer"),
+    "owner": _("owner"),
+    "admin": _("admin"),
+    "finance": _("finance"),
+    "developer": _("developer"),
+    "viewer": _("viewer"),
 }
 
 
