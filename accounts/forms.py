@@ -262,7 +262,8 @@ class OrganizationForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        choices = timezones.zone_choices()
+        groups = {"Common": gettext("Common"), "All zones": gettext("All zones")}
+        choices = [(groups.get(label, label), zones) for label, zones in timezones.zone_choices()]
         current = self.initial.get("timezone")
         if current and not any(current == z for _, group in choices for z, _ in group):
             choices.insert(0, (gettext("Current"), [(current, current)]))
