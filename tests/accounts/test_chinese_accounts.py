@@ -197,3 +197,18 @@ def test_an_english_account_gets_an_english_reset_email(client, owner):
     [message] = mail.outbox
     assert message.subject == "Reset your Token Console password"
     assert "Someone asked to reset the password" in message.body
+
+
+def test_the_invitation_email_follows_the_inviters_language(zh_owner, actor_for):
+    from accounts.services import invitation_create
+    from accounts.tasks import send_invitation_email
+    from console import crypto
+
+    invitation, raw = invitation_create(
+        actor=actor_for(zh_owner), email="xin@example.com", role="viewer"
+    )
+    send_invitation_email(invitation.pk, crypto.seal(raw))
+    [message] = mail.outbox
+    assert message.subject == "您受邀加入 Acme"
+    assert "邀请您以查看者身份加入 Acme。" in message.body
+    assert f"/invite/{raw}/" in message.body
