@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+
 from accounts.errors import PermissionDenied
-from accounts.models import Membership
+from accounts.models import Membership, role_noun
 from accounts.permissions import Perm, has_perm
 
 
@@ -38,5 +40,7 @@ class Actor:
     def require(self, perm: Perm) -> None:
         if not self.can(perm):
             raise PermissionDenied(
-                f"Your role ({self.role}) does not allow this action.", code="permission_denied"
+                _("Your role (%(role)s) does not allow this action.")
+                % {"role": role_noun(self.role)},
+                code="permission_denied",
             )

@@ -6,6 +6,7 @@ from functools import wraps
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
+from django.utils.translation import gettext as _
 
 from accounts.permissions import Perm
 
@@ -24,7 +25,10 @@ def org_view(*perms: Perm, any_of: bool = False):
             checks = [actor.can(p) for p in perms]
             if perms and not (any(checks) if any_of else all(checks)):
                 return render(
-                    request, "403.html", {"reason": "Your role cannot open this page."}, status=403
+                    request,
+                    "403.html",
+                    {"reason": _("Your role cannot open this page.")},
+                    status=403,
                 )
             return view(request, *args, **kwargs)
 

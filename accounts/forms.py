@@ -8,10 +8,25 @@ from datetime import datetime, timedelta
 
 from django import forms
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Priority, Role, SubAccountStatus, TokenScope
 from console import timezones
 from console.money import parse_amount
+
+
+def _amount_error(value, message: str) -> str:
+    """``console.money.parse_amount``'s complaint, in the page's language."""
+    if "six decimal places" in message:
+        return gettext("Amounts have at most six decimal places.")
+    if "finite" in message:
+        return gettext("Enter a finite amount.")
+    if "is not an amount" in message:
+        return gettext("'%(value)s' is not an amount; enter a number such as 25 or 12.50.") % {
+            "value": value
+        }
+    return gettext("Enter an amount such as 25 or 12.50.")
 
 
 class AmountField(forms.CharField):
@@ -20,7 +35,7 @@ class AmountField(forms.CharField):
     def __init__(self, **kwargs):
         kwargs.setdefault("required", False)
         kwargs.setdefault(
-            "widget", forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "no cap"})
+            "widget", forms.TextInput(attrs={"inputmode": "decimal", "placeholder": _("no cap")})
         )
         super().__init__(**kwargs)
 
@@ -31,7 +46,7 @@ class AmountField(forms.CharField):
         try:
             return parse_amount(value)
         except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
+            raise forms.ValidationError(_amount_error(value, str(exc)), code="invalid") from None
 
 
 class ModelListField(forms.MultipleChoiceField):
@@ -60,31 +75,36 @@ class ModelListField(forms.MultipleChoiceField):
         unknown = [name for name in value if not self.valid_value(name)]
         if unknown:
             raise forms.ValidationError(
-                "Unknown model%(s)s: %(names)s. Tick models from the list; the Models & "
-                "prices page shows every model in the catalogue.",
+                ngettext(
+                    "Unknown model: %(names)s. Tick models from the list; the Models & "
+                    "prices page shows every model in the catalogue.",
+                    "Unknown models: %(names)s. Tick models from the list; the Models & "
+                    "prices page shows every model in the catalogue.",
+                    len(unknown),
+                ),
                 code="invalid_choice",
-                params={"s": "s" if len(unknown) > 1 else "", "names": ", ".join(unknown)},
+                params={"names": ", ".join(unknown)},
             )
 
 
 class LimitsForm(forms.Form):
     allowed_models = ModelListField(
         required=False,
-        label="Allowed models",
-        help_text="None ticked allows every model the level above allows.",
+        label=_("Allowed models"),
+        help_text=_("None ticked allows every model the level above allows."),
     )
-    spend_cap_daily = AmountField(label="Daily spend cap")
-    spend_cap_monthly = AmountField(label="Monthly spend cap")
-    spend_cap_lifetime = AmountField(label="Lifetime spend cap")
+    spend_cap_daily = AmountField(label=_("Daily spend cap"))
+    spend_cap_monthly = AmountField(label=_("Monthly spend cap"))
+    spend_cap_lifetime = AmountField(label=_("Lifetime spend cap"))
     rpm_limit = forms.IntegerField(
         required=False,
-        label="Requests per minute",
-        widget=forms.NumberInput(attrs={"placeholder": "no limit"}),
+        label=_("Requests per minute"),
+        widget=forms.NumberInput(attrs={"placeholder": _("no limit")}),
     )
     tpm_limit = forms.IntegerField(
         required=False,
-        label="Tokens per minute",
-        widget=forms.NumberInput(attrs={"placeholder": "no limit"}),
+        label=_("Tokens per minute"),
+        widget=forms.NumberInput(attrs={"placeholder": _("no limit")}),
     )
 
     def __init__(self, *args, model_names=(), **kwargs):
@@ -100,20 +120,22 @@ class LimitsForm(forms.Form):
 
 
 class ApiKeyForm(LimitsForm):
-    name = forms.CharField(max_length=120)
-    sub_account = forms.ChoiceField(required=False, label="Sub-account")
+    name = forms.CharField(max_length=120, label=_("Name"))
+    sub_account = forms.ChoiceField(required=False, label=_("Sub-account"))
     ip_allowlist = forms.CharField(
         required=False,
-        label="IP allowlist",
+        label=_("IP allowlist"),
         widget=forms.Textarea(
             attrs={"rows": 2, "placeholder": "203.0.113.7, 10.0.0.0/8, 2001:db8::/32"}
         ),
-        help_text="Addresses or CIDR ranges; empty allows any address.",
+        help_text=_("Addresses or CIDR ranges; empty allows any address."),
     )
-    priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.NORMAL)
+    priority = forms.ChoiceField(
+        label=_("Priority"), choices=Priority.choices, initial=Priority.NORMAL
+    )
     expires_at = forms.DateTimeField(
         required=False,
-        label="Expires",
+        label=_("Expires"),
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
     )
@@ -134,7 +156,7 @@ class ApiKeyForm(LimitsForm):
     def __init__(self, *args, sub_accounts=(), tz_name="UTC", **kwargs):
         super().__init__(*args, **kwargs)
         self.tz_name = tz_name
-        self.fields["sub_account"].choices = [("", "— none (organization-wide) —")] + [
+        self.fields["sub_account"].choices = [("", gettext("— none (organization-wide) —"))] + [
             (str(s.pk), s.name) for s in sub_accounts
         ]
 
@@ -163,55 +185,57 @@ class ApiKeyEditForm(ApiKeyForm):
 class RotateForm(forms.Form):
     grace_seconds = forms.TypedChoiceField(
         coerce=int,
-        label="Old secret keeps working for",
+        label=_("Old secret keeps working for"),
         choices=[
-            (0, "stop now"),
-            (300, "5 minutes"),
-            (3600, "1 hour"),
-            (86400, "24 hours"),
-            (604800, "7 days"),
+            (0, _("stop now")),
+            (300, _("5 minutes")),
+            (3600, _("1 hour")),
+            (86400, _("24 hours")),
+            (604800, _("7 days")),
         ],
     )
 
 
 class SubAccountForm(LimitsForm):
-    name = forms.CharField(max_length=120)
-    status = forms.ChoiceField(choices=SubAccountStatus.choices, initial=SubAccountStatus.ACTIVE)
+    name = forms.CharField(max_length=120, label=_("Name"))
+    status = forms.ChoiceField(
+        label=_("Status"), choices=SubAccountStatus.choices, initial=SubAccountStatus.ACTIVE
+    )
     field_order = ["name", "status", "allowed_models"]
 
 
 class InviteForm(forms.Form):
-    email = forms.EmailField()
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.DEVELOPER)
+    email = forms.EmailField(label=_("E-mail"))
+    role = forms.ChoiceField(label=_("Role"), choices=Role.choices, initial=Role.DEVELOPER)
 
 
 class RoleForm(forms.Form):
-    role = forms.ChoiceField(choices=Role.choices)
+    role = forms.ChoiceField(label=_("Role"), choices=Role.choices)
 
 
 class AcceptNewUserForm(forms.Form):
-    full_name = forms.CharField(max_length=150, required=False)
-    password = forms.CharField(widget=forms.PasswordInput, min_length=1)
+    full_name = forms.CharField(max_length=150, required=False, label=_("Full name"))
+    password = forms.CharField(widget=forms.PasswordInput, min_length=1, label=_("Password"))
 
 
 class TokenForm(forms.Form):
     EXPIRY_DAYS = {"30": 30, "90": 90, "365": 365}
 
-    name = forms.CharField(max_length=120)
+    name = forms.CharField(max_length=120, label=_("Name"))
     scope = forms.ChoiceField(
-        label="Access",
+        label=_("Access"),
         choices=TokenScope.choices,
         initial=TokenScope.READ_ONLY,
         widget=forms.RadioSelect,
-        help_text="Read-only tokens are refused (403) on anything that changes data.",
+        help_text=_("Read-only tokens are refused (403) on anything that changes data."),
     )
     expires = forms.ChoiceField(
-        label="Expires",
+        label=_("Expires"),
         choices=[
-            ("30", "in 30 days"),
-            ("90", "in 90 days"),
-            ("365", "in a year"),
-            ("never", "never"),
+            ("30", _("in 30 days")),
+            ("90", _("in 90 days")),
+            ("365", _("in a year")),
+            ("never", _("never")),
         ],
         initial="90",
     )
@@ -224,39 +248,41 @@ class TokenForm(forms.Form):
 
 
 class OrganizationForm(forms.Form):
-    name = forms.CharField(max_length=120)
+    name = forms.CharField(max_length=120, label=_("Name"))
     timezone = forms.ChoiceField(
-        label="Time zone",
-        help_text="Days and months of spend caps, charts and exports start at midnight here.",
+        label=_("Time zone"),
+        help_text=_("Days and months of spend caps, charts and exports start at midnight here."),
     )
     developer_key_cap = AmountField(
-        label="Default cap for developer keys",
-        help_text="Monthly spend cap every key a developer issues gets, and cannot exceed; "
-        "empty: none.",
+        label=_("Default cap for developer keys"),
+        help_text=_(
+            "Monthly spend cap every key a developer issues gets, and cannot exceed; empty: none."
+        ),
     )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        choices = timezones.zone_choices()
+        groups = {"Common": gettext("Common"), "All zones": gettext("All zones")}
+        choices = [(groups.get(label, label), zones) for label, zones in timezones.zone_choices()]
         current = self.initial.get("timezone")
         if current and not any(current == z for _, group in choices for z, _ in group):
-            choices.insert(0, ("Current", [(current, current)]))
+            choices.insert(0, (gettext("Current"), [(current, current)]))
         self.fields["timezone"].choices = choices
 
 
 class MemberRemoveForm(forms.Form):
     keys = forms.ChoiceField(
-        label="Their API keys",
-        choices=[("revoke", "Revoke them now"), ("hand_over", "Hand them over to")],
+        label=_("Their API keys"),
+        choices=[("revoke", _("Revoke them now")), ("hand_over", _("Hand them over to"))],
         initial="revoke",
         required=False,
         widget=forms.RadioSelect,
     )
-    hand_over_to = forms.TypedChoiceField(coerce=int, required=False, label="Hand over to")
+    hand_over_to = forms.TypedChoiceField(coerce=int, required=False, label=_("Hand over to"))
 
     def __init__(self, *args, recipients=(), **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["hand_over_to"].choices = [("", "— choose a member —")] + [
+        self.fields["hand_over_to"].choices = [("", gettext("— choose a member —"))] + [
             (m.pk, f"{m.user.email} ({m.get_role_display()})") for m in recipients
         ]
 

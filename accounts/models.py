@@ -105,6 +105,22 @@ class Role(models.TextChoices):
     VIEWER = "viewer", _("Viewer")
 
 
+_ROLE_NOUNS = {
+    "owner": _("owner"),
+    "admin": _("admin"),
+    "finance": _("finance"),
+    "developer": _("developer"),
+    "viewer": _("viewer"),
+}
+
+
+def role_noun(role: str) -> str:
+    """A role as a sentence names it ("as viewer", "the owner role"), in the
+    active language; an unknown code as is."""
+    noun = _ROLE_NOUNS.get(str(role))
+    return str(noun) if noun is not None else str(role)
+
+
 class Membership(models.Model):
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
     organization = models.ForeignKey(
@@ -158,8 +174,8 @@ class Invitation(models.Model):
 
 
 class SubAccountStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    SUSPENDED = "suspended", "Suspended"
+    ACTIVE = "active", _("Active")
+    SUSPENDED = "suspended", _("Suspended")
 
 
 class Limits(models.Model):
@@ -199,15 +215,15 @@ class SubAccount(Limits):
 
 
 class Priority(models.TextChoices):
-    HIGH = "high", "High"
-    NORMAL = "normal", "Normal"
-    LOW = "low", "Low"
+    HIGH = "high", _("High")
+    NORMAL = "normal", _("Normal")
+    LOW = "low", _("Low")
 
 
 class ApiKeyStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    REVOKED = "revoked", "Revoked"
-    EXPIRED = "expired", "Expired"
+    ACTIVE = "active", _("Active")
+    REVOKED = "revoked", _("Revoked")
+    EXPIRED = "expired", _("Expired")
 
 
 class ApiKey(Limits):
@@ -286,8 +302,8 @@ class ApiKey(Limits):
 
 
 class TokenScope(models.TextChoices):
-    READ_ONLY = "read", "Read only"
-    READ_WRITE = "write", "Read and write"
+    READ_ONLY = "read", _("Read only")
+    READ_WRITE = "write", _("Read and write")
 
 
 class PersonalAccessToken(models.Model):

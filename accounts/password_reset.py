@@ -21,12 +21,16 @@ from __future__ import annotations
 import hashlib
 
 from django.conf import settings
+from django.contrib.auth import forms as auth_forms
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
 from django.shortcuts import redirect
 from django.urls import reverse_lazy
+from django.utils import translation
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
-from accounts.middleware import client_ip
+from accounts.middleware import client_ip, supported_language
 
 _PREFIX = "pwreset"
 
@@ -50,7 +54,22 @@ def _count(kind: str, ident: str) -> int:
         return 1
 
 
+class PasswordResetForm(auth_forms.PasswordResetForm):
+    """Django's form; the e-mail goes out in the account's own language (the
+    one it chose in the console), else in the language of the page."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["email"].label = gettext_lazy("E-mail")
+
+    def send_mail(self, subject_template_name, email_template_name, context, *args, **kwargs):
+        language = supported_language(getattr(context.get("user"), "language", None))
+        with translation.override(language or translation.get_language()):
+            super().send_mail(subject_template_name, email_template_name, context, *args, **kwargs)
+
+
 class PasswordResetView(auth_views.PasswordResetView):
+    form_class = PasswordResetForm
     template_name = "accounts/password_reset_form.html"
     email_template_name = "accounts/password_reset_email.txt"
     subject_template_name = "accounts/password_reset_subject.txt"
@@ -65,8 +84,8 @@ class PasswordResetView(auth_views.PasswordResetView):
         if _count("client", client) > settings.PASSWORD_RESET_PER_CLIENT:
             form.add_error(
                 None,
-                "Too many reset requests from your network. Try again in "
-                f"{max(1, settings.PASSWORD_RESET_WINDOW_SECONDS // 60)} minutes.",
+                _("Too many reset requests from your network. Try again in %(n)d minutes.")
+                % {"n": max(1, settings.PASSWORD_RESET_WINDOW_SECONDS // 60)},
             )
             response = self.render_to_response(self.get_context_data(form=form), status=429)
             response["Retry-After"] = str(settings.PASSWORD_RESET_WINDOW_SECONDS)

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from accounts.actors import Actor
 from accounts.errors import PermissionDenied
@@ -61,7 +62,7 @@ def api_key_list(
 ) -> QuerySet[ApiKey]:
     """All the org's keys for roles that see them all; a developer's own keys otherwise."""
     if not can_view_keys(actor.role):
-        raise PermissionDenied("Your role cannot see API keys.")
+        raise PermissionDenied(_("Your role cannot see API keys."))
     qs = ApiKey.objects.filter(organization_id=actor.organization_id).select_related(
         "sub_account", "owner"
     )

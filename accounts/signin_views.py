@@ -17,6 +17,8 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from accounts import throttle, two_factor
@@ -26,9 +28,9 @@ from accounts.models import User
 
 def _wait_words(seconds: int) -> str:
     if seconds < 120:
-        return f"{seconds} second{'s' if seconds != 1 else ''}"
+        return ngettext("%(n)d second", "%(n)d seconds", seconds) % {"n": seconds}
     minutes = math.ceil(seconds / 60)
-    return f"{minutes} minutes"
+    return ngettext("%(n)d minute", "%(n)d minutes", minutes) % {"n": minutes}
 
 
 def _login_attempt(request) -> tuple[throttle.Attempt, int, str]:
@@ -52,10 +54,9 @@ def _wait_message(attempt: throttle.Attempt) -> tuple[int, str]:
     message = ""
     if seconds > 0:
         at = timezone.now() + timedelta(seconds=seconds)
-        message = (
-            "Too many failed sign-in attempts. "
-            f"Try again in {_wait_words(seconds)} (after {at:%H:%M:%S} UTC)."
-        )
+        message = _(
+            "Too many failed sign-in attempts. Try again in %(wait)s (after %(at)s UTC)."
+        ) % {"wait": _wait_words(seconds), "at": f"{at:%H:%M:%S}"}
     return seconds, message
 
 
@@ -149,5 +150,5 @@ class PasswordChangeView(auth_views.PasswordChangeView):
     template_name = "accounts/password_change.html"
 
     def get_success_url(self):
-        messages.success(self.request, "Your password was changed.")
+        messages.success(self.request, _("Your password was changed."))
         return reverse("console:overview")

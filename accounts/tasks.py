@@ -8,8 +8,10 @@ from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import reverse
+from django.utils import translation
+from django.utils.translation import gettext as _
 
-from accounts.models import Invitation
+from accounts.models import Invitation, User, role_noun
 from accounts.services import api_keys_expire_due
 from console import crypto
 
@@ -33,18 +35,38 @@ def send_invitation_email(invitation_id: int, sealed_token: str) -> None:
     if invitation is None or invitation.status != "pending":
         return
     link = settings.CONSOLE_BASE_URL + reverse("accounts:invitation_accept", args=[raw_token])
-    inviter = invitation.invited_by.display_name if invitation.invited_by else "An admin"
-    send_mail(
-        subject=f"You are invited to {invitation.organization.name}",
-        message=(
-            f"{inviter} invited you to join {invitation.organization.name} "
-            f"as {invitation.role}.\n\n"
-            f"Accept the invitation here (the link works once and expires "
-            f"{invitation.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"
-        ),
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=[invitation.email],
-    )
+    with translation.override(_invitation_language(invitation)):
+        org = invitation.organization.name
+        inviter = invitation.invited_by.display_name if invitation.invited_by else _("An admin")
+        send_mail(
+            subject=_("You are invited to %(org)s") % {"org": org},
+            message=_(
+                "%(inviter)s invited you to join %(org)s as %(role)s.\n\n"
+                "Accept the invitation here (the link works once and expires "
+                "%(expires)s UTC):\n%(link)s\n"
+            )
+            % {
+                "inviter": inviter,
+                "org": org,
+                "role": role_noun(invitation.role),
+                "expires": f"{invitation.expires_at:%Y-%m-%d %H:%M}",
+                "link": link,
+            },
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=[invitation.email],
+        )
+
+
+def _invitation_language(invitation: Invitation) -> str:
+    """The language the invited person chose, when they already have an
+    account; else the inviter's (a team usually shares one); else the default."""
+    languages = dict(settings.LANGUAGES)
+    invitee = User.objects.filter(email__iexact=invitation.email).first()
+    for person in (invitee, invitation.invited_by):
+        language = getattr(person, "language", "")
+        if language in languages:
+            return language
+    return settings.LANGUAGE_CODE
 
 
 @shared_task(name="accounts.expire_keys")

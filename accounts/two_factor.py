@@ -21,6 +21,7 @@ import segno
 from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
+from django.utils.translation import gettext as _
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from accounts.audit import audit_record
@@ -155,9 +156,9 @@ def set_organization_requirement(*, actor, required: bool) -> None:
     """An owner requires (or stops requiring) a second factor of every member
     of the organization; they must have one themselves first."""
     if actor.membership.role != Role.OWNER:
-        raise PermissionDenied("Only an owner can require two-factor sign-in.")
+        raise PermissionDenied(_("Only an owner can require two-factor sign-in."))
     if required and not is_enabled(actor.user):
-        raise ValidationFailed("Turn on two-factor sign-in for yourself first.")
+        raise ValidationFailed(_("Turn on two-factor sign-in for yourself first."))
     org = actor.organization
     if org.require_two_factor == required:
         return

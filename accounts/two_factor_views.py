@@ -8,6 +8,7 @@ from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
 from accounts import throttle, two_factor
@@ -25,7 +26,7 @@ def login_code(request):
     pending = two_factor.pending_sign_in(request)
     user = User.objects.filter(pk=pending["user"], is_active=True).first() if pending else None
     if user is None:
-        messages.info(request, "Sign in again.")
+        messages.info(request, _("Sign in again."))
         return redirect("accounts:login")
     context = {"error": "", "locked": ""}
     if request.method == "POST":
@@ -47,7 +48,7 @@ def login_code(request):
             response = redirect(pending["next"])
             throttle.remember_device(request, response, user)
             return response
-        context["error"] = "That code is not right (or was used already)."
+        context["error"] = _("That code is not right (or was used already).")
     return render(request, "accounts/two_factor_code.html", context)
 
 
@@ -62,10 +63,12 @@ def settings_page(request):
     if action == "confirm":
         codes = two_factor.confirm_setup(user, request.POST.get("code", ""))
         if codes is None:
-            context["error"] = "That code is not right; check the time on your phone and try again."
+            context["error"] = _(
+                "That code is not right; check the time on your phone and try again."
+            )
         else:
             context["codes"] = codes
-            messages.success(request, "Two-factor sign-in is on.")
+            messages.success(request, _("Two-factor sign-in is on."))
     elif action in ("require", "unrequire") and getattr(request, "actor", None) is not None:
         try:
             two_factor.set_organization_requirement(
@@ -76,13 +79,13 @@ def settings_page(request):
         else:
             return redirect("accounts:two_factor")
     elif action == "disable" and _organization_requires(request):
-        context["error"] = "Your organization requires two-factor sign-in."
+        context["error"] = _("Your organization requires two-factor sign-in.")
     elif action in ("disable", "regenerate"):
         if not two_factor.verify(user, request.POST.get("code", "")):
-            context["error"] = "That code is not right."
+            context["error"] = _("That code is not right.")
         elif action == "disable":
             two_factor.disable(user)
-            messages.success(request, "Two-factor sign-in is off.")
+            messages.success(request, _("Two-factor sign-in is off."))
             return redirect("accounts:two_factor")
         else:
             context["codes"] = two_factor.issue_recovery_codes(user)

@@ -4,10 +4,13 @@ message a person can act on."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import datetime
 
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from console import ipnet
 
@@ -22,8 +25,32 @@ MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 def normalize_ip_allowlist(entries: list[str] | str) -> list[str]:
     """Parse IPv4/IPv6 addresses and CIDR ranges; return them normalized
     (``10.0.0.7/8`` → ``10.0.0.0/8``, single addresses as /32 or /128),
-    de-duplicated, in input order (``console.ipnet.validate``)."""
-    return ipnet.validate(entries, max_entries=MAX_ALLOWLIST_ENTRIES)
+    de-duplicated, in input order (``console.ipnet.validate``). The problems
+    a person can fix are worded here, in the page's language."""
+    items = ipnet.split(entries) if isinstance(entries, str) else list(entries)
+    if len(items) > MAX_ALLOWLIST_ENTRIES:
+        raise ValueError(
+            _("At most %(n)d IP allowlist entries are allowed.") % {"n": MAX_ALLOWLIST_ENTRIES}
+        )
+    bad = []
+    for raw in items:
+        entry = str(raw).strip()
+        if not entry:
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            bad.append(entry)
+    if bad:
+        raise ValueError(
+            ngettext(
+                "%(entries)s is not a valid IP address or CIDR range.",
+                "%(entries)s are not valid IP addresses or CIDR ranges.",
+                len(bad),
+            )
+            % {"entries": ", ".join(f"'{b}'" for b in bad)}
+        )
+    return ipnet.validate(items, max_entries=MAX_ALLOWLIST_ENTRIES)
 
 
 def normalize_models(models: list[str] | str) -> list[str]:
@@ -35,21 +62,25 @@ def normalize_models(models: list[str] | str) -> list[str]:
         if not name:
             continue
         if not MODEL_NAME_RE.match(name):
-            raise ValueError(f"'{name[:60]}' is not a valid model name.")
+            raise ValueError(_("'%(name)s' is not a valid model name.") % {"name": name[:60]})
         if name not in out:
             out.append(name)
     return out
 
 
-def validate_cap(value: int | None, label: str = "Spend cap") -> int | None:
+def validate_cap(value: int | None, label: str | None = None) -> int | None:
     if value is None:
         return None
+    label = label or _("Spend cap")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{label} must be a whole number of micro-units.")
+        raise ValueError(_("%(label)s must be a whole number of micro-units.") % {"label": label})
     if value < 0:
-        raise ValueError(f"{label} cannot be negative.")
+        raise ValueError(_("%(label)s cannot be negative.") % {"label": label})
     if value > MAX_SPEND_CAP:
-        raise ValueError(f"{label} is absurdly large (over {MAX_SPEND_CAP // 10**6:,} units).")
+        raise ValueError(
+            _("%(label)s is absurdly large (over %(max)s units).")
+            % {"label": label, "max": f"{MAX_SPEND_CAP // 10**6:,}"}
+        )
     return value
 
 
@@ -57,19 +88,24 @@ def validate_rate(value: int | None, label: str, maximum: int = MAX_RATE_LIMIT) 
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{label} must be a whole number.")
+        raise ValueError(_("%(label)s must be a whole number.") % {"label": label})
     if value < 1:
-        raise ValueError(f"{label} must be at least 1 (leave it empty for no limit).")
+        raise ValueError(
+            _("%(label)s must be at least 1 (leave it empty for no limit).") % {"label": label}
+        )
     if value > maximum:
-        raise ValueError(f"{label} cannot exceed {maximum:,}.")
+        raise ValueError(
+            _("%(label)s cannot exceed %(max)s.") % {"label": label, "max": f"{maximum:,}"}
+        )
     return value
 
 
-def validate_future(value: datetime | None, label: str = "Expiry") -> datetime | None:
+def validate_future(value: datetime | None, label: str | None = None) -> datetime | None:
     if value is None:
         return None
+    label = label or _("Expiry")
     if timezone.is_naive(value):
-        raise ValueError(f"{label} needs a time zone.")
+        raise ValueError(_("%(label)s needs a time zone.") % {"label": label})
     if value <= timezone.now():
-        raise ValueError(f"{label} must be in the future.")
+        raise ValueError(_("%(label)s must be in the future.") % {"label": label})
     return value

@@ -9,6 +9,7 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts import selectors, services
@@ -27,7 +28,7 @@ from accounts.forms import (
     TokenForm,
 )
 from accounts.middleware import SESSION_KEY
-from accounts.models import ApiKeyStatus, Membership, Role, User
+from accounts.models import ApiKeyStatus, Membership, Role, User, role_noun
 from accounts.permissions import Perm, can_view_keys, has_perm
 from console.money import amount_input, micro_to_decimal
 
@@ -61,7 +62,7 @@ def organization_switch(request):
             user=request.user, organization_id=org_id, organization__is_active=True
         ).exists()
     ):
-        messages.error(request, "You are not a member of that organization.")
+        messages.error(request, _("You are not a member of that organization."))
     else:
         request.session[SESSION_KEY] = org_id
     return redirect("console:overview")
@@ -83,7 +84,7 @@ def organization_settings(request):
     if request.method == "POST":
         if not actor.can(Perm.ORG_MANAGE):
             return render(
-                request, "403.html", {"reason": "Your role cannot change settings."}, status=403
+                request, "403.html", {"reason": _("Your role cannot change settings.")}, status=403
             )
         if form.is_valid():
             try:
@@ -91,7 +92,7 @@ def organization_settings(request):
             except DomainError as exc:
                 apply_errors(form, exc)
             else:
-                messages.success(request, "Settings saved.")
+                messages.success(request, _("Settings saved."))
                 return redirect("accounts:organization_settings")
     return render(request, "accounts/organization.html", {"form": form, "org": org})
 
@@ -110,7 +111,7 @@ def member_list(request):
     if request.method == "POST":
         if not actor.can(Perm.MEMBERS_MANAGE):
             return render(
-                request, "403.html", {"reason": "Your role cannot invite members."}, status=403
+                request, "403.html", {"reason": _("Your role cannot invite members.")}, status=403
             )
         if invite_form.is_valid():
             try:
@@ -124,7 +125,9 @@ def member_list(request):
                 # whoever invited (the token is stored hashed; the session
                 # holds it until that page pops it): to copy into a chat when
                 # the e-mail does not arrive.
-                messages.success(request, f"Invitation sent to {invitation.email}.")
+                messages.success(
+                    request, _("Invitation sent to %(email)s.") % {"email": invitation.email}
+                )
                 request.session[INVITE_LINK_SESSION_KEY] = request.build_absolute_uri(
                     reverse("accounts:invitation_accept", args=[raw])
                 )
@@ -177,14 +180,16 @@ def member_role(request, membership_id: int):
         raise Http404
     form = RoleForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Choose one of the listed roles.")
+        messages.error(request, _("Choose one of the listed roles."))
         return redirect("accounts:members")
     return _run_action(
         request,
         lambda: services.membership_change_role(
             actor=request.actor, membership_id=membership_id, **form.cleaned_data
         ),
-        lambda m: f"{m.user.email} is now {m.get_role_display()}.",
+        lambda m: (
+            _("%(email)s is now %(role)s.") % {"email": m.user.email, "role": m.get_role_display()}
+        ),
         "accounts:members",
     )
 
@@ -202,7 +207,10 @@ def member_remove(request, membership_id: int):
     if target is None:
         raise Http404
     if target.pk != actor.membership.pk and not actor.can(Perm.MEMBERS_MANAGE):
-        messages.error(request, f"Your role ({actor.role}) cannot remove members.")
+        messages.error(
+            request,
+            _("Your role (%(role)s) cannot remove members.") % {"role": role_noun(actor.role)},
+        )
         return redirect("accounts:members")
     recipients = [
         m
@@ -218,7 +226,7 @@ def member_remove(request, membership_id: int):
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"{target.user.email} removed.")
+            messages.success(request, _("%(email)s removed.") % {"email": target.user.email})
             if target.pk == actor.membership.pk:
                 return redirect("console:overview")
             return redirect("accounts:members")
@@ -236,7 +244,7 @@ def invitation_revoke(request, invitation_id: int):
     return _run_action(
         request,
         lambda: services.invitation_revoke(actor=request.actor, invitation_id=invitation_id),
-        "Invitation withdrawn.",
+        _("Invitation withdrawn."),
         "accounts:members",
     )
 
@@ -273,7 +281,10 @@ def invitation_accept(request, token: str):
             membership = None
         if membership is not None:
             request.session[SESSION_KEY] = membership.organization_id
-            messages.success(request, f"Welcome to {membership.organization.name}.")
+            messages.success(
+                request,
+                _("Welcome to %(org)s.") % {"org": membership.organization.name},
+            )
             return redirect("console:overview")
     return render(
         request,
@@ -304,7 +315,10 @@ def sub_account_list(request):
     if request.method == "POST":
         if not actor.can(Perm.SUBACCOUNTS_MANAGE):
             return render(
-                request, "403.html", {"reason": "Your role cannot create sub-accounts."}, status=403
+                request,
+                "403.html",
+                {"reason": _("Your role cannot create sub-accounts.")},
+                status=403,
             )
         if form.is_valid():
             data = dict(form.cleaned_data)
@@ -314,7 +328,7 @@ def sub_account_list(request):
             except DomainError as exc:
                 apply_errors(form, exc)
             else:
-                messages.success(request, f"Sub-account '{sub.name}' created.")
+                messages.success(request, _("Sub-account '%(name)s' created.") % {"name": sub.name})
                 return redirect("accounts:sub_account_detail", sub.pk)
     return render(
         request,
@@ -338,7 +352,10 @@ def sub_account_detail(request, sub_account_id: int):
     if request.method == "POST":
         if not actor.can(Perm.SUBACCOUNTS_MANAGE):
             return render(
-                request, "403.html", {"reason": "Your role cannot change sub-accounts."}, status=403
+                request,
+                "403.html",
+                {"reason": _("Your role cannot change sub-accounts.")},
+                status=403,
             )
         try:
             if "members" in request.POST or request.POST.get("action") == "members":
@@ -346,11 +363,11 @@ def sub_account_detail(request, sub_account_id: int):
                 services.sub_account_set_members(
                     actor=actor, sub_account_id=sub.pk, membership_ids=ids
                 )
-                messages.success(request, "Members updated.")
+                messages.success(request, _("Members updated."))
                 return redirect("accounts:sub_account_detail", sub.pk)
             if form.is_valid():
                 services.sub_account_update(actor=actor, sub_account_id=sub.pk, **form.cleaned_data)
-                messages.success(request, "Sub-account saved.")
+                messages.success(request, _("Sub-account saved."))
                 return redirect("accounts:sub_account_detail", sub.pk)
         except DomainError as exc:
             apply_errors(form, exc)
@@ -388,7 +405,7 @@ def api_key_list(request):
     spend = selectors.api_key_spend(actor=actor, keys=page.object_list)
     for key in page.object_list:
         key.spend_bars = spend.get(key.pk, ())
-    filters = [(None, "all"), *((s, s) for s in ApiKeyStatus.values)]
+    filters = [(None, _("all")), *((s, s) for s in ApiKeyStatus.values)]
     return render(
         request,
         "accounts/api_keys.html",
@@ -450,7 +467,7 @@ def api_key_detail(request, key_id: int):
     if request.method == "POST":
         if not may_change:
             return render(
-                request, "403.html", {"reason": "Your role cannot change this key."}, status=403
+                request, "403.html", {"reason": _("Your role cannot change this key.")}, status=403
             )
         if form.is_valid():
             try:
@@ -458,7 +475,7 @@ def api_key_detail(request, key_id: int):
             except DomainError as exc:
                 apply_errors(form, exc)
             else:
-                messages.success(request, "Key saved.")
+                messages.success(request, _("Key saved."))
                 return redirect("accounts:api_key_detail", key.pk)
     return render(
         request,
@@ -505,7 +522,7 @@ def api_key_collect_secret(request, key_id: int):
     except DomainError:
         raise Http404 from None
     if not raw:
-        messages.error(request, "There is no new secret waiting for you on this key.")
+        messages.error(request, _("There is no new secret waiting for you on this key."))
         return redirect("accounts:api_key_detail", key.pk)
     return render(
         request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
@@ -525,7 +542,11 @@ def api_key_revoke(request, key_id: int):
         except DomainError as exc:
             _flash_error(request, exc)
         else:
-            messages.success(request, f"Key '{key.name}' ({key.prefix}…) revoked.")
+            messages.success(
+                request,
+                _("Key '%(name)s' (%(prefix)s…) revoked.")
+                % {"name": key.name, "prefix": key.prefix},
+            )
         return redirect("accounts:api_keys")
     return render(request, "accounts/api_key_revoke.html", {"key": key})
 
@@ -556,7 +577,7 @@ def access_tokens(request):
             except DomainError as exc:
                 _flash_error(request, exc)
             else:
-                messages.success(request, "Token revoked.")
+                messages.success(request, _("Token revoked."))
             return redirect("accounts:access_tokens")
         if form.is_valid():
             try:

@@ -3,6 +3,9 @@ normalized, validated values, with every problem reported against its field."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
 from accounts import validators
 from accounts.errors import ValidationFailed
 from console import hooks
@@ -11,12 +14,15 @@ CAP_FIELDS = ("spend_cap_daily", "spend_cap_monthly", "spend_cap_lifetime")
 RATE_FIELDS = ("rpm_limit", "tpm_limit")
 LIMIT_FIELDS = ("allowed_models", *CAP_FIELDS, *RATE_FIELDS)
 _LABELS = {
-    "spend_cap_daily": "Daily spend cap",
-    "spend_cap_monthly": "Monthly spend cap",
-    "spend_cap_lifetime": "Lifetime spend cap",
-    "rpm_limit": "Requests per minute",
-    "tpm_limit": "Tokens per minute",
+    "spend_cap_daily": gettext_lazy("Daily spend cap"),
+    "spend_cap_monthly": gettext_lazy("Monthly spend cap"),
+    "spend_cap_lifetime": gettext_lazy("Lifetime spend cap"),
+    "rpm_limit": gettext_lazy("Requests per minute"),
+    "tpm_limit": gettext_lazy("Tokens per minute"),
 }
+
+# The objects ``clean_unique_name`` names, in the page's language.
+_NOUNS = {"sub-account": gettext_lazy("sub-account"), "node": gettext_lazy("node")}
 
 
 class FieldErrors:
@@ -41,19 +47,23 @@ class FieldErrors:
 def clean_unique_name(
     errors: FieldErrors, raw, siblings, *, noun: str, instance=None, max_length: int = 120
 ) -> str:
+    noun = _NOUNS.get(noun, noun)
     """A stripped, non-empty name unique among ``siblings`` (a queryset of the
     same organization's objects), adding a form error otherwise."""
     name = (raw or "").strip()
     if not name:
-        errors.add("name", "Enter a name.")
+        errors.add("name", _("Enter a name."))
     elif len(name) > max_length:
-        errors.add("name", f"Use at most {max_length} characters.")
+        errors.add("name", _("Use at most %(n)d characters.") % {"n": max_length})
     else:
         clash = siblings.filter(name=name)
         if instance is not None:
             clash = clash.exclude(pk=instance.pk)
         if clash.exists():
-            errors.add("name", f"A {noun} named '{name}' already exists.")
+            errors.add(
+                "name",
+                _("A %(noun)s named '%(name)s' already exists.") % {"noun": noun, "name": name},
+            )
     return name
 
 
@@ -71,9 +81,14 @@ def clean_limits(
         if unknown:
             errors.add(
                 "allowed_models",
-                f"Unknown model{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}. "
-                "Choose names from the list; the Models & prices page shows every model "
-                "in the catalogue.",
+                ngettext(
+                    "Unknown model: %(names)s. Choose names from the list; the Models & "
+                    "prices page shows every model in the catalogue.",
+                    "Unknown models: %(names)s. Choose names from the list; the Models & "
+                    "prices page shows every model in the catalogue.",
+                    len(unknown),
+                )
+                % {"names": ", ".join(unknown)},
             )
         if models is not None:
             outside = []
@@ -86,8 +101,11 @@ def clean_limits(
             if outside:
                 errors.add(
                     "allowed_models",
-                    f"Not allowed here: {', '.join(outside)}. "
-                    "A key may only narrow what its sub-account and organization allow.",
+                    _(
+                        "Not allowed here: %(names)s. A key may only narrow what its "
+                        "sub-account and organization allow."
+                    )
+                    % {"names": ", ".join(outside)},
                 )
             out["allowed_models"] = models
     for field in CAP_FIELDS:
@@ -95,7 +113,10 @@ def clean_limits(
             value = errors.run(field, validators.validate_cap, data[field], _LABELS[field])
             limit = getattr(ceiling, field, None) if ceiling is not None else None
             if value is not None and limit is not None and value > limit:
-                errors.add(field, f"{_LABELS[field]} cannot exceed the sub-account's cap.")
+                errors.add(
+                    field,
+                    _("%(label)s cannot exceed the sub-account's cap.") % {"label": _LABELS[field]},
+                )
             out[field] = value
     for field in RATE_FIELDS:
         if field in data:
@@ -109,7 +130,11 @@ def clean_limits(
             )
             limit = getattr(ceiling, field, None) if ceiling is not None else None
             if value is not None and limit is not None and value > limit:
-                errors.add(field, f"{_LABELS[field]} cannot exceed the sub-account's limit.")
+                errors.add(
+                    field,
+                    _("%(label)s cannot exceed the sub-account's limit.")
+                    % {"label": _LABELS[field]},
+                )
             out[field] = value
     return out
 

@@ -20,6 +20,8 @@ from enum import StrEnum
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from accounts import keys as key_secrets
 from accounts import validators
@@ -34,6 +36,7 @@ from accounts.models import (
     Priority,
     SubAccount,
     SubAccountStatus,
+    role_noun,
 )
 from accounts.permissions import Perm, can_receive_key_secret, has_perm
 from accounts.services._common import (
@@ -50,6 +53,12 @@ KEY_FIELDS = (*LIMIT_FIELDS, "name", "ip_allowlist", "priority", "expires_at")
 # The limits a key manager's setting makes a ceiling for the key's owner.
 CEILING_FIELDS = (*LIMIT_FIELDS, "ip_allowlist", "expires_at")
 MAX_GRACE = timedelta(days=30)
+# A key's state as a sentence names it (``ApiKey.effective_status`` codes).
+_STATUS_WORDS = {
+    "active": gettext_lazy("active"),
+    "revoked": gettext_lazy("revoked"),
+    "expired": gettext_lazy("expired"),
+}
 
 
 def _require_key_management(actor: Actor) -> None:
@@ -73,9 +82,9 @@ def get_api_key(actor: Actor, key_id, *, lock: bool = False, for_change: bool = 
     try:
         key = qs.get(pk=key_id)
     except (ApiKey.DoesNotExist, ValueError, TypeError):
-        raise NotFound("No such API key in this organization.") from None
+        raise NotFound(_("No such API key in this organization.")) from None
     if for_change and not (manage_all or actor.can(Perm.KEYS_MANAGE_OWN)):
-        raise PermissionDenied("Your role cannot manage API keys.")
+        raise PermissionDenied(_("Your role cannot manage API keys."))
     return key
 
 
@@ -86,18 +95,21 @@ def _resolve_sub_account(actor: Actor, sub_account_id) -> SubAccount | None:
         sub = SubAccount.objects.get(pk=sub_account_id, organization_id=actor.organization_id)
     except (SubAccount.DoesNotExist, ValueError, TypeError):
         raise ValidationFailed.from_fields(
-            {"sub_account": "No such sub-account in this organization."}
+            {"sub_account": _("No such sub-account in this organization.")}
         ) from None
     if sub.status != SubAccountStatus.ACTIVE:
         raise ValidationFailed.from_fields(
-            {"sub_account": f"Sub-account '{sub.name}' is suspended."}
+            {"sub_account": _("Sub-account '%(name)s' is suspended.") % {"name": sub.name}}
         )
     if (
         not actor.can(Perm.KEYS_MANAGE_ALL)
         and not sub.members.filter(pk=actor.membership.pk).exists()
     ):
         raise ValidationFailed.from_fields(
-            {"sub_account": f"You are not a member of sub-account '{sub.name}'."}
+            {
+                "sub_account": _("You are not a member of sub-account '%(name)s'.")
+                % {"name": sub.name}
+            }
         )
     return sub
 
@@ -110,9 +122,9 @@ def _clean(
     if "name" in data:
         name = (data["name"] or "").strip()
         if not name:
-            errors.add("name", "Enter a name.")
+            errors.add("name", _("Enter a name."))
         elif len(name) > 120:
-            errors.add("name", "Use at most 120 characters.")
+            errors.add("name", _("Use at most %(n)d characters.") % {"n": 120})
         else:
             clash = ApiKey.objects.filter(
                 organization_id=actor.organization_id, sub_account=sub, name=name
@@ -120,8 +132,11 @@ def _clean(
             if instance is not None:
                 clash = clash.exclude(pk=instance.pk)
             if clash.exists():
-                where = f"sub-account '{sub.name}'" if sub else "this organization"
-                errors.add("name", f"A key named '{name}' already exists in {where}.")
+                if sub:
+                    message = _("A key named '%(name)s' already exists in sub-account '%(sub)s'.")
+                else:
+                    message = _("A key named '%(name)s' already exists in this organization.")
+                errors.add("name", message % {"name": name, "sub": sub.name if sub else ""})
         out["name"] = name
     if "ip_allowlist" in data:
         ips = errors.run(
@@ -130,7 +145,7 @@ def _clean(
         out["ip_allowlist"] = ips or []
     if "priority" in data:
         if data["priority"] not in Priority.values:
-            errors.add("priority", "Choose high, normal or low.")
+            errors.add("priority", _("Choose high, normal or low."))
         out["priority"] = data["priority"]
     if "expires_at" in data:
         out["expires_at"] = errors.run("expires_at", validators.validate_future, data["expires_at"])
@@ -192,7 +207,7 @@ def _check_ceiling(actor: Actor, values: dict, *, key: ApiKey | None) -> None:
         current = ceiling.get("spend_cap_monthly")
         ceiling["spend_cap_monthly"] = org_cap if current is None else min(current, org_cap)
     errors = FieldErrors()
-    set_by = "an admin" if key is not None and key.ceiling else "your organization"
+    by_admin = key is not None and bool(key.ceiling)
     for field, limit in ceiling.items():
         if field not in values or limit is None:
             continue
@@ -203,37 +218,57 @@ def _check_ceiling(actor: Actor, values: dict, *, key: ApiKey | None) -> None:
             if new is None or new > limit:
                 errors.add(
                     field,
-                    f"Capped at {_money(actor, limit)} by {set_by}: you may lower it, "
-                    "not raise or remove it.",
+                    (
+                        _(
+                            "Capped at %(cap)s by an admin: you may lower it, "
+                            "not raise or remove it."
+                        )
+                        if by_admin
+                        else _(
+                            "Capped at %(cap)s by your organization: you may lower it, "
+                            "not raise or remove it."
+                        )
+                    )
+                    % {"cap": _money(actor, limit)},
                 )
         elif field in RATE_FIELDS:
             if new is None or new > limit:
                 errors.add(
                     field,
-                    f"Limited to {limit} by an admin: you may lower it, not raise or remove it.",
+                    _("Limited to %(limit)s by an admin: you may lower it, not raise or remove it.")
+                    % {"limit": limit},
                 )
         elif field == "allowed_models":
             outside = [m for m in new or [] if m not in limit]
             if not new or outside:
                 errors.add(
                     field,
-                    f"An admin allowed only {', '.join(limit)}: you may narrow the list, "
-                    "not widen or clear it.",
+                    _(
+                        "An admin allowed only %(allowed)s: you may narrow the list, "
+                        "not widen or clear it."
+                    )
+                    % {"allowed": ", ".join(limit)},
                 )
         elif field == "ip_allowlist":
             if not new or not all(_within_networks(e, limit) for e in new):
                 errors.add(
                     field,
-                    f"An admin allowed only {', '.join(limit)}: you may narrow it, "
-                    "not widen or clear it.",
+                    _(
+                        "An admin allowed only %(allowed)s: you may narrow it, "
+                        "not widen or clear it."
+                    )
+                    % {"allowed": ", ".join(limit)},
                 )
         elif field == "expires_at":
             ends = datetime.fromisoformat(limit)
             if new is None or new > ends:
                 errors.add(
                     field,
-                    f"An admin set this key to expire by {ends:%Y-%m-%d %H:%M} UTC: "
-                    "you may bring it forward, not postpone or remove it.",
+                    _(
+                        "An admin set this key to expire by %(ends)s UTC: "
+                        "you may bring it forward, not postpone or remove it."
+                    )
+                    % {"ends": f"{ends:%Y-%m-%d %H:%M}"},
                 )
     errors.raise_if_any()
 
@@ -275,7 +310,7 @@ def api_key_issue(
     _require_key_management(actor)
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     sub = _resolve_sub_account(actor, sub_account_id)
     org_cap = None if _manages_all(actor) else _developer_cap(actor)
     if org_cap is not None and fields.get("spend_cap_monthly") in (None, ""):
@@ -301,7 +336,7 @@ def api_key_issue(
             audit_record(actor=actor, action="api_key.issue", target=key, params=params)
     except IntegrityError:
         raise ValidationFailed.from_fields(
-            {"name": f"A key named '{values['name']}' already exists."}
+            {"name": _("A key named '%(name)s' already exists.") % {"name": values["name"]}}
         ) from None
     return key, raw
 
@@ -310,11 +345,11 @@ def api_key_update(*, actor: Actor, key_id: int, **fields) -> ApiKey:
     _require_key_management(actor)
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     with transaction.atomic():
         key = get_api_key(actor, key_id, lock=True)
         if key.status == ApiKeyStatus.REVOKED:
-            raise Conflict("A revoked key cannot be changed.", code="key_revoked")
+            raise Conflict(_("A revoked key cannot be changed."), code="key_revoked")
         values = _clean(actor, fields, sub=key.sub_account, instance=key)
         _check_ceiling(actor, values, key=key)
         ceiling = _ceiling_after(actor, key, values, issued=False)
@@ -354,17 +389,19 @@ def api_key_rotate(*, actor: Actor, key_id: int, grace_seconds: int = 0) -> tupl
     _require_key_management(actor)
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or grace_seconds < 0:
         raise ValidationFailed.from_fields(
-            {"grace_seconds": "Enter a whole number of seconds, 0 or more."}
+            {"grace_seconds": _("Enter a whole number of seconds, 0 or more.")}
         )
     if timedelta(seconds=grace_seconds) > MAX_GRACE:
         raise ValidationFailed.from_fields(
-            {"grace_seconds": "The grace period can be at most 30 days."}
+            {"grace_seconds": _("The grace period can be at most 30 days.")}
         )
     with transaction.atomic():
         key = get_api_key(actor, key_id, lock=True)
         if not key.is_usable:
             raise Conflict(
-                f"This key is {key.effective_status}; it cannot be rotated.", code="key_not_active"
+                _("This key is %(status)s; it cannot be rotated.")
+                % {"status": _STATUS_WORDS.get(key.effective_status, key.effective_status)},
+                code="key_not_active",
             )
         now = timezone.now()
         old_prefix = key.prefix
@@ -422,7 +459,7 @@ def api_key_revoke(*, actor: Actor, key_id: int) -> ApiKey:
     with transaction.atomic():
         key = get_api_key(actor, key_id, lock=True)
         if key.status == ApiKeyStatus.REVOKED:
-            raise Conflict("This key is already revoked.", code="key_revoked")
+            raise Conflict(_("This key is already revoked."), code="key_revoked")
         key.status = ApiKeyStatus.REVOKED
         key.revoked_at = timezone.now()
         key.previous_valid_until = None
@@ -517,17 +554,20 @@ def member_keys_dispose(
 def _check_recipient(member: Membership, recipient: Membership | None, keys) -> None:
     if recipient is None or recipient.organization_id != member.organization_id:
         raise ValidationFailed.from_fields(
-            {"hand_over_to": "Choose a member of this organization to take the keys."}
+            {"hand_over_to": _("Choose a member of this organization to take the keys.")}
         )
     if recipient.pk == member.pk:
         raise ValidationFailed.from_fields(
-            {"hand_over_to": "Choose someone other than the member being removed."}
+            {"hand_over_to": _("Choose someone other than the member being removed.")}
         )
     if not has_perm(recipient.role, Perm.KEYS_MANAGE_OWN):
         raise ValidationFailed.from_fields(
             {
-                "hand_over_to": f"{recipient.user.email} ({recipient.role}) cannot hold API keys; "
-                "choose an owner, admin or developer."
+                "hand_over_to": _(
+                    "%(email)s (%(role)s) cannot hold API keys; "
+                    "choose an owner, admin or developer."
+                )
+                % {"email": recipient.user.email, "role": role_noun(recipient.role)}
             }
         )
     if not has_perm(recipient.role, Perm.KEYS_MANAGE_ALL):
@@ -538,7 +578,10 @@ def _check_recipient(member: Membership, recipient: Membership | None, keys) -> 
         if outside:
             raise ValidationFailed.from_fields(
                 {
-                    "hand_over_to": f"{recipient.user.email} is not a member of "
-                    f"{', '.join(outside)}; add them there first or choose someone else."
+                    "hand_over_to": _(
+                        "%(email)s is not a member of %(subs)s; add them there first "
+                        "or choose someone else."
+                    )
+                    % {"email": recipient.user.email, "subs": ", ".join(outside)}
                 }
             )

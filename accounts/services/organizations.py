@@ -14,12 +14,22 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from accounts import validators
 from accounts.actors import Actor
 from accounts.audit import audit_record
 from accounts.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
-from accounts.models import BillingMode, Invitation, Membership, Organization, Role, User
+from accounts.models import (
+    BillingMode,
+    Invitation,
+    Membership,
+    Organization,
+    Role,
+    User,
+    role_noun,
+)
 from accounts.permissions import Perm, can_assign_role
 from accounts.services._common import FieldErrors, changed
 from accounts.services.api_keys import KeyDisposal, member_keys_dispose
@@ -27,36 +37,49 @@ from console import crypto
 from console.celery import registered_task
 from console.money import CURRENCY_CODES
 
+# An invitation's state as a sentence names it (``Invitation.status`` codes).
+_INVITATION_STATES = {
+    "accepted": gettext_lazy("accepted"),
+    "revoked": gettext_lazy("revoked"),
+    "expired": gettext_lazy("expired"),
+}
+
 
 def _clean_org_fields(data: dict, errors: FieldErrors) -> dict:
     out = {}
     if "name" in data:
         name = (data["name"] or "").strip()
         if not name:
-            errors.add("name", "Enter a name.")
+            errors.add("name", _("Enter a name."))
         elif len(name) > 120:
-            errors.add("name", "Use at most 120 characters.")
+            errors.add("name", _("Use at most %(n)d characters.") % {"n": 120})
         out["name"] = name
     if "currency" in data:
         cur = (data["currency"] or "").strip().upper()
         if cur not in CURRENCY_CODES:
-            errors.add("currency", f"'{cur}' is not a supported ISO 4217 currency code.")
+            errors.add(
+                "currency",
+                _("'%(code)s' is not a supported ISO 4217 currency code.") % {"code": cur},
+            )
         out["currency"] = cur
     if "timezone" in data:
         tz = (data["timezone"] or "").strip()
         if tz not in zoneinfo.available_timezones():
-            errors.add("timezone", f"'{tz}' is not a known IANA time zone (e.g. Europe/Berlin).")
+            errors.add(
+                "timezone",
+                _("'%(tz)s' is not a known IANA time zone (e.g. Europe/Berlin).") % {"tz": tz},
+            )
         out["timezone"] = tz
     if "billing_mode" in data:
         if data["billing_mode"] not in BillingMode.values:
-            errors.add("billing_mode", "Choose prepaid or postpaid.")
+            errors.add("billing_mode", _("Choose prepaid or postpaid."))
         out["billing_mode"] = data["billing_mode"]
     if "developer_key_cap" in data:
         cap = errors.run(
             "developer_key_cap",
             validators.validate_cap,
             data["developer_key_cap"],
-            "Default cap for developer keys",
+            _("Default cap for developer keys"),
         )
         out["developer_key_cap"] = cap
     if "discount_rate" in data:
@@ -66,10 +89,11 @@ def _clean_org_fields(data: dict, errors: FieldErrors) -> dict:
             rate = None
         if rate is None or not rate.is_finite() or not (Decimal(0) <= rate <= Decimal(1)):
             errors.add(
-                "discount_rate", "Enter the share of list price paid, between 0 and 1 (e.g. 0.85)."
+                "discount_rate",
+                _("Enter the share of list price paid, between 0 and 1 (e.g. 0.85)."),
             )
         elif rate.as_tuple().exponent < -6:
-            errors.add("discount_rate", "Use at most six decimal places.")
+            errors.add("discount_rate", _("Use at most six decimal places."))
         else:
             out["discount_rate"] = rate
     return out
@@ -124,10 +148,10 @@ def organization_update(*, actor: Actor, **fields) -> Organization:
     actor.require(Perm.ORG_MANAGE)
     unknown = set(fields) - ORG_FIELDS
     if unknown:
-        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     if COMMERCIAL_FIELDS & set(fields) and not actor.user.is_staff:
         raise PermissionDenied(
-            "Currency, billing mode and discount are set by the platform's staff."
+            _("Currency, billing mode and discount are set by the platform's staff.")
         )
     errors = FieldErrors()
     values = _clean_org_fields(fields, errors)
@@ -151,7 +175,7 @@ def _get_membership(actor: Actor, membership_id: int, *, lock: bool = False) -> 
     try:
         return qs.get(pk=membership_id)
     except (Membership.DoesNotExist, ValueError, TypeError):
-        raise NotFound("No such member in this organization.") from None
+        raise NotFound(_("No such member in this organization.")) from None
 
 
 def _lock_owners(org_id: int) -> list[Membership]:
@@ -165,25 +189,31 @@ def _lock_owners(org_id: int) -> list[Membership]:
 def _check_may_manage(actor: Actor, target: Membership) -> None:
     actor.require(Perm.MEMBERS_MANAGE)
     if target.role == Role.OWNER and actor.role != Role.OWNER:
-        raise PermissionDenied("Only an owner can change or remove another owner.")
+        raise PermissionDenied(_("Only an owner can change or remove another owner."))
 
 
 def membership_change_role(*, actor: Actor, membership_id: int, role: str) -> Membership:
     if role not in Role.values:
         raise ValidationFailed.from_fields(
-            {"role": f"'{role}' is not a role; choose one of {', '.join(Role.values)}."}
+            {
+                "role": _("'%(role)s' is not a role; choose one of %(roles)s.")
+                % {"role": role, "roles": ", ".join(Role.values)}
+            }
         )
     with transaction.atomic():
         owners = _lock_owners(actor.organization_id)
         target = _get_membership(actor, membership_id, lock=True)
         _check_may_manage(actor, target)
         if not can_assign_role(actor.role, role):
-            raise PermissionDenied(f"Your role ({actor.role}) cannot grant the {role} role.")
+            raise PermissionDenied(
+                _("Your role (%(mine)s) cannot grant the %(role)s role.")
+                % {"mine": role_noun(actor.role), "role": role_noun(role)}
+            )
         if target.role == role:
             return target
         if target.role == Role.OWNER and len(owners) <= 1:
             raise Conflict(
-                "This is the organization's last owner; make someone else owner first.",
+                _("This is the organization's last owner; make someone else owner first."),
                 code="last_owner",
             )
         old = target.role
@@ -211,7 +241,7 @@ def membership_remove(
     ``hand_over_to`` (``keys="hand_over"``), in the same transaction: a
     removed member's keys never keep working."""
     if keys not in {d.value for d in KeyDisposal}:
-        raise ValidationFailed.from_fields({"keys": "Choose revoke or hand_over."})
+        raise ValidationFailed.from_fields({"keys": _("Choose revoke or hand_over.")})
     with transaction.atomic():
         owners = _lock_owners(actor.organization_id)
         target = _get_membership(actor, membership_id, lock=True)
@@ -219,7 +249,8 @@ def membership_remove(
             _check_may_manage(actor, target)
         if target.role == Role.OWNER and len(owners) <= 1:
             raise Conflict(
-                "This is the organization's last owner and cannot be removed.", code="last_owner"
+                _("This is the organization's last owner and cannot be removed."),
+                code="last_owner",
             )
         recipient = None
         if keys == KeyDisposal.HAND_OVER:
@@ -252,14 +283,24 @@ def invitation_create(*, actor: Actor, email: str, role: str) -> tuple[Invitatio
     errors = FieldErrors()
     email = (email or "").strip().lower()
     if "@" not in email or len(email) > 254 or " " in email:
-        errors.add("email", "Enter a valid e-mail address.")
+        errors.add("email", _("Enter a valid e-mail address."))
     if role not in Role.values:
-        errors.add("role", f"'{role}' is not a role; choose one of {', '.join(Role.values)}.")
+        errors.add(
+            "role",
+            _("'%(role)s' is not a role; choose one of %(roles)s.")
+            % {"role": role, "roles": ", ".join(Role.values)},
+        )
     elif not can_assign_role(actor.role, role):
-        errors.add("role", f"Your role ({actor.role}) cannot invite with the {role} role.")
+        errors.add(
+            "role",
+            _("Your role (%(mine)s) cannot invite with the %(role)s role.")
+            % {"mine": role_noun(actor.role), "role": role_noun(role)},
+        )
     errors.raise_if_any()
     if Membership.objects.filter(organization_id=actor.organization_id, user__email=email).exists():
-        raise ValidationFailed.from_fields({"email": f"{email} is already a member."})
+        raise ValidationFailed.from_fields(
+            {"email": _("%(email)s is already a member.") % {"email": email}}
+        )
     raw = secrets.token_urlsafe(32)
     now = timezone.now()
     with transaction.atomic():
@@ -300,15 +341,16 @@ def invitation_lookup(raw_token: str) -> Invitation:
             token_hash=_token_hash(raw_token or "")
         )
     except Invitation.DoesNotExist:
-        raise NotFound("This invitation link is not valid.", code="invitation_invalid") from None
+        raise NotFound(_("This invitation link is not valid."), code="invitation_invalid") from None
     status = invitation.status
     if status == "accepted":
-        raise Conflict("This invitation has already been used.", code="invitation_used")
+        raise Conflict(_("This invitation has already been used."), code="invitation_used")
     if status == "revoked":
-        raise Conflict("This invitation was withdrawn.", code="invitation_revoked")
+        raise Conflict(_("This invitation was withdrawn."), code="invitation_revoked")
     if status == "expired":
         raise Conflict(
-            "This invitation has expired; ask an admin for a new one.", code="invitation_expired"
+            _("This invitation has expired; ask an admin for a new one."),
+            code="invitation_expired",
         )
     return invitation
 
@@ -318,10 +360,11 @@ def invitation_accept(*, raw_token: str, user: User, ip: str | None = None) -> M
         invitation = invitation_lookup(raw_token)
         invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
         if invitation.accepted_at:
-            raise Conflict("This invitation has already been used.", code="invitation_used")
+            raise Conflict(_("This invitation has already been used."), code="invitation_used")
         if invitation.email.lower() != user.email.lower():
             raise PermissionDenied(
-                f"This invitation is for {invitation.email}; sign in with that address.",
+                _("This invitation is for %(email)s; sign in with that address.")
+                % {"email": invitation.email},
                 code="invitation_wrong_user",
             )
         try:
@@ -330,7 +373,7 @@ def invitation_accept(*, raw_token: str, user: User, ip: str | None = None) -> M
                     user=user, organization_id=invitation.organization_id, role=invitation.role
                 )
         except IntegrityError:
-            raise Conflict("You are already a member of this organization.") from None
+            raise Conflict(_("You are already a member of this organization.")) from None
         invitation.accepted_at = timezone.now()
         invitation.accepted_by = user
         invitation.save(update_fields=["accepted_at", "accepted_by"])
@@ -351,7 +394,7 @@ def invitation_accept_new_user(
     invitation = invitation_lookup(raw_token)
     if User.objects.filter(email__iexact=invitation.email).exists():
         raise Conflict(
-            "An account with this address exists; sign in to accept.", code="user_exists"
+            _("An account with this address exists; sign in to accept."), code="user_exists"
         )
     candidate = User(email=invitation.email, full_name=full_name)
     try:
@@ -371,9 +414,12 @@ def invitation_revoke(*, actor: Actor, invitation_id: int) -> Invitation:
                 pk=invitation_id, organization_id=actor.organization_id
             )
         except (Invitation.DoesNotExist, ValueError, TypeError):
-            raise NotFound("No such invitation in this organization.") from None
+            raise NotFound(_("No such invitation in this organization.")) from None
         if invitation.status != "pending":
-            raise Conflict(f"This invitation is already {invitation.status}.")
+            raise Conflict(
+                _("This invitation is already %(status)s.")
+                % {"status": _INVITATION_STATES.get(invitation.status, invitation.status)}
+            )
         invitation.revoked_at = timezone.now()
         invitation.save(update_fields=["revoked_at"])
         audit_record(

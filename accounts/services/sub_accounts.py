@@ -4,6 +4,7 @@ a ceiling for the keys issued under it."""
 from __future__ import annotations
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from accounts.actors import Actor
 from accounts.audit import audit_record
@@ -34,7 +35,7 @@ def _clean(actor: Actor, data: dict, *, instance: SubAccount | None = None) -> d
         )
     if "status" in data:
         if data["status"] not in SubAccountStatus.values:
-            errors.add("status", "Choose active or suspended.")
+            errors.add("status", _("Choose active or suspended."))
         out["status"] = data["status"]
     if instance is not None:
         # Tightening a sub-account below its existing keys' limits is a clear error.
@@ -42,7 +43,11 @@ def _clean(actor: Actor, data: dict, *, instance: SubAccount | None = None) -> d
             for field in (*CAP_FIELDS, *RATE_FIELDS):
                 new, own = out.get(field, getattr(instance, field)), getattr(key, field)
                 if new is not None and own is not None and own > new:
-                    errors.add(field, f"Key '{key.name}' has a higher limit; lower it first.")
+                    errors.add(
+                        field,
+                        _("Key '%(name)s' has a higher limit; lower it first.")
+                        % {"name": key.name},
+                    )
                     break
             # An empty list allows every model; a key's own list must stay inside.
             models = out.get("allowed_models", instance.allowed_models)
@@ -50,7 +55,8 @@ def _clean(actor: Actor, data: dict, *, instance: SubAccount | None = None) -> d
             if outside:
                 errors.add(
                     "allowed_models",
-                    f"Key '{key.name}' allows {', '.join(outside)}; narrow the key first.",
+                    _("Key '%(name)s' allows %(models)s; narrow the key first.")
+                    % {"name": key.name, "models": ", ".join(outside)},
                 )
     errors.raise_if_any()
     return out
@@ -63,14 +69,14 @@ def get_sub_account(actor: Actor, sub_account_id, *, lock: bool = False) -> SubA
     try:
         return qs.get(pk=sub_account_id)
     except (SubAccount.DoesNotExist, ValueError, TypeError):
-        raise NotFound("No such sub-account in this organization.") from None
+        raise NotFound(_("No such sub-account in this organization.")) from None
 
 
 def sub_account_create(*, actor: Actor, name: str, **limits) -> SubAccount:
     actor.require(Perm.SUBACCOUNTS_MANAGE)
     unknown = set(limits) - set(LIMIT_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     values = _clean(actor, {"name": name, **limits})
     with transaction.atomic():
         sub = SubAccount.objects.create(organization_id=actor.organization_id, **values)
@@ -82,7 +88,7 @@ def sub_account_update(*, actor: Actor, sub_account_id: int, **fields) -> SubAcc
     actor.require(Perm.SUBACCOUNTS_MANAGE)
     unknown = set(fields) - {*LIMIT_FIELDS, "name", "status"}
     if unknown:
-        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     with transaction.atomic():
         sub = get_sub_account(actor, sub_account_id, lock=True)
         values = _clean(actor, fields, instance=sub)
@@ -105,7 +111,7 @@ def sub_account_set_members(
         )
         if len(members) != len(wanted):
             raise ValidationFailed.from_fields(
-                {"members": "Some of the chosen members are not in this organization."}
+                {"members": _("Some of the chosen members are not in this organization.")}
             )
         before = set(sub.members.values_list("pk", flat=True))
         sub.members.set(members)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from accounts import keys as key_secrets
 from accounts import validators
@@ -23,12 +24,12 @@ def personal_access_token_issue(
     actor.require(Perm.TOKENS_MANAGE_OWN)
     errors = FieldErrors()
     if scope not in TokenScope.values:
-        errors.add("scope", "Choose read only or read and write.")
+        errors.add("scope", _("Choose read only or read and write."))
     name = (name or "").strip()
     if not name:
-        errors.add("name", "Enter a name.")
+        errors.add("name", _("Enter a name."))
     elif len(name) > 120:
-        errors.add("name", "Use at most 120 characters.")
+        errors.add("name", _("Use at most %(n)d characters.") % {"n": 120})
     expires_at = errors.run("expires_at", validators.validate_future, expires_at)
     errors.raise_if_any()
     public_id, raw, digest = key_secrets.new_secret(key_secrets.TOKEN_PREFIX)
@@ -63,9 +64,9 @@ def personal_access_token_revoke(*, actor: Actor, token_id: int) -> PersonalAcce
                 pk=token_id, membership=actor.membership
             )
         except (PersonalAccessToken.DoesNotExist, ValueError, TypeError):
-            raise NotFound("No such access token.") from None
+            raise NotFound(_("No such access token.")) from None
         if token.revoked_at:
-            raise Conflict("This token is already revoked.")
+            raise Conflict(_("This token is already revoked."))
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
         audit_record(
