@@ -21,16 +21,17 @@ HAN = re.compile(r"[\u4e00-\u9fff]")
 
 
 def po_entries(path: Path) -> list[dict]:
-    """The catalogue's entries: msgid, msgstr and flags (the header left out);
-    enough of the PO format for what makemessages writes."""
+    """The catalogue's entries: msgctxt (when there is one), msgid, msgstr and
+    flags (the header left out); enough of the PO format for what makemessages
+    writes."""
     entries, entry, field = [], None, None
     for line in [*path.read_text(encoding="utf-8").splitlines(), ""]:
         if line.startswith("#,"):
             entry = entry if entry and "msgid" not in entry else {}
             entry["flags"] = {f.strip() for f in line[2:].split(",")}
-        elif line.startswith(("msgid ", "msgstr ", "msgid_plural ", "msgstr[")):
+        elif line.startswith(("msgctxt ", "msgid ", "msgstr ", "msgid_plural ", "msgstr[")):
             key, _, value = line.partition(" ")
-            if key == "msgid" and entry is not None and "msgstr" in entry:
+            if key in ("msgctxt", "msgid") and entry is not None and "msgstr" in entry:
                 entries.append(entry)
                 entry = None
             entry = entry if entry is not None else {}
@@ -63,7 +64,11 @@ def test_the_compiled_catalogue_says_what_the_po_says():
     with MO.open("rb") as f:
         compiled = gettext.GNUTranslations(f)
     for e in po_entries(PO):
-        assert compiled.gettext(e["msgid"]) == e["msgstr"], (
+        if "msgctxt" in e:
+            found = compiled.pgettext(e["msgctxt"], e["msgid"])
+        else:
+            found = compiled.gettext(e["msgid"])
+        assert found == e["msgstr"], (
             f"{MO} is older than {PO.name}: run `python manage.py compilemessages -l zh_Hans`"
         )
 
