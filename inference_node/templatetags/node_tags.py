@@ -10,7 +10,7 @@ import re
 
 from django import template
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_noop, pgettext
 
 from console.money import format_exact
 from inference_node.models import HealthCheck, NodeHealth, NodeKind
@@ -19,13 +19,57 @@ from inference_node.presets import get_preset
 register = template.Library()
 
 # Reasons stored in English (Node.last_error, a pool's down reason, a probe's
-# error) that are ours: the msgids equal the stored texts.
+# error: inference_node.probes, vendor_probe, selectors) that are ours. Exact
+# ones: the msgids equal the stored texts.
 _KNOWN_REASONS = frozenset(
     (
         gettext_noop("every API key is disabled"),  # selectors.ALL_KEYS_DISABLED
         gettext_noop("no API key"),  # selectors.NO_API_KEY
-        gettext_noop("refused: the node's address is not a public address"),  # probes
-        gettext_noop("no answer within the timeout"),  # probes
+        gettext_noop("refused: the node's address is not a public address"),
+        gettext_noop("refused: the host now resolves to a non-public address"),
+        gettext_noop("no answer within the timeout"),
+        gettext_noop("cannot connect (connection refused)"),
+        gettext_noop("cannot connect"),
+    )
+)
+# Ones with a path, a status or a key's hint in them.
+_PATTERNS = tuple(
+    (re.compile(pattern), message)
+    for pattern, message in (
+        (
+            r"(?P<path>\S+) answered more than (?P<n>\d+) bytes",
+            gettext_noop("%(path)s answered more than %(n)s bytes"),
+        ),
+        (
+            r"(?P<path>\S+): no answer within the timeout",
+            gettext_noop("%(path)s: no answer within the timeout"),
+        ),
+        (
+            r"(?P<path>\S+): the server closed the connection",
+            gettext_noop("%(path)s: the server closed the connection"),
+        ),
+        (
+            r"(?P<path>\S+) answered HTTP (?P<status>\d+) \(check the node's token\)",
+            gettext_noop("%(path)s answered HTTP %(status)s (check the node's token)"),
+        ),
+        (
+            r"(?P<path>\S+) answered HTTP (?P<status>\d+)",
+            gettext_noop("%(path)s answered HTTP %(status)s"),
+        ),
+        (
+            r"(?P<path>\S+) answered HTTP (?P<status>\d+): the vendor refused the API key "
+            r"(?P<hint>\S+)",
+            gettext_noop(
+                "%(path)s answered HTTP %(status)s: the vendor refused the API key %(hint)s"
+            ),
+        ),
+        (
+            r"(?P<path>\S+) answered HTTP (?P<status>\d+): the vendor refused the API key",
+            gettext_noop("%(path)s answered HTTP %(status)s: the vendor refused the API key"),
+        ),
+        (r"(?P<path>\S+) did not answer JSON", gettext_noop("%(path)s did not answer JSON")),
+        (r"(?P<path>\S+) answered no model list", gettext_noop("%(path)s answered no model list")),
+        (r"probe failed \((?P<name>\w+)\)", gettext_noop("probe failed (%(name)s)")),
     )
 )
 _DISABLED_BY = re.compile(r"^disabled by (?P<who>\S+)$")
@@ -66,10 +110,25 @@ def health_label(value: str) -> str:
     return str(_label(NodeHealth, value)).lower()
 
 
+def _reason(part: str) -> str:
+    if part in _KNOWN_REASONS:
+        return _(part)
+    for pattern, message in _PATTERNS:
+        match = pattern.fullmatch(part)
+        if match:
+            return _(message) % match.groupdict()
+    return part
+
+
 @register.filter
 def node_error(text: str) -> str:
-    """A stored reason in the user's language when it is one of ours."""
-    return _(text) if text in _KNOWN_REASONS else text
+    """A stored reason in the user's language where it is one of ours (a
+    probe joins its failures with "; "); anything else as it is."""
+    if not text:
+        return text
+    return pgettext("between a probe's failures", "; ").join(
+        _reason(part) for part in str(text).split("; ")
+    )
 
 
 @register.filter
