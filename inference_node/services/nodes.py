@@ -88,7 +88,7 @@ def _clean(actor: Actor, data: dict, *, instance: Node | None = None) -> dict:
             errors,
             data["name"],
             Node.objects.filter(organization_id=actor.organization_id),
-            noun="node",
+            noun=_("node"),  # in the user's language: the message names it
             instance=instance,
         )
     if "base_url" in data:

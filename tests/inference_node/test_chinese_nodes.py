@@ -197,3 +197,27 @@ def test_the_api_and_the_gateway_check_stay_english(zh, settings):
         assert why_not_public(
             ipaddress.ip_address("::ffff:127.0.0.1"), translate=translation.gettext
         ) == ("127.0.0.1 的 IPv6 形式（IPv4 映射地址，环回地址）")
+
+
+def test_the_probers_reasons_are_shown_in_chinese_and_stored_in_english(zh, node):
+    node.health = "unhealthy"
+    node.last_error = "/health answered HTTP 503; /v1/models: no answer within the timeout"
+    node.save()
+    page = zh.get(reverse("inference_node:node_detail", args=[node.pk])).content.decode()
+    assert "/health 返回 HTTP 503；/v1/models：超时未响应" in page
+    assert "异常" in page  # the health badge
+
+    from inference_node.templatetags.node_tags import key_reason, node_error
+
+    with translation.override("zh-hans"):
+        assert node_error("cannot connect (connection refused)") == "无法连接（连接被拒绝）"
+        assert (
+            node_error("/v1/models answered HTTP 401: the vendor refused the API key …9f2c")
+            == "/v1/models 返回 HTTP 401：供应商拒绝了 API 密钥 …9f2c"
+        )
+        assert node_error("401: Incorrect API key provided") == "401: Incorrect API key provided"
+        assert key_reason("disabled by ann@example.com") == "由 ann@example.com 停用"
+    with translation.override("en"):
+        assert node_error(node.last_error) == node.last_error
+    node.refresh_from_db()
+    assert node.last_error.startswith("/health answered HTTP 503")
