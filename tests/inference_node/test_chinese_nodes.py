@@ -116,6 +116,7 @@ def test_the_add_form_speaks_chinese_and_so_do_its_errors(zh, settings):
         _add_form(name="ds", preset="deepseek", base_url=""),
     ).content.decode()
     assert "请至少添加一个 API 密钥" in vendor  # a service error on the form
+    assert "DeepSeek：OpenAI 聊天接口，使用 Bearer 密钥。" in vendor  # the preset's quirks
 
 
 def test_the_api_key_form_is_chinese_and_never_shows_the_key(zh, channel):
