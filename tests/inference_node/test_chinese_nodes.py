@@ -222,3 +222,12 @@ def test_the_probers_reasons_are_shown_in_chinese_and_stored_in_english(zh, node
         assert node_error(node.last_error) == node.last_error
     node.refresh_from_db()
     assert node.last_error.startswith("/health answered HTTP 503")
+
+
+def test_a_shared_node_refuses_changes_in_chinese(zh):
+    shared = NodeFactory(organization=None, name="platform-gpu", serves=["m"])
+    page = zh.get(reverse("inference_node:node_drain", args=[shared.pk]))
+    assert page.status_code == 403
+    assert "平台共享节点由平台工作人员管理。" in page.content.decode()
+    detail = zh.get(reverse("inference_node:node_detail", args=[shared.pk])).content.decode()
+    assert "共享" in detail and "平台共享节点，由平台工作人员运维，所有组织均可使用。" in detail
