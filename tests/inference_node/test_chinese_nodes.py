@@ -22,6 +22,14 @@ KEY = "sk-chinese-page-key-000000-7a7a"
 NEW_KEY = "sk-chinese-page-new-key-0000-9c9c"
 
 
+@pytest.fixture(autouse=True)
+def _no_language_left_behind():
+    """A request activates its user's language in this thread and leaves it
+    there: later tests that call services directly expect English."""
+    yield
+    translation.deactivate()
+
+
 def _client(client, membership, language):
     membership.user.language = language
     membership.user.save(update_fields=["language"])
