@@ -47,6 +47,7 @@ import socket
 import aiohttp
 from aiohttp.abc import AbstractResolver
 from django.conf import settings
+from django.utils.translation import gettext, gettext_noop
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -65,42 +66,54 @@ _METADATA = frozenset(
 )
 # IPv4 special-purpose ranges (IANA IPv4 Special-Purpose Address Registry and more).
 _IPV4_REFUSED = [
-    *_nets("0.0.0.0/32", reason="the unspecified address"),
-    *_nets("0.0.0.0/8", reason="a 'this network' address (0.0.0.0/8)"),
-    *_nets("127.0.0.0/8", reason="a loopback address"),
-    *_nets("169.254.0.0/16", reason="a link-local address"),
-    *_nets("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", reason="a private address"),
-    *_nets("100.64.0.0/10", reason="a carrier-grade NAT address"),
-    *_nets("192.0.0.0/24", reason="an IETF protocol address (192.0.0.0/24)"),
-    *_nets("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", reason="a documentation address"),
-    *_nets("198.18.0.0/15", reason="a benchmarking address"),
-    *_nets("192.88.99.0/24", reason="a 6to4 relay address"),
-    *_nets("192.31.196.0/24", "192.52.193.0/24", "192.175.48.0/24", reason="a special-use address"),
-    *_nets("224.0.0.0/4", reason="a multicast address"),
-    *_nets("255.255.255.255/32", reason="the broadcast address"),
-    *_nets("240.0.0.0/4", reason="a reserved address"),
+    *_nets("0.0.0.0/32", reason=gettext_noop("the unspecified address")),
+    *_nets("0.0.0.0/8", reason=gettext_noop("a 'this network' address (0.0.0.0/8)")),
+    *_nets("127.0.0.0/8", reason=gettext_noop("a loopback address")),
+    *_nets("169.254.0.0/16", reason=gettext_noop("a link-local address")),
+    *_nets(
+        "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", reason=gettext_noop("a private address")
+    ),
+    *_nets("100.64.0.0/10", reason=gettext_noop("a carrier-grade NAT address")),
+    *_nets("192.0.0.0/24", reason=gettext_noop("an IETF protocol address (192.0.0.0/24)")),
+    *_nets(
+        "192.0.2.0/24",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        reason=gettext_noop("a documentation address"),
+    ),
+    *_nets("198.18.0.0/15", reason=gettext_noop("a benchmarking address")),
+    *_nets("192.88.99.0/24", reason=gettext_noop("a 6to4 relay address")),
+    *_nets(
+        "192.31.196.0/24",
+        "192.52.193.0/24",
+        "192.175.48.0/24",
+        reason=gettext_noop("a special-use address"),
+    ),
+    *_nets("224.0.0.0/4", reason=gettext_noop("a multicast address")),
+    *_nets("255.255.255.255/32", reason=gettext_noop("the broadcast address")),
+    *_nets("240.0.0.0/4", reason=gettext_noop("a reserved address")),
 ]
 _GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _IPV6_REFUSED = [
-    *_nets("::/128", reason="the unspecified address"),
-    *_nets("::1/128", reason="a loopback address"),
-    *_nets("::ffff:0:0/96", reason="an IPv4-mapped address"),
-    *_nets("::ffff:0:0:0/96", reason="an IPv4-translated address"),
-    *_nets("::/96", reason="an IPv4-compatible address"),
-    *_nets("64:ff9b::/96", reason="a NAT64 address"),
-    *_nets("64:ff9b:1::/48", reason="a local-use NAT64 address"),
-    *_nets("fc00::/7", reason="a unique-local (private) address"),
-    *_nets("fe80::/10", reason="a link-local address"),
-    *_nets("fec0::/10", reason="a site-local address"),
-    *_nets("ff00::/8", reason="a multicast address"),
+    *_nets("::/128", reason=gettext_noop("the unspecified address")),
+    *_nets("::1/128", reason=gettext_noop("a loopback address")),
+    *_nets("::ffff:0:0/96", reason=gettext_noop("an IPv4-mapped address")),
+    *_nets("::ffff:0:0:0/96", reason=gettext_noop("an IPv4-translated address")),
+    *_nets("::/96", reason=gettext_noop("an IPv4-compatible address")),
+    *_nets("64:ff9b::/96", reason=gettext_noop("a NAT64 address")),
+    *_nets("64:ff9b:1::/48", reason=gettext_noop("a local-use NAT64 address")),
+    *_nets("fc00::/7", reason=gettext_noop("a unique-local (private) address")),
+    *_nets("fe80::/10", reason=gettext_noop("a link-local address")),
+    *_nets("fec0::/10", reason=gettext_noop("a site-local address")),
+    *_nets("ff00::/8", reason=gettext_noop("a multicast address")),
     # Inside 2000::/3:
-    *_nets("2001::/32", reason="a Teredo address"),
-    *_nets("2001::/23", reason="an IETF protocol address (2001::/23)"),
-    *_nets("2001:db8::/32", "3fff::/20", reason="a documentation address"),
-    *_nets("2002::/16", reason="a 6to4 address"),
-    *_nets("2620:4f:8000::/48", reason="a special-use address"),
+    *_nets("2001::/32", reason=gettext_noop("a Teredo address")),
+    *_nets("2001::/23", reason=gettext_noop("an IETF protocol address (2001::/23)")),
+    *_nets("2001:db8::/32", "3fff::/20", reason=gettext_noop("a documentation address")),
+    *_nets("2002::/16", reason=gettext_noop("a 6to4 address")),
+    *_nets("2620:4f:8000::/48", reason=gettext_noop("a special-use address")),
 ]
 # Names that always mean this machine or its private network (RFC 6761, 6762).
 _LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".home.arpa")
@@ -138,17 +151,23 @@ def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
 
 def _table_reason(address: IPAddress) -> str:
     if address in _METADATA:
-        return "a cloud metadata service address"
+        return gettext_noop("a cloud metadata service address")
     for net, reason in _IPV4_REFUSED if address.version == 4 else _IPV6_REFUSED:
         if address in net:
             return reason
     if address.version == 6 and address not in _GLOBAL_UNICAST_V6:
-        return "a reserved address"
+        return gettext_noop("a reserved address")
     return ""
 
 
-def why_not_public(address: IPAddress) -> str:
-    """ "" when ``address`` is a public unicast address, else what it is."""
+def _untranslated(text: str) -> str:
+    return text
+
+
+def why_not_public(address: IPAddress, *, translate=_untranslated) -> str:
+    """ "" when ``address`` is a public unicast address, else what it is: in
+    English (the gateway's and prober's logs and errors), or through
+    ``translate`` (``gettext``: a form's message in the user's language)."""
     if address.version == 6 and getattr(address, "scope_id", None):
         address = ipaddress.IPv6Address(str(address).split("%", 1)[0])
     reason = _table_reason(address)
@@ -156,9 +175,18 @@ def why_not_public(address: IPAddress) -> str:
         inner = embedded_ipv4(address)
         if inner is not None:
             inner_reason = _table_reason(inner)
-            detail = f", {inner_reason}" if inner_reason else ""
-            return f"an IPv6 form of {inner} ({reason or 'an IPv4-carrying address'}{detail})"
-    return reason
+            detail = (
+                translate(gettext_noop(", %(reason)s")) % {"reason": translate(inner_reason)}
+                if inner_reason
+                else ""
+            )
+            outer = translate(reason or gettext_noop("an IPv4-carrying address"))
+            return translate(gettext_noop("an IPv6 form of %(inner)s (%(reason)s%(detail)s)")) % {
+                "inner": inner,
+                "reason": outer,
+                "detail": detail,
+            }
+    return translate(reason) if reason else ""
 
 
 def is_public(address: IPAddress) -> bool:
@@ -174,7 +202,9 @@ def resolve(host: str) -> set[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        raise ValueError(f"The host name {host!r} does not resolve.") from None
+        raise ValueError(
+            gettext("The host name %(host)s does not resolve.") % {"host": repr(host)}
+        ) from None
     out = set()
     for info in infos:
         try:
@@ -182,7 +212,7 @@ def resolve(host: str) -> set[IPAddress]:
         except ValueError:
             continue
     if not out:
-        raise ValueError(f"The host name {host!r} does not resolve.")
+        raise ValueError(gettext("The host name %(host)s does not resolve.") % {"host": repr(host)})
     return out
 
 
@@ -198,20 +228,27 @@ def literal_refusal(host: str) -> str:
 
 
 def refuse_internal_host(host: str) -> None:
-    """ValueError (with a message for the form) unless every address ``host``
-    resolves to is public."""
+    """ValueError (with a message for the form, in the active language) unless
+    every address ``host`` resolves to is public."""
     name = host.lower().rstrip(".")
     if name == "localhost" or name.endswith(_LOCAL_SUFFIXES):
         raise ValueError(
-            f"{host} names this machine or a private network; tenant nodes must be "
-            "reachable on the public internet."
+            gettext(
+                "%(host)s names this machine or a private network; tenant nodes must be "
+                "reachable on the public internet."
+            )
+            % {"host": host}
         )
     for address in sorted(resolve(host), key=str):
-        reason = why_not_public(address)
+        reason = why_not_public(address, translate=gettext)
         if reason:
             raise ValueError(
-                f"{host} is a private, loopback or reserved address ({address}: {reason}); "
-                "tenant nodes must be reachable on the public internet."
+                gettext(
+                    "%(host)s is a private, loopback or reserved address "
+                    "(%(address)s: %(reason)s); tenant nodes must be reachable on the "
+                    "public internet."
+                )
+                % {"host": host, "address": address, "reason": reason}
             )
 
 

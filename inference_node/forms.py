@@ -15,12 +15,14 @@ import re
 from decimal import Decimal
 
 from django import forms
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from console.money import micro_to_decimal, parse_amount
 from inference_node.models import HealthCheck, Node, NodeKind
 from inference_node.presets import preset_choices
 
-MODELS_HELP = (
+MODELS_HELP = gettext_lazy(
     "One model per line: public=upstream:context, then optional settings, e.g. "
     "“gpt-4o=gpt-4o-2024-08-06:128000 tier=0 weight=2 currency=USD input=2.50 "
     "cache_read=1.25 output=10”. The upstream name (the node's own), the context window "
@@ -43,8 +45,12 @@ def _parse_options(number: int, words: list[str], out: dict, errors: list[str]) 
         name, sep, value = word.partition("=")
         if not sep or name not in _OPTIONS or not value:
             errors.append(
-                f"Line {number}: “{word[:40]}” is not a setting; use "
-                f"{', '.join(o + '=…' for o in _OPTIONS)}."
+                _("Line %(number)s: “%(word)s” is not a setting; use %(options)s.")
+                % {
+                    "number": number,
+                    "word": word[:40],
+                    "options": ", ".join(o + "=…" for o in _OPTIONS),
+                }
             )
             continue
         if name in ("tier", "weight"):
@@ -55,7 +61,10 @@ def _parse_options(number: int, words: list[str], out: dict, errors: list[str]) 
             try:
                 out[_COST_OPTIONS[name]] = parse_amount(value)
             except ValueError as exc:
-                errors.append(f"Line {number}: {name}: {exc}")
+                errors.append(
+                    _("Line %(number)s: %(name)s: %(error)s")
+                    % {"number": number, "name": name, "error": exc}
+                )
 
 
 def parse_models_text(text: str) -> list[dict]:
@@ -74,10 +83,16 @@ def parse_models_text(text: str) -> list[dict]:
         public, sep, upstream = mapping.partition("=")
         public, upstream = public.strip(), upstream.strip()
         if not public:
-            errors.append(f"Line {number}: the public model name is missing before “=”.")
+            errors.append(
+                _("Line %(number)s: the public model name is missing before “=”.")
+                % {"number": number}
+            )
             continue
         if sep and not upstream:
-            errors.append(f"Line {number}: the upstream model name is missing after “=”.")
+            errors.append(
+                _("Line %(number)s: the upstream model name is missing after “=”.")
+                % {"number": number}
+            )
             continue
         item = {"public_name": public, "upstream_name": upstream or public}
         item["context_window"] = context
@@ -127,60 +142,82 @@ class ModelsField(forms.CharField):
 class NodeForm(forms.Form):
     preset = forms.ChoiceField(
         required=False,
-        choices=[("", "None: set it up by hand"), *preset_choices()],
-        help_text="Fills the kind, base URL, API path and health check you leave empty.",
+        label=gettext_lazy("Preset"),
+        choices=[("", gettext_lazy("None: set it up by hand")), *preset_choices()],
+        help_text=gettext_lazy(
+            "Fills the kind, base URL, API path and health check you leave empty."
+        ),
     )
-    name = forms.CharField(max_length=120)
+    name = forms.CharField(label=gettext_lazy("Name"), max_length=120)
     kind = forms.ChoiceField(
+        label=gettext_lazy("Kind"),
         required=False,
-        choices=[("", "From the preset (else OpenAI-compatible)"), *NodeKind.choices],
+        choices=[("", gettext_lazy("From the preset (else OpenAI-compatible)")), *NodeKind.choices],
     )
     base_url = forms.CharField(
-        label="Base URL",
+        label=gettext_lazy("Base URL"),
         required=False,
         max_length=500,
-        help_text=(
+        help_text=gettext_lazy(
             "The server's root, e.g. https://llm.example.com:8000 (without /v1), at a public "
             "address unless the platform allows private ones."
         ),
         widget=forms.TextInput(attrs={"placeholder": "https://llm.example.com:8000"}),
     )
     api_path = forms.CharField(
-        label="API path",
+        label=gettext_lazy("API path"),
         required=False,
         max_length=120,
-        help_text="Where the API starts when not at /v1 (/v1beta for Gemini), e.g. /api/paas/v4.",
+        help_text=gettext_lazy(
+            "Where the API starts when not at /v1 (/v1beta for Gemini), e.g. /api/paas/v4."
+        ),
     )
     health_check = forms.ChoiceField(
+        label=gettext_lazy("Health check"),
         required=False,
-        choices=[("", "From the preset (else /health)"), *HealthCheck.choices],
-        help_text="Vendors: their model list (a light probe with one key) or live traffic only.",
+        choices=[("", gettext_lazy("From the preset (else /health)")), *HealthCheck.choices],
+        help_text=gettext_lazy(
+            "Vendors: their model list (a light probe with one key) or live traffic only."
+        ),
     )
     credentials = forms.CharField(
-        label="API key",
+        label=gettext_lazy("API key"),
         required=False,
         max_length=1000,
         strip=True,
         widget=_SECRET,
-        help_text="A vendor channel's first key (add more on its page). Never shown again.",
+        help_text=gettext_lazy(
+            "A vendor channel's first key (add more on its page). Never shown again."
+        ),
     )
     token = forms.CharField(
-        label="Bearer token",
+        label=gettext_lazy("Bearer token"),
         required=False,
         max_length=500,
         strip=True,
         widget=_SECRET,
-        help_text="Self-hosted nodes: sent as “Authorization: Bearer …”. Optional.",
+        help_text=gettext_lazy("Self-hosted nodes: sent as “Authorization: Bearer …”. Optional."),
     )
-    weight = forms.IntegerField(initial=1, min_value=1, help_text="Relative share of calls.")
+    weight = forms.IntegerField(
+        label=gettext_lazy("Weight"),
+        initial=1,
+        min_value=1,
+        help_text=gettext_lazy("Relative share of calls."),
+    )
     max_concurrency = forms.IntegerField(
-        initial=64, min_value=1, help_text="Calls the gateway sends at once, at most."
+        label=gettext_lazy("Max concurrency"),
+        initial=64,
+        min_value=1,
+        help_text=gettext_lazy("Calls the gateway sends at once, at most."),
     )
-    region = forms.CharField(required=False, max_length=120)
+    region = forms.CharField(label=gettext_lazy("Region"), required=False, max_length=120)
     hardware = forms.CharField(
-        required=False, max_length=120, widget=forms.TextInput(attrs={"placeholder": "8xH100"})
+        label=gettext_lazy("Hardware"),
+        required=False,
+        max_length=120,
+        widget=forms.TextInput(attrs={"placeholder": "8xH100"}),
     )
-    models = ModelsField(label="Models served", required=False, help_text=MODELS_HELP)
+    models = ModelsField(label=gettext_lazy("Models served"), required=False, help_text=MODELS_HELP)
 
     def __init__(self, *args, node: Node | None = None, **kwargs):
         self.node = node
@@ -205,15 +242,19 @@ class NodeForm(forms.Form):
         if node is not None:
             # The key pool is managed beside the form; kind and check are required now.
             del self.fields["credentials"]
-            self.fields["preset"].help_text = "A label only: changing it changes nothing else."
+            self.fields["preset"].help_text = _("A label only: changing it changes nothing else.")
             # Left out of a post (empty): unchanged.
             for name, choices in (("kind", NodeKind), ("health_check", HealthCheck)):
                 self.fields[name].choices = choices.choices
             self.fields["base_url"].required = True
-            hint = f" (now {node.token_hint})" if node.token else ""
-            self.fields["token"].help_text = f"Leave empty to keep the current token{hint}."
+            self.fields["token"].help_text = (
+                _("Leave empty to keep the current token (now %(hint)s).")
+                % {"hint": node.token_hint}
+                if node.token
+                else _("Leave empty to keep the current token.")
+            )
             self.fields["clear_token"] = forms.BooleanField(
-                required=False, label="Remove the token"
+                required=False, label=_("Remove the token")
             )
 
     def service_kwargs(self) -> dict:
@@ -253,13 +294,28 @@ class CredentialForm(forms.Form):
     """A new API key of a channel's pool (``with_secret=False``: editing one)."""
 
     secret = forms.CharField(
-        label="API key", max_length=1000, strip=True, widget=_SECRET, help_text="Never shown again."
+        label=gettext_lazy("API key"),
+        max_length=1000,
+        strip=True,
+        widget=_SECRET,
+        help_text=gettext_lazy("Never shown again."),
     )
-    label = forms.CharField(required=False, max_length=80)
-    weight = forms.IntegerField(initial=1, min_value=1, help_text="Relative share of calls.")
-    rpm_limit = forms.IntegerField(label="Requests per minute", required=False, min_value=1)
-    tpm_limit = forms.IntegerField(label="Tokens per minute", required=False, min_value=1)
-    max_concurrency = forms.IntegerField(label="Max concurrency", required=False, min_value=1)
+    label = forms.CharField(label=gettext_lazy("Label"), required=False, max_length=80)
+    weight = forms.IntegerField(
+        label=gettext_lazy("Weight"),
+        initial=1,
+        min_value=1,
+        help_text=gettext_lazy("Relative share of calls."),
+    )
+    rpm_limit = forms.IntegerField(
+        label=gettext_lazy("Requests per minute"), required=False, min_value=1
+    )
+    tpm_limit = forms.IntegerField(
+        label=gettext_lazy("Tokens per minute"), required=False, min_value=1
+    )
+    max_concurrency = forms.IntegerField(
+        label=gettext_lazy("Max concurrency"), required=False, min_value=1
+    )
 
     def __init__(self, *args, with_secret: bool = True, **kwargs):
         super().__init__(*args, **kwargs)

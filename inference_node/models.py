@@ -19,37 +19,39 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from console.crypto import SealedTextField, hint
 
 
 class NodeKind(models.TextChoices):
-    OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible (self-hosted or vendor)"
-    OPENAI = "openai", "OpenAI API"
-    ANTHROPIC = "anthropic", "Anthropic API"
-    GEMINI = "gemini", "Google Gemini API"
+    OPENAI_COMPATIBLE = "openai_compatible", _("OpenAI-compatible (self-hosted or vendor)")
+    OPENAI = "openai", _("OpenAI API")
+    ANTHROPIC = "anthropic", _("Anthropic API")
+    GEMINI = "gemini", _("Google Gemini API")
 
 
 class HealthCheck(models.TextChoices):
     # Self-hosted servers: GET /health and the model list, every probe round.
-    HEALTH = "health", "Health endpoint and model list"
+    HEALTH = "health", _("Health endpoint and model list")
     # Vendors: the vendor's model list with one credential (a light probe).
-    MODELS = "models", "The vendor's model list"
+    MODELS = "models", _("The vendor's model list")
     # Vendors: judged by live traffic only (breakers per channel and credential).
-    TRAFFIC = "traffic", "Live traffic only"
+    TRAFFIC = "traffic", _("Live traffic only")
 
 
 class NodeStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
+    ACTIVE = "active", pgettext_lazy("node status", "Active")
     # Finishes what it has, receives no new calls; still probed.
-    DRAINING = "draining", "Draining"
-    DISABLED = "disabled", "Disabled"
+    DRAINING = "draining", pgettext_lazy("node status", "Draining")
+    DISABLED = "disabled", pgettext_lazy("node status", "Disabled")
 
 
 class NodeHealth(models.TextChoices):
-    UNKNOWN = "unknown", "Unknown"
-    HEALTHY = "healthy", "Healthy"
-    UNHEALTHY = "unhealthy", "Unhealthy"
+    UNKNOWN = "unknown", pgettext_lazy("node health", "Unknown")
+    HEALTHY = "healthy", pgettext_lazy("node health", "Healthy")
+    UNHEALTHY = "unhealthy", pgettext_lazy("node health", "Unhealthy")
 
 
 class Node(models.Model):
@@ -162,9 +164,9 @@ class Node(models.Model):
 
 
 class CredentialStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
+    ACTIVE = "active", pgettext_lazy("API key status", "Active")
     # Turned off by a person, or by the gateway after the vendor refused it (401 / 403).
-    DISABLED = "disabled", "Disabled"
+    DISABLED = "disabled", pgettext_lazy("API key status", "Disabled")
 
 
 class Credential(models.Model):

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
+
 from inference_node.models import HealthCheck, NodeKind
 
 # Where a kind's API starts when a node gives no api_path.
@@ -62,13 +65,13 @@ class ExampleModel:
 @dataclass(frozen=True)
 class Preset:
     key: str
-    label: str
+    label: str  # may be lazy (translated when shown)
     kind: str
     base_url: str
     api_path: str
     health_check: str
     models: tuple[ExampleModel, ...]
-    quirks: str
+    quirks: str  # lazy: translated when shown
 
     @property
     def is_vendor(self) -> bool:
@@ -96,7 +99,7 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("gpt-4o-mini", "gpt-4o-mini", 128_000, _VISION),
                 ExampleModel("text-embedding-3-small", "text-embedding-3-small", 8_191),
             ),
-            quirks=(
+            quirks=_(
                 "Authorization: Bearer <key>. Cached prompt tokens are reported in "
                 "usage.prompt_tokens_details.cached_tokens; reasoning tokens count as output."
             ),
@@ -113,16 +116,19 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("claude-opus-4", "claude-opus-4-20250514", 200_000, _VISION),
                 ExampleModel("claude-3-5-haiku", "claude-3-5-haiku-20241022", 200_000, _VISION),
             ),
-            quirks=(
-                f"x-api-key: <key> and anthropic-version: {ANTHROPIC_VERSION} (a client's own "
-                "anthropic-version wins); anthropic-beta headers are passed through. Cache "
-                "reads and writes are usage.cache_read_input_tokens and "
-                "cache_creation_input_tokens, outside input_tokens."
+            quirks=format_lazy(
+                _(
+                    "x-api-key: <key> and anthropic-version: {version} (a client's own "
+                    "anthropic-version wins); anthropic-beta headers are passed through. Cache "
+                    "reads and writes are usage.cache_read_input_tokens and "
+                    "cache_creation_input_tokens, outside input_tokens."
+                ),
+                version=ANTHROPIC_VERSION,
             ),
         ),
         Preset(
             key="gemini",
-            label="Google Gemini",
+            label=_("Google Gemini"),
             kind=NodeKind.GEMINI,
             base_url="https://generativelanguage.googleapis.com",
             api_path="/v1beta",
@@ -131,7 +137,7 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("gemini-2.5-pro", "gemini-2.5-pro", 1_048_576, _VISION),
                 ExampleModel("gemini-2.5-flash", "gemini-2.5-flash", 1_048_576, _VISION),
             ),
-            quirks=(
+            quirks=_(
                 "x-goog-api-key: <key> (never ?key= in the URL). Cached tokens are "
                 "usageMetadata.cachedContentTokenCount, included in promptTokenCount; "
                 "thoughts count as output."
@@ -148,7 +154,7 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("deepseek-chat", "deepseek-chat", 128_000),
                 ExampleModel("deepseek-reasoner", "deepseek-reasoner", 128_000),
             ),
-            quirks=(
+            quirks=_(
                 "OpenAI chat with a Bearer key. Cached tokens are reported as "
                 "usage.prompt_cache_hit_tokens / prompt_cache_miss_tokens, not "
                 "prompt_tokens_details; deepseek-reasoner answers with reasoning_content."
@@ -156,7 +162,7 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             key="moonshot",
-            label="Moonshot Kimi",
+            label=_("Moonshot Kimi"),
             kind=NodeKind.OPENAI_COMPATIBLE,
             base_url="https://api.moonshot.cn",
             api_path="/v1",
@@ -165,7 +171,7 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("kimi-k2", "kimi-k2-0711-preview", 131_072),
                 ExampleModel("moonshot-v1-32k", "moonshot-v1-32k", 32_768),
             ),
-            quirks=(
+            quirks=_(
                 "OpenAI chat with a Bearer key. Cached tokens are reported as "
                 "usage.cached_tokens. Accounts outside mainland China use "
                 "https://api.moonshot.ai."
@@ -173,7 +179,7 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             key="zhipu",
-            label="Zhipu GLM",
+            label=_("Zhipu GLM"),
             kind=NodeKind.OPENAI_COMPATIBLE,
             base_url="https://open.bigmodel.cn",
             api_path="/api/paas/v4",
@@ -182,7 +188,7 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("glm-4.5", "glm-4.5", 131_072),
                 ExampleModel("glm-4-flash", "glm-4-flash", 131_072),
             ),
-            quirks=(
+            quirks=_(
                 "OpenAI chat under /api/paas/v4 (not /v1), Bearer key. Cached tokens are "
                 "usage.prompt_tokens_details.cached_tokens. If the model list answers 404 "
                 "for your account, judge the channel by traffic."
@@ -190,7 +196,7 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             key="qwen",
-            label="Alibaba Qwen (DashScope)",
+            label=_("Alibaba Qwen (DashScope)"),
             kind=NodeKind.OPENAI_COMPATIBLE,
             base_url="https://dashscope.aliyuncs.com",
             api_path="/compatible-mode/v1",
@@ -200,7 +206,7 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("qwen-max", "qwen-max", 32_768),
                 ExampleModel("qwen-vl-plus", "qwen-vl-plus", 131_072, _VISION),
             ),
-            quirks=(
+            quirks=_(
                 "OpenAI chat under /compatible-mode/v1, Bearer key. Cached tokens are "
                 "usage.prompt_tokens_details.cached_tokens. International accounts use "
                 "https://dashscope-intl.aliyuncs.com."
@@ -217,20 +223,20 @@ PRESETS: dict[str, Preset] = {
                 ExampleModel("gpt-4o", "openai/gpt-4o", 128_000, _VISION),
                 ExampleModel("claude-sonnet-4", "anthropic/claude-sonnet-4", 200_000, _VISION),
             ),
-            quirks=(
+            quirks=_(
                 "OpenAI chat under /api/v1, Bearer key; model ids are vendor/model. Cached "
                 "tokens are usage.prompt_tokens_details.cached_tokens."
             ),
         ),
         Preset(
             key="self_hosted",
-            label="Self-hosted (vLLM, SGLang, llama.cpp)",
+            label=_("Self-hosted (vLLM, SGLang, llama.cpp)"),
             kind=NodeKind.OPENAI_COMPATIBLE,
             base_url="",
             api_path="",
             health_check=HealthCheck.HEALTH,
             models=(ExampleModel("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 131_072),),
-            quirks=(
+            quirks=_(
                 "Probed at /health, /v1/models and /metrics every few seconds. Give the "
                 "server's root without /v1; the optional token is sent as a Bearer token."
             ),

@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from asgiref.sync import sync_to_async
 from django.db.models import Prefetch, Q, QuerySet
+from django.utils.translation import gettext as _
 
 from accounts.facade import Actor, NotFound, Perm, PermissionDenied
 from console.crypto import Unreadable
@@ -49,7 +50,7 @@ def _visible(actor: Actor) -> QuerySet[Node]:
 def node_list(*, actor: Actor, status: str | None = None) -> QuerySet[Node]:
     """The org's own nodes and the shared platform nodes, own ones first."""
     if not (actor.can(Perm.NODES_VIEW) or actor.can(Perm.NODES_MANAGE)):
-        raise PermissionDenied("Your role cannot see inference nodes.")
+        raise PermissionDenied(_("Your role cannot see inference nodes."))
     qs = _visible(actor).prefetch_related(
         Prefetch("models", queryset=NodeModel.objects.order_by("public_name")),
         Prefetch("credentials", queryset=Credential.objects.order_by("id")),
@@ -63,19 +64,19 @@ def get_node(actor: Actor, node_id, *, for_change: bool = False, lock: bool = Fa
     """A node the actor may see; with ``for_change`` one of the org's own that
     the actor may manage. Another org's node is "not found", never "forbidden"."""
     if not (actor.can(Perm.NODES_VIEW) or actor.can(Perm.NODES_MANAGE)):
-        raise PermissionDenied("Your role cannot see inference nodes.")
+        raise PermissionDenied(_("Your role cannot see inference nodes."))
     qs = _visible(actor)
     if lock:
         qs = qs.select_for_update()
     try:
         node = qs.get(pk=node_id)
     except (Node.DoesNotExist, ValueError, TypeError):
-        raise NotFound("No such node in this organization.") from None
+        raise NotFound(_("No such node in this organization.")) from None
     if for_change:
         actor.require(Perm.NODES_MANAGE)
         if node.is_shared:
             raise PermissionDenied(
-                "Shared platform nodes are managed by the platform's staff.", code="shared_node"
+                _("Shared platform nodes are managed by the platform's staff."), code="shared_node"
             )
     return node
 
@@ -87,7 +88,7 @@ def get_credential(actor: Actor, node_id, credential_id, *, for_change: bool = F
     try:
         return node.credentials.get(pk=credential_id)
     except (Credential.DoesNotExist, ValueError, TypeError):
-        raise NotFound("No such API key on this node.") from None
+        raise NotFound(_("No such API key on this node.")) from None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext_lazy
 from django.views.decorators.http import require_POST
 
 from accounts.facade import (
@@ -53,7 +55,7 @@ def _preset_data() -> dict:
             "api_path": p.api_path,
             "health_check": p.health_check,
             "models": p.models_text,
-            "quirks": p.quirks,
+            "quirks": str(p.quirks),
         }
         for p in PRESETS.values()
     }
@@ -77,7 +79,9 @@ def node_create(request):
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"'{node.name}' added; it is probed within seconds.")
+            messages.success(
+                request, _("'%(name)s' added; it is probed within seconds.") % {"name": node.name}
+            )
             return redirect("inference_node:node_detail", node.pk)
     return render(
         request,
@@ -99,14 +103,14 @@ def node_detail(request, node_id: int):
     form = NodeForm(request.POST or None, node=node) if may_change else None
     if request.method == "POST":
         if not may_change:
-            return _forbidden(request, "Your role cannot change this node.")
+            return _forbidden(request, _("Your role cannot change this node."))
         if form.is_valid():
             try:
                 services.node_update(actor=actor, node_id=node.pk, **form.service_kwargs())
             except DomainError as exc:
                 apply_errors(form, exc)
             else:
-                messages.success(request, "Node saved.")
+                messages.success(request, _("Node saved."))
                 return redirect("inference_node:node_detail", node.pk)
     return render(
         request,
@@ -122,10 +126,28 @@ def node_detail(request, node_id: int):
     )
 
 
+# (heading verb, button, what the node will be, the message once done): translated when shown.
 _STATUS_VERBS = {
-    NodeStatus.DRAINING: ("Drain", "drained: it finishes running calls and gets no new ones"),
-    NodeStatus.ACTIVE: ("Enable", "enabled: it gets calls again once healthy"),
-    NodeStatus.DISABLED: ("Disable", "disabled: it gets no calls and is not probed"),
+    NodeStatus.DRAINING: (
+        pgettext_lazy("node action", "Drain"),
+        pgettext_lazy("node action", "Drain node"),
+        pgettext_lazy("node", "drained: it finishes running calls and gets no new ones"),
+        pgettext_lazy(
+            "node", "Node '%(name)s' drained: it finishes running calls and gets no new ones."
+        ),
+    ),
+    NodeStatus.ACTIVE: (
+        pgettext_lazy("node action", "Enable"),
+        pgettext_lazy("node action", "Enable node"),
+        pgettext_lazy("node", "enabled: it gets calls again once healthy"),
+        pgettext_lazy("node", "Node '%(name)s' enabled: it gets calls again once healthy."),
+    ),
+    NodeStatus.DISABLED: (
+        pgettext_lazy("node action", "Disable"),
+        pgettext_lazy("node action", "Disable node"),
+        pgettext_lazy("node", "disabled: it gets no calls and is not probed"),
+        pgettext_lazy("node", "Node '%(name)s' disabled: it gets no calls and is not probed."),
+    ),
 }
 
 
@@ -134,21 +156,21 @@ def _status_view(request, node_id: int, status: str):
         node = _node(request, node_id, for_change=True)
     except DomainPermissionDenied as exc:
         return _forbidden(request, exc.message)
-    verb, outcome = _STATUS_VERBS[status]
+    verb, button, outcome, done = _STATUS_VERBS[status]
     if request.method == "POST":
         try:
             services.node_set_status(actor=request.actor, node_id=node.pk, status=status)
         except DomainError as exc:
             messages.error(request, exc.message)
         else:
-            messages.success(request, f"Node '{node.name}' {outcome}.")
+            messages.success(request, str(done) % {"name": node.name})
         if request.POST.get("next") == "list":
             return redirect("inference_node:nodes")
         return redirect("inference_node:node_detail", node.pk)
     return render(
         request,
         "inference_node/node_confirm.html",
-        {"node": node, "verb": verb, "outcome": outcome, "status": status},
+        {"node": node, "verb": verb, "button": button, "outcome": outcome, "status": status},
     )
 
 
@@ -233,13 +255,15 @@ def credential_add(request, node_id: int):
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            return _pool(request, node, notice=f"API key {key.secret_hint} added.")
+            return _pool(
+                request, node, notice=_("API key %(hint)s added.") % {"hint": key.secret_hint}
+            )
     if request.htmx:
         return _pool(request, node, key_form=form)
     return render(
         request,
         "inference_node/credential_form.html",
-        {"node": node, "form": form, "title": "Add an API key"},
+        {"node": node, "form": form, "title": _("Add an API key")},
     )
 
 
@@ -259,16 +283,22 @@ def credential_edit(request, node_id: int, credential_id: int):
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"API key {key.secret_hint} saved.")
+            messages.success(request, _("API key %(hint)s saved.") % {"hint": key.secret_hint})
             return redirect("inference_node:node_detail", key.node_id)
     return render(
         request,
         "inference_node/credential_form.html",
-        {"node": key.node, "form": form, "key": key, "title": f"API key {key.secret_hint}"},
+        {
+            "node": key.node,
+            "form": form,
+            "key": key,
+            "title": _("API key %(hint)s") % {"hint": key.secret_hint},
+        },
     )
 
 
-def _key_action(request, node_id: int, credential_id: int, act, done: str):
+def _key_action(request, node_id: int, credential_id: int, act, done):
+    """``done``: the message once done (lazy, with ``%(hint)s``)."""
     try:
         key = _credential(request, node_id, credential_id)
         act(actor=request.actor, credential_id=key.pk)
@@ -276,7 +306,14 @@ def _key_action(request, node_id: int, credential_id: int, act, done: str):
         return _forbidden(request, exc.message)
     except DomainError as exc:
         return _pool(request, key.node, error=exc.message)
-    return _pool(request, key.node, notice=f"API key {key.secret_hint} {done}.")
+    return _pool(request, key.node, notice=str(done) % {"hint": key.secret_hint})
+
+
+_KEY_DONE = {
+    "disabled": pgettext_lazy("API key", "API key %(hint)s disabled."),
+    "enabled": pgettext_lazy("API key", "API key %(hint)s enabled."),
+    "removed": pgettext_lazy("API key", "API key %(hint)s removed."),
+}
 
 
 def _set_status(status):
@@ -290,7 +327,11 @@ def _set_status(status):
 @org_view(Perm.NODES_MANAGE)
 def credential_disable(request, node_id: int, credential_id: int):
     return _key_action(
-        request, node_id, credential_id, _set_status(CredentialStatus.DISABLED), "disabled"
+        request,
+        node_id,
+        credential_id,
+        _set_status(CredentialStatus.DISABLED),
+        _KEY_DONE["disabled"],
     )
 
 
@@ -298,11 +339,13 @@ def credential_disable(request, node_id: int, credential_id: int):
 @org_view(Perm.NODES_MANAGE)
 def credential_enable(request, node_id: int, credential_id: int):
     return _key_action(
-        request, node_id, credential_id, _set_status(CredentialStatus.ACTIVE), "enabled"
+        request, node_id, credential_id, _set_status(CredentialStatus.ACTIVE), _KEY_DONE["enabled"]
     )
 
 
 @require_POST
 @org_view(Perm.NODES_MANAGE)
 def credential_remove(request, node_id: int, credential_id: int):
-    return _key_action(request, node_id, credential_id, services.credential_remove, "removed")
+    return _key_action(
+        request, node_id, credential_id, services.credential_remove, _KEY_DONE["removed"]
+    )

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from accounts.facade import (
     Actor,
@@ -47,7 +49,8 @@ from inference_node.services.validation import (
 
 CREDENTIAL_FIELDS = ("label", "weight", "rpm_limit", "tpm_limit", "max_concurrency")
 MAX_REASON = 200
-KEEP_ONE_KEY = (
+# Marked for translation; raised as _(KEEP_ONE_KEY) (English under /api/).
+KEEP_ONE_KEY = gettext_noop(
     "A vendor channel needs at least one API key: add the new key before removing this "
     "one, or disable it."
 )
@@ -71,11 +74,11 @@ def _for_change(actor: Actor, credential_id) -> tuple[Node, Credential]:
     try:
         node_id = Credential.objects.filter(pk=credential_id).values_list("node_id", flat=True)[0]
     except (IndexError, ValueError, TypeError):
-        raise NotFound("No such API key in this organization.") from None
+        raise NotFound(_("No such API key in this organization.")) from None
     node = get_node(actor, node_id, for_change=True, lock=True)
     credential = Credential.objects.select_for_update().filter(pk=credential_id, node=node).first()
     if credential is None:  # removed meanwhile
-        raise NotFound("No such API key in this organization.")
+        raise NotFound(_("No such API key in this organization."))
     return node, credential
 
 
@@ -113,10 +116,15 @@ def credential_add(
         pool = list(node.credentials.all())
         if len(pool) >= MAX_CREDENTIALS:
             raise ValidationFailed.from_fields(
-                {"secret": f"A channel holds at most {MAX_CREDENTIALS} API keys."}
+                {
+                    "secret": _("A channel holds at most %(max)s API keys.")
+                    % {"max": MAX_CREDENTIALS}
+                }
             )
         if any(c.secret == clean for c in pool):
-            raise ValidationFailed.from_fields({"secret": "This API key is already in the pool."})
+            raise ValidationFailed.from_fields(
+                {"secret": _("This API key is already in the pool.")}
+            )
         credential = Credential.objects.create(
             node=node, secret=clean, secret_hint=hint(clean), **fields
         )
@@ -137,11 +145,11 @@ def credential_update(*, actor: Actor, credential_id: int, **fields) -> Credenti
     actor.require(Perm.NODES_MANAGE)
     if "secret" in fields:
         raise ValidationFailed.from_fields(
-            {"secret": "A key's secret cannot be changed: add a new key and remove this one."}
+            {"secret": _("A key's secret cannot be changed: add a new key and remove this one.")}
         )
     unknown = set(fields) - set(CREDENTIAL_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     values = _clean_fields(fields)
     with transaction.atomic():
         node, credential = _for_change(actor, credential_id)
@@ -164,7 +172,7 @@ def credential_remove(*, actor: Actor, credential_id: int) -> None:
     with transaction.atomic():
         node, credential = _for_change(actor, credential_id)
         if node.is_vendor and not node.credentials.exclude(pk=credential.pk).exists():
-            raise Conflict(KEEP_ONE_KEY, code="last_key")
+            raise Conflict(_(KEEP_ONE_KEY), code="last_key")
         params = {**_describe(credential, node), "label": credential.label}
         audit_record(actor=actor, action="credential.remove", target=credential, params=params)
         credential.delete()
@@ -177,7 +185,7 @@ def credential_set_status(*, actor: Actor, credential_id: int, status: str) -> C
     """Enable (active) or disable a key by a person. Disabling the last active
     key of a vendor channel takes the channel down."""
     if status not in CredentialStatus.values:
-        raise ValidationFailed.from_fields({"status": "Choose active or disabled."})
+        raise ValidationFailed.from_fields({"status": _("Choose active or disabled.")})
     with transaction.atomic():
         node, credential = _for_change(actor, credential_id)
         before = credential.status

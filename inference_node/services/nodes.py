@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from accounts.facade import (
     Actor,
@@ -61,7 +63,10 @@ NODE_FIELDS = (
     "api_path",
     "health_check",
 )
-NEEDS_A_KEY = "Add at least one API key: a vendor channel cannot call the vendor without one."
+# Marked for translation; raised as _(NEEDS_A_KEY) (English under /api/).
+NEEDS_A_KEY = gettext_noop(
+    "Add at least one API key: a vendor channel cannot call the vendor without one."
+)
 # Changing these means another server or API: what the prober saw is void.
 _ADDRESS_FIELDS = ("base_url", "kind", "api_path", "health_check")
 
@@ -69,7 +74,9 @@ _ADDRESS_FIELDS = ("base_url", "kind", "api_path", "health_check")
 def _clean_preset(value) -> str:
     key = str(value or "").strip()
     if key and key not in PRESETS:
-        raise ValueError(f"Choose one of the presets: {', '.join(PRESETS)}.")
+        raise ValueError(
+            _("Choose one of the presets: %(presets)s.") % {"presets": ", ".join(PRESETS)}
+        )
     return key
 
 
@@ -81,7 +88,7 @@ def _clean(actor: Actor, data: dict, *, instance: Node | None = None) -> dict:
             errors,
             data["name"],
             Node.objects.filter(organization_id=actor.organization_id),
-            noun="node",
+            noun=_("node"),  # in the user's language: the message names it
             instance=instance,
         )
     if "base_url" in data:
@@ -93,29 +100,33 @@ def _clean(actor: Actor, data: dict, *, instance: Node | None = None) -> dict:
     if "token" in data:
         token = (data["token"] or "").strip()
         if len(token) > 500:
-            errors.add("token", "Use at most 500 characters.")
+            errors.add("token", _("Use at most %(max)s characters.") % {"max": 500})
         elif any(c.isspace() for c in token):
-            errors.add("token", "A bearer token has no spaces.")
+            errors.add("token", _("A bearer token has no spaces."))
         out["token"] = token
     for key, label, maximum in (
-        ("weight", "Weight", MAX_WEIGHT),
-        ("max_concurrency", "Max concurrency", MAX_CONCURRENCY),
+        ("weight", gettext_noop("Weight"), MAX_WEIGHT),
+        ("max_concurrency", gettext_noop("Max concurrency"), MAX_CONCURRENCY),
     ):
         if key in data:
-            out[key] = errors.run(key, clean_int, data[key], label, maximum)
+            out[key] = errors.run(key, clean_int, data[key], _(label), maximum)
     if "labels" in data:
         out["labels"] = errors.run("labels", clean_labels, data["labels"])
     if "models" in data:
         out["models"] = errors.run("models", clean_models, data["models"])
     if "kind" in data:
-        out["kind"] = errors.run("kind", clean_choice, data["kind"], NodeKind, "kind")
+        out["kind"] = errors.run("kind", clean_choice, data["kind"], NodeKind, gettext_noop("kind"))
     if "preset" in data:
         out["preset"] = errors.run("preset", _clean_preset, data["preset"])
     if "api_path" in data:
         out["api_path"] = errors.run("api_path", clean_api_path, data["api_path"])
     if "health_check" in data:
         out["health_check"] = errors.run(
-            "health_check", clean_choice, data["health_check"], HealthCheck, "health check"
+            "health_check",
+            clean_choice,
+            data["health_check"],
+            HealthCheck,
+            gettext_noop("health check"),
         )
     if "credentials" in data:
         out["credentials"] = errors.run("credentials", clean_credentials, data["credentials"])
@@ -228,7 +239,7 @@ def node_create(
     )
     values = _clean(actor, fields)
     if values["health_check"] != HealthCheck.HEALTH and not values["credentials"]:
-        raise ValidationFailed.from_fields({"credentials": NEEDS_A_KEY})
+        raise ValidationFailed.from_fields({"credentials": _(NEEDS_A_KEY)})
     specs = values.pop("models")
     keys = values.pop("credentials")
     try:
@@ -246,7 +257,9 @@ def node_create(
             )
             after_change()
     except IntegrityError:
-        raise Conflict(f"A node named '{values['name']}' already exists.") from None
+        raise Conflict(
+            _("A node named '%(name)s' already exists.") % {"name": values["name"]}
+        ) from None
     return node
 
 
@@ -256,14 +269,14 @@ def node_update(*, actor: Actor, node_id: int, **fields) -> Node:
     actor.require(Perm.NODES_MANAGE)
     unknown = set(fields) - set(NODE_FIELDS)
     if unknown:
-        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), "Unknown field."))
+        raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     try:
         with transaction.atomic():
             node = get_node(actor, node_id, for_change=True, lock=True)
             values = _clean(actor, fields, instance=node)
             check = values.get("health_check", node.health_check)
             if check != HealthCheck.HEALTH and not node.credentials.exists():
-                raise ValidationFailed.from_fields({"health_check": NEEDS_A_KEY})
+                raise ValidationFailed.from_fields({"health_check": _(NEEDS_A_KEY)})
             specs = values.pop("models", None)
             token_changed = "token" in values and values["token"] != node.token
             token = values.pop("token", None)
@@ -281,7 +294,7 @@ def node_update(*, actor: Actor, node_id: int, **fields) -> Node:
                 mark_down_if_keyless(node)  # forgotten health must not hide a keyless channel
                 after_change()
     except IntegrityError:
-        raise Conflict("A node with that name already exists.") from None
+        raise Conflict(_("A node with that name already exists.")) from None
     return node
 
 
@@ -297,7 +310,7 @@ def node_set_status(*, actor: Actor, node_id: int, status: str) -> Node:
     no new calls; draining ones are still probed so their health stays known."""
     actor.require(Perm.NODES_MANAGE)
     if status not in NodeStatus.values:
-        raise ValidationFailed.from_fields({"status": "Choose active, draining or disabled."})
+        raise ValidationFailed.from_fields({"status": _("Choose active, draining or disabled.")})
     with transaction.atomic():
         node = get_node(actor, node_id, for_change=True, lock=True)
         if node.status != status:

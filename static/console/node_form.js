@@ -13,7 +13,9 @@
       if (!field || preset[name] === undefined) { return; }
       if (name !== "models" || !field.value.trim()) { field.value = preset[name]; }
     });
-    quirks.textContent = select.options[select.selectedIndex].text + ": " + preset.quirks;
+    // The separator comes from the page, in its language ("：" in Chinese).
+    var separator = quirks.dataset.separator || ": ";
+    quirks.textContent = select.options[select.selectedIndex].text + separator + preset.quirks;
     quirks.hidden = false;
   });
 })();
