@@ -243,8 +243,11 @@ def filter_problems(form) -> str:
     for name, problems in form.errors.items():
         field = form.fields.get(name)
         label = field.label if field is not None and field.label else name
-        parts.append(f"{label}: {' '.join(str(e) for e in problems)}")
-    return "; ".join(parts)
+        parts.append(
+            _("%(field)s: %(errors)s")
+            % {"field": label, "errors": " ".join(str(e) for e in problems)}
+        )
+    return _("; ").join(parts)
 
 
 def _page_view(name: str):
