@@ -212,3 +212,11 @@ def test_an_english_member_still_reads_english(client, data):
     chinese(client, data)
     csv_text = client.get(reverse("analytics:chart_spend"), {**RANGE, "format": "csv"})
     assert csv_text.content.decode().lstrip("\ufeff").startswith("bucket_start,series,calls,")
+
+
+def test_the_overview_key_statuses_and_chart_error_text_in_chinese(client, data):
+    chinese(client, data)
+    html = client.get(reverse("console:overview")).content.decode()
+    assert '<span class="badge active">有效</span>' in html
+    assert 'data-chart-error="无法加载此图表（%(status)s）' in html
+    assert 'data-copied-label="已复制"' in html
