@@ -8,6 +8,8 @@ from datetime import timedelta
 
 from django import forms
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from accounts.facade import Actor, SubAccount
 from console import timezones
@@ -52,38 +54,52 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
 
     range = forms.ChoiceField(
         required=False,
-        label="Quick range",
+        label=gettext_lazy("Quick range"),
         choices=[
-            ("", "Any time"),
-            ("1h", "Last hour"),
-            ("24h", "Last 24 hours"),
-            ("7d", "Last 7 days"),
-            ("30d", "Last 30 days"),
+            ("", gettext_lazy("Any time")),
+            ("1h", gettext_lazy("Last hour")),
+            ("24h", gettext_lazy("Last 24 hours")),
+            ("7d", gettext_lazy("Last 7 days")),
+            ("30d", gettext_lazy("Last 30 days")),
         ],
     )
-    key = KeyChoiceField(queryset=None, required=False, empty_label="All keys")
+    key = KeyChoiceField(
+        queryset=None, required=False, empty_label=gettext_lazy("All keys"),
+        label=gettext_lazy("Key"),
+    )  # fmt: skip
     sub_account = forms.ModelChoiceField(
-        queryset=None, required=False, label="Sub-account", empty_label="All sub-accounts"
+        queryset=None,
+        required=False,
+        label=gettext_lazy("Sub-account"),
+        empty_label=gettext_lazy("All sub-accounts"),
     )
     # A choice on the page (``prepare_choices``: the models the organization
     # has called and the catalogue's); any exact name is still accepted, so a
     # link or an API query for a model no longer offered still works.
-    model = forms.CharField(required=False, max_length=128, widget=forms.Select)
-    node = forms.ModelChoiceField(queryset=None, required=False, empty_label="All nodes")
+    model = forms.CharField(
+        required=False, max_length=128, widget=forms.Select, label=gettext_lazy("Model")
+    )
+    node = forms.ModelChoiceField(
+        queryset=None, required=False, empty_label=gettext_lazy("All nodes"),
+        label=gettext_lazy("Node"),
+    )  # fmt: skip
     status = forms.CharField(
         required=False,
         max_length=6,
-        help_text="ok, errors, 4xx, 429, 5xx or an exact code such as 404",
-        widget=forms.TextInput(attrs={"list": "status-options", "placeholder": "any"}),
+        label=gettext_lazy("Status"),
+        help_text=gettext_lazy("ok, errors, 4xx, 429, 5xx or an exact code such as 404"),
+        widget=forms.TextInput(
+            attrs={"list": "status-options", "placeholder": gettext_lazy("any")}
+        ),
     )
     min_latency_ms = forms.IntegerField(
         required=False,
         min_value=0,
         max_value=MAX_LATENCY_MS,
-        label="Min latency (ms)",
+        label=gettext_lazy("Min latency (ms)"),
         widget=forms.NumberInput(attrs={"placeholder": "0"}),
     )
-    request_id = forms.CharField(required=False, max_length=64, label="Request id")
+    request_id = forms.CharField(required=False, max_length=64, label=gettext_lazy("Request id"))
     limit = forms.IntegerField(
         required=False, min_value=1, max_value=logs.MAX_LIMIT, widget=forms.HiddenInput
     )
@@ -106,20 +122,22 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
             "name", "pk"
         )
         for name in ("from", "to"):
-            self.fields[name].help_text = f"ISO 8601; without an offset, {self.tz.key} time"
+            self.fields[name].help_text = _("ISO 8601; without an offset, %(zone)s time") % {
+                "zone": self.tz.key
+            }
 
     def clean_status(self):
         value = self.cleaned_data["status"].strip().lower()
         if value and value not in logs.STATUS_CLASSES and not _STATUS_RE.match(value):
             raise forms.ValidationError(
-                "Use ok, errors, 4xx, 429, 5xx or a status code from 100 to 599."
+                _("Use ok, errors, 4xx, 429, 5xx or a status code from 100 to 599.")
             )
         return value
 
     def clean_request_id(self):
         value = self.cleaned_data["request_id"].strip()
         if value and not _REQUEST_ID_RE.match(value):
-            raise forms.ValidationError("A request id has letters, digits and . _ : - only.")
+            raise forms.ValidationError(_("A request id has letters, digits and . _ : - only."))
         return value
 
     def clean_model(self):
@@ -131,7 +149,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
         current = (self.data.get("model") or "").strip() if self.is_bound else ""
         if current and current not in names:
             names = sorted([*names, current])
-        self.fields["model"].widget.choices = [("", "All models")] + [(n, n) for n in names]
+        self.fields["model"].widget.choices = [("", _("All models"))] + [(n, n) for n in names]
 
     @property
     def sort_order(self) -> str:
@@ -154,10 +172,10 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
         if quick and start is None and "from" not in self.errors:
             start = timezone.now() - QUICK_RANGES[quick]
         if start is not None and end is not None and start >= end:
-            self.add_error("to", "The end of the time range must be after its start.")
+            self.add_error("to", _("The end of the time range must be after its start."))
         data["start"], data["end"] = start, end
         if data.get("before") and data.get("after"):
-            self.add_error("after", "Give either before or after, not both.")
+            self.add_error("after", _("Give either before or after, not both."))
         data["before_cursor"] = self._cursor("before")
         data["after_cursor"] = self._cursor("after")
         return data
@@ -195,7 +213,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
 
 
 CallFilterForm.base_fields = {
-    "from": forms.DateTimeField(required=False, label="From"),
-    "to": forms.DateTimeField(required=False, label="To"),
+    "from": forms.DateTimeField(required=False, label=gettext_lazy("From")),
+    "to": forms.DateTimeField(required=False, label=gettext_lazy("To")),
     **CallFilterForm.base_fields,
 }

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
 from accounts.facade import Actor, ApiKey, NotFound, Perm, PermissionDenied, SubAccount
@@ -36,6 +37,18 @@ STATUS_CLASSES = {
     "429": "rate limited (429)",
     "5xx": "server errors (5xx)",
 }
+
+
+def status_class_labels() -> dict[str, str]:
+    """``STATUS_CLASSES`` as shown on a page, in the active language (the API
+    keeps the English ones)."""
+    return {
+        "ok": _("successful (below 400)"),
+        "errors": _("errors (400 and up)"),
+        "4xx": _("client errors (4xx)"),
+        "429": _("rate limited (429)"),
+        "5xx": _("server errors (5xx)"),
+    }
 
 
 @dataclass(frozen=True)
@@ -71,10 +84,10 @@ class Cursor:
             when = parse_datetime(started)
         except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
             raise ValueError(
-                "This page link is malformed; start again from the first page."
+                _("This page link is malformed; start again from the first page.")
             ) from None
         if when is None or when.tzinfo is None or not isinstance(request_id, str):
-            raise ValueError("This page link is malformed; start again from the first page.")
+            raise ValueError(_("This page link is malformed; start again from the first page."))
         return cls(when, request_id)
 
     @classmethod

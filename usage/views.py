@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from accounts.facade import NotFound, Perm, org_view
@@ -21,7 +22,7 @@ def _form(request) -> CallFilterForm:
 
 
 def _status_options():
-    return [*logs.STATUS_CLASSES.items(), ("404", "not found (404)")]
+    return [*logs.status_class_labels().items(), ("404", _("not found (404)"))]
 
 
 def _cost_places(calls, default: int | None = None) -> int | None:

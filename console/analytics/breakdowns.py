@@ -5,6 +5,9 @@ the rows of its CSV, read from ``usage.analytics.series`` only."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
 from console.analytics.chart import (
     Chart,
     bar,
@@ -22,12 +25,12 @@ from console.analytics.query import Query
 # --- where time goes -----------------------------------------------------------
 
 TIME_PARTS = (
-    ("queue_ms", "Queue", "#8C6D1F"),
-    ("overhead_ms", "Gateway overhead", "#CC79A7"),
-    ("first_token_ms", "Upstream to first token", "#0072B2"),
-    ("decode_ms", "Decode", "#56B4E9"),
+    ("queue_ms", gettext_lazy("Queue"), "#8C6D1F"),
+    ("overhead_ms", gettext_lazy("Gateway overhead"), "#CC79A7"),
+    ("first_token_ms", gettext_lazy("Upstream to first token"), "#0072B2"),
+    ("decode_ms", gettext_lazy("Decode"), "#56B4E9"),
 )
-TIME_NOTE = (
+TIME_NOTE = gettext_lazy(
     "Mean per call in each bucket, from the hourly sums: queue and gateway overhead as the "
     "gateway measured them; upstream to first token = time to first token minus queue and "
     "overhead; decode = latency minus time to first token (each floored at 0). The bars add up "
@@ -68,7 +71,7 @@ def time_breakdown(q: Query) -> Chart:
     points = s.groups[None]
     chart = Chart(
         "time_breakdown",
-        "Where time goes (mean per call)",
+        _("Where time goes (mean per call)"),
         columns=[
             "bucket_start",
             "calls",
@@ -82,7 +85,7 @@ def time_breakdown(q: Query) -> Chart:
             "overhead_sum_us",
             "upstream_sum_us",
         ],
-        note=TIME_NOTE,
+        note=str(TIME_NOTE),
     )
     if not s.total("calls"):
         chart.empty = empty_calls(q)
@@ -91,11 +94,11 @@ def time_breakdown(q: Query) -> Chart:
     parts = [time_parts(p) for p in points]
     x = x_labels(q, points)
     traces = [
-        bar(label, colour, x, [v and v.get(col) for v in parts], unit=" ms")
+        bar(str(label), colour, x, [v and v.get(col) for v in parts], unit=" ms")
         for col, label, colour in TIME_PARTS
     ]
     latency = [v and v["latency_ms"] for v in parts]
-    traces.append(line("Mean latency", "#1d2330", x, latency, dash="dot", unit=" ms"))
+    traces.append(line(_("Mean latency"), "#1d2330", x, latency, dash="dot", unit=" ms"))
     for p, v in zip(points, parts, strict=True):
         v = v or {}
         chart.rows.append(
@@ -114,7 +117,7 @@ def time_breakdown(q: Query) -> Chart:
             ]
         )
     chart.figure = figure(
-        traces, x_title=time_title(q), y_title="Mean time per call (ms)", barmode="stack"
+        traces, x_title=time_title(q), y_title=_("Mean time per call (ms)"), barmode="stack"
     )
     return chart
 
@@ -122,11 +125,11 @@ def time_breakdown(q: Query) -> Chart:
 # --- refusals by cause ---------------------------------------------------------
 
 CAUSES = (
-    ("rate_limited_calls", "Rate limit (requests or tokens per minute)", "#7b4fd0"),
-    ("cap_refused_calls", "Spend cap or prepaid balance", "#c0362c"),
-    ("queue_refused_calls", "Queue full or timed out", "#E69F00"),
+    ("rate_limited_calls", gettext_lazy("Rate limit (requests or tokens per minute)"), "#7b4fd0"),
+    ("cap_refused_calls", gettext_lazy("Spend cap or prepaid balance"), "#c0362c"),
+    ("queue_refused_calls", gettext_lazy("Queue full or timed out"), "#E69F00"),
 )
-CAUSES_NOTE = (
+CAUSES_NOTE = gettext_lazy(
     "By the gateway's error code: rate limit = rpm_limit_exceeded, tpm_limit_exceeded; spend "
     "cap or balance = any *_cap_exceeded (429) and prepaid_balance_exhausted (402); queue = "
     "queue_full (429) and queue_timeout (503). So the bars include those 402s and 503s, and "
@@ -139,7 +142,7 @@ def refusals(q: Query) -> Chart:
     points = s.groups[None]
     chart = Chart(
         "refusals",
-        "429s and refusals by cause",
+        _("429s and refusals by cause"),
         columns=[
             "bucket_start",
             "calls",
@@ -147,7 +150,7 @@ def refusals(q: Query) -> Chart:
             *(c for c, _l, _c in CAUSES),
             "refused_pct",
         ],
-        note=CAUSES_NOTE,
+        note=str(CAUSES_NOTE),
     )
     if not s.total("calls"):
         chart.empty = empty_calls(q)
@@ -165,17 +168,18 @@ def refusals(q: Query) -> Chart:
             ]
         )
     if not s.total("calls_429") and not any(s.total(c) for c, _l, _c in CAUSES):
-        chart.empty = (
+        chart.empty = _(
             "No call was refused or answered 429 in this range: no rate limit, spend cap, "
             "prepaid balance or queue stood in the way."
         )
         chart.note = None
         return chart
     x = x_labels(q, points)
+    calls_unit = " " + _("calls")
     traces = [
-        bar(label, colour, x, [p[col] for p in points], unit=" calls")
+        bar(str(label), colour, x, [p[col] for p in points], unit=calls_unit)
         for col, label, colour in CAUSES
     ]
-    traces.append(line("All 429s", "#1d2330", x, [p["calls_429"] for p in points], dash="dot"))
-    chart.figure = figure(traces, x_title=time_title(q), y_title="Calls", barmode="stack")
+    traces.append(line(_("All 429s"), "#1d2330", x, [p["calls_429"] for p in points], dash="dot"))
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Calls"), barmode="stack")
     return chart

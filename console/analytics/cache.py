@@ -4,10 +4,13 @@ organization's price-book rates."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from console.analytics.chart import (
     GROUP_NOUNS,
     Chart,
     bar,
+    busiest_note,
     empty_calls,
     figure,
     hit_rate,
@@ -35,7 +38,9 @@ def cache_hit(q: Query) -> Chart:
     s = series_of(q, group_by=column)
     chart = Chart(
         "cache_hit",
-        "Prefix-cache hit rate" + (f" by {GROUP_NOUNS[column]}" if column else ""),
+        _("Prefix-cache hit rate by %(noun)s") % {"noun": GROUP_NOUNS[column]}
+        if column
+        else _("Prefix-cache hit rate"),
         columns=[
             "bucket_start",
             "series",
@@ -64,7 +69,7 @@ def cache_hit(q: Query) -> Chart:
         if column is None:
             traces.append(
                 line(
-                    "Prompt tokens served from cache",
+                    _("Prompt tokens served from cache"),
                     colour,
                     x,
                     [hit_rate(p) for p in points],
@@ -73,7 +78,7 @@ def cache_hit(q: Query) -> Chart:
             )
             traces.append(
                 line(
-                    "Calls with a prefix-cache hit",
+                    _("Calls with a prefix-cache hit"),
                     "#E69F00",
                     x,
                     [share_pct(_prefix_hits(p), p["calls"]) for p in points],
@@ -83,7 +88,7 @@ def cache_hit(q: Query) -> Chart:
             )
             traces.append(
                 line(
-                    "Calls answered from the response cache",
+                    _("Calls answered from the response cache"),
                     "#009E73",
                     x,
                     [share_pct(p["response_cache_calls"], p["calls"]) for p in points],
@@ -112,9 +117,9 @@ def cache_hit(q: Query) -> Chart:
                 ]
             )
     if rest:
-        chart.note = f"The {len(shown)} busiest of {len(s.groups)} are drawn."
+        chart.note = busiest_note(len(shown), len(s.groups))
     _cache_totals(chart, s)
-    chart.figure = figure(traces, x_title=time_title(q), y_title="Hit rate (%)", y_suffix=" %")
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Hit rate (%)"), y_suffix=" %")
     return chart
 
 
@@ -143,13 +148,18 @@ def _cache_totals(chart: Chart, s: usage.Series) -> None:
     def pct(v):
         return "—" if v is None else f"{v:.1f} %"
 
-    chart.summary = (
-        f"Over this range: {pct(rate)} of prompt tokens served from cache "
-        f"({t['cache_read_tokens']:,} of {prompt:,}); {pct(share_pct(prefix, t['calls']))} "
-        f"of {t['calls']:,} calls had a prefix-cache hit, "
-        f"{pct(share_pct(t['response_cache_calls'], t['calls']))} were answered from the "
-        "response cache."
-    )
+    chart.summary = _(
+        "Over this range: %(rate)s of prompt tokens served from cache (%(cached)s of "
+        "%(prompt)s); %(prefix)s of %(calls)s calls had a prefix-cache hit, %(response)s were "
+        "answered from the response cache."
+    ) % {
+        "rate": pct(rate),
+        "cached": f"{t['cache_read_tokens']:,}",
+        "prompt": f"{prompt:,}",
+        "prefix": pct(share_pct(prefix, t["calls"])),
+        "calls": f"{t['calls']:,}",
+        "response": pct(share_pct(t["response_cache_calls"], t["calls"])),
+    }
 
 
 def cache_savings(q: Query) -> Chart:
@@ -167,7 +177,7 @@ def cache_savings(q: Query) -> Chart:
     cur = q.currency
     chart = Chart(
         "cache_savings",
-        "Saved by prefix caching",
+        _("Saved by prefix caching"),
         columns=[
             "bucket_start",
             "model",
@@ -180,8 +190,10 @@ def cache_savings(q: Query) -> Chart:
         chart.empty = (
             empty_calls(q)
             if not series_of(q, bucket=None).total("calls")
-            else "No cached prompt tokens in this range, so nothing was saved. Calls that "
-            "share a prompt prefix (a system prompt, say) are served from the prefix cache."
+            else _(
+                "No cached prompt tokens in this range, so nothing was saved. Calls that "
+                "share a prompt prefix (a system prompt, say) are served from the prefix cache."
+            )
         )
         return chart
     traces = []
@@ -215,12 +227,18 @@ def cache_savings(q: Query) -> Chart:
         exact_decimal(total, cur),
         sum(p["unpriced_tokens"] for points in saved.values() for p in points),
     )
-    chart.summary = f"{format_amount(total, cur)} saved in all over this range."
-    chart.note = (
+    chart.summary = _("%(amount)s saved in all over this range.") % {
+        "amount": format_amount(total, cur)
+    }
+    chart.note = _(
         "Cached prompt tokens priced at the input price minus the cache-read price of the "
         "price book, at your rates."
     )
     chart.figure = figure(
-        traces, x_title=time_title(q), y_title=f"Saved ({cur})", barmode="stack", y_currency=cur
+        traces,
+        x_title=time_title(q),
+        y_title=_("Saved (%(currency)s)") % {"currency": cur},
+        barmode="stack",
+        y_currency=cur,
     )
     return chart

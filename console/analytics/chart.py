@@ -18,14 +18,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 
 import plotly.graph_objects as go
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from console.analytics.query import Query
 from console.money import chart_tickformat, micro_to_decimal
 from usage import facade as usage
 
 ALL_QUANTILES = (0.5, 0.9, 0.99, 0.999)
-GROUP_NOUNS = {"model": "model", "node_id": "node", "api_key_id": "API key",
-               "sub_account_id": "sub-account"}  # fmt: skip
+# Chart titles say what a chart is split by: "… by model" (translated when shown).
+GROUP_NOUNS = {"model": gettext_lazy("model"), "node_id": gettext_lazy("node"),
+               "api_key_id": gettext_lazy("API key"),
+               "sub_account_id": gettext_lazy("sub-account")}  # fmt: skip
 MAX_GROUPS = 10  # lines or stacks per chart; the rest is summed as "other" where it adds up
 
 
@@ -156,7 +160,16 @@ def bar(name: str, colour: str, x, y, *, unit: str = "", currency: str | None = 
 
 
 def time_title(q: Query) -> str:
-    return f"{'Hour' if q.bucket == 'hour' else 'Day'} ({q.tz.key})"
+    what = _("Hour") if q.bucket == "hour" else _("Day")
+    return f"{what} ({q.tz.key})"
+
+
+def busiest_note(shown: int, groups: int) -> str:
+    """Said under a chart that draws only the busiest of its groups."""
+    return _("The %(shown)d busiest of %(groups)d are drawn.") % {
+        "shown": shown,
+        "groups": groups,
+    }
 
 
 def empty_calls(q: Query) -> str:
@@ -164,12 +177,19 @@ def empty_calls(q: Query) -> str:
     end = q.end.astimezone(q.tz).strftime("%Y-%m-%d %H:%M")
     narrowed = any(q.form.dimension_filters().values())
     hint = (
-        "Clear the model, node, key or sub-account filter, or widen the time range."
+        _("Clear the model, node, key or sub-account filter, or widen the time range.")
         if narrowed
-        else "Widen the time range, or send calls through the gateway with an API key: "
-        "they appear here within a minute of being made."
+        else _(
+            "Widen the time range, or send calls through the gateway with an API key: "
+            "they appear here within a minute of being made."
+        )
     )
-    return f"No calls between {start} and {end} ({q.tz.key}). {hint}"
+    return _("No calls between %(start)s and %(end)s (%(zone)s). %(hint)s") % {
+        "start": start,
+        "end": end,
+        "zone": q.tz.key,
+        "hint": hint,
+    }
 
 
 PARTIAL_FILL = "rgba(120,130,150,0.10)"
@@ -235,16 +255,19 @@ def mark_partial(q: Query, chart: Chart) -> None:
             "x": start.strftime(shape_fmt),
             "y": 1,
             "yanchor": "bottom",
-            "text": "so far",
+            "text": _("so far"),
             "showarrow": False,
             "font": {"size": 11, "color": "#6b7385"},
         }
     )
-    what = "The last hour" if q.bucket == "hour" else "Today"
-    chart.partial = (
-        f"{what} ({label}) is still running: its figures will grow until "
-        f"{end.strftime('%H:%M' if q.bucket == 'hour' else '%Y-%m-%d %H:%M')}."
-    )
+    until = end.strftime("%H:%M" if q.bucket == "hour" else "%Y-%m-%d %H:%M")
+    if q.bucket == "hour":
+        text = _(
+            "The last hour (%(label)s) is still running: its figures will grow until %(until)s."
+        )
+    else:
+        text = _("Today (%(label)s) is still running: its figures will grow until %(until)s.")
+    chart.partial = text % {"label": label, "until": until}
 
 
 def series_of(q: Query, **kwargs) -> usage.Series:

@@ -4,6 +4,9 @@ over time and the calls per class. (Refusals by cause are
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
 from console.analytics.chart import (
     Chart,
     bar,
@@ -19,10 +22,10 @@ from console.analytics.chart import (
 from console.analytics.query import STATUS_COLOURS, Query
 
 STATUS_CLASSES = (
-    ("2xx", "2xx success", lambda p: p["calls_2xx"]),
-    ("4xx", "4xx client error (not 429)", lambda p: p["calls_4xx"] - p["calls_429"]),
-    ("429", "429 rate limited", lambda p: p["calls_429"]),
-    ("5xx", "5xx server error", lambda p: p["calls_5xx"]),
+    ("2xx", gettext_lazy("2xx success"), lambda p: p["calls_2xx"]),
+    ("4xx", gettext_lazy("4xx client error (not 429)"), lambda p: p["calls_4xx"] - p["calls_429"]),
+    ("429", gettext_lazy("429 rate limited"), lambda p: p["calls_429"]),
+    ("5xx", gettext_lazy("5xx server error"), lambda p: p["calls_5xx"]),
 )
 
 
@@ -31,7 +34,7 @@ def error_rate(q: Query) -> Chart:
     points = s.groups[None]
     chart = Chart(
         "error_rate",
-        "Error rate by status class",
+        _("Error rate by status class"),
         columns=[
             "bucket_start",
             "calls",
@@ -50,7 +53,7 @@ def error_rate(q: Query) -> Chart:
     for key, label, fn in STATUS_CLASSES[1:]:
         traces.append(
             line(
-                label,
+                str(label),
                 STATUS_COLOURS[key],
                 x,
                 [share_pct(fn(p), p["calls"]) for p in points],
@@ -59,7 +62,7 @@ def error_rate(q: Query) -> Chart:
         )
     traces.append(
         line(
-            "All errors (4xx and 5xx)",
+            _("All errors (4xx and 5xx)"),
             "#1d2330",
             x,
             [share_pct(p["calls_4xx"] + p["calls_5xx"], p["calls"]) for p in points],
@@ -81,7 +84,7 @@ def error_rate(q: Query) -> Chart:
             ]
         )
     chart.figure = figure(
-        traces, x_title=time_title(q), y_title="Share of calls (%)", y_suffix=" %"
+        traces, x_title=time_title(q), y_title=_("Share of calls (%)"), y_suffix=" %"
     )
     return chart
 
@@ -91,20 +94,21 @@ def status_counts(q: Query) -> Chart:
     points = s.groups[None]
     chart = Chart(
         "status_counts",
-        "Calls by status class",
+        _("Calls by status class"),
         columns=["bucket_start", "calls", *(f"calls_{k}" for k, _l, _f in STATUS_CLASSES)],
     )
     if not s.total("calls"):
         chart.empty = empty_calls(q)
         return chart
     x = x_labels(q, points)
+    calls_unit = " " + _("calls")
     traces = [
-        bar(label, STATUS_COLOURS[key], x, [fn(p) for p in points], unit=" calls")
+        bar(str(label), STATUS_COLOURS[key], x, [fn(p) for p in points], unit=calls_unit)
         for key, label, fn in STATUS_CLASSES
     ]
     for p in points:
         chart.rows.append(
             [iso_local(p["start"], q.tz), p["calls"], *(fn(p) for _k, _l, fn in STATUS_CLASSES)]
         )
-    chart.figure = figure(traces, x_title=time_title(q), y_title="Calls", barmode="stack")
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Calls"), barmode="stack")
     return chart

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, time, timedelta
 from django import forms
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from accounts.facade import Actor, SubAccount
 from console import timezones
@@ -17,58 +19,86 @@ from inference_node.facade import Node
 from usage.facade import KeyChoiceField, OrganizationFilterMixin, visible_keys
 
 RANGES = [
-    ("1h", "Last hour"),
-    ("24h", "Last 24 hours"),
-    ("7d", "Last 7 days"),
-    ("30d", "Last 30 days"),
-    ("month", "This month"),
-    ("custom", "Custom range"),
+    ("1h", gettext_lazy("Last hour")),
+    ("24h", gettext_lazy("Last 24 hours")),
+    ("7d", gettext_lazy("Last 7 days")),
+    ("30d", gettext_lazy("Last 30 days")),
+    ("month", gettext_lazy("This month")),
+    ("custom", gettext_lazy("Custom range")),
 ]
 DEFAULT_RANGE = "24h"
 MAX_RANGE = timedelta(days=93)
 # Ranges up to this long are drawn per hour; longer ones per day.
 HOURLY_UP_TO = timedelta(hours=72)
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
-COMPARE = [("", "Nothing (all calls)"), ("model", "Model"), ("node", "Node")]
-CACHE_COMPARE = [*COMPARE, ("key", "API key")]
-STACK = [("model", "Model"), ("sub_account", "Sub-account"), ("key", "API key")]
+COMPARE = [
+    ("", gettext_lazy("Nothing (all calls)")),
+    ("model", gettext_lazy("Model")),
+    ("node", gettext_lazy("Node")),
+]
+CACHE_COMPARE = [*COMPARE, ("key", gettext_lazy("API key"))]
+STACK = [
+    ("model", gettext_lazy("Model")),
+    ("sub_account", gettext_lazy("Sub-account")),
+    ("key", gettext_lazy("API key")),
+]
 # Form values to ``usage.analytics`` group-by columns.
 GROUP_COLUMN = {"model": "model", "node": "node_id", "key": "api_key_id",
                 "sub_account": "sub_account_id"}  # fmt: skip
 
 
 class AnalyticsForm(OrganizationFilterMixin, forms.Form):
-    range = forms.ChoiceField(required=False, choices=RANGES, label="Time range")
+    range = forms.ChoiceField(required=False, choices=RANGES, label=gettext_lazy("Time range"))
     model = forms.CharField(
         required=False,
         max_length=128,
-        widget=forms.TextInput(attrs={"list": "model-options", "placeholder": "all models"}),
+        label=gettext_lazy("Model"),
+        widget=forms.TextInput(
+            attrs={"list": "model-options", "placeholder": gettext_lazy("all models")}
+        ),
     )
-    node = forms.ModelChoiceField(queryset=None, required=False, empty_label="All nodes")
-    key = KeyChoiceField(queryset=None, required=False, empty_label="All keys", label="API key")
+    node = forms.ModelChoiceField(
+        queryset=None, required=False, empty_label=gettext_lazy("All nodes"),
+        label=gettext_lazy("Node"),
+    )  # fmt: skip
+    key = KeyChoiceField(
+        queryset=None, required=False, empty_label=gettext_lazy("All keys"),
+        label=gettext_lazy("API key"),
+    )  # fmt: skip
     sub_account = forms.ModelChoiceField(
-        queryset=None, required=False, label="Sub-account", empty_label="All sub-accounts"
+        queryset=None,
+        required=False,
+        label=gettext_lazy("Sub-account"),
+        empty_label=gettext_lazy("All sub-accounts"),
     )
     protocol = forms.ChoiceField(
         required=False,
-        choices=[("", "All protocols"), ("openai", "OpenAI"), ("anthropic", "Anthropic"),
-                 ("gemini", "Gemini")],
-        label="Protocol",
+        choices=[("", gettext_lazy("All protocols")), ("openai", "OpenAI"),
+                 ("anthropic", "Anthropic"), ("gemini", "Gemini")],
+        label=gettext_lazy("Protocol"),
     )  # fmt: skip
     stream = forms.ChoiceField(
         required=False,
-        choices=[("", "Streamed or not"), ("stream", "Streamed"), ("plain", "Not streamed")],
-        label="Streaming",
+        choices=[
+            ("", gettext_lazy("Streamed or not")),
+            ("stream", gettext_lazy("Streamed")),
+            ("plain", gettext_lazy("Not streamed")),
+        ],
+        label=gettext_lazy("Streaming"),
     )
-    compare = forms.ChoiceField(required=False, choices=CACHE_COMPARE, label="Compare by")
+    compare = forms.ChoiceField(
+        required=False, choices=CACHE_COMPARE, label=gettext_lazy("Compare by")
+    )
     pct = forms.ChoiceField(
         required=False,
         choices=[(k, k) for k in PERCENTILES],
-        label="Percentile compared",
+        label=gettext_lazy("Percentile compared"),
     )
-    stack = forms.ChoiceField(required=False, choices=STACK, label="Stack spend by")
+    stack = forms.ChoiceField(required=False, choices=STACK, label=gettext_lazy("Stack spend by"))
     refresh = forms.ChoiceField(
-        required=False, choices=[("", "Off"), ("1", "Every 60 s")], label="Auto-refresh"
+        required=False,
+        choices=[("", gettext_lazy("Off")), ("1", gettext_lazy("Every 60 s"))],
+        label=gettext_lazy("Auto-refresh"),
     )
 
     # Shown selected when the query string leaves them out (and left out of links).
@@ -96,7 +126,7 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
             Q(organization_id__isnull=True) | Q(organization_id=actor.organization_id)
         ).order_by("name", "pk")
         for name in ("from", "to"):
-            self.fields[name].help_text = f"{self.tz.key} time"
+            self.fields[name].help_text = _("%(zone)s time") % {"zone": self.tz.key}
             self.fields[name].widget = forms.DateTimeInput(
                 attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"
             )
@@ -113,14 +143,14 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
         data["range"] = preset
         if preset == "custom":
             if start is None:
-                self.add_error("from", "Give the start of a custom range.")
+                self.add_error("from", _("Give the start of a custom range."))
                 return data
             end = end or self.now
             if start >= end:
-                self.add_error("to", "The end of the time range must be after its start.")
+                self.add_error("to", _("The end of the time range must be after its start."))
                 return data
             if end - start > MAX_RANGE:
-                self.add_error("to", "A range can be at most 93 days; narrow it.")
+                self.add_error("to", _("A range can be at most 93 days; narrow it."))
                 return data
         else:
             start, end = self._preset(preset)
@@ -167,7 +197,7 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
 
 AnalyticsForm.base_fields = {
     **{k: v for k, v in AnalyticsForm.base_fields.items() if k == "range"},
-    "from": forms.DateTimeField(required=False, label="From"),
-    "to": forms.DateTimeField(required=False, label="To"),
+    "from": forms.DateTimeField(required=False, label=gettext_lazy("From")),
+    "to": forms.DateTimeField(required=False, label=gettext_lazy("To")),
     **{k: v for k, v in AnalyticsForm.base_fields.items() if k != "range"},
 }

@@ -4,10 +4,13 @@ latency sketches. (Where the time goes is ``breakdowns.time_breakdown``.)"""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from console.analytics.chart import (
     ALL_QUANTILES,
     GROUP_NOUNS,
     Chart,
+    busiest_note,
     empty_calls,
     figure,
     iso_local,
@@ -32,9 +35,9 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
     ttft = which == "ttft_ms"
     hist = "ttft" if ttft else "latency"
     name = "ttft" if ttft else "latency"
-    title = "Time to first token" if ttft else "Total latency"
+    title = _("Time to first token") if ttft else _("Total latency")
     count_col = "ttft_count" if ttft else "calls"
-    y_title = "Time to first token (ms)" if ttft else "Latency (ms)"
+    y_title = _("Time to first token (ms)") if ttft else _("Latency (ms)")
     column = q.group_column("compare")
     if column is None:
         s = series_of(q, quantiles=ALL_QUANTILES, hists=(hist,), sums=LATENCY_SUMS)
@@ -53,7 +56,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
             chart.empty = (
                 empty_calls(q)
                 if not s.total("calls")
-                else (
+                else _(
                     "None of these calls has a time to first token (embeddings and failed calls "
                     "have none)."
                 )
@@ -85,7 +88,8 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
         s = series_of(q, group_by=column, quantiles=(qq,), hists=(hist,), sums=LATENCY_SUMS)
         chart = Chart(
             name,
-            f"{title}, {q_label(qq)} by {GROUP_NOUNS[column]}",
+            _("%(title)s, %(quantile)s by %(noun)s")
+            % {"title": title, "quantile": q_label(qq), "noun": GROUP_NOUNS[column]},
             columns=["bucket_start", "series", "calls", f"{q_label(qq)}_ms"],
         )
         if not s.total(count_col):
@@ -111,7 +115,7 @@ def latency(q: Query, *, which: str = "latency_ms") -> Chart:
                     [iso_local(p["start"], q.tz), label, p[count_col], round_ms(p[which][qq])]
                 )
         if rest:
-            chart.note = f"The {len(shown)} busiest of {len(s.groups)} are drawn."
+            chart.note = busiest_note(len(shown), len(s.groups))
     chart.figure = figure(traces, x_title=time_title(q), y_title=y_title)
     return chart
 

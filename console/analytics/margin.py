@@ -31,6 +31,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -42,13 +44,13 @@ from console.csv_header import header_line
 from console.money import format_exact, micro_to_decimal
 from usage.facade import MarginLine, MarginReport, csv_text, margin_report
 
-MARGIN_RANGES = [*RANGES[:-1], ("last_month", "Last month"), RANGES[-1]]
+MARGIN_RANGES = [*RANGES[:-1], ("last_month", gettext_lazy("Last month")), RANGES[-1]]
 DEFAULT_RANGE = "30d"
 _HOUR = timedelta(hours=1)
 TABLES = (
-    ("by_model", "By model", "Model"),
-    ("by_channel", "By channel", "Channel"),
-    ("by_organization", "By organization", "Organization"),
+    ("by_model", gettext_lazy("By model"), gettext_lazy("Model")),
+    ("by_channel", gettext_lazy("By channel"), gettext_lazy("Channel")),
+    ("by_organization", gettext_lazy("By organization"), gettext_lazy("Organization")),
 )
 CSV_COLUMNS = [
     "table",
@@ -62,7 +64,14 @@ CSV_COLUMNS = [
     "margin_pct",
     "calls_without_comparable_cost",
 ]
-HEADERS = ["Calls", "Revenue", "Vendor cost", "Margin", "Margin %", "Without a comparable cost"]
+HEADERS = [
+    gettext_lazy("Calls"),
+    gettext_lazy("Revenue"),
+    gettext_lazy("Vendor cost"),
+    gettext_lazy("Margin"),
+    gettext_lazy("Margin %"),
+    gettext_lazy("Without a comparable cost"),
+]
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 
 
@@ -82,7 +91,9 @@ def _ceil_hour(t: datetime) -> datetime:
 class MarginForm(forms.Form):
     """The range: a preset, or a custom start and end (UTC), in whole hours."""
 
-    range = forms.ChoiceField(required=False, choices=MARGIN_RANGES, label="Time range")
+    range = forms.ChoiceField(
+        required=False, choices=MARGIN_RANGES, label=gettext_lazy("Time range")
+    )
 
     def __init__(self, data=None, *, now: datetime | None = None, **kwargs):
         self.given = data if data is not None else {}
@@ -107,16 +118,16 @@ class MarginForm(forms.Form):
         data["range"] = preset
         if preset == "custom":
             if start is None:
-                self.add_error("from", "Give the start of a custom range.")
+                self.add_error("from", _("Give the start of a custom range."))
                 return data
             start = _floor_hour(start.replace(tzinfo=UTC) if start.tzinfo is None else start)
             end = end or self.now
             end = _ceil_hour(end.replace(tzinfo=UTC) if end.tzinfo is None else end)
             if start >= end:
-                self.add_error("to", "The end of the time range must be after its start.")
+                self.add_error("to", _("The end of the time range must be after its start."))
                 return data
             if end - start > MAX_RANGE:
-                self.add_error("to", "A range can be at most 93 days; narrow it.")
+                self.add_error("to", _("A range can be at most 93 days; narrow it."))
                 return data
         else:
             start, end = self._preset(preset)
@@ -144,8 +155,8 @@ class MarginForm(forms.Form):
 
 MarginForm.base_fields = {
     "range": MarginForm.base_fields["range"],
-    "from": forms.DateTimeField(required=False, label="From"),
-    "to": forms.DateTimeField(required=False, label="To"),
+    "from": forms.DateTimeField(required=False, label=gettext_lazy("From")),
+    "to": forms.DateTimeField(required=False, label=gettext_lazy("To")),
 }
 
 
@@ -163,14 +174,14 @@ def _exact(micro: int) -> str:
     return f"{micro_to_decimal(micro):.6f}"
 
 
-def _table(lines: list[MarginLine], title: str, noun: str) -> dict:
+def _table(lines: list[MarginLine], title: str, noun: str, *, totals: bool = False) -> dict:
     return {
-        "title": title,
-        "headers": [noun, *HEADERS],
+        "title": str(title),
+        "headers": [str(noun), *(str(h) for h in HEADERS)],
         "numeric": [False, True, True, True, True, True, True],
         "rows": [
             [
-                (m.label, None),
+                (_("All calls") if totals else m.label, None),
                 (f"{m.calls:,}", None),
                 (format_exact(m.revenue, m.currency), None),
                 (format_exact(m.cost, m.currency), None),
@@ -194,11 +205,14 @@ def _chart(report: MarginReport) -> dict | None:
         colour = COLOURS[i % len(COLOURS)]
         revenue = [money_axis(d.revenue) for d in days]
         cost = [money_axis(d.cost) for d in days]
-        traces.append(line(f"Revenue ({cur})", colour, x, revenue, currency=cur))
-        traces.append(line(f"Vendor cost ({cur})", colour, x, cost, dash="dot", currency=cur))
+        names = {"currency": cur}
+        traces.append(line(_("Revenue (%(currency)s)") % names, colour, x, revenue, currency=cur))
+        traces.append(
+            line(_("Vendor cost (%(currency)s)") % names, colour, x, cost, dash="dot", currency=cur)
+        )
     one = currencies[0] if len(currencies) == 1 else None
-    y_title = f"Amount ({one})" if one else "Amount"
-    return figure(traces, x_title="Day (UTC)", y_title=y_title, y_currency=one)
+    y_title = _("Amount (%(currency)s)") % {"currency": one} if one else _("Amount")
+    return figure(traces, x_title=_("Day (UTC)"), y_title=y_title, y_currency=one)
 
 
 def _csv_rows(report: MarginReport) -> list[list]:
@@ -262,8 +276,11 @@ def margin_page(request):
     }
     if report is not None:
         fmt = "%Y-%m-%d %H:%M"
-        context["range_text"] = f"{report.start:{fmt}} to {report.end:{fmt}} UTC"
-        context["totals"] = _table(report.totals, "All calls", "Total")
+        context["range_text"] = _("%(start)s to %(end)s UTC") % {
+            "start": f"{report.start:{fmt}}",
+            "end": f"{report.end:{fmt}}",
+        }
+        context["totals"] = _table(report.totals, _("All calls"), _("Total"), totals=True)
         context["tables"] = [
             {"id": name, **_table(getattr(report, name), title, noun)}
             for name, title, noun in TABLES
@@ -280,6 +297,6 @@ def margin_page(request):
 def margin_csv(request):
     form, report = _report(request)
     if report is None:
-        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())  # plain text
         return HttpResponse(problems, status=400, content_type="text/plain; charset=utf-8")
     return _csv_response(report, request)

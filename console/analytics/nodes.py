@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone as tz
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from accounts.facade import AuditEvent
 from console.analytics.chart import (
@@ -31,7 +33,7 @@ from console.analytics.chart import (
 from console.analytics.query import Query
 from inference_node.facade import Node
 
-ENGINE_HIT_NOTE = (
+ENGINE_HIT_NOTE = gettext_lazy(
     "Engine prefix-cache hit rate: what each node's inference engine reports for its own "
     "prefix cache, over all the traffic it serves. The cached prompt share (here per node, "
     "and on the overview) counts only your billed prompt tokens read from cache, so the two "
@@ -40,6 +42,23 @@ ENGINE_HIT_NOTE = (
 # The sums the node table shows (calls, errors, the cached prompt share).
 TABLE_SUMS = ("calls", "calls_4xx", "calls_5xx", "input_tokens", "cache_read_tokens",
               "cache_write_tokens")  # fmt: skip
+HEALTH_NAMES = {
+    "healthy": gettext_lazy("healthy"),
+    "unhealthy": gettext_lazy("unhealthy"),
+    "unknown": gettext_lazy("unknown"),
+}
+# The load table's status and health columns, translated when shown (the
+# node models' own labels are inference_node's).
+STATUS_DISPLAY = {
+    "active": gettext_lazy("Active"),
+    "draining": gettext_lazy("Draining"),
+    "disabled": gettext_lazy("Disabled"),
+}
+HEALTH_DISPLAY = {
+    "unknown": gettext_lazy("Unknown"),
+    "healthy": gettext_lazy("Healthy"),
+    "unhealthy": gettext_lazy("Unhealthy"),
+}
 HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b7c3"}
 FLIPS = ("node.healthy", "node.unhealthy")
 
@@ -61,7 +80,7 @@ def node_table(q: Query) -> Chart:
     s = series_of(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99), sums=TABLE_SUMS)
     chart = Chart(
         "node_table",
-        "Nodes over the whole range",
+        _("Nodes over the whole range"),
         columns=[
             "node_id",
             "node",
@@ -114,14 +133,14 @@ def node_table(q: Query) -> Chart:
         )
     chart.table = {
         "headers": [
-            "Node",
-            "Calls",
+            _("Node"),
+            _("Calls"),
             "p50",
             "p90",
             "p99",
-            "TTFT p50",
-            "Cached prompt share",
-            "Errors",
+            _("TTFT p50"),
+            _("Cached prompt share"),
+            _("Errors"),
         ],
         "numeric": [False, True, True, True, True, True, True, True],
         "rows": rows,
@@ -149,7 +168,7 @@ def node_latency(q: Query) -> Chart:
     s = series_of(q, group_by="node_id", quantiles=(qq,), hists=("latency",), sums=("calls",))
     chart = Chart(
         "node_latency",
-        f"Latency {q_label(qq)} per node",
+        _("Latency %(quantile)s per node") % {"quantile": q_label(qq)},
         columns=["bucket_start", "node", "calls", f"{q_label(qq)}_ms"],
     )
     if not s.total("calls"):
@@ -160,7 +179,7 @@ def node_latency(q: Query) -> Chart:
         return round_ms(p["latency_ms"][qq])
 
     traces = _line_per_node(q, s, chart, latency, " ms", lambda p: [p["calls"], latency(p)])
-    chart.figure = figure(traces, x_title=time_title(q), y_title="Latency (ms)")
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Latency (ms)"))
     return chart
 
 
@@ -168,7 +187,7 @@ def node_cache(q: Query) -> Chart:
     s = series_of(q, group_by="node_id")
     chart = Chart(
         "node_cache",
-        "Cached prompt share per node",
+        _("Cached prompt share per node"),
         columns=[
             "bucket_start",
             "node",
@@ -186,7 +205,7 @@ def node_cache(q: Query) -> Chart:
         return [prompt, p["cache_read_tokens"], hit_rate(p)]
 
     traces = _line_per_node(q, s, chart, hit_rate, " %", row)
-    chart.figure = figure(traces, x_title=time_title(q), y_title="Hit rate (%)", y_suffix=" %")
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Hit rate (%)"), y_suffix=" %")
     return chart
 
 
@@ -213,15 +232,17 @@ def health_segments(node: Node, flips: list[tuple[datetime, str, str]], start, e
 def node_health(q: Query) -> Chart:
     chart = Chart(
         "node_health",
-        "Health of each node",
+        _("Health of each node"),
         columns=["node", "from", "to", "state", "seconds"],
-        note="From the health prober: a node turns unhealthy after NODE_UNHEALTHY_AFTER "
-        "failed probes in a row and healthy again after NODE_HEALTHY_AFTER good ones; "
-        "unhealthy nodes get no calls.",
+        note=_(
+            "From the health prober: a node turns unhealthy after NODE_UNHEALTHY_AFTER "
+            "failed probes in a row and healthy again after NODE_HEALTHY_AFTER good ones; "
+            "unhealthy nodes get no calls."
+        ),
     )
     nodes = _nodes(q)
     if not nodes:
-        chart.empty = "No nodes yet. Register one under Nodes, or use the shared ones."
+        chart.empty = _("No nodes yet. Register one under Nodes, or use the shared ones.")
         return chart
     end = min(q.end, tz.now())
     start = min(q.start, end)
@@ -262,10 +283,12 @@ def node_health(q: Query) -> Chart:
             t["base"].append(seg_from.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
     data = [
         go.Bar(
-            name=state,
+            name=str(HEALTH_NAMES.get(state, state)),
             orientation="h",
             marker={"color": HEALTH_COLOURS.get(state, "#b0b7c3")},
-            hovertemplate="%{y}: " + state + " from %{base}<extra></extra>",
+            hovertemplate=_("%(node)s: %(state)s from %(start)s")
+            % {"node": "%{y}", "state": HEALTH_NAMES.get(state, state), "start": "%{base}"}
+            + "<extra></extra>",
         )
         for state in traces
     ]
@@ -275,7 +298,7 @@ def node_health(q: Query) -> Chart:
         margin={"l": 140, "r": 16, "t": 12, "b": 48},
         barmode="overlay",
         legend={"orientation": "h", "y": -0.3, "x": 0},
-        xaxis={"type": "date", "title": {"text": f"Time ({q.tz.key})"}},
+        xaxis={"type": "date", "title": {"text": f"{_('Time')} ({q.tz.key})"}},
         yaxis={"autorange": "reversed"},
     )
     fig = go.Figure(data=data, layout=layout).to_plotly_json()
@@ -289,8 +312,8 @@ def node_health(q: Query) -> Chart:
 def node_load(q: Query) -> Chart:
     chart = Chart(
         "node_load",
-        "Load as last probed",
-        note=ENGINE_HIT_NOTE,
+        _("Load as last probed"),
+        note=str(ENGINE_HIT_NOTE),
         columns=[
             "node",
             "status",
@@ -304,7 +327,7 @@ def node_load(q: Query) -> Chart:
     )
     nodes = _nodes(q)
     if not nodes:
-        chart.empty = "No nodes yet. Register one under Nodes, or use the shared ones."
+        chart.empty = _("No nodes yet. Register one under Nodes, or use the shared ones.")
         return chart
 
     def pct(v):
@@ -322,18 +345,18 @@ def node_load(q: Query) -> Chart:
         rows.append(
             [
                 (n.name, None),
-                (n.get_status_display(), None),
-                (n.get_health_display(), None),
+                (str(STATUS_DISPLAY.get(n.status) or n.get_status_display()), None),
+                (str(HEALTH_DISPLAY.get(n.health) or n.get_health_display()), None),
                 (text(n.running), None),
                 (text(n.waiting), None),
                 (text(kv, " %"), None),
                 (text(hit, " %"), None),
-                (probed[:19].replace("T", " ") if probed else "never", None),
+                (probed[:19].replace("T", " ") if probed else _("never"), None),
             ]
         )
     chart.table = {
-        "headers": ["Node", "Status", "Health", "Running", "Waiting", "KV cache",
-                    "Engine prefix-cache hit rate", "Last probe"],
+        "headers": [_("Node"), _("Status"), _("Health"), _("Running"), _("Waiting"),
+                    _("KV cache"), _("Engine prefix-cache hit rate"), _("Last probe")],
         "numeric": [False, False, False, True, True, True, True, False],
         "rows": rows,
     }  # fmt: skip
@@ -342,8 +365,8 @@ def node_load(q: Query) -> Chart:
 
 CIRCUIT_OPENED, CIRCUIT_CLOSED = "node.circuit_opened", "node.circuit_closed"
 REASONS = {
-    "error_rate": ("Error rate over the window", "#c0362c"),
-    "probe_failed": ("Half-open probe failed", "#E69F00"),
+    "error_rate": (gettext_lazy("Error rate over the window"), "#c0362c"),
+    "probe_failed": (gettext_lazy("Half-open probe failed"), "#E69F00"),
 }
 
 
@@ -355,7 +378,7 @@ def circuit_openings(q: Query) -> Chart:
     window, wait = settings.GATEWAY_BREAKER_WINDOW_SECONDS, settings.GATEWAY_BREAKER_OPEN_SECONDS
     chart = Chart(
         "circuit_openings",
-        "Circuit-breaker openings",
+        _("Circuit-breaker openings"),
         columns=[
             "opened_at",
             "node",
@@ -367,10 +390,13 @@ def circuit_openings(q: Query) -> Chart:
             "closed_at",
             "seconds_open",
         ],
-        note=f"A gateway stops sending calls to a node when at least {rate:.0%} of at "
-        f"least {least} calls in {window} s failed, and tries it again {wait} s later. Each "
-        "gateway process keeps its own circuits; the model, key and sub-account filters do "
-        "not apply here.",
+        note=_(
+            "A gateway stops sending calls to a node when at least %(rate)s of at least "
+            "%(least)s calls in %(window)s s failed, and tries it again %(wait)s s later. Each "
+            "gateway process keeps its own circuits; the model, key and sub-account filters do "
+            "not apply here."
+        )
+        % {"rate": f"{rate:.0%}", "least": least, "window": window, "wait": wait},
     )
     nodes = {str(n.pk): n for n in _nodes(q)}
     end = min(q.end, tz.now())
@@ -402,11 +428,14 @@ def circuit_openings(q: Query) -> Chart:
         openings.append(opening)
         open_now[slot] = opening
     if not openings:
-        chart.empty = (
-            f"No circuit opened between {start.astimezone(q.tz):%Y-%m-%d %H:%M} and "
-            f"{end.astimezone(q.tz):%Y-%m-%d %H:%M} ({q.tz.key}): every node answered well "
-            "enough to keep its calls."
-        )
+        chart.empty = _(
+            "No circuit opened between %(start)s and %(end)s (%(zone)s): every node answered "
+            "well enough to keep its calls."
+        ) % {
+            "start": f"{start.astimezone(q.tz):%Y-%m-%d %H:%M}",
+            "end": f"{end.astimezone(q.tz):%Y-%m-%d %H:%M}",
+            "zone": q.tz.key,
+        }
         return chart
     traces: dict[str, dict] = {}
     for o in openings:
@@ -421,12 +450,20 @@ def circuit_openings(q: Query) -> Chart:
         t = traces.setdefault(o.get("reason", ""), {"x": [], "y": [], "text": []})
         t["x"].append(o["at"].astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
         t["y"].append(o["node"])
-        detail = f"{errors} of {calls} calls failed" if calls else "a probe failed"
-        still = f"open for {seconds:g} s" if seconds is not None else "still open"
+        detail = (
+            _("%(errors)s of %(calls)s calls failed") % {"errors": errors, "calls": calls}
+            if calls
+            else _("a probe failed")
+        )
+        still = (
+            _("open for %(seconds)s s") % {"seconds": f"{seconds:g}"}
+            if seconds is not None
+            else _("still open")
+        )
         t["text"].append(f"{o.get('gateway', '')}: {detail}; {still}")
     data = [
         go.Scatter(
-            name=REASONS.get(reason, (reason or "unknown", "#1d2330"))[0],
+            name=str(REASONS.get(reason, (reason or _("unknown"), "#1d2330"))[0]),
             mode="markers",
             marker={
                 "color": REASONS.get(reason, ("", "#1d2330"))[1],
@@ -434,7 +471,8 @@ def circuit_openings(q: Query) -> Chart:
                 "symbol": "x-thin-open",
                 "line": {"width": 2},
             },
-            hovertemplate="%{y} at %{x}<br>%{text}<extra></extra>",
+            hovertemplate=_("%(node)s at %(time)s") % {"node": "%{y}", "time": "%{x}"}
+            + "<br>%{text}<extra></extra>",
         )
         for reason in traces
     ]
@@ -444,7 +482,7 @@ def circuit_openings(q: Query) -> Chart:
         height=max(160, 72 + 36 * len(names)),
         margin={"l": 140, "r": 16, "t": 12, "b": 56},
         legend={"orientation": "h", "y": -0.35, "x": 0},
-        xaxis={"type": "date", "title": {"text": f"Time ({q.tz.key})"},
+        xaxis={"type": "date", "title": {"text": f"{_('Time')} ({q.tz.key})"},
                "range": [start.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"),
                          end.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S")]},
         yaxis={"type": "category", "categoryorder": "array", "categoryarray": names,

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 from django.db.models import Q
 from django.urls import reverse
+from django.utils.translation import gettext as _
 
 from accounts.facade import Actor, ApiKey, Perm, SubAccount
 from console.analytics.forms import GROUP_COLUMN, PERCENTILES, AnalyticsForm
@@ -85,16 +86,22 @@ class Names:
 
     def label(self, column: str | None, value) -> str:
         if column is None:
-            return "All calls"
+            return _("All calls")
         if column == "model":
-            return value or "(no model)"
+            return value or _("(no model)")
         if not value:
-            return {"sub_account_id": "(no sub-account)", "node_id": "(no node)"}.get(
-                column, "(none)"
+            return {"sub_account_id": _("(no sub-account)"), "node_id": _("(no node)")}.get(
+                column, _("(none)")
             )
         name = self._load(column).get(value)
-        noun = {"api_key_id": "key", "sub_account_id": "sub-account", "node_id": "node"}[column]
-        return name or f"{noun} #{value}"
+        if name:
+            return name
+        unnamed = {
+            "api_key_id": _("key #%(id)s"),
+            "sub_account_id": _("sub-account #%(id)s"),
+            "node_id": _("node #%(id)s"),
+        }[column]
+        return unnamed % {"id": value}
 
     def colour(self, column: str | None, value, _position: int = 0) -> str:
         """A model's colour follows its place in the model catalogue, so a

@@ -3,6 +3,9 @@ token volume by billed class, and the keys that spent most."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
 from accounts.facade import ApiKey
 from console.analytics.chart import (
     MAX_GROUPS,
@@ -20,7 +23,11 @@ from console.analytics.chart import (
 from console.analytics.query import TOKEN_COLOURS, Query
 from console.money import exact_decimal, format_amount
 
-STACK_TITLES = {"model": "model", "sub_account": "sub-account", "key": "API key"}
+STACK_TITLES = {
+    "model": gettext_lazy("Spend by model"),
+    "sub_account": gettext_lazy("Spend by sub-account"),
+    "key": gettext_lazy("Spend by API key"),
+}
 
 
 def spend(q: Query) -> Chart:
@@ -30,7 +37,7 @@ def spend(q: Query) -> Chart:
     s = series_of(q, group_by=column)
     chart = Chart(
         "spend",
-        f"Spend by {STACK_TITLES[stack]}",
+        str(STACK_TITLES[stack]),
         columns=["bucket_start", "series", "calls", f"spend_{cur}"],
     )
     if not s.total("calls"):
@@ -54,7 +61,7 @@ def spend(q: Query) -> Chart:
         )
     if rest:
         other = [sum(s.groups[g][i]["cost"] for g in rest) for i in range(len(s.buckets))]
-        traces.append(bar("Other", "#BAB0AC", x, [money_axis(v) for v in other], currency=cur))
+        traces.append(bar(_("Other"), "#BAB0AC", x, [money_axis(v) for v in other], currency=cur))
     for group in groups:
         label = q.names.label(column, group)
         for p in s.groups[group]:
@@ -63,21 +70,26 @@ def spend(q: Query) -> Chart:
             )
     total, calls = s.total("cost"), s.total("calls")
     chart.total_row("Total", calls, exact_decimal(total, cur))
-    chart.summary = (
-        f"{format_amount(total, cur)} in all over this range, for {calls:,} "
-        f"call{'s' if calls != 1 else ''}."
-    )
+    chart.summary = ngettext(
+        "%(amount)s in all over this range, for %(calls)s call.",
+        "%(amount)s in all over this range, for %(calls)s calls.",
+        calls,
+    ) % {"amount": format_amount(total, cur), "calls": f"{calls:,}"}
     chart.figure = figure(
-        traces, x_title=time_title(q), y_title=f"Spend ({cur})", barmode="stack", y_currency=cur
+        traces,
+        x_title=time_title(q),
+        y_title=_("Spend (%(currency)s)") % {"currency": cur},
+        barmode="stack",
+        y_currency=cur,
     )
     return chart
 
 
 TOKEN_CLASSES = (
-    ("input_tokens", "Input (uncached)"),
-    ("cache_read_tokens", "Cache read"),
-    ("cache_write_tokens", "Cache write"),
-    ("output_tokens", "Output (incl. reasoning)"),
+    ("input_tokens", gettext_lazy("Input (uncached)")),
+    ("cache_read_tokens", gettext_lazy("Cache read")),
+    ("cache_write_tokens", gettext_lazy("Cache write")),
+    ("output_tokens", gettext_lazy("Output (incl. reasoning)")),
 )
 
 
@@ -86,15 +98,16 @@ def tokens(q: Query) -> Chart:
     points = s.groups[None]
     chart = Chart(
         "tokens",
-        "Token volume by class",
-        columns=["bucket_start", "calls", *(c for c, _ in TOKEN_CLASSES), "reasoning_tokens"],
+        _("Token volume by class"),
+        columns=["bucket_start", "calls", *(c for c, _l in TOKEN_CLASSES), "reasoning_tokens"],
     )
     if not s.total("calls"):
         chart.empty = empty_calls(q)
         return chart
     x = x_labels(q, points)
+    tokens_unit = " " + _("tokens")
     traces = [
-        bar(label, TOKEN_COLOURS[col], x, [p[col] for p in points], unit=" tokens")
+        bar(str(label), TOKEN_COLOURS[col], x, [p[col] for p in points], unit=tokens_unit)
         for col, label in TOKEN_CLASSES
     ]
     for p in points:
@@ -102,11 +115,11 @@ def tokens(q: Query) -> Chart:
             [
                 iso_local(p["start"], q.tz),
                 p["calls"],
-                *(p[c] for c, _ in TOKEN_CLASSES),
+                *(p[c] for c, _l in TOKEN_CLASSES),
                 p["reasoning_tokens"],
             ]
         )
-    chart.figure = figure(traces, x_title=time_title(q), y_title="Tokens", barmode="stack")
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Tokens"), barmode="stack")
     return chart
 
 
@@ -115,7 +128,7 @@ def top_spenders(q: Query) -> Chart:
     s = series_of(q, group_by="api_key_id", bucket=None)
     chart = Chart(
         "top_spenders",
-        "Top spenders (API keys)",
+        _("Top spenders (API keys)"),
         columns=[
             "api_key_id",
             "api_key",
@@ -134,7 +147,7 @@ def top_spenders(q: Query) -> Chart:
     ranked = sorted(s.groups.items(), key=lambda kv: -kv[1][0]["cost"])[:MAX_GROUPS]
     rows = []
     for key_id, (p,) in ranked:
-        toks = sum(p[c] for c, _ in TOKEN_CLASSES)
+        toks = sum(p[c] for c, _l in TOKEN_CLASSES)
         label = q.names.label("api_key_id", key_id)
         sub = q.names.label("sub_account_id", subs.get(key_id) or 0)
         share = share_pct(p["cost"], total)
@@ -152,7 +165,14 @@ def top_spenders(q: Query) -> Chart:
             ]
         )
     chart.table = {
-        "headers": ["API key", "Sub-account", "Calls", "Tokens", "Spend", "Share"],
+        "headers": [
+            _("API key"),
+            _("Sub-account"),
+            _("Calls"),
+            _("Tokens"),
+            _("Spend"),
+            _("Share"),
+        ],
         "numeric": [False, False, True, True, True, True],
         "rows": rows,
     }

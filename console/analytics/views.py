@@ -19,6 +19,8 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -68,6 +70,8 @@ CHARTS: dict[str, ChartSpec] = {
 
 @dataclass(frozen=True)
 class PageSpec:
+    """A page's title, intro and notes are lazy: translated when shown (issue 18)."""
+
     title: str
     charts: tuple[str, ...]
     fields: tuple[str, ...]
@@ -83,64 +87,80 @@ _DIMS = ("model", "node", "key", "sub_account", "protocol", "stream")
 _RANGE = ("range", "from", "to")
 PAGES: dict[str, PageSpec] = {
     "latency": PageSpec(
-        "Latency",
+        gettext_lazy("Latency"),
         ("latency", "ttft", "time_breakdown"),
         (*_RANGE, *_DIMS, "compare", "pct", "refresh"),
-        intro="Percentiles of total latency and of time to first token, from the hourly "
-        "latency sketches (within 1 % of the exact values), and where the time of a call "
-        "goes: queue, gateway overhead, upstream to first token and decode.",
+        intro=gettext_lazy(
+            "Percentiles of total latency and of time to first token, from the hourly "
+            "latency sketches (within one percent of the exact values), and where the time of "
+            "a call goes: queue, gateway overhead, upstream to first token and decode."
+        ),
         filter_notes=(
             (
                 ("protocol", "stream"),
-                "Protocol and streaming are known for calls made since they began to be "
-                "recorded: older calls do not appear under these two filters.",
+                gettext_lazy(
+                    "Protocol and streaming are known for calls made since they began to be "
+                    "recorded: older calls do not appear under these two filters."
+                ),
             ),
         ),
         compare=COMPARE,
     ),
     "cache": PageSpec(
-        "Cache",
+        gettext_lazy("Cache"),
         ("cache_hit", "cache_savings"),
         (*_RANGE, *_DIMS, "compare", "refresh"),
-        intro="Prefix-cache hit rate (cached prompt tokens over all prompt tokens, and the "
-        "share of calls with a prefix-cache hit), the share of calls answered from the "
-        "response cache, and what caching saved at your price-book rates.",
+        intro=gettext_lazy(
+            "Prefix-cache hit rate (cached prompt tokens over all prompt tokens, and the "
+            "share of calls with a prefix-cache hit), the share of calls answered from the "
+            "response cache, and what caching saved at your price-book rates."
+        ),
         notes=(
-            "A response-cache hit bills its whole prompt as cache reads, so it counts in the "
-            "share of prompt tokens served from cache (and in what caching saved) too.",
+            gettext_lazy(
+                "A response-cache hit bills its whole prompt as cache reads, so it counts in the "
+                "share of prompt tokens served from cache (and in what caching saved) too."
+            ),
         ),
         compare=CACHE_COMPARE,
     ),
     "spend": PageSpec(
-        "Spend",
+        gettext_lazy("Spend"),
         ("spend", "tokens", "top_spenders"),
         (*_RANGE, *_DIMS, "stack", "refresh"),
-        intro="Spend as rated at ingest, stacked by model, sub-account or key; token volume "
-        "by billed class; and the keys that spent most, linked to their calls.",
+        intro=gettext_lazy(
+            "Spend as rated at ingest, stacked by model, sub-account or key; token volume "
+            "by billed class; and the keys that spent most, linked to their calls."
+        ),
     ),
     "errors": PageSpec(
-        "Errors",
+        gettext_lazy("Errors"),
         ("error_rate", "status_counts", "refusals", "circuit_openings"),
         (*_RANGE, *_DIMS, "refresh"),
-        intro="Share of calls per status class in each time bucket, the calls the "
-        "gateway refused by cause (a rate limit, a spend cap or the prepaid balance, or a "
-        "full queue), and each time a gateway opened a node's circuit breaker.",
+        intro=gettext_lazy(
+            "Share of calls per status class in each time bucket, the calls the "
+            "gateway refused by cause (a rate limit, a spend cap or the prepaid balance, or a "
+            "full queue), and each time a gateway opened a node's circuit breaker."
+        ),
     ),
     "nodes": PageSpec(
-        "Nodes",
+        gettext_lazy("Nodes"),
         ("node_load", "node_health", "node_table", "node_latency", "node_cache"),
         (*_RANGE, "model", "key", "sub_account", "pct", "refresh"),
-        intro="Each inference node's load as last probed, its health over the range, and "
-        "its latency percentiles and prefix-cache hit rate.",
+        intro=gettext_lazy(
+            "Each inference node's load as last probed, its health over the range, and "
+            "its latency percentiles and prefix-cache hit rate."
+        ),
     ),
     "billing": PageSpec(
-        "Billing",
+        gettext_lazy("Billing"),
         ("billing",),
         (*_RANGE,),
         perms=BILLING,
-        intro="Invoiced (by issue date), paid (by payment date) and refunded (by refund date, "
-        "completed refunds only) in the selected range, per day, or per month for ranges "
-        "longer than five weeks. Read-only; invoices and refunds are managed under Billing.",
+        intro=gettext_lazy(
+            "Invoiced (by issue date), paid (by payment date) and refunded (by refund date, "
+            "completed refunds only) in the selected range, per day, or per month for ranges "
+            "longer than five weeks. Read-only; invoices and refunds are managed under Billing."
+        ),
     ),
 }
 
@@ -158,7 +178,7 @@ def _tabs(actor) -> list[tuple[str, str, str]]:
     user = actor.user
     # Platform staff only (see console.analytics.margin): no role shows it.
     if user.is_active and user.is_staff:
-        tabs.append(("margin", "Margin", reverse("analytics:margin")))
+        tabs.append(("margin", _("Margin"), reverse("analytics:margin")))
     return tabs
 
 
@@ -204,13 +224,32 @@ def _range_text(form: AnalyticsForm, page: str = "") -> str:
     d = form.cleaned_data
     tz = form.tz
     fmt = "%Y-%m-%d %H:%M"
-    per = "per hour" if d["bucket"] == "hour" else "per day"
+    per = "hour" if d["bucket"] == "hour" else "day"
     if page == "billing":  # money is drawn per day or month, never per hour
-        per = "per day" if d["end"] - d["start"] <= billing.DAILY_UP_TO else "per month"
-    return (
-        f"{d['start'].astimezone(tz).strftime(fmt)} to {d['end'].astimezone(tz).strftime(fmt)} "
-        f"({tz.key}), {per}"
-    )
+        per = "day" if d["end"] - d["start"] <= billing.DAILY_UP_TO else "month"
+    text = {
+        "hour": _("%(start)s to %(end)s (%(zone)s), per hour"),
+        "day": _("%(start)s to %(end)s (%(zone)s), per day"),
+        "month": _("%(start)s to %(end)s (%(zone)s), per month"),
+    }[per]
+    return text % {
+        "start": d["start"].astimezone(tz).strftime(fmt),
+        "end": d["end"].astimezone(tz).strftime(fmt),
+        "zone": tz.key,
+    }
+
+
+def filter_problems(form) -> str:
+    """A form's errors in one line, each after its field's (translated) label."""
+    parts = []
+    for name, problems in form.errors.items():
+        field = form.fields.get(name)
+        label = field.label if field is not None and field.label else name
+        parts.append(
+            _("%(field)s: %(errors)s")
+            % {"field": label, "errors": " ".join(str(e) for e in problems)}
+        )
+    return _("; ").join(parts)
 
 
 def _page_view(name: str):
@@ -275,7 +314,7 @@ def _chart_view(name: str):
     def view(request):
         form = _form(request)
         if not form.is_valid():
-            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            problems = filter_problems(form)
             return render(
                 request,
                 "console/analytics/_chart_error.html",

@@ -10,7 +10,8 @@
     var label = button.dataset.copyLabel || button.textContent;
     button.dataset.copyLabel = label;
     var done = function () {
-      button.textContent = "Copied";
+      // Translated by the page: data-copied-label on the button or on <body>.
+      button.textContent = button.dataset.copiedLabel || document.body.dataset.copiedLabel || "Copied";
       button.classList.add("copied");
       setTimeout(function () { button.textContent = label; button.classList.remove("copied"); }, 2000);
     };

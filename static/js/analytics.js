@@ -40,8 +40,15 @@
     var elt = event.detail.elt;
     if (elt && elt.classList && elt.classList.contains("chart-card")) {
       elt.removeAttribute("aria-busy");
-      elt.innerHTML = '<p class="errors" role="alert">This chart could not be loaded ('
-        + event.detail.xhr.status + "). Check the filters and try again.</p>";
+      // The text comes translated from the page (data-chart-error, "%(status)s" for the code).
+      var holder = elt.closest("[data-chart-error]");
+      var text = holder ? holder.dataset.chartError
+        : "This chart could not be loaded (%(status)s). Check the filters and try again.";
+      var p = document.createElement("p");
+      p.className = "errors";
+      p.setAttribute("role", "alert");
+      p.textContent = text.replace("%(status)s", String(event.detail.xhr.status));
+      elt.replaceChildren(p);
     }
   });
 })();

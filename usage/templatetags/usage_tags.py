@@ -5,10 +5,24 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from django import template
+from django.utils.translation import gettext_lazy
 
 from console.money import format_amount, format_exact
 
 register = template.Library()
+
+# ``CallRecord.cache_status`` as shown on a page, in the active language (the
+# model's choices keep their English labels: no migration for a label).
+CACHE_STATUS_LABELS = {
+    "miss": gettext_lazy("Miss"),
+    "prefix_hit": gettext_lazy("Prefix cache hit"),
+    "response_hit": gettext_lazy("Response cache hit"),
+}
+
+
+@register.simple_tag
+def cache_status_label(value: str) -> str:
+    return str(CACHE_STATUS_LABELS.get(value, value))
 
 
 @register.simple_tag
