@@ -2,9 +2,10 @@
 
 ``JsonFormatter`` writes ``ts`` (UTC, ISO 8601 with milliseconds), ``level``,
 ``logger``, ``message``, every field passed in ``extra=``, and ``exc`` (the
-formatted traceback) when there is one. The record is already masked by
-``console.redact`` (its record factory), and ``redact`` runs once more over
-the extra fields that are strings, so a secret passed as a field is masked too.
+formatted traceback) when there is one. A record is masked when it is made
+(``console.redact``'s record factory); the formatters mask the message, the
+traceback and the extra fields once more, so a secret passed as a field, or a
+record made without the factory, is masked too.
 
 ``configure_worker_logging`` is connected to Celery's ``setup_logging``
 signal (``console.celery``): a worker then keeps Django's ``LOGGING`` (the
@@ -60,7 +61,7 @@ class JsonFormatter(logging.Formatter):
             "ts": f"{time.strftime('%Y-%m-%dT%H:%M:%S', secs)}.{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
         }
         for key, value in _extras(record):
             out[key] = _field(value)
