@@ -16,6 +16,7 @@ inside a task carry ``task_id`` and ``task_name``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -27,6 +28,12 @@ from console.redact import redact
 # (uvicorn's ``color_message`` is its message again, with terminal colours).
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 _PLAIN_TYPES = (int, float, bool, type(None))
+
+
+@functools.lru_cache(maxsize=4)
+def _second(epoch: int) -> str:
+    """``epoch`` as ISO 8601 UTC to the second (the last few remembered)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
 
 
 def _default(value):
@@ -56,9 +63,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: ts, level, logger, message, extras, exc."""
 
     def format(self, record: logging.LogRecord) -> str:
-        secs = time.gmtime(record.created)
         out = {
-            "ts": f"{time.strftime('%Y-%m-%dT%H:%M:%S', secs)}.{int(record.msecs):03d}Z",
+            "ts": f"{_second(int(record.created))}.{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "message": redact(record.getMessage()),
@@ -146,10 +152,11 @@ def logging_config(*, log_format: str, level: str, access_log: bool) -> dict:
             "django.db.backends": {"level": "WARNING"},
             # fontTools reports every table it subsets into an invoice PDF at INFO.
             "fontTools": {"level": "WARNING"},
-            # uvicorn installs its own handlers before Django starts: ours replace them.
-            "uvicorn": {"handlers": ["console"], "level": "INFO", "propagate": False},
-            "uvicorn.error": {"handlers": [], "level": "INFO", "propagate": True},
-            "uvicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+            # uvicorn installs its own handlers before Django starts: ours replace
+            # them (its --log-level stays: no level here).
+            "uvicorn": {"handlers": ["console"], "propagate": False},
+            "uvicorn.error": {"handlers": [], "propagate": True},
+            "uvicorn.access": {"handlers": ["console"], "propagate": False},
             "console.access": {"level": access_level},
             "gateway_bridge.access": {"level": access_level},
         },

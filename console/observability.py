@@ -5,7 +5,10 @@ Celery worker and beat):
 
 * ``SENTRY_DSN`` set: ``sentry_sdk.init`` with the Django and Celery
   integrations and ``send_default_pii=False`` (no user, cookie or address is
-  sent; ``console.redact`` masks keys in what is). Without sentry-sdk
+  sent), no request bodies (prompts) and no frame variables (a key or a
+  vendor credential could be one); ``console.redact`` masks keys in what is
+  sent (``scrub_event``). The gateway's unexpected errors reach Sentry through
+  its logging integration (they are logged at ERROR). Without sentry-sdk
   installed (``pip install sentry-sdk``), one warning and nothing else.
 * ``OTEL_EXPORTER_OTLP_ENDPOINT`` set: an OpenTelemetry SDK tracer provider
   exporting over OTLP/HTTP in batches, so the spans of ``console.tracing``
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+
+import orjson
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +68,26 @@ def setup_sentry(dsn: str, *, environment: str = "", traces_sample_rate: float =
         ],
         environment=environment or None,
         send_default_pii=False,
+        # Prompts are customers' data, and a frame's variables may hold a key or
+        # a vendor credential: neither leaves the process.
+        max_request_body_size="never",
+        include_local_variables=False,
+        before_send=scrub_event,
+        before_send_transaction=scrub_event,
         traces_sample_rate=traces_sample_rate,
     )
     return True
+
+
+def scrub_event(event: dict, _hint=None) -> dict:
+    """The event with ``console.redact`` applied to all its text (gateway keys,
+    access tokens, invitation links), whatever field they hide in."""
+    from console.redact import redact
+
+    try:
+        return orjson.loads(redact(orjson.dumps(event, default=str).decode()))
+    except (TypeError, orjson.JSONDecodeError):  # never lose the report over the mask
+        return event
 
 
 def setup_otel(endpoint: str, *, service_name: str) -> bool:

@@ -109,12 +109,12 @@ class Trace:
         return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
 
 
+_NO_SDK = (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider) if otel_trace else ()
+
+
 def otel_enabled() -> bool:
     """Whether a real (SDK) tracer provider is set: only then are spans made."""
-    if otel_trace is None:
-        return False
-    provider = otel_trace.get_tracer_provider()
-    return not isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider)
+    return otel_trace is not None and not isinstance(otel_trace.get_tracer_provider(), _NO_SDK)
 
 
 def start_span(name: str, trace: Trace | None = None, attributes: dict | None = None):

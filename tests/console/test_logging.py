@@ -236,6 +236,12 @@ def test_sentry_is_started_with_a_dsn(fake_sentry):
     assert kwargs["dsn"] == "https://k@sentry.example/1"
     assert kwargs["send_default_pii"] is False
     assert kwargs["environment"] == "prod"
+    assert kwargs["max_request_body_size"] == "never"
+    assert kwargs["include_local_variables"] is False
+    event = {"message": f"failed with {SECRET_KEY}", "extra": {"k": [SECRET_KEY]}}
+    scrubbed = kwargs["before_send"](event, {})
+    assert "s" * 43 not in json.dumps(scrubbed)
+    assert scrubbed["extra"]["k"] == ["sk-abcdef1234_[redacted]"]
     django_integration, celery_integration = kwargs["integrations"]
     assert isinstance(django_integration, django_mod.DjangoIntegration)
     assert isinstance(celery_integration, celery_mod.CeleryIntegration)
