@@ -136,7 +136,8 @@ def logging_config(*, log_format: str, level: str, access_log: bool) -> dict:
     """``LOGGING`` for settings: one stderr handler in ``log_format``; the
     access loggers (``console.access``, ``gateway_bridge.access``,
     ``console.access.task``) at INFO, or off with ``access_log`` False;
-    uvicorn's loggers through the same handler."""
+    uvicorn's loggers through the same handler, its access log off (ours
+    replace it)."""
     access_level = "INFO" if access_log else "WARNING"
     formatter = "json" if log_format == "json" else "plain"
     return {
@@ -153,10 +154,11 @@ def logging_config(*, log_format: str, level: str, access_log: bool) -> dict:
             # fontTools reports every table it subsets into an invoice PDF at INFO.
             "fontTools": {"level": "WARNING"},
             # uvicorn installs its own handlers before Django starts: ours replace
-            # them (its --log-level stays: no level here).
+            # them (its --log-level stays: no level here). Its access line is
+            # replaced by ours, which say more (console.access, gateway_bridge.access).
             "uvicorn": {"handlers": ["console"], "propagate": False},
             "uvicorn.error": {"handlers": [], "propagate": True},
-            "uvicorn.access": {"handlers": ["console"], "propagate": False},
+            "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
             "console.access": {"level": access_level},
             "gateway_bridge.access": {"level": access_level},
         },

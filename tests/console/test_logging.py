@@ -91,6 +91,7 @@ def test_logging_config_routes_every_logger_through_one_formatter(fmt):
     assert config["handlers"]["console"]["formatter"] == fmt
     assert config["root"]["handlers"] == ["console"]
     assert config["loggers"]["uvicorn"]["handlers"] == ["console"]
+    assert config["loggers"]["uvicorn.access"]["handlers"] == []  # ours replace it
     assert config["loggers"]["gateway_bridge.access"]["level"] == "INFO"
     off = logs.logging_config(log_format=fmt, level="INFO", access_log=False)
     assert off["loggers"]["console.access"]["level"] == "WARNING"
