@@ -10,7 +10,7 @@ The line: ``request_id``, ``trace_id``, ``method``, ``path`` (no query
 string), ``status``, ``duration_ms``, ``organization_id`` (the organization
 the request acted in, when there is one) and ``user_id``. Never a header, a
 cookie or a body; the path is masked (``console.redact``: an invitation
-link's token) by the formatters.
+link's token).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import re
 import secrets
 import time
 
+from console.redact import redact
 from console.tracing import Trace
 
 logger = logging.getLogger("console.access")
@@ -58,16 +59,17 @@ class RequestLogMiddleware:
         if logger.isEnabledFor(logging.INFO):
             org_id, user_id = _who(request)
             duration_ms = round((time.perf_counter() - t0) * 1000, 2)
+            path = redact(request.path)  # an invitation link's token, on the record too
             logger.info(
                 "%s %s %s",
                 request.method,
-                request.path,
+                path,
                 response.status_code,
                 extra={
                     "request_id": request.request_id,
                     "trace_id": request.trace.trace_id,
                     "method": request.method,
-                    "path": request.path,
+                    "path": path,
                     "status": response.status_code,
                     "duration_ms": duration_ms,
                     "organization_id": org_id,

@@ -270,3 +270,12 @@ def test_otel_export_needs_an_endpoint_and_the_sdk(monkeypatch, caplog):
         assert not observability.setup_otel("http://127.0.0.1:4318", service_name="x")
     [warning] = caplog.records
     assert "pip install opentelemetry-sdk" in warning.getMessage()
+
+
+@pytest.mark.django_db
+def test_console_request_line_masks_an_invitation_token(client, access_lines):
+    token = "tok" + "t" * 40
+    client.get(f"/invite/{token}/")
+    [line] = access_lines
+    assert line["path"] == "/invite/[redacted]/"
+    assert token not in json.dumps(line)
