@@ -142,6 +142,36 @@ def test_celery_keeps_django_logging(settings, restore_logging):
     assert out["level"] == "WARNING"
 
 
+def test_a_task_run_writes_one_line():
+    logger = logging.getLogger("console.access.task")
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, rec):
+            records.append(rec)
+
+    handler = Collect()
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+
+        @celery_app.task(name="tests.logging_noop")
+        def noop():
+            return 1
+
+        noop.apply(task_id="task-456")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    [rec] = records
+    out = json.loads(logs.JsonFormatter().format(rec))
+    assert (out["task_id"], out["task_name"], out["state"]) == (
+        "task-456", "tests.logging_noop", "SUCCESS",
+    )  # fmt: skip
+    assert out["duration_ms"] >= 0
+
+
 # --- the console's access line ------------------------------------------------
 
 
