@@ -7,8 +7,8 @@ the metrics and the usage event). The line's fields:
     request_id, trace_id, organization_id, key (the key's public prefix,
     ``sk-<id>``: never the secret), model, protocol, endpoint, status,
     error (the error code, "" when none), stream, node, cache,
-    input_tokens, output_tokens, latency_ms, ttft_ms, upstream_ms,
-    queue_ms, overhead_ms
+    prompt_tokens (cached or not), output_tokens, latency_ms, ttft_ms,
+    upstream_ms, queue_ms, overhead_ms
 
 A call refused before its key was known (401) has no organization or key.
 Nothing of the request's headers or body is logged. The dict is built only
@@ -61,7 +61,7 @@ def finish(call: Call, elapsed: float, overhead: float) -> None:
             "stream": call.stream,
             "node": call.node_name,
             "cache": call.cache_status,
-            "input_tokens": usage.input + usage.cache_read + usage.cache_write,
+            "prompt_tokens": usage.input + usage.cache_read + usage.cache_write,
             "output_tokens": usage.output,
             "latency_ms": _ms(elapsed),
             "ttft_ms": _ms(call.ttft),

@@ -5,7 +5,7 @@ stages raise to each other.
 key and the client's address; body and admit: model and stream; forward and
 relay: node, usage, timings) and is what the usage event is built from at the
 end. Request ids are unique across processes without a system call per call;
-so are trace and span ids (``console.tracing``).
+trace and span ids (``console.tracing``) need none either.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ CHAT = {
 FIELDS = {
     "ts", "level", "logger", "message", "request_id", "trace_id", "organization_id", "key",
     "model", "protocol", "endpoint", "status", "error", "stream", "node", "cache",
-    "input_tokens", "output_tokens", "latency_ms", "ttft_ms", "upstream_ms", "queue_ms",
+    "prompt_tokens", "output_tokens", "latency_ms", "ttft_ms", "upstream_ms", "queue_ms",
     "overhead_ms",
 }  # fmt: skip
 
