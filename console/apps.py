@@ -11,7 +11,8 @@ class ConsoleConfig(AppConfig):
         # ``console/__init__``: the simulator imports ``console.tokens`` without
         # paying for Celery. Here, not at module level: the app registry must be
         # ready before the apps' tasks are registered (services enqueue by name).
-        from console import celery, redact
+        from console import celery, observability, redact
 
         redact.install()  # before anything can log a secret
+        observability.setup()  # Sentry and span export, when configured (issue 20)
         celery.register_tasks()

@@ -8,15 +8,54 @@ services, services never import tasks, so the two never form a cycle. Every
 Django process registers every app's tasks when it starts
 (``ConsoleConfig.ready`` runs ``register_tasks``)."""
 
+import logging
 import os
+import time
 
-from celery import Celery
+from celery import Celery, signals
+
+from console import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("console")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Workers and beat log through Django's LOGGING (LOG_FORMAT), like the web and
+# gateway processes: a receiver of setup_logging stops Celery from replacing
+# the root logger's handlers with its own (console.logs).
+signals.setup_logging.connect(logs.configure_worker_logging, weak=False)
+
+# One line per task run (logger console.access.task): its id, name, state and time.
+task_logger = logging.getLogger("console.access.task")
+_task_started: dict[str, float] = {}
+
+
+@signals.task_prerun.connect(weak=False)
+def _task_prerun(task_id=None, **_kwargs) -> None:
+    if task_id:
+        _task_started[task_id] = time.perf_counter()
+
+
+@signals.task_postrun.connect(weak=False)
+def _task_postrun(task_id=None, task=None, state=None, **_kwargs) -> None:
+    started = _task_started.pop(task_id, None)
+    if started is None or not task_logger.isEnabledFor(logging.INFO):
+        return
+    name = getattr(task, "name", "?")
+    task_logger.info(
+        "task %s %s",
+        name,
+        state,
+        extra={
+            "task_id": task_id,
+            "task_name": name,
+            "state": state,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+            "_in_message": ("task_name", "state"),
+        },
+    )
 
 
 def register_tasks() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console import config
+from console import config, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(config.env_str("CONSOLE_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -72,6 +72,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # One access-log line per request, with its request id (issue 20): first, so
+    # it times the whole stack and sees every answer, redirects included.
+    "console.request_log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "console.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -504,15 +507,26 @@ if PRODUCTION:
     SESSION_COOKIE_NAME = "__Host-sessionid"
     CSRF_COOKIE_NAME = "__Host-csrftoken"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": config.env_str("LOG_LEVEL", "INFO").upper()},
-    "loggers": {
-        "django.db.backends": {"level": "WARNING"},
-        # fontTools reports every table it subsets into an invoice PDF at INFO.
-        "fontTools": {"level": "WARNING"},
-    },
-}
+# --- observability (issue 20) -----------------------------------------------
+# LOG_FORMAT: "json" (one JSON object a line, for a log pipeline) or "plain"
+# (for a person at a terminal). Default: json with CONSOLE_PRODUCTION, plain
+# otherwise (`manage.py up` on a laptop). The same handlers serve the web, the
+# gateway and Celery (console.logs). ACCESS_LOG=false silences the per-request
+# lines (console.access, gateway_bridge.access) and leaves the rest.
+LOG_FORMAT = config.env_str("LOG_FORMAT", "json" if PRODUCTION else "plain").lower()
+if LOG_FORMAT not in ("json", "plain"):
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} is not one of: json, plain")
+LOG_LEVEL = config.env_str("LOG_LEVEL", "INFO").upper()
+ACCESS_LOG = config.env_bool("ACCESS_LOG", True)
+LOGGING = logs.logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL, access_log=ACCESS_LOG)
+# Error reporting: with SENTRY_DSN set and sentry-sdk installed, errors go to
+# Sentry (Django and Celery integrations, no personal data); console.observability.
+SENTRY_DSN = config.env_str("SENTRY_DSN")
+SENTRY_ENVIRONMENT = config.env_str("SENTRY_ENVIRONMENT", "production" if PRODUCTION else "local")
+SENTRY_TRACES_SAMPLE_RATE = config.env_float("SENTRY_TRACES_SAMPLE_RATE", 0.0, minimum=0.0)
+# OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT set and the SDK installed
+# (pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http), spans
+# of each gateway call and usage ingest are exported over OTLP/HTTP. The SDK
+# reads the other OTEL_* variables itself (headers, sampler, resource).
+OTEL_EXPORTER_OTLP_ENDPOINT = config.env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_SERVICE_NAME = config.env_str("OTEL_SERVICE_NAME", "token-billing-console")

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from gateway_bridge import access_log
 from gateway_bridge import cache as response_cache
 from gateway_bridge.circuits import CircuitReporter
 from gateway_bridge.keypool import KeyPool
@@ -408,7 +409,7 @@ class Gateway:
             await self._metrics(headers, send)
             return
         where = route.resolve(path, headers, scope.get("query_string") or b"", method)
-        call = Call(where.protocol, where.endpoint)
+        call = Call(where.protocol, where.endpoint, headers.get("traceparent"))
         self.metrics.in_flight += 1
         try:
             if method != where.method:
@@ -502,6 +503,7 @@ class Gateway:
         )
         if call.record and call.entry is not None:
             self.emitter.emit(usage_event(call, elapsed, overhead))
+        access_log.finish(call, elapsed, overhead)  # the access line, the span's end
 
     async def host_metrics(self) -> str:
         """Prometheus text for the whole host: every live process sharing

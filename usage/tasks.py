@@ -6,6 +6,7 @@ import psycopg
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from console import tracing
 from usage import ingest, retention
 
 # Django's wrappers, and psycopg's own for the raw COPY cursor of the ingest
@@ -30,7 +31,13 @@ TRANSIENT_DB_ERRORS = (
     max_retries=10,
 )
 def ingest_batch(events: list[dict]) -> dict:
-    result = ingest.ingest_events(events)
+    # A span when OpenTelemetry is configured (console.observability); else nothing.
+    with tracing.span("usage.ingest", {"usage.batch_size": len(events)}) as span:
+        result = ingest.ingest_events(events)
+        if span is not None:
+            span.set_attribute("usage.accepted", result.accepted)
+            span.set_attribute("usage.duplicates", result.duplicates)
+            span.set_attribute("usage.dead_lettered", result.dead_lettered)
     return {
         "accepted": result.accepted,
         "duplicates": result.duplicates,

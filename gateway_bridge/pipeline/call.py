@@ -4,7 +4,8 @@ stages raise to each other.
 ``Call`` is filled stage by stage (route: protocol and endpoint; auth: the
 key and the client's address; body and admit: model and stream; forward and
 relay: node, usage, timings) and is what the usage event is built from at the
-end. Request ids are unique across processes without a system call per call.
+end. Request ids are unique across processes without a system call per call;
+trace and span ids (``console.tracing``) need none either.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import secrets
 import time
 
+from console.tracing import Trace, start_span
 from gateway_bridge.protocols.base import GatewayError
 from gateway_bridge.usage_mapping import TokenUsage
 
@@ -65,17 +67,25 @@ class Call:
         "queue_s",
         "record",
         "request_id",
+        "span",
         "started",
         "status",
         "stream",
         "t0",
+        "trace",
         "ttft",
         "upstream_s",
         "usage",
     )
 
-    def __init__(self, protocol: str, endpoint: str):
+    def __init__(self, protocol: str, endpoint: str, traceparent: str | None = None):
         self.request_id = f"req_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
+        # The caller's W3C trace continued (a valid ``traceparent``) or a new
+        # one; sent on to every upstream try (forward) and in the access line.
+        self.trace = Trace.incoming(traceparent)
+        # The "gateway.call" OpenTelemetry span: None unless an SDK is set
+        # (console.tracing); ended with the call (access_log.finish).
+        self.span = start_span("gateway.call", self.trace)
         self.t0 = time.perf_counter()
         self.started = time.time()
         self.protocol = protocol

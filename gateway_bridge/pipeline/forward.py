@@ -214,6 +214,7 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
         up_headers = [
             ("content-type", "application/json"),
             ("x-request-id", call.request_id),
+            ("traceparent", call.trace.header),
             *dialect.auth_headers(cred.secret, call.client_headers),
         ]
         probe = keys.taken(cred, req.prompt_tokens_estimate)
