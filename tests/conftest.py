@@ -64,6 +64,18 @@ def _test_settings(settings):
 
 
 @pytest.fixture(autouse=True)
+def _english_until_asked():
+    """A request activates its user's language in the thread and leaves it
+    there: a test that signed in a Chinese reader must not make the next
+    test's services answer in Chinese."""
+    from django.utils import translation
+
+    translation.activate("en")
+    yield
+    translation.activate("en")
+
+
+@pytest.fixture(autouse=True)
 def _fresh_cache():
     """Django's cache outlives a test (and, in Redis, the whole run): a login
     failure counted or a probe lock taken by one test must not reach the next
