@@ -72,6 +72,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before the HTTPS redirect and the ALLOWED_HOSTS
+    # check: probes come by IP over plain HTTP (console.probes).
+    "console.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "console.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -280,6 +283,11 @@ CONSOLE_MAX_CONNECTIONS_PER_ADDRESS = config.env_int(
 )
 # console.body_limit: bodies of non-gateway requests bigger than this get 413 unread.
 CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+# /readyz (console.probes): seconds each check (database, cache, broker) may take
+# before it counts as failed.
+CONSOLE_READYZ_TIMEOUT_SECONDS = config.env_float(
+    "CONSOLE_READYZ_TIMEOUT_SECONDS", 2.0, minimum=0.1
+)
 
 # --- gateway bridge ---------------------------------------------------------
 # Requests bigger than this get 413 before they are parsed.
