@@ -179,6 +179,11 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Exactly one beat per deployment: its scheduler takes a lock first and a second beat
+# refuses to start (console.beat_lock: a PostgreSQL advisory lock, or a file lock in
+# VAR_DIR with SQLite). false: no lock (a transaction-pooling PgBouncer in front).
+CELERY_BEAT_SCHEDULER = "console.beat_lock:LockedScheduler"
+CONSOLE_BEAT_LOCK = config.env_bool("CONSOLE_BEAT_LOCK", True)
 CELERY_BEAT_SCHEDULE: dict = {
     "accounts-expire-keys": {"task": "accounts.expire_keys", "schedule": 60.0},
     "usage-prune-calls": {"task": "usage.prune_calls", "schedule": 3600.0},
