@@ -25,12 +25,12 @@ get a 400 (``DisallowedHost``) or a 301 to ``https://``. They are still routed
 by the URL configuration (``console:health``, ``console:readyz``); the
 middleware only calls them early.
 
-The checks run on a small thread pool of their own, at most one run of each
-at a time: a probe that arrives while the last run of a check still waits
-(a database that stopped answering) shares that run's outcome instead of
-starting another, so a hung service never piles up threads. An async view
-awaits them, so a slow check never holds the thread that serves the
-console's other (synchronous) pages.
+Each check runs on a daemon thread of its own, at most one run of each at a
+time: a probe that arrives while the last run of a check still waits (a
+database that stopped answering) shares that run's outcome instead of
+starting another, so a hung service never piles up threads, and never holds
+up the process's exit. An async view awaits them, so a slow check never
+holds the thread that serves the console's other (synchronous) pages.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
@@ -120,9 +120,8 @@ def configured_checks() -> list[str]:
     return names
 
 
-# --- running them: one run of each at a time, on a pool of our own -----------
+# --- running them: one run of each at a time, each on a daemon thread --------
 
-_executor = ThreadPoolExecutor(max_workers=len(CHECKS) + 1, thread_name_prefix="readyz")
 _in_flight: dict[str, Future] = {}
 _in_flight_lock = threading.Lock()
 
@@ -141,7 +140,10 @@ def _submit(name: str) -> Future:
     with _in_flight_lock:
         running = _in_flight.get(name)
         if running is None or running.done():
-            running = _in_flight[name] = _executor.submit(_run, name)
+            running = _in_flight[name] = Future()
+            threading.Thread(
+                target=lambda: running.set_result(_run(name)), name=f"readyz-{name}", daemon=True
+            ).start()
         return running
 
 
