@@ -6,7 +6,10 @@ Services enqueue work by task name (``registered_task("invoicing.collect_invoice
 .delay(...)``), never by importing their app's ``tasks`` module: tasks import
 services, services never import tasks, so the two never form a cycle. Every
 Django process registers every app's tasks when it starts
-(``ConsoleConfig.ready`` runs ``register_tasks``)."""
+(``ConsoleConfig.ready`` runs ``register_tasks``).
+
+Beat runs ``console.beat_lock.LockedScheduler`` (``CELERY_BEAT_SCHEDULER``):
+exactly one beat per deployment, a second one refuses to start."""
 
 import logging
 import os

@@ -7,4 +7,5 @@ app_name = "console"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("healthz", views.health, name="health"),
+    path("readyz", views.readyz, name="readyz"),
 ]

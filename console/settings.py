@@ -72,7 +72,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # One access-log line per request, with its request id (issue 20): first, so
+    # /healthz and /readyz, answered before the HTTPS redirect and the ALLOWED_HOSTS
+    # check: probes come by IP over plain HTTP (console.probes), and stay out of the
+    # access log.
+    "console.probes.ProbeMiddleware",
+    # One access-log line per request, with its request id (issue 20): this early, so
     # it times the whole stack and sees every answer, redirects included.
     "console.request_log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -179,6 +183,11 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Exactly one beat per deployment: its scheduler takes a lock first and a second beat
+# refuses to start (console.beat_lock: a PostgreSQL advisory lock, or a file lock in
+# VAR_DIR with SQLite). false: no lock (a transaction-pooling PgBouncer in front).
+CELERY_BEAT_SCHEDULER = "console.beat_lock:LockedScheduler"
+CONSOLE_BEAT_LOCK = config.env_bool("CONSOLE_BEAT_LOCK", True)
 CELERY_BEAT_SCHEDULE: dict = {
     "accounts-expire-keys": {"task": "accounts.expire_keys", "schedule": 60.0},
     "usage-prune-calls": {"task": "usage.prune_calls", "schedule": 3600.0},
@@ -283,6 +292,11 @@ CONSOLE_MAX_CONNECTIONS_PER_ADDRESS = config.env_int(
 )
 # console.body_limit: bodies of non-gateway requests bigger than this get 413 unread.
 CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+# /readyz (console.probes): seconds each check (database, cache, broker) may take
+# before it counts as failed.
+CONSOLE_READYZ_TIMEOUT_SECONDS = config.env_float(
+    "CONSOLE_READYZ_TIMEOUT_SECONDS", 2.0, minimum=0.1
+)
 
 # --- gateway bridge ---------------------------------------------------------
 # Requests bigger than this get 413 before they are parsed.

@@ -1,4 +1,5 @@
-"""The console shell: the overview page."""
+"""The console shell: the overview page, and the liveness and readiness
+probes (``/healthz``, ``/readyz``: console.probes)."""
 
 from django.http import JsonResponse
 from django.shortcuts import render
@@ -13,6 +14,7 @@ from accounts.facade import (
     can_view_keys,
     org_view,
 )
+from console import probes
 
 
 @org_view(Perm.ORG_VIEW)
@@ -34,5 +36,15 @@ def overview(request):
 
 
 def health(request):
+    """Liveness: the process answers and reaches its database."""
     ApiKey.objects.exists()  # the database answers
     return JsonResponse({"status": "ok"})
+
+
+async def readyz(request):
+    """Readiness: 200 when the database, the shared cache and the broker
+    answer in time, 503 naming the one that does not (console.probes)."""
+    status, body = await probes.readiness()
+    response = JsonResponse(body, status=status)
+    response["Cache-Control"] = "no-store"
+    return response

@@ -35,6 +35,15 @@ from invoicing.models import BillingProfile
 
 logger = logging.getLogger(__name__)
 
+# The Stripe API version of every request (the ``Stripe-Version`` header) and of
+# the objects and events we read: the one stripe-python 16.1 was generated for,
+# stated here so that neither an upgraded library nor the account's default in
+# Stripe's dashboard moves it silently. Webhook endpoints must be created with
+# the same version (Dashboard > Developers > Webhooks, or ``api_version`` when
+# creating the endpoint): an event's payload has the shape of the endpoint's
+# version. Move it deliberately, with stripe-python, after reading Stripe's
+# changelog (tests/invoicing/test_stripe_version.py holds the two together).
+STRIPE_API_VERSION = "2026-10-28.endive"
 # How often stripe-python itself retries a failed request (with backoff)
 # before we see StripeUnavailable; it reuses our idempotency key each time.
 MAX_NETWORK_RETRIES = 2
@@ -98,6 +107,7 @@ def client() -> stripe.StripeClient:
     found = _clients.get(key)
     if found is None:
         kwargs: dict = {
+            "stripe_version": STRIPE_API_VERSION,
             "max_network_retries": MAX_NETWORK_RETRIES,
             "http_client": stripe.RequestsClient(timeout=TIMEOUT_SECONDS),
         }

@@ -75,6 +75,7 @@ BILLING_API = Access("api", (P.BILLING_VIEW,), (P.BILLING_MANAGE,))
 RULES: list[tuple[str, Access]] = [
     # public
     ("console:health", Access("public")),
+    ("console:readyz", Access("public")),  # readiness: names its checks, no data
     ("accounts:login", Access("public")),
     ("accounts:login_code", Access("public")),  # the second sign-in step (a pending session)
     ("accounts:logout", Access("public")),

@@ -151,12 +151,21 @@ def test_charts_use_only_trace_types_of_the_vendored_plotly_build():
     )
 
 
-def test_vendored_plotly_matches_the_python_plotly_major_version():
+def test_vendored_plotly_matches_the_python_plotly_minor_version():
+    """The vendored basic bundle is the plotly.js release the Python package
+    bundles, to the minor version: figures built by plotly.py are drawn by the
+    library they were built for (a patch release may differ: fixes only).
+    Read from each file's banner; static/vendor/UPDATING.md moves both."""
     import plotly
 
     bundled = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text()[:300]
     vendored = (ROOT / "static" / "vendor" / "plotly-basic.min.js").read_text()[:300]
-    python_js = re.search(r"plotly\.js v(\d+)\.", bundled).group(1)
-    assert "plotly.js (basic - minified)" in vendored
-    assert re.search(r"plotly\.js \(basic - minified\) v(\d+)\.", vendored).group(1) == python_js
+    python_js = re.search(r"plotly\.js v(\d+)\.(\d+)\.(\d+)", bundled)
+    ours = re.search(r"plotly\.js \(basic - minified\) v(\d+)\.(\d+)\.(\d+)", vendored)
+    assert python_js and ours, "a banner moved: read the first lines of both files"
+    assert ours.group(1, 2) == python_js.group(1, 2), (
+        f"static/vendor/plotly-basic.min.js is plotly.js {'.'.join(ours.groups())}, "
+        f"plotly {plotly.__version__} bundles {'.'.join(python_js.groups())}: "
+        "see static/vendor/UPDATING.md"
+    )
     assert (ROOT / "static" / "vendor" / "plotly-basic.LICENSE").read_text().startswith("MIT")

@@ -280,11 +280,14 @@ class StripeKit:
         return f"t={t},v1={mac}"
 
     def event(self, type_: str, obj: dict, event_id: str | None = None) -> dict:
+        from invoicing import stripe_adapter
+
         self._n += 1
         return {
             "id": event_id or f"evt_test_{self._n}_{obj.get('id', 'x')}",
             "object": "event",
-            "api_version": "2025-01-27.acacia",
+            # The version our webhook endpoint is created with (the adapter's).
+            "api_version": stripe_adapter.STRIPE_API_VERSION,
             "created": 1_700_000_000,
             "livemode": False,
             "pending_webhooks": 1,
