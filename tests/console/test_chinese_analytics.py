@@ -189,8 +189,12 @@ def test_the_margin_report_in_chinese(client, db):
     assert fig["layout"]["xaxis"]["title"]["text"] == "日期（UTC）"
     assert any(t["name"].startswith("供应商成本（") for t in fig["data"])
     assert "Vendor cost" not in html and "All calls" not in html
+    # The CSV's header row in Chinese, the same words as the page; the keys on request.
     csv_text = client.get(reverse("analytics:margin_csv"), rng).content.decode()
-    assert "vendor_cost" in csv_text.splitlines()[0]
+    assert "供应商成本" in csv_text.splitlines()[0]
+    keys = client.get(reverse("analytics:margin_csv"), {**rng, "header": "keys"}).content.decode()
+    assert "vendor_cost" in keys.splitlines()[0]
+    assert csv_text.splitlines()[1:] == keys.splitlines()[1:]
 
 
 def test_an_english_member_still_reads_english(client, data):
