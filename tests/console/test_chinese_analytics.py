@@ -212,9 +212,12 @@ def test_an_english_member_still_reads_english(client, data):
     bad = {"range": "custom", "from": "2025-02-04T00:00", "to": "2025-02-03T00:00"}
     r = client.get(reverse("analytics:chart_spend"), bad)
     assert "These filters are not valid: To: The end of the time range" in r.content.decode()
-    # The CSV keeps its English columns for a Chinese reader too.
-    chinese(client, data)
+    # The CSV's keys: an English reader's header row; a Chinese reader's on request.
     csv_text = client.get(reverse("analytics:chart_spend"), {**RANGE, "format": "csv"})
+    assert csv_text.content.decode().lstrip("\ufeff").startswith("bucket_start,series,calls,")
+    chinese(client, data)
+    query = {**RANGE, "format": "csv", "header": "keys"}
+    csv_text = client.get(reverse("analytics:chart_spend"), query)
     assert csv_text.content.decode().lstrip("\ufeff").startswith("bucket_start,series,calls,")
 
 
