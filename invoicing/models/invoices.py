@@ -10,16 +10,17 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
+from django.utils.translation import gettext_lazy as _
 
 from console.money import format_minor
 
 
 class InvoiceStatus(models.TextChoices):
-    DRAFT = "draft", "Draft"
-    FINALIZED = "finalized", "Finalized"
-    PAID = "paid", "Paid"
-    VOID = "void", "Void"
-    UNCOLLECTIBLE = "uncollectible", "Uncollectible"
+    DRAFT = "draft", _("Draft")
+    FINALIZED = "finalized", _("Finalized")
+    PAID = "paid", _("Paid")
+    VOID = "void", _("Void")
+    UNCOLLECTIBLE = "uncollectible", _("Uncollectible")
 
 
 class InvoiceSequence(models.Model):
@@ -108,18 +109,18 @@ class Invoice(models.Model):
 
 
 class LineKind(models.TextChoices):
-    USAGE = "usage", "Usage"
-    ADJUSTMENT = "adjustment", "Re-rating adjustment"
-    DISCOUNT = "discount", "Discount"
-    TAX = "tax", "Tax"
-    CREDITS = "credits", "Credits applied"
+    USAGE = "usage", _("Usage")
+    ADJUSTMENT = "adjustment", _("Re-rating adjustment")
+    DISCOUNT = "discount", _("Discount")
+    TAX = "tax", _("Tax")
+    CREDITS = "credits", _("Credits applied")
 
 
 class TokenClass(models.TextChoices):
-    INPUT = "input", "Input"
-    CACHE_READ = "cache_read", "Cache read"
-    CACHE_WRITE = "cache_write", "Cache write"
-    OUTPUT = "output", "Output"
+    INPUT = "input", _("Input")
+    CACHE_READ = "cache_read", _("Cache read")
+    CACHE_WRITE = "cache_write", _("Cache write")
+    OUTPUT = "output", _("Output")
 
 
 class InvoiceLine(models.Model):
@@ -166,8 +167,8 @@ class InvoiceEvent(models.Model):
 
 
 class RunStatus(models.TextChoices):
-    IN_PROGRESS = "in_progress", "In progress"
-    DONE = "done", "Done"
+    IN_PROGRESS = "in_progress", _("In progress")
+    DONE = "done", _("Done")
 
 
 class InvoiceRun(models.Model):
@@ -189,23 +190,23 @@ class InvoiceRun(models.Model):
 
 
 class PaymentMethod(models.TextChoices):
-    STRIPE = "stripe", "Card (Stripe)"
-    BANK_TRANSFER = "bank_transfer", "Bank transfer"
-    PREPAID = "prepaid_balance", "Prepaid balance"
-    OTHER = "other", "Other"
+    STRIPE = "stripe", _("Card (Stripe)")
+    BANK_TRANSFER = "bank_transfer", _("Bank transfer")
+    PREPAID = "prepaid_balance", _("Prepaid balance")
+    OTHER = "other", _("Other")
 
 
 class PaymentKind(models.TextChoices):
-    INVOICE = "invoice", "Invoice payment"
-    TOP_UP = "top_up", "Top-up"
-    REFUND = "refund", "Refund"
+    INVOICE = "invoice", _("Invoice payment")
+    TOP_UP = "top_up", _("Top-up")
+    REFUND = "refund", _("Refund")
 
 
 class PaymentStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    DISPUTED = "disputed", "Disputed"
+    PENDING = "pending", _("Pending")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    DISPUTED = "disputed", _("Disputed")
 
 
 class Payment(models.Model):
@@ -278,10 +279,10 @@ class CreditNoteEffect(models.TextChoices):
     """What a credit note did, in the customer's words (the labels are on
     invoices, credit notes and their PDFs)."""
 
-    REDUCE_DUE = "reduce_due", "Reduces the amount due"
-    REFUND_CARD = "refund_card", "Refunded to the card"
-    REFUND_BALANCE = "refund_balance", "Credited to the prepaid balance"
-    REFUND_MANUAL = "refund_manual", "Refund by bank transfer"
+    REDUCE_DUE = "reduce_due", _("Reduces the amount due")
+    REFUND_CARD = "refund_card", _("Refunded to the card")
+    REFUND_BALANCE = "refund_balance", _("Credited to the prepaid balance")
+    REFUND_MANUAL = "refund_manual", _("Refund by bank transfer")
 
 
 class CreditNote(models.Model):

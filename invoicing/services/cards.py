@@ -28,6 +28,7 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone as tz
+from django.utils.translation import gettext as _
 
 from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
 from invoicing import stripe_adapter
@@ -308,7 +309,10 @@ def invoice_pay_now(*, actor, invoice_id: int) -> str:
     if invoice is None:
         raise NotFound("No such invoice.")
     if invoice.status != InvoiceStatus.FINALIZED:
-        raise Conflict(f"This invoice is {invoice.get_status_display().lower()}; nothing to pay.")
+        raise Conflict(
+            _("This invoice is %(status)s; nothing to pay.")
+            % {"status": invoice.get_status_display().lower()}
+        )
     audit_record(actor=actor, action="invoice.pay_now", target=invoice)
     return invoice_collect(invoice_id=invoice.pk)
 
