@@ -237,15 +237,14 @@ def _recipients(organization_id: int, profile: BillingProfile) -> list[str]:
 
 def _by_language(organization_id: int, addresses: list[str]) -> dict[str, list[str]]:
     """The recipients grouped by the language their mail is written in: each
-    one's own saved console language (``User.language``, issue 18). An
-    address that is no member's (a billing e-mail such as accounts@…) gets
-    the language of the organization's first owner who chose one; the site's
-    default language (English) when nobody chose."""
+    member's own saved console language (``User.language``, issue 18; the
+    site's default, English, when they chose none). An address that is no
+    member's (a billing e-mail such as accounts@…) gets the language of the
+    organization's first owner who chose one, else the site's default."""
     members = Membership.objects.filter(organization_id=organization_id, user__is_active=True)
     saved = {
-        email.lower(): language
+        email.lower(): language or settings.LANGUAGE_CODE
         for email, language in members.values_list("user__email", "user__language")
-        if language
     }
     owner = (
         members.filter(role=Role.OWNER)
