@@ -17,7 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, gettext_noop
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, apply_errors, org_view
@@ -211,6 +211,23 @@ def invoice_detail(request, invoice_id: int):
             context.update(stripe_js_context(), client_secret=secret)
     return render(request, "invoicing/invoice_detail.html", context)
 
+
+# The names of an invoice event's parameters as its History table shows them
+# (``invoicing.services._common.event``); marked here, translated there.
+EVENT_PARAM_NAMES = (
+    gettext_noop("number"),
+    gettext_noop("total"),
+    gettext_noop("effect"),
+    gettext_noop("amount"),
+    gettext_noop("reduces_due"),
+    gettext_noop("refund"),
+    gettext_noop("reason"),
+    gettext_noop("message"),
+    gettext_noop("reference"),
+    gettext_noop("paid_on"),
+    gettext_noop("payment_id"),
+    gettext_noop("credit_note"),
+)
 
 PAY_NOW_MESSAGES = {
     "not_open": gettext_lazy("This invoice is not open any more; nothing was charged."),
