@@ -25,7 +25,13 @@ from console.money import (
     minor_units,
     parse_amount,
 )
-from invoicing.models import InvoiceStatus, LedgerKind, LineKind, PaymentMethod
+from invoicing.models import (
+    InvoiceStatus,
+    LedgerKind,
+    LineKind,
+    PaymentMethod,
+    line_description,
+)
 from invoicing.money import from_minor
 from invoicing.services._common import org_zone, period_of
 
@@ -80,6 +86,20 @@ def parse_minor(text, currency: str, *, label: str = "amount") -> int:
     return int(minor)
 
 
+def _amount_error(text: str) -> str:
+    """Why ``console.money.parse_amount`` refused ``text``, in the reader's
+    language (its own ``ValueError`` texts are English)."""
+    try:
+        value = Decimal(text.replace(",", "").replace("_", ""))
+    except InvalidOperation:
+        return _("'%(text)s' is not an amount; enter a number such as 25 or 12.50.") % {
+            "text": text
+        }
+    if not value.is_finite():
+        return _("Enter a finite amount.")
+    return _("Amounts have at most six decimal places.")
+
+
 class MoneyField(forms.Field):
     """An amount in currency units, cleaned to integer micro-units."""
 
@@ -98,8 +118,8 @@ class MoneyField(forms.Field):
             raise forms.ValidationError(_("That is not an amount."))
         try:
             micro = parse_amount(value)
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
+        except ValueError:
+            raise forms.ValidationError(_amount_error(value)) from None
         if micro < 0 and not self.allow_negative:
             raise forms.ValidationError(_("Enter a positive amount."))
         if abs(micro) > MAX_MICRO:
@@ -349,7 +369,7 @@ class CreditNoteForm(forms.Form):
             name = f"line_{line.pk}"
             self.fields[name] = MoneyField(
                 required=False,
-                label=line.description,
+                label=line_description(line),
                 help_text=_("at most %(amount)s")
                 % {"amount": format_exact(line.amount, invoice.currency)},
             )

@@ -22,6 +22,7 @@ from invoicing.models.invoices import (
     RunStatus,
     StripeEvent,
     TokenClass,
+    line_description,
 )
 from invoicing.models.ledger import BillingProfile, LedgerEntry, LedgerKind
 
@@ -48,4 +49,5 @@ __all__ = [
     "RunStatus",
     "StripeEvent",
     "TokenClass",
+    "line_description",
 ]

@@ -6,10 +6,13 @@ columns, which hold the currency's minor unit (cents), produced once by
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from console.money import format_minor
@@ -146,6 +149,42 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return self.description
+
+
+def line_description(line) -> str:
+    """A line's description for a page in the active language: a usage line
+    (model and token class) is worded again, as ``compute`` words it in
+    English (``sim-chat · input tokens``); any other line (adjustments,
+    discount, tax, credits; a credit note's lines) keeps its stored text."""
+    kind, model = getattr(line, "kind", ""), getattr(line, "model", "")
+    token_class = getattr(line, "token_class", "")
+    text = line.description
+    if kind == LineKind.USAGE and model and token_class in TokenClass.values:
+        label = str(TokenClass(token_class).label).lower()
+        return gettext("%(model)s · %(token_class)s tokens") % {
+            "model": model,
+            "token_class": label,
+        }
+    if kind == LineKind.DISCOUNT and text.startswith("Discount "):
+        return gettext("Discount %(rate)s") % {"rate": text.removeprefix("Discount ")}
+    if kind == LineKind.TAX and text.startswith("Tax "):
+        return gettext("Tax %(rate)s") % {"rate": text.removeprefix("Tax ")}
+    if kind == LineKind.CREDITS and text == "Paid from the prepaid balance":
+        return gettext("Paid from the prepaid balance")
+    found = _ADJUSTMENT_TEXT.fullmatch(text) if kind == LineKind.ADJUSTMENT else None
+    if found:
+        worded = gettext("Re-rating adjustment #%(run)s (%(calls)s calls)") % {
+            "run": found["run"],
+            "calls": found["calls"],
+        }
+        return worded + (f": {found['reason']}" if found["reason"] else "")
+    return text
+
+
+# ``compute``'s wording of an adjustment line: run, calls, and the reason if any.
+_ADJUSTMENT_TEXT = re.compile(
+    r"Re-rating adjustment #(?P<run>\d+) \((?P<calls>\d+) calls\)(?:: (?P<reason>.*))?", re.S
+)
 
 
 class InvoiceEvent(models.Model):

@@ -56,6 +56,7 @@ def test_the_invoice_list_in_chinese(zh_finance, finalized):
 def test_an_invoice_in_chinese(zh_finance, finalized):
     text = visible_text(html(zh_finance.get(f"/billing/invoices/{finalized.pk}/")))
     assert f"发票 {finalized.number}" in text
+    assert "· 输入 Token" in text and "· 输出 Token" in text  # usage lines worded again
     for chinese in ("付款状态", "待付款", "打印页面", "下载 PDF", "描述", "每百万 Token 单价",
                     "应付金额", "操作", "开具贷记单…", "记录付款…", "暂无贷记单。", "暂无付款。",
                     "历史"):  # fmt: skip
@@ -66,8 +67,14 @@ def test_an_invoice_in_chinese(zh_finance, finalized):
 
 
 def test_the_balance_page_in_chinese(zh_finance, prepaid):
+    posted = zh_finance.post(
+        "/billing/top-up/",
+        {"action": "manual", "manual-amount": "5", "manual-reference": "TR-9"},
+    )
+    assert "已记录银行转账 TR-9" in visible_text(html(zh_finance.get(posted.url)))
     text = visible_text(html(zh_finance.get("/billing/balance/")))
-    for chinese in ("余额与流水", "预付费余额", "余额不足提醒", "流水", "暂无流水。", "赠送或调整",
+    assert "银行转账充值 TR-9" in text  # the ledger's own reason, worded again
+    for chinese in ("余额与流水", "预付费余额", "余额不足提醒", "流水", "充值", "赠送或调整",
                     "账单设置", "保存设置", "法定名称", "账单邮箱"):  # fmt: skip
         assert chinese in text, chinese
     for english in ("Prepaid balance", "Ledger", "No movements yet", "Billing settings",
@@ -154,5 +161,6 @@ def test_an_english_user_still_sees_english(client, members, finalized):
     assert "Invoices" in listing and "Draft a month now" in listing and "发票" not in listing
     detail = visible_text(html(c.get(f"/billing/invoices/{finalized.pk}/")))
     assert "Payment status" in detail and "付款状态" not in detail
+    assert "· input tokens" in detail
     balance = visible_text(html(c.get("/billing/balance/")))
     assert "Prepaid balance" in balance and "预付费余额" not in balance
