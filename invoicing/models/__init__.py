@@ -22,6 +22,7 @@ from invoicing.models.invoices import (
     RunStatus,
     StripeEvent,
     TokenClass,
+    credit_description,
     line_description,
 )
 from invoicing.models.ledger import BillingProfile, LedgerEntry, LedgerKind
@@ -49,5 +50,6 @@ __all__ = [
     "RunStatus",
     "StripeEvent",
     "TokenClass",
+    "credit_description",
     "line_description",
 ]

@@ -160,11 +160,7 @@ def line_description(line) -> str:
     token_class = getattr(line, "token_class", "")
     text = line.description
     if kind == LineKind.USAGE and model and token_class in TokenClass.values:
-        label = str(TokenClass(token_class).label).lower()
-        return gettext("%(model)s · %(token_class)s tokens") % {
-            "model": model,
-            "token_class": label,
-        }
+        return _usage_text(model, token_class)
     if kind == LineKind.DISCOUNT and text.startswith("Discount "):
         return gettext("Discount %(rate)s") % {"rate": text.removeprefix("Discount ")}
     if kind == LineKind.TAX and text.startswith("Tax "):
@@ -178,6 +174,46 @@ def line_description(line) -> str:
             "calls": found["calls"],
         }
         return worded + (f": {found['reason']}" if found["reason"] else "")
+    return text
+
+
+def _usage_text(model: str, token_class: str) -> str:
+    label = str(TokenClass(token_class).label).lower()
+    return gettext("%(model)s · %(token_class)s tokens") % {"model": model, "token_class": label}
+
+
+_USAGE_TEXT = re.compile(r"(?P<model>.+) · (?P<label>input|cache read|cache write|output) tokens")
+_INCIDENT_TEXT = re.compile(
+    r"Incident credit: (?P<calls>\d+) calls, status (?P<low>\d+)-(?P<high>\d+), "
+    r"(?:node (?P<node>\d+)|all nodes), (?P<start>[\d-]+ [\d:]+) to (?P<end>[\d-]+ [\d:]+) UTC"
+)
+
+
+def credit_description(text: str) -> str:
+    """A credit note line's description (as the services word it, in
+    English) for a page in the active language; anything else as stored."""
+    if text == "Credit":
+        return gettext("Credit")
+    if text.startswith("Credit: "):
+        inner = text.removeprefix("Credit: ")
+        if found := _USAGE_TEXT.fullmatch(inner):
+            inner = _usage_text(found["model"], found["label"].replace(" ", "_"))
+        return gettext("Credit: %(line)s") % {"line": inner}
+    if text == "Discount on the credited amount":
+        return gettext("Discount on the credited amount")
+    if text.startswith("Tax ") and text.endswith(" on the credited amount"):
+        rate = text.removeprefix("Tax ").removesuffix(" on the credited amount")
+        return gettext("Tax %(rate)s on the credited amount") % {"rate": rate}
+    if found := _INCIDENT_TEXT.fullmatch(text):
+        where = (
+            gettext("node %(node)s") % {"node": found["node"]}
+            if found["node"]
+            else gettext("all nodes")
+        )
+        return gettext(
+            "Incident credit: %(calls)s calls, status %(low)s-%(high)s, %(where)s,"
+            " %(start)s to %(end)s UTC"
+        ) % {**found.groupdict(), "where": where}
     return text
 
 

@@ -29,6 +29,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone as tz
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
 from invoicing import stripe_adapter
@@ -52,12 +53,14 @@ logger = logging.getLogger(__name__)
 # for this long (a second click on "Add a card" makes no second SetupIntent).
 SETUP_REUSE = timedelta(hours=1)
 
-STRIPE_OFF = "Card payments are not set up (Stripe is not configured); pay by bank transfer."
+STRIPE_OFF = gettext_lazy(
+    "Card payments are not set up (Stripe is not configured); pay by bank transfer."
+)
 
 
 def _require_stripe() -> None:
     if not stripe_adapter.enabled():
-        raise ValidationFailed.from_fields({"__all__": STRIPE_OFF})
+        raise ValidationFailed.from_fields({"__all__": str(STRIPE_OFF)})
 
 
 def _customer_id(organization_id: int) -> str:

@@ -442,12 +442,14 @@ def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]
     for line_id, value in sorted(line_amounts.items()):
         line = by_id.get(int(line_id))
         if line is None:
-            errors[f"line_{line_id}"] = "No such usage line on this invoice."
+            errors[f"line_{line_id}"] = _("No such usage line on this invoice.")
             continue
         left = line.amount - credited.get(line.pk, 0)
         if type(value) is not int or value <= 0 or value > left:
             most = micro_text(left, invoice.currency)
-            errors[f"line_{line_id}"] = f"Credit at most {most} on this line (more than zero)."
+            errors[f"line_{line_id}"] = _(
+                "Credit at most %(most)s on this line (more than zero)."
+            ) % {"most": most}
             continue
         out.append((f"Credit: {line.description}", value, line, None))
         net += value
@@ -489,7 +491,7 @@ def _incident_lines(
     ]
     if not found:
         raise ValidationFailed.from_fields(
-            {"__all__": "No uncredited calls with a cost match this incident."}
+            {"__all__": _("No uncredited calls with a cost match this incident.")}
         )
     net = sum(c for _, c in found)
     where = f"node {node_id}" if node_id is not None else "all nodes"
@@ -505,7 +507,7 @@ def _incident_checks(actor, start: datetime, end: datetime) -> None:
     if actor is not None:
         actor.require(Perm.BILLING_MANAGE)
     if start >= end:
-        raise ValidationFailed.from_fields({"end": "The window must end after it starts."})
+        raise ValidationFailed.from_fields({"end": _("The window must end after it starts.")})
 
 
 def incident_credit_preview(

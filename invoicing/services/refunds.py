@@ -165,7 +165,7 @@ def refund_mark_paid(*, actor, payment_id: int, reference: str, paid_on: date | 
     actor.require(Perm.BILLING_MANAGE)
     reference = (reference or "").strip()[:128]
     if not reference:
-        raise ValidationFailed.from_fields({"reference": "Give the transfer's reference."})
+        raise ValidationFailed.from_fields({"reference": _("Give the transfer's reference.")})
     with transaction.atomic():
         found = Payment.objects.filter(
             pk=payment_id, organization_id=actor.organization_id, kind=PaymentKind.REFUND

@@ -93,6 +93,8 @@ def test_a_credit_note_preview_in_chinese(zh_finance, finalized):
     for chinese in ("核对贷记单", "尚未冲减任何金额", "贷记单总计", "当前应付金额",
                     "开具后应付金额", "效果", "减少应付金额；不退款。", "开具贷记单", "修改"):  # fmt: skip
         assert chinese in text, chinese
+    table = re.search(r'<table id="preview-lines">.*?</table>', page, re.S).group(0)
+    assert "冲减" in visible_text(table) and "Credit" not in visible_text(table)
     for english in ("Review the", "Nothing is credited yet", "Amount due now",
                     "Issue the credit note"):  # fmt: skip
         assert english not in text, english
