@@ -14,7 +14,8 @@ from decimal import Decimal, InvalidOperation
 from django import forms
 from django.conf import settings
 from django.utils import timezone
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, gettext_noop
 
 from console.money import (
     MICRO,
@@ -24,9 +25,29 @@ from console.money import (
     minor_units,
     parse_amount,
 )
-from invoicing.models import DocumentLanguage, InvoiceStatus, LedgerKind, LineKind, PaymentMethod
+from invoicing.models import (
+    DocumentLanguage,
+    InvoiceStatus,
+    LedgerKind,
+    LineKind,
+    PaymentMethod,
+    line_description,
+)
 from invoicing.money import from_minor
 from invoicing.services._common import org_zone, period_of
+
+# The CSV exports' titles (``invoicing.exports``) as the pages show them:
+# marked here so the catalogue has them; the templates translate them.
+EXPORT_TITLES = (
+    gettext_noop("Invoices"),
+    gettext_noop("Invoice lines"),
+    gettext_noop("Credit notes"),
+    gettext_noop("Payments"),
+    gettext_noop("Ledger entries"),
+    gettext_noop("status"),
+    gettext_noop("kind"),
+    gettext_noop("amount"),
+)
 
 PERIOD_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
@@ -34,7 +55,7 @@ PERIOD_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 def clean_period(value: str) -> str:
     value = (value or "").strip()
     if value and (not PERIOD_RE.match(value) or not 2000 <= int(value[:4]) <= 2999):
-        raise forms.ValidationError("Give the month as YYYY-MM, for example 2025-03.")
+        raise forms.ValidationError(_("Give the month as YYYY-MM, for example 2025-03."))
     return value
 
 
@@ -49,16 +70,35 @@ def parse_minor(text, currency: str, *, label: str = "amount") -> int:
     try:
         value = Decimal(str(text).strip().replace(",", "").replace("_", ""))
     except InvalidOperation:
-        raise forms.ValidationError(f"Enter the {label} as a number such as 25 or 12.50.") from None
+        raise forms.ValidationError(
+            _("Enter the %(label)s as a number such as 25 or 12.50.") % {"label": _(label)}
+        ) from None
     if not value.is_finite():
-        raise forms.ValidationError("Enter a finite amount.")
+        raise forms.ValidationError(_("Enter a finite amount."))
     minor = value.scaleb(minor_units(currency))
     if abs(minor) > MAX_MICRO:
-        raise forms.ValidationError("That amount is too large.")
+        raise forms.ValidationError(_("That amount is too large."))
     if minor != minor.to_integral_value():
         places = minor_units(currency)
-        raise forms.ValidationError(f"{currency} amounts have at most {places} decimal places.")
+        raise forms.ValidationError(
+            _("%(currency)s amounts have at most %(places)s decimal places.")
+            % {"currency": currency, "places": places}
+        )
     return int(minor)
+
+
+def _amount_error(text: str) -> str:
+    """Why ``console.money.parse_amount`` refused ``text``, in the reader's
+    language (its own ``ValueError`` texts are English)."""
+    try:
+        value = Decimal(text.replace(",", "").replace("_", ""))
+    except InvalidOperation:
+        return _("'%(text)s' is not an amount; enter a number such as 25 or 12.50.") % {
+            "text": text
+        }
+    if not value.is_finite():
+        return _("Enter a finite amount.")
+    return _("Amounts have at most six decimal places.")
 
 
 class MoneyField(forms.Field):
@@ -76,15 +116,15 @@ class MoneyField(forms.Field):
         if value in self.empty_values:
             return None
         if len(value) > self.MAX_LENGTH:
-            raise forms.ValidationError("That is not an amount.")
+            raise forms.ValidationError(_("That is not an amount."))
         try:
             micro = parse_amount(value)
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
+        except ValueError:
+            raise forms.ValidationError(_amount_error(value)) from None
         if micro < 0 and not self.allow_negative:
-            raise forms.ValidationError("Enter a positive amount.")
+            raise forms.ValidationError(_("Enter a positive amount."))
         if abs(micro) > MAX_MICRO:
-            raise forms.ValidationError("That amount is too large.")
+            raise forms.ValidationError(_("That amount is too large."))
         return micro
 
 
@@ -98,6 +138,7 @@ class PeriodStatusForm(forms.Form):
     period = forms.CharField(
         required=False,
         max_length=7,
+        label=gettext_lazy("Period"),
         widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"}),
     )
     status = forms.ChoiceField(required=False)
@@ -105,8 +146,8 @@ class PeriodStatusForm(forms.Form):
     def __init__(self, data=None, *, statuses=tuple(InvoiceStatus), label="Status", **kwargs):
         super().__init__(data, **kwargs)
         choices = [(str(s), getattr(s, "label", str(s))) for s in statuses]
-        self.fields["status"].choices = [("", "Any"), *choices]
-        self.fields["status"].label = label
+        self.fields["status"].choices = [("", _("Any")), *choices]
+        self.fields["status"].label = _(label)
 
     def clean_period(self):
         return clean_period(self.cleaned_data["period"])
@@ -120,21 +161,21 @@ class InvoiceListForm(forms.Form):
     a range of periods, a currency when there are several) and its order.
     ``period`` (one month) is read as a range of that month."""
 
-    status = forms.ChoiceField(required=False, label="Status")
+    status = forms.ChoiceField(required=False, label=gettext_lazy("Status"))
     period_from = forms.CharField(
         required=False,
         max_length=7,
-        label="From",
+        label=gettext_lazy("From"),
         widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"}),
     )
     period_to = forms.CharField(
         required=False,
         max_length=7,
-        label="To",
+        label=gettext_lazy("To"),
         widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"}),
     )
-    currency = forms.ChoiceField(required=False, label="Currency")
-    sort = forms.ChoiceField(required=False, label="Sort by")
+    currency = forms.ChoiceField(required=False, label=gettext_lazy("Currency"))
+    sort = forms.ChoiceField(required=False, label=gettext_lazy("Sort by"))
 
     def __init__(self, data=None, *, statuses, sorts, currencies, **kwargs):
         if (
@@ -145,9 +186,9 @@ class InvoiceListForm(forms.Form):
             data = data.copy()
             data["period_from"] = data["period_to"] = data["period"]
         super().__init__(data, **kwargs)
-        self.fields["status"].choices = [("", "Any"), *statuses]
+        self.fields["status"].choices = [("", _("Any")), *statuses]
         self.fields["sort"].choices = sorts
-        self.fields["currency"].choices = [("", "All"), *((c, c) for c in currencies)]
+        self.fields["currency"].choices = [("", _("All")), *((c, c) for c in currencies)]
         if len(currencies) < 2:
             self.fields["currency"].widget = forms.HiddenInput()
 
@@ -161,13 +202,15 @@ class InvoiceListForm(forms.Form):
         data = super().clean()
         start, end = data.get("period_from"), data.get("period_to")
         if start and end and start > end:
-            self.add_error("period_to", "The last month comes before the first.")
+            self.add_error("period_to", _("The last month comes before the first."))
         return data
 
 
 class DraftForm(forms.Form):
     period = forms.CharField(
-        max_length=7, widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"})
+        max_length=7,
+        label=gettext_lazy("Period"),
+        widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "type": "month"}),
     )
 
     def __init__(self, *args, timezone_name: str = "UTC", **kwargs):
@@ -177,7 +220,7 @@ class DraftForm(forms.Form):
     def clean_period(self):
         value = clean_period(self.cleaned_data["period"])
         if value > period_of(timezone.now(), self.timezone_name):
-            raise forms.ValidationError("That month has not started yet.")
+            raise forms.ValidationError(_("That month has not started yet."))
         return value
 
 
@@ -186,13 +229,16 @@ class DraftForm(forms.Form):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(
-        max_length=500, widget=forms.Textarea(attrs={"rows": 2}), help_text="Kept in the history."
+        max_length=500,
+        label=gettext_lazy("Reason"),
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=gettext_lazy("Kept in the history."),
     )
 
     def clean_reason(self):
         value = self.cleaned_data["reason"].strip()
         if not value:
-            raise forms.ValidationError("Give a reason.")
+            raise forms.ValidationError(_("Give a reason."))
         return value
 
 
@@ -203,9 +249,10 @@ class PaidOnField(forms.DateField):
 
     widget = forms.DateInput(attrs={"type": "date"})
 
-    def __init__(self, *args, label="Paid on", **kwargs):
+    def __init__(self, *args, label=None, **kwargs):
+        label = label or gettext_lazy("Paid on")
         kwargs.setdefault("required", False)
-        kwargs.setdefault("help_text", "The day the money moved; empty: today.")
+        kwargs.setdefault("help_text", gettext_lazy("The day the money moved; empty: today."))
         super().__init__(*args, label=label, **kwargs)
 
 
@@ -222,27 +269,35 @@ class PaymentForm(forms.Form):
             (PaymentMethod.OTHER, PaymentMethod.OTHER.label),
         ],
         initial=PaymentMethod.BANK_TRANSFER,
+        label=gettext_lazy("Method"),
     )
     reference = forms.CharField(
         max_length=128,
-        help_text="The transfer's reference: each reference is recorded once in this organization.",
+        label=gettext_lazy("Reference"),
+        help_text=gettext_lazy(
+            "The transfer's reference: each reference is recorded once in this organization."
+        ),
     )
     amount = forms.CharField(
-        required=False, max_length=32, help_text="Leave empty for everything that is due."
+        required=False,
+        max_length=32,
+        help_text=gettext_lazy("Leave empty for everything that is due."),
     )
-    paid_on = PaidOnField(label="Received on")
+    paid_on = PaidOnField(label=gettext_lazy("Received on"))
 
     def __init__(self, data=None, *, invoice, timezone_name: str = "UTC", **kwargs):
         super().__init__(data, **kwargs)
         self.invoice = invoice
-        self.fields["amount"].label = f"Amount ({invoice.currency})"
+        self.fields["amount"].label = _("Amount (%(currency)s)") % {"currency": invoice.currency}
         self.fields["paid_on"].initial = _today(timezone_name)
-        self.fields["paid_on"].help_text = f"The day the money arrived ({timezone_name} calendar)."
+        self.fields["paid_on"].help_text = _("The day the money arrived (%(zone)s calendar).") % {
+            "zone": timezone_name
+        }
 
     def clean_reference(self):
         value = self.cleaned_data["reference"].strip()
         if not value:
-            raise forms.ValidationError("Give the transfer's reference.")
+            raise forms.ValidationError(_("Give the transfer's reference."))
         return value
 
     def clean_amount(self):
@@ -251,12 +306,13 @@ class PaymentForm(forms.Form):
             return None
         minor = parse_minor(value, self.invoice.currency)
         if minor <= 0:
-            raise forms.ValidationError("Enter a positive amount.")
+            raise forms.ValidationError(_("Enter a positive amount."))
         due = self.invoice.amount_due_minor
         if minor > due:  # the service refuses it too; this says it in money
             cur = self.invoice.currency
             raise forms.ValidationError(
-                f"That is more than what is due ({format_amount(from_minor(due, cur), cur)})."
+                _("That is more than what is due (%(due)s).")
+                % {"due": format_amount(from_minor(due, cur), cur)}
             )
         return minor
 
@@ -265,19 +321,23 @@ class RefundPaidForm(forms.Form):
     """A manual refund finance has paid out: the transfer's reference and day."""
 
     reference = forms.CharField(
-        max_length=128, help_text="The outgoing transfer's reference (unique in this organization)."
+        max_length=128,
+        label=gettext_lazy("Reference"),
+        help_text=gettext_lazy("The outgoing transfer's reference (unique in this organization)."),
     )
     paid_on = PaidOnField()
 
     def __init__(self, data=None, *, timezone_name: str = "UTC", **kwargs):
         super().__init__(data, **kwargs)
         self.fields["paid_on"].initial = _today(timezone_name)
-        self.fields["paid_on"].help_text = f"The day it was paid ({timezone_name} calendar)."
+        self.fields["paid_on"].help_text = _("The day it was paid (%(zone)s calendar).") % {
+            "zone": timezone_name
+        }
 
     def clean_reference(self):
         value = self.cleaned_data["reference"].strip()
         if not value:
-            raise forms.ValidationError("Give the transfer's reference.")
+            raise forms.ValidationError(_("Give the transfer's reference."))
         return value
 
 
@@ -287,18 +347,22 @@ class CreditNoteForm(forms.Form):
     discount and tax on them)."""
 
     MODES = [
-        ("full", "Everything not yet credited"),
-        ("amount", "An amount (including tax)"),
-        ("lines", "Chosen lines (before discount and tax)"),
+        ("full", gettext_lazy("Everything not yet credited")),
+        ("amount", gettext_lazy("An amount (including tax)")),
+        ("lines", gettext_lazy("Chosen lines (before discount and tax)")),
     ]
-    mode = forms.ChoiceField(choices=MODES, widget=forms.RadioSelect, initial="amount")
-    amount = MoneyField(required=False, help_text="Used with “An amount”.")
-    reason = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 2}))
+    mode = forms.ChoiceField(
+        choices=MODES, widget=forms.RadioSelect, initial="amount", label=gettext_lazy("Mode")
+    )
+    amount = MoneyField(required=False, help_text=gettext_lazy("Used with “An amount”."))
+    reason = forms.CharField(
+        max_length=500, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2})
+    )
 
     def __init__(self, data=None, *, invoice, lines, **kwargs):
         super().__init__(data, **kwargs)
         self.invoice = invoice
-        self.fields["amount"].label = f"Amount ({invoice.currency})"
+        self.fields["amount"].label = _("Amount (%(currency)s)") % {"currency": invoice.currency}
         self.line_fields = []
         for line in lines:
             if line.kind not in (LineKind.USAGE, LineKind.ADJUSTMENT):
@@ -306,8 +370,9 @@ class CreditNoteForm(forms.Form):
             name = f"line_{line.pk}"
             self.fields[name] = MoneyField(
                 required=False,
-                label=line.description,
-                help_text=f"at most {format_exact(line.amount, invoice.currency)}",
+                label=line_description(line),
+                help_text=_("at most %(amount)s")
+                % {"amount": format_exact(line.amount, invoice.currency)},
             )
             self.line_fields.append(name)
 
@@ -317,23 +382,25 @@ class CreditNoteForm(forms.Form):
     def clean_reason(self):
         value = self.cleaned_data["reason"].strip()
         if not value:
-            raise forms.ValidationError("Give a reason for the credit note.")
+            raise forms.ValidationError(_("Give a reason for the credit note."))
         return value
 
     def clean(self):
         data = super().clean()
         mode = data.get("mode")
         if mode == "amount" and data.get("amount") is None and "amount" not in self.errors:
-            self.add_error("amount", "Enter the amount to credit.")
+            self.add_error("amount", _("Enter the amount to credit."))
         remaining = self.invoice.total - self.invoice.credited
         if mode == "amount" and (data.get("amount") or 0) > remaining:
             # The service refuses it too; this says it in money, not micro-units.
             left = format_exact(remaining, self.invoice.currency)
-            self.add_error("amount", f"That is more than the {left} left to credit.")
+            self.add_error(
+                "amount", _("That is more than the %(left)s left to credit.") % {"left": left}
+            )
         if mode == "lines":
             chosen = {n: data.get(n) for n in self.line_fields if data.get(n) is not None}
             if not chosen and not any(n in self.errors for n in self.line_fields):
-                raise forms.ValidationError("Enter an amount on at least one line.")
+                raise forms.ValidationError(_("Enter an amount on at least one line."))
         return data
 
     def service_kwargs(self) -> dict:
@@ -353,10 +420,10 @@ class CreditNoteForm(forms.Form):
 
 
 STATUS_CLASSES = {
-    "5xx": ("Server errors (5xx)", 500, 599),
-    "errors": ("All errors (4xx and 5xx)", 400, 599),
-    "4xx": ("Client errors (4xx)", 400, 499),
-    "429": ("Rate limited (429)", 429, 429),
+    "5xx": (gettext_lazy("Server errors (5xx)"), 500, 599),
+    "errors": (gettext_lazy("All errors (4xx and 5xx)"), 400, 599),
+    "4xx": (gettext_lazy("Client errors (4xx)"), 400, 499),
+    "429": (gettext_lazy("Rate limited (429)"), 429, 429),
 }
 
 
@@ -364,21 +431,41 @@ class IncidentCreditForm(forms.Form):
     """Credit the calls an incident spoiled: a node (or all), a time window
     (in the organization's time zone) and a status class."""
 
-    node = forms.ModelChoiceField(queryset=None, required=False, empty_label="All nodes")
-    start = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    end = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    status_class = forms.ChoiceField(
-        label="Status", choices=[(k, v[0]) for k, v in STATUS_CLASSES.items()], initial="5xx"
+    node = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        empty_label=gettext_lazy("All nodes"),
+        label=gettext_lazy("Node"),
     )
-    model = forms.CharField(required=False, max_length=128, help_text="Optional: one model only.")
-    reason = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 2}))
+    start = forms.DateTimeField(
+        label=gettext_lazy("Start"),
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    end = forms.DateTimeField(
+        label=gettext_lazy("End"),
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    status_class = forms.ChoiceField(
+        label=gettext_lazy("Status"),
+        choices=[(k, v[0]) for k, v in STATUS_CLASSES.items()],
+        initial="5xx",
+    )
+    model = forms.CharField(
+        required=False,
+        max_length=128,
+        label=gettext_lazy("Model"),
+        help_text=gettext_lazy("Optional: one model only."),
+    )
+    reason = forms.CharField(
+        max_length=500, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2})
+    )
 
     def __init__(self, data=None, *, nodes, timezone_name: str, **kwargs):
         super().__init__(data, **kwargs)
         self.tz = org_zone(timezone_name)
         self.fields["node"].queryset = nodes
         for name in ("start", "end"):
-            self.fields[name].help_text = f"{self.tz.key} time"
+            self.fields[name].help_text = _("%(zone)s time") % {"zone": self.tz.key}
 
     def full_clean(self):
         with timezone.override(self.tz):
@@ -387,7 +474,7 @@ class IncidentCreditForm(forms.Form):
     def clean_reason(self):
         value = self.cleaned_data["reason"].strip()
         if not value:
-            raise forms.ValidationError("Give a reason for the credit note.")
+            raise forms.ValidationError(_("Give a reason for the credit note."))
         return value
 
     def clean(self):
@@ -395,15 +482,15 @@ class IncidentCreditForm(forms.Form):
         start, end = data.get("start"), data.get("end")
         for name, when in (("start", start), ("end", end)):
             if when is not None and not 2000 <= when.year <= 2999:
-                self.add_error(name, "Give a time between the years 2000 and 2999.")
+                self.add_error(name, _("Give a time between the years 2000 and 2999."))
                 return data
         if start and end and start >= end:
-            self.add_error("end", "The window must end after it starts.")
+            self.add_error("end", _("The window must end after it starts."))
         return data
 
     def service_kwargs(self) -> dict:
         data = self.cleaned_data
-        _, low, high = STATUS_CLASSES[data["status_class"]]
+        _label, low, high = STATUS_CLASSES[data["status_class"]]
         return {
             "reason": data["reason"],
             # In UTC: the note's description prints the window as UTC.
@@ -425,30 +512,35 @@ class AdjustmentForm(forms.Form):
 
     kind = forms.ChoiceField(
         choices=[
-            (LedgerKind.GRANT, "Grant (a top-up received by hand, or a gift)"),
-            (LedgerKind.ADJUSTMENT, "Adjustment (a correction, may be negative)"),
-        ]
+            (LedgerKind.GRANT, gettext_lazy("Grant (a top-up received by hand, or a gift)")),
+            (LedgerKind.ADJUSTMENT, gettext_lazy("Adjustment (a correction, may be negative)")),
+        ],
+        label=gettext_lazy("Kind"),
     )
-    amount = MoneyField(allow_negative=True, help_text="Negative lowers the balance.")
-    reason = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 2}))
+    amount = MoneyField(allow_negative=True, help_text=gettext_lazy("Negative lowers the balance."))
+    reason = forms.CharField(
+        max_length=500, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2})
+    )
     token = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
 
     def __init__(self, *args, currency: str = "USD", **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["amount"].label = f"Amount ({currency})"
+        self.fields["amount"].label = _("Amount (%(currency)s)") % {"currency": currency}
 
     def clean_reason(self):
         value = self.cleaned_data["reason"].strip()
         if not value:
-            raise forms.ValidationError("Give a reason for this entry.")
+            raise forms.ValidationError(_("Give a reason for this entry."))
         return value
 
     def clean(self):
         data = super().clean()
         if data.get("amount") == 0:
-            self.add_error("amount", "An entry cannot be zero.")
+            self.add_error("amount", _("An entry cannot be zero."))
         if data.get("kind") == LedgerKind.GRANT and (data.get("amount") or 0) < 0:
-            self.add_error("amount", "A grant adds to the balance; use an adjustment to lower it.")
+            self.add_error(
+                "amount", _("A grant adds to the balance; use an adjustment to lower it.")
+            )
         return data
 
     def service_kwargs(self) -> dict:
@@ -466,16 +558,22 @@ class BillingProfileForm(forms.Form):
     where billing mail goes, and the low-balance threshold. Tax rate,
     discount and payment terms are commercial terms (staff, Django admin)."""
 
-    legal_name = forms.CharField(required=False, max_length=200)
+    legal_name = forms.CharField(required=False, max_length=200, label=gettext_lazy("Legal name"))
     address = forms.CharField(
-        required=False, max_length=1000, widget=forms.Textarea(attrs={"rows": 3})
+        required=False,
+        max_length=1000,
+        label=gettext_lazy("Address"),
+        widget=forms.Textarea(attrs={"rows": 3}),
     )
-    tax_id = forms.CharField(required=False, max_length=64, label="Tax id")
+    tax_id = forms.CharField(required=False, max_length=64, label=gettext_lazy("Tax id"))
     billing_email = forms.EmailField(
-        required=False, help_text="Invoices and notices; empty: owners, admins and finance."
+        required=False,
+        label=gettext_lazy("Billing email"),
+        help_text=gettext_lazy("Invoices and notices; empty: owners, admins and finance."),
     )
     low_balance_threshold = MoneyField(
-        required=False, help_text="Mail when the prepaid balance falls below this; empty: never."
+        required=False,
+        help_text=gettext_lazy("Mail when the prepaid balance falls below this; empty: never."),
     )
     # The PDFs are the buyer's documents: their language is the organization's choice.
     document_language = forms.ChoiceField(
@@ -489,7 +587,9 @@ class BillingProfileForm(forms.Form):
 
     def __init__(self, *args, currency: str = "USD", **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["low_balance_threshold"].label = f"Low-balance threshold ({currency})"
+        self.fields["low_balance_threshold"].label = _("Low-balance threshold (%(currency)s)") % {
+            "currency": currency
+        }
 
     @staticmethod
     def initial_for(profile) -> dict:
@@ -522,15 +622,19 @@ class TopUpForm(forms.Form):
     def __init__(self, *args, currency: str = "USD", **kwargs):
         super().__init__(*args, **kwargs)
         self.currency = currency
-        self.fields["amount"].label = f"Amount ({currency})"
-        self.fields["amount"].help_text = f"Up to {_max_top_up(currency)} at a time."
+        self.fields["amount"].label = _("Amount (%(currency)s)") % {"currency": currency}
+        self.fields["amount"].help_text = _("Up to %(most)s at a time.") % {
+            "most": _max_top_up(currency)
+        }
 
     def clean_amount(self) -> int:
         minor = parse_minor(self.cleaned_data["amount"], self.currency)
         if minor <= 0:
-            raise forms.ValidationError("Enter a positive amount.")
+            raise forms.ValidationError(_("Enter a positive amount."))
         if from_minor(minor, self.currency) > settings.INVOICING_MAX_TOP_UP * 1_000_000:
-            raise forms.ValidationError(f"Top up at most {_max_top_up(self.currency)} at a time.")
+            raise forms.ValidationError(
+                _("Top up at most %(most)s at a time.") % {"most": _max_top_up(self.currency)}
+            )
         return minor
 
 
@@ -549,8 +653,12 @@ class CardTopUpForm(TopUpForm):
 class ManualTopUpForm(TopUpForm):
     """A top-up paid by bank transfer, recorded by finance once the money is in."""
 
-    reference = forms.CharField(max_length=100, help_text="The transfer's reference.")
-    paid_on = PaidOnField(label="Received on")
+    reference = forms.CharField(
+        max_length=100,
+        label=gettext_lazy("Reference"),
+        help_text=gettext_lazy("The transfer's reference."),
+    )
+    paid_on = PaidOnField(label=gettext_lazy("Received on"))
 
     def __init__(self, *args, timezone_name: str = "UTC", **kwargs):
         super().__init__(*args, **kwargs)
@@ -559,5 +667,5 @@ class ManualTopUpForm(TopUpForm):
     def clean_reference(self):
         value = self.cleaned_data["reference"].strip()
         if not value:
-            raise forms.ValidationError("Give the transfer's reference.")
+            raise forms.ValidationError(_("Give the transfer's reference."))
         return value

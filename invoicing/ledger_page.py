@@ -17,11 +17,13 @@ no COUNT or OFFSET, and a page never ends inside a run."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from django.db.models import BigIntegerField, Case, Count, Max, Q, Sum, Value, When
 from django.db.models.functions import Cast, StrIndex, Substr, TruncDate
+from django.utils.translation import gettext, ngettext
 
 from invoicing.models import LedgerEntry, LedgerKind
 from invoicing.rules import USAGE_REASON_RE
@@ -158,6 +160,31 @@ def ledger_page(*, actor, tzinfo: tzinfo, before=None, size: int = 50) -> Ledger
     return LedgerPage(rows=rows, older=older)
 
 
+# How the services word the reasons they write themselves (stored in English):
+# a page words them again in the reader's language. A person's own reason
+# (a grant's, an adjustment's, a credit note's) stays as typed.
+_CARD_TOP_UP = re.compile(r"Card top-up \(payment (?P<id>\d+)\)")
+_BANK_TOP_UP = re.compile(r"Bank transfer top-up (?P<reference>.+)", re.S)
+_CREDIT_NOTE = re.compile(r"Credit note (?P<number>\S+): (?P<reason>.*)", re.S)
+
+
+def reason_text(reason: str) -> str:
+    """A ledger entry's reason for a page, in the active language."""
+    if re.fullmatch(USAGE_REASON_RE.strip("^$"), reason):
+        calls = int(reason.split()[0])
+        return ngettext("%(calls)s call", "%(calls)s calls", calls) % {"calls": calls}
+    if found := _CARD_TOP_UP.fullmatch(reason):
+        return gettext("Card top-up (payment %(id)s)") % {"id": found["id"]}
+    if found := _BANK_TOP_UP.fullmatch(reason):
+        return gettext("Bank transfer top-up %(reference)s") % {"reference": found["reference"]}
+    if found := _CREDIT_NOTE.fullmatch(reason):
+        return gettext("Credit note %(number)s: %(reason)s") % {
+            "number": found["number"],
+            "reason": found["reason"],
+        }
+    return reason
+
+
 def _entry_row(entry, balance: int) -> LedgerRow:
     return LedgerRow(
         kind=entry.kind,
@@ -169,7 +196,7 @@ def _entry_row(entry, balance: int) -> LedgerRow:
         entries=1,
         calls=None,
         reference=entry.reference,
-        reason=entry.reason,
+        reason=reason_text(entry.reason),
         created_by=entry.created_by.email if entry.created_by_id else "",
         balance_after=balance,
         cursor=entry.pk,

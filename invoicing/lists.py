@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from django.db import models
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.functions import Greatest
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from invoicing.models import Invoice, InvoiceStatus, Payment, PaymentKind, PaymentStatus
 from invoicing.money import from_minor, to_minor
@@ -43,25 +45,25 @@ class ListStatus(models.TextChoices):
     notes did once there are any (a fully refunded invoice is "Refunded",
     never just "Paid")."""
 
-    DRAFT = "draft", "Draft"
-    FINALIZED = "finalized", "Finalized"
-    PAID = "paid", "Paid"
-    PARTIALLY_CREDITED = "partially_credited", "Partially credited"
-    CREDITED = "credited", "Credited"
-    PARTIALLY_REFUNDED = "partially_refunded", "Partially refunded"
-    REFUNDED = "refunded", "Refunded"
-    UNCOLLECTIBLE = "uncollectible", "Uncollectible"
-    VOID = "void", "Void"
+    DRAFT = "draft", _("Draft")
+    FINALIZED = "finalized", _("Finalized")
+    PAID = "paid", _("Paid")
+    PARTIALLY_CREDITED = "partially_credited", _("Partially credited")
+    CREDITED = "credited", _("Credited")
+    PARTIALLY_REFUNDED = "partially_refunded", _("Partially refunded")
+    REFUNDED = "refunded", _("Refunded")
+    UNCOLLECTIBLE = "uncollectible", _("Uncollectible")
+    VOID = "void", _("Void")
 
 
 # GET ``sort`` values: the column and its direction ("-" first: descending).
 SORTS = {
-    "-period": ("Period, newest first", ("-period_start", "-id")),
-    "period": ("Period, oldest first", ("period_start", "id")),
-    "-due": ("Due, largest first", ("-list_due", "-period_start", "-id")),
-    "due": ("Due, smallest first", ("list_due", "-period_start", "-id")),
-    "-total": ("Total, largest first", ("-total", "-period_start", "-id")),
-    "total": ("Total, smallest first", ("total", "-period_start", "-id")),
+    "-period": (_("Period, newest first"), ("-period_start", "-id")),
+    "period": (_("Period, oldest first"), ("period_start", "id")),
+    "-due": (_("Due, largest first"), ("-list_due", "-period_start", "-id")),
+    "due": (_("Due, smallest first"), ("list_due", "-period_start", "-id")),
+    "-total": (_("Total, largest first"), ("-total", "-period_start", "-id")),
+    "total": (_("Total, smallest first"), ("total", "-period_start", "-id")),
 }
 DEFAULT_SORT = "-period"
 
@@ -143,10 +145,10 @@ def unbalanced_reason(status: str, unbalanced: int) -> str:
     if not unbalanced:
         return ""
     if status == InvoiceStatus.VOID:
-        return "voided"
+        return gettext("voided")
     if status == InvoiceStatus.UNCOLLECTIBLE:
-        return "written off"
-    return "overpaid" if unbalanced < 0 else "not due"
+        return gettext("written off")
+    return gettext("overpaid") if unbalanced < 0 else gettext("not due")
 
 
 @dataclass

@@ -7,6 +7,7 @@ from datetime import UTC, timedelta
 
 from django.conf import settings
 from django.utils import timezone as tz
+from django.utils.translation import gettext as _
 
 from invoicing.models import Invoice, InvoiceStatus
 
@@ -22,10 +23,10 @@ def finalize_blocker(invoice: Invoice, now=None) -> str | None:
         return None
     ready = invoice.period_end + timedelta(hours=settings.INVOICING_GRACE_HOURS)
     if (now or tz.now()) < ready:
-        return (
-            f"The {invoice.period} month is still collecting usage until "
-            f"{ready.astimezone(UTC):%Y-%m-%d %H:%M} UTC; finalize it after that."
-        )
+        return _(
+            "The %(period)s month is still collecting usage until %(until)s UTC;"
+            " finalize it after that."
+        ) % {"period": invoice.period, "until": f"{ready.astimezone(UTC):%Y-%m-%d %H:%M}"}
     return None
 
 

@@ -22,6 +22,8 @@ from invoicing.models.invoices import (
     RunStatus,
     StripeEvent,
     TokenClass,
+    credit_description,
+    line_description,
 )
 from invoicing.models.ledger import BillingProfile, DocumentLanguage, LedgerEntry, LedgerKind
 
@@ -49,4 +51,6 @@ __all__ = [
     "RunStatus",
     "StripeEvent",
     "TokenClass",
+    "credit_description",
+    "line_description",
 ]

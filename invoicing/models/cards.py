@@ -6,12 +6,13 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
+from django.utils.translation import gettext_lazy as _
 
 
 class CardSetupStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
+    PENDING = "pending", _("Pending")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
 
 
 class CardSetup(models.Model):

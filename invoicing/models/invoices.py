@@ -6,20 +6,24 @@ columns, which hold the currency's minor unit (cents), produced once by
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from console.money import format_minor
 
 
 class InvoiceStatus(models.TextChoices):
-    DRAFT = "draft", "Draft"
-    FINALIZED = "finalized", "Finalized"
-    PAID = "paid", "Paid"
-    VOID = "void", "Void"
-    UNCOLLECTIBLE = "uncollectible", "Uncollectible"
+    DRAFT = "draft", _("Draft")
+    FINALIZED = "finalized", _("Finalized")
+    PAID = "paid", _("Paid")
+    VOID = "void", _("Void")
+    UNCOLLECTIBLE = "uncollectible", _("Uncollectible")
 
 
 class InvoiceSequence(models.Model):
@@ -108,18 +112,18 @@ class Invoice(models.Model):
 
 
 class LineKind(models.TextChoices):
-    USAGE = "usage", "Usage"
-    ADJUSTMENT = "adjustment", "Re-rating adjustment"
-    DISCOUNT = "discount", "Discount"
-    TAX = "tax", "Tax"
-    CREDITS = "credits", "Credits applied"
+    USAGE = "usage", _("Usage")
+    ADJUSTMENT = "adjustment", _("Re-rating adjustment")
+    DISCOUNT = "discount", _("Discount")
+    TAX = "tax", _("Tax")
+    CREDITS = "credits", _("Credits applied")
 
 
 class TokenClass(models.TextChoices):
-    INPUT = "input", "Input"
-    CACHE_READ = "cache_read", "Cache read"
-    CACHE_WRITE = "cache_write", "Cache write"
-    OUTPUT = "output", "Output"
+    INPUT = "input", _("Input")
+    CACHE_READ = "cache_read", _("Cache read")
+    CACHE_WRITE = "cache_write", _("Cache write")
+    OUTPUT = "output", _("Output")
 
 
 class InvoiceLine(models.Model):
@@ -147,6 +151,78 @@ class InvoiceLine(models.Model):
         return self.description
 
 
+def line_description(line) -> str:
+    """A line's description for a page in the active language: a usage line
+    (model and token class) is worded again, as ``compute`` words it in
+    English (``sim-chat · input tokens``); any other line (adjustments,
+    discount, tax, credits; a credit note's lines) keeps its stored text."""
+    kind, model = getattr(line, "kind", ""), getattr(line, "model", "")
+    token_class = getattr(line, "token_class", "")
+    text = line.description
+    if kind == LineKind.USAGE and model and token_class in TokenClass.values:
+        return _usage_text(model, token_class)
+    if kind == LineKind.DISCOUNT and text.startswith("Discount "):
+        return gettext("Discount %(rate)s") % {"rate": text.removeprefix("Discount ")}
+    if kind == LineKind.TAX and text.startswith("Tax "):
+        return gettext("Tax %(rate)s") % {"rate": text.removeprefix("Tax ")}
+    if kind == LineKind.CREDITS and text == "Paid from the prepaid balance":
+        return gettext("Paid from the prepaid balance")
+    found = _ADJUSTMENT_TEXT.fullmatch(text) if kind == LineKind.ADJUSTMENT else None
+    if found:
+        worded = gettext("Re-rating adjustment #%(run)s (%(calls)s calls)") % {
+            "run": found["run"],
+            "calls": found["calls"],
+        }
+        return worded + (f": {found['reason']}" if found["reason"] else "")
+    return text
+
+
+def _usage_text(model: str, token_class: str) -> str:
+    label = str(TokenClass(token_class).label).lower()
+    return gettext("%(model)s · %(token_class)s tokens") % {"model": model, "token_class": label}
+
+
+_USAGE_TEXT = re.compile(r"(?P<model>.+) · (?P<label>input|cache read|cache write|output) tokens")
+_INCIDENT_TEXT = re.compile(
+    r"Incident credit: (?P<calls>\d+) calls, status (?P<low>\d+)-(?P<high>\d+), "
+    r"(?:node (?P<node>\d+)|all nodes), (?P<start>[\d-]+ [\d:]+) to (?P<end>[\d-]+ [\d:]+) UTC"
+)
+
+
+def credit_description(text: str) -> str:
+    """A credit note line's description (as the services word it, in
+    English) for a page in the active language; anything else as stored."""
+    if text == "Credit":
+        return gettext("Credit")
+    if text.startswith("Credit: "):
+        inner = text.removeprefix("Credit: ")
+        if found := _USAGE_TEXT.fullmatch(inner):
+            inner = _usage_text(found["model"], found["label"].replace(" ", "_"))
+        return gettext("Credit: %(line)s") % {"line": inner}
+    if text == "Discount on the credited amount":
+        return gettext("Discount on the credited amount")
+    if text.startswith("Tax ") and text.endswith(" on the credited amount"):
+        rate = text.removeprefix("Tax ").removesuffix(" on the credited amount")
+        return gettext("Tax %(rate)s on the credited amount") % {"rate": rate}
+    if found := _INCIDENT_TEXT.fullmatch(text):
+        where = (
+            gettext("node %(node)s") % {"node": found["node"]}
+            if found["node"]
+            else gettext("all nodes")
+        )
+        return gettext(
+            "Incident credit: %(calls)s calls, status %(low)s-%(high)s, %(where)s,"
+            " %(start)s to %(end)s UTC"
+        ) % {**found.groupdict(), "where": where}
+    return text
+
+
+# ``compute``'s wording of an adjustment line: run, calls, and the reason if any.
+_ADJUSTMENT_TEXT = re.compile(
+    r"Re-rating adjustment #(?P<run>\d+) \((?P<calls>\d+) calls\)(?:: (?P<reason>.*))?", re.S
+)
+
+
 class InvoiceEvent(models.Model):
     """Everything that happened to an invoice that a customer or auditor may ask about."""
 
@@ -166,8 +242,8 @@ class InvoiceEvent(models.Model):
 
 
 class RunStatus(models.TextChoices):
-    IN_PROGRESS = "in_progress", "In progress"
-    DONE = "done", "Done"
+    IN_PROGRESS = "in_progress", _("In progress")
+    DONE = "done", _("Done")
 
 
 class InvoiceRun(models.Model):
@@ -189,23 +265,23 @@ class InvoiceRun(models.Model):
 
 
 class PaymentMethod(models.TextChoices):
-    STRIPE = "stripe", "Card (Stripe)"
-    BANK_TRANSFER = "bank_transfer", "Bank transfer"
-    PREPAID = "prepaid_balance", "Prepaid balance"
-    OTHER = "other", "Other"
+    STRIPE = "stripe", _("Card (Stripe)")
+    BANK_TRANSFER = "bank_transfer", _("Bank transfer")
+    PREPAID = "prepaid_balance", _("Prepaid balance")
+    OTHER = "other", _("Other")
 
 
 class PaymentKind(models.TextChoices):
-    INVOICE = "invoice", "Invoice payment"
-    TOP_UP = "top_up", "Top-up"
-    REFUND = "refund", "Refund"
+    INVOICE = "invoice", _("Invoice payment")
+    TOP_UP = "top_up", _("Top-up")
+    REFUND = "refund", _("Refund")
 
 
 class PaymentStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    DISPUTED = "disputed", "Disputed"
+    PENDING = "pending", _("Pending")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    DISPUTED = "disputed", _("Disputed")
 
 
 class Payment(models.Model):
@@ -278,10 +354,10 @@ class CreditNoteEffect(models.TextChoices):
     """What a credit note did, in the customer's words (the labels are on
     invoices, credit notes and their PDFs)."""
 
-    REDUCE_DUE = "reduce_due", "Reduces the amount due"
-    REFUND_CARD = "refund_card", "Refunded to the card"
-    REFUND_BALANCE = "refund_balance", "Credited to the prepaid balance"
-    REFUND_MANUAL = "refund_manual", "Refund by bank transfer"
+    REDUCE_DUE = "reduce_due", _("Reduces the amount due")
+    REFUND_CARD = "refund_card", _("Refunded to the card")
+    REFUND_BALANCE = "refund_balance", _("Credited to the prepaid balance")
+    REFUND_MANUAL = "refund_manual", _("Refund by bank transfer")
 
 
 class CreditNote(models.Model):

@@ -7,17 +7,18 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.utils import timezone as tz
+from django.utils.translation import gettext_lazy as _
 
 from console.money import format_amount
 
 
 class LedgerKind(models.TextChoices):
-    TOP_UP = "top_up", "Top-up"
-    USAGE = "usage", "Usage"
-    REFUND = "refund", "Refund"
-    GRANT = "grant", "Grant"
-    ADJUSTMENT = "adjustment", "Adjustment"
-    CREDIT_NOTE = "credit_note", "Credit note"
+    TOP_UP = "top_up", _("Top-up")
+    USAGE = "usage", _("Usage")
+    REFUND = "refund", _("Refund")
+    GRANT = "grant", _("Grant")
+    ADJUSTMENT = "adjustment", _("Adjustment")
+    CREDIT_NOTE = "credit_note", _("Credit note")
 
 
 class LedgerEntry(models.Model):

@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, time
 from zoneinfo import ZoneInfo
 
 from django.utils import timezone as djtz
+from django.utils.translation import gettext as _
 
 from accounts.facade import ValidationFailed
 from console import timezones
@@ -20,7 +21,7 @@ _PERIOD = re.compile(r"(\d{4})-(\d{2})\Z")
 def parse_period(period: str) -> tuple[int, int]:
     m = _PERIOD.match(period or "")
     if not m or not 1 <= int(m.group(2)) <= 12 or int(m.group(1)) < 2000:
-        raise ValidationFailed.from_fields({"period": "Give the month as YYYY-MM."})
+        raise ValidationFailed.from_fields({"period": _("Give the month as YYYY-MM.")})
     return int(m.group(1)), int(m.group(2))
 
 

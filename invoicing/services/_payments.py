@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import date, datetime
 
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
 
 from accounts.facade import ValidationFailed
 from invoicing.models import Payment, PaymentKind, PaymentMethod
@@ -33,12 +34,16 @@ def reference_holder(organization_id: int, reference: str, *, exclude_pk=None) -
 def describe(payment: Payment) -> str:
     """``an invoice payment of 14.29 USD on 2025-04-02 (INV-2025-000001)``."""
     what = {
-        PaymentKind.INVOICE: "an invoice payment",
-        PaymentKind.TOP_UP: "a top-up",
-        PaymentKind.REFUND: "a refund",
-    }.get(payment.kind, "a payment")
+        PaymentKind.INVOICE: _("an invoice payment"),
+        PaymentKind.TOP_UP: _("a top-up"),
+        PaymentKind.REFUND: _("a refund"),
+    }.get(payment.kind) or _("a payment")
     day = payment.paid_on or payment.created_at.date()
-    text = f"{what} of {money_minor(payment.amount_minor, payment.currency)} on {day.isoformat()}"
+    text = _("%(what)s of %(amount)s on %(day)s") % {
+        "what": what,
+        "amount": money_minor(payment.amount_minor, payment.currency),
+        "day": day.isoformat(),
+    }
     doc = payment.credit_note or payment.invoice
     if doc is not None and getattr(doc, "number", None):
         text += f" ({doc.number})"
@@ -48,10 +53,11 @@ def describe(payment: Payment) -> str:
 def reference_taken(holder: Payment) -> ValidationFailed:
     return ValidationFailed.from_fields(
         {
-            "reference": (
-                f"The reference {holder.reference} is already recorded: {describe(holder)}. "
+            "reference": _(
+                "The reference %(reference)s is already recorded: %(what)s. "
                 "Nothing was recorded again; a different transfer needs its own reference."
             )
+            % {"reference": holder.reference, "what": describe(holder)}
         }
     )
 
@@ -88,15 +94,21 @@ def paid_on_day(
     today = local_today(timezone_name)
     day = today if paid_on is None else paid_on
     if not isinstance(day, date) or isinstance(day, datetime):
-        raise ValidationFailed.from_fields({"paid_on": "Give the day as YYYY-MM-DD."})
+        raise ValidationFailed.from_fields({"paid_on": _("Give the day as YYYY-MM-DD.")})
     if day > today:
         raise ValidationFailed.from_fields(
-            {"paid_on": f"That day is in the future (today is {today.isoformat()})."}
+            {
+                "paid_on": _("That day is in the future (today is %(today)s).")
+                % {"today": today.isoformat()}
+            }
         )
     if not_before is not None:
         first = local_day(not_before, timezone_name)
         if day < first:
             raise ValidationFailed.from_fields(
-                {"paid_on": f"That is before {not_before_what} ({first.isoformat()})."}
+                {
+                    "paid_on": _("That is before %(what)s (%(day)s).")
+                    % {"what": not_before_what, "day": first.isoformat()}
+                }
             )
     return day

@@ -38,12 +38,12 @@ def _clean(fields: dict, *, staff: bool) -> dict:
         if name in TENANT_FIELDS:
             text = "" if value is None else str(value).strip()
             if len(text) > TENANT_FIELDS[name]:
-                errors[name] = f"At most {TENANT_FIELDS[name]} characters."
+                errors[name] = _("At most %(count)s characters.") % {"count": TENANT_FIELDS[name]}
             elif name == "billing_email" and text:
                 try:
                     validate_email(text)
                 except ValidationError:
-                    errors[name] = "Enter a valid e-mail address."
+                    errors[name] = _("Enter a valid e-mail address.")
             data[name] = text
         elif name == "document_language":
             if value not in DocumentLanguage.values:
@@ -51,17 +51,20 @@ def _clean(fields: dict, *, staff: bool) -> dict:
             data[name] = value
         elif name == "low_balance_threshold":
             if value is not None and (type(value) is not int or not 0 <= value <= MAX_THRESHOLD):
-                errors[name] = "Give the threshold as a positive amount, or none."
+                errors[name] = _("Give the threshold as a positive amount, or none.")
             data[name] = value
         elif name in STAFF_FIELDS:
             low, high = STAFF_FIELDS[name]
             if not staff:
-                errors[name] = "Commercial terms are set by the platform's staff; ask them."
+                errors[name] = _("Commercial terms are set by the platform's staff; ask them.")
             elif type(value) is not int or not low <= value <= high:
-                errors[name] = f"A whole number from {low} to {high}."
+                errors[name] = _("A whole number from %(low)s to %(high)s.") % {
+                    "low": low,
+                    "high": high,
+                }
             data[name] = value
         else:
-            errors[name] = "Not a billing setting."
+            errors[name] = _("Not a billing setting.")
     if errors:
         raise ValidationFailed.from_fields(errors)
     return data
@@ -77,7 +80,7 @@ def billing_profile_update(*, actor, **fields) -> BillingProfile:
     actor.require(Perm.BILLING_MANAGE)
     data = _clean(fields, staff=_is_staff(actor))
     with transaction.atomic():
-        profile, _ = BillingProfile.objects.select_for_update().get_or_create(
+        profile, _created = BillingProfile.objects.select_for_update().get_or_create(
             organization_id=actor.organization_id
         )
         changed = {k: v for k, v in data.items() if getattr(profile, k) != v}

@@ -28,6 +28,8 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone as tz
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
 from invoicing import stripe_adapter
@@ -51,12 +53,14 @@ logger = logging.getLogger(__name__)
 # for this long (a second click on "Add a card" makes no second SetupIntent).
 SETUP_REUSE = timedelta(hours=1)
 
-STRIPE_OFF = "Card payments are not set up (Stripe is not configured); pay by bank transfer."
+STRIPE_OFF = gettext_lazy(
+    "Card payments are not set up (Stripe is not configured); pay by bank transfer."
+)
 
 
 def _require_stripe() -> None:
     if not stripe_adapter.enabled():
-        raise ValidationFailed.from_fields({"__all__": STRIPE_OFF})
+        raise ValidationFailed.from_fields({"__all__": str(STRIPE_OFF)})
 
 
 def _customer_id(organization_id: int) -> str:
@@ -308,7 +312,10 @@ def invoice_pay_now(*, actor, invoice_id: int) -> str:
     if invoice is None:
         raise NotFound("No such invoice.")
     if invoice.status != InvoiceStatus.FINALIZED:
-        raise Conflict(f"This invoice is {invoice.get_status_display().lower()}; nothing to pay.")
+        raise Conflict(
+            _("This invoice is %(status)s; nothing to pay.")
+            % {"status": invoice.get_status_display().lower()}
+        )
     audit_record(actor=actor, action="invoice.pay_now", target=invoice)
     return invoice_collect(invoice_id=invoice.pk)
 

@@ -112,7 +112,8 @@ def _usage_lines(org: Organization, start: datetime, end: datetime) -> tuple[lis
             lines.append(
                 Line(
                     LineKind.USAGE,
-                    f"{g['model']} · {klass.label.lower()} tokens",
+                    # Stored data: English whatever language the request that drafts it uses.
+                    f"{g['model']} · {klass.value.replace('_', ' ')} tokens",
                     amount,
                     model=g["model"],
                     token_class=klass.value,

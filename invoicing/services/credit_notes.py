@@ -28,6 +28,7 @@ from django.core import signing
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone as tz
+from django.utils.translation import gettext as _
 
 from accounts.facade import BillingMode, Conflict, NotFound, Perm, ValidationFailed, audit_record
 from console.celery import registered_task
@@ -63,7 +64,10 @@ def _lock_invoice(invoice_id: int, actor) -> Invoice:
         raise NotFound("No such invoice.")
     if invoice.status not in CREDITABLE:
         raise ValidationFailed.from_fields(
-            {"__all__": f"A {invoice.get_status_display().lower()} invoice takes no credit note."}
+            {
+                "__all__": _("A %(status)s invoice takes no credit note.")
+                % {"status": invoice.get_status_display().lower()}
+            }
         )
     return invoice
 
@@ -156,18 +160,21 @@ CONFIRM_MAX_AGE = 3600  # seconds a preview may be confirmed in
 def _draft(invoice: Invoice, *, reason: str, lines: list[tuple]) -> _Draft:
     """``lines``: (description, net amount, invoice line or None, request ids)."""
     if not (reason or "").strip():
-        raise ValidationFailed.from_fields({"reason": "Give a reason for the credit note."})
+        raise ValidationFailed.from_fields({"reason": _("Give a reason for the credit note.")})
     amount = sum(a for _, a, _, _ in lines)
     remaining = invoice.total - invoice.credited
     cur = invoice.currency
     if amount <= 0:
-        raise ValidationFailed.from_fields({"amount": "A credit note must credit something."})
+        raise ValidationFailed.from_fields({"amount": _("A credit note must credit something.")})
     if amount > remaining:
         raise ValidationFailed.from_fields(
-            {"amount": f"That is more than the {micro_text(remaining, cur)} left to credit."}
+            {
+                "amount": _("That is more than the %(left)s left to credit.")
+                % {"left": micro_text(remaining, cur)}
+            }
         )
     if invoice.credit_notes.count() + 1 > MAX_NOTES:
-        raise Conflict("This invoice has as many credit notes as it can take.")
+        raise Conflict(_("This invoice has as many credit notes as it can take."))
     minor = to_minor(invoice.credited + amount, cur) - to_minor(invoice.credited, cur)
     due_reduction = min(minor, invoice.amount_due_minor)
     refund = minor - due_reduction
@@ -238,15 +245,15 @@ def _check_confirmation(invoice: Invoice, draft: _Draft, reason: str, confirmati
         seen = signing.loads(confirmation, salt=CONFIRM_SALT, max_age=CONFIRM_MAX_AGE)
     except signing.SignatureExpired:
         raise Conflict(
-            "The preview is more than an hour old; review again.", code="preview_stale"
+            _("The preview is more than an hour old; review again."), code="preview_stale"
         ) from None
     except signing.BadSignature:
         raise Conflict(
-            "The preview could not be verified; review again.", code="preview_stale"
+            _("The preview could not be verified; review again."), code="preview_stale"
         ) from None
     if seen != _fingerprint(invoice, draft, reason):
         raise Conflict(
-            "The invoice changed since the preview; review again: nothing was credited.",
+            _("The invoice changed since the preview; review again: nothing was credited."),
             code="preview_stale",
         )
 
@@ -372,7 +379,7 @@ def _one_of(actor, amount, line_amounts, full) -> None:
         actor.require(Perm.BILLING_MANAGE)
     if sum(x is not None and x is not False for x in (amount, line_amounts or None, full)) != 1:
         raise ValidationFailed.from_fields(
-            {"__all__": "Credit the full invoice, an amount, or chosen lines (one of them)."}
+            {"__all__": _("Credit the full invoice, an amount, or chosen lines (one of them).")}
         )
 
 
@@ -435,12 +442,14 @@ def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]
     for line_id, value in sorted(line_amounts.items()):
         line = by_id.get(int(line_id))
         if line is None:
-            errors[f"line_{line_id}"] = "No such usage line on this invoice."
+            errors[f"line_{line_id}"] = _("No such usage line on this invoice.")
             continue
         left = line.amount - credited.get(line.pk, 0)
         if type(value) is not int or value <= 0 or value > left:
             most = micro_text(left, invoice.currency)
-            errors[f"line_{line_id}"] = f"Credit at most {most} on this line (more than zero)."
+            errors[f"line_{line_id}"] = _(
+                "Credit at most %(most)s on this line (more than zero)."
+            ) % {"most": most}
             continue
         out.append((f"Credit: {line.description}", value, line, None))
         net += value
@@ -482,7 +491,7 @@ def _incident_lines(
     ]
     if not found:
         raise ValidationFailed.from_fields(
-            {"__all__": "No uncredited calls with a cost match this incident."}
+            {"__all__": _("No uncredited calls with a cost match this incident.")}
         )
     net = sum(c for _, c in found)
     where = f"node {node_id}" if node_id is not None else "all nodes"
@@ -498,7 +507,7 @@ def _incident_checks(actor, start: datetime, end: datetime) -> None:
     if actor is not None:
         actor.require(Perm.BILLING_MANAGE)
     if start >= end:
-        raise ValidationFailed.from_fields({"end": "The window must end after it starts."})
+        raise ValidationFailed.from_fields({"end": _("The window must end after it starts.")})
 
 
 def incident_credit_preview(

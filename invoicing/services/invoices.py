@@ -12,6 +12,7 @@ from datetime import date, timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone as tz
+from django.utils.translation import gettext as _
 
 from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
 from console.celery import registered_task
@@ -113,7 +114,7 @@ def invoice_draft(*, organization_id: int, period: str, actor=None) -> Invoice:
     _check_actor(actor, organization_id)
     org = Organization.objects.get(pk=organization_id)
     start, end = period_bounds(period, org.timezone)
-    for _ in range(2):
+    for _attempt in range(2):
         with transaction.atomic():
             invoice = (
                 Invoice.objects.select_for_update()
@@ -139,7 +140,7 @@ def invoice_draft(*, organization_id: int, period: str, actor=None) -> Invoice:
                 event(invoice, "drafted", actor)
             _write(invoice, computed)
             return invoice
-    raise Conflict("The invoice is being drafted by another worker; try again.")
+    raise Conflict(_("The invoice is being drafted by another worker; try again."))
 
 
 def _locked(invoice_id: int, actor=None) -> Invoice:
@@ -152,7 +153,7 @@ def _locked(invoice_id: int, actor=None) -> Invoice:
 
 def _name(invoice: Invoice) -> str:
     """How a message names an invoice: its number, or its month while it has none."""
-    return invoice.number or f"the {invoice.period} draft"
+    return invoice.number or _("the %(period)s draft") % {"period": invoice.period}
 
 
 def invoice_refresh(*, invoice_id: int, actor=None) -> Invoice:
@@ -160,11 +161,13 @@ def invoice_refresh(*, invoice_id: int, actor=None) -> Invoice:
         invoice = _locked(invoice_id, actor)
         if invoice.status == InvoiceStatus.VOID:
             raise Conflict(
-                f"This invoice ({_name(invoice)}) is void; draft {invoice.period} again instead."
+                _("This invoice (%(name)s) is void; draft %(period)s again instead.")
+                % {"name": _name(invoice), "period": invoice.period}
             )
         if invoice.status != InvoiceStatus.DRAFT:
             raise Conflict(
-                f"Invoice {_name(invoice)} is {invoice.status}; correct it with a credit note."
+                _("Invoice %(name)s is %(status)s; correct it with a credit note.")
+                % {"name": _name(invoice), "status": invoice.get_status_display().lower()}
             )
         org = invoice.organization
         _write(invoice, compute_invoice(org, invoice.period_start, invoice.period_end))
@@ -205,7 +208,10 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
     with transaction.atomic():
         invoice = _locked(invoice_id, actor)
         if invoice.status != InvoiceStatus.DRAFT:
-            raise Conflict(f"This invoice is already {invoice.status} ({_name(invoice)}).")
+            raise Conflict(
+                _("This invoice is already %(status)s (%(name)s).")
+                % {"status": invoice.get_status_display().lower(), "name": _name(invoice)}
+            )
         blocker = finalize_blocker(invoice)
         if blocker:
             raise Conflict(blocker, code="period_open")
@@ -220,7 +226,7 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
                 .values_list("pk", flat=True)
             )
             if len(locked) != len(computed.adjustment_ids):
-                raise Conflict("Some adjustments were billed meanwhile; refresh the draft.")
+                raise Conflict(_("Some adjustments were billed meanwhile; refresh the draft."))
         now = tz.now()
         local = now.astimezone(org_zone(org.timezone))
         invoice.number = _next_number(local.year)
@@ -288,11 +294,14 @@ def invoice_void(*, invoice_id: int, actor=None, reason: str = "") -> Invoice:
     with transaction.atomic():
         invoice = _locked(invoice_id, actor)
         if invoice.status in (InvoiceStatus.VOID, InvoiceStatus.PAID):
-            raise Conflict(f"A {invoice.status} invoice cannot be voided; issue a credit note.")
+            raise Conflict(
+                _("A %(status)s invoice cannot be voided; issue a credit note.")
+                % {"status": invoice.get_status_display().lower()}
+            )
         if invoice.paid_minor or invoice.credit_notes.exists():
-            raise Conflict("This invoice has payments or credit notes; issue a credit note.")
+            raise Conflict(_("This invoice has payments or credit notes; issue a credit note."))
         if invoice.payments.filter(status=PaymentStatus.PENDING).exists():
-            raise Conflict("A payment is in progress for this invoice; wait for it to settle.")
+            raise Conflict(_("A payment is in progress for this invoice; wait for it to settle."))
         if invoice.number:
             Adjustment.objects.filter(billed_reference=invoice.number).update(billed_reference="")
         invoice.status = InvoiceStatus.VOID
@@ -310,7 +319,10 @@ def invoice_mark_uncollectible(*, invoice_id: int, actor=None, reason: str = "")
     with transaction.atomic():
         invoice = _locked(invoice_id, actor)
         if invoice.status != InvoiceStatus.FINALIZED:
-            raise Conflict(f"Only an open invoice can be marked uncollectible ({invoice.status}).")
+            raise Conflict(
+                _("Only an open invoice can be marked uncollectible (%(status)s).")
+                % {"status": invoice.get_status_display().lower()}
+            )
         invoice.status = InvoiceStatus.UNCOLLECTIBLE
         invoice.save(update_fields=["status"])
         event(invoice, "uncollectible", actor, reason=reason)
@@ -365,13 +377,16 @@ def invoice_mark_paid(
     with transaction.atomic():
         invoice = _locked(invoice_id, actor)
         if invoice.status not in (InvoiceStatus.FINALIZED, InvoiceStatus.UNCOLLECTIBLE):
-            raise Conflict(f"A {invoice.status} invoice takes no payment.")
+            raise Conflict(
+                _("A %(status)s invoice takes no payment.")
+                % {"status": invoice.get_status_display().lower()}
+            )
         zone = invoice.organization.timezone
         day = paid_on_day(
             paid_on,
             timezone_name=zone,
             not_before=invoice.issued_at,
-            not_before_what="the invoice was issued",
+            not_before_what=_("the invoice was issued"),
         )
         due = invoice.amount_due_minor
         amount = due if amount_minor is None else amount_minor
@@ -431,7 +446,7 @@ def run_period_due(now=None) -> str | None:
     now = now or tz.now()
     grace = timedelta(hours=settings.INVOICING_GRACE_HOURS)
     period = previous_period(period_of(now, "UTC"))
-    _, end = period_bounds(period, "UTC")
+    _start, end = period_bounds(period, "UTC")
     return period if now >= end + timedelta(hours=14) + grace else None
 
 
@@ -456,7 +471,7 @@ def invoice_run_month(*, period: str | None = None, now=None) -> InvoiceRun | No
     period = period or run_period_due(now)
     if period is None:
         return None
-    run, _ = InvoiceRun.objects.get_or_create(period=period)
+    run, _created = InvoiceRun.objects.get_or_create(period=period)
     if run.status == RunStatus.DONE:
         return run
     while True:

@@ -19,6 +19,8 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone as tz
+from django.utils import translation
+from django.utils.translation import gettext as _
 
 from accounts.facade import (
     BillingMode,
@@ -68,13 +70,13 @@ def ledger_entry_create(
     if type(amount) is not int:
         raise ValidationFailed.from_fields({"amount": "Amounts are integer micro-units."})
     if amount == 0:
-        raise ValidationFailed.from_fields({"amount": "A ledger entry cannot be zero."})
+        raise ValidationFailed.from_fields({"amount": _("A ledger entry cannot be zero.")})
     if abs(amount) > MAX_ENTRY:
-        raise ValidationFailed.from_fields({"amount": "That amount is too large."})
+        raise ValidationFailed.from_fields({"amount": _("That amount is too large.")})
     if not reference or len(reference) > 128:
         raise ValidationFailed.from_fields({"reference": "A reference of 1-128 characters."})
     if kind in _NEEDS_REASON and not reason.strip():
-        raise ValidationFailed.from_fields({"reason": "Give a reason for this entry."})
+        raise ValidationFailed.from_fields({"reason": _("Give a reason for this entry.")})
     with transaction.atomic():
         existing = LedgerEntry.objects.filter(
             organization_id=organization_id, kind=kind, reference=reference
@@ -137,7 +139,7 @@ def prepaid_adjust(
     the first entry back instead of a second one."""
     actor.require(Perm.BILLING_MANAGE)
     if kind not in (LedgerKind.ADJUSTMENT, LedgerKind.GRANT):
-        raise ValidationFailed.from_fields({"kind": "Only grants and adjustments are manual."})
+        raise ValidationFailed.from_fields({"kind": _("Only grants and adjustments are manual.")})
     with transaction.atomic():
         ref = reference
         if not ref:
@@ -233,6 +235,54 @@ def _recipients(organization_id: int, profile: BillingProfile) -> list[str]:
     )
 
 
+def _by_language(organization_id: int, addresses: list[str]) -> dict[str, list[str]]:
+    """The recipients grouped by the language their mail is written in: each
+    member's own saved console language (``User.language``, issue 18; the
+    site's default, English, when they chose none). An address that is no
+    member's (a billing e-mail such as accounts@…) gets the language of the
+    organization's first owner who chose one, else the site's default."""
+    members = Membership.objects.filter(organization_id=organization_id, user__is_active=True)
+    saved = {
+        email.lower(): language or settings.LANGUAGE_CODE
+        for email, language in members.values_list("user__email", "user__language")
+    }
+    owner = (
+        members.filter(role=Role.OWNER)
+        .exclude(user__language="")
+        .order_by("pk")
+        .values_list("user__language", flat=True)
+        .first()
+    )
+    fallback = owner or settings.LANGUAGE_CODE
+    groups: dict[str, list[str]] = {}
+    for address in addresses:
+        groups.setdefault(saved.get(address.lower(), fallback), []).append(address)
+    return groups
+
+
+def _low_balance_mail(org, balance: int, threshold_micro: int) -> tuple[str, str]:
+    """The notice's subject and body in the active language."""
+    subject = _("%(org)s: prepaid balance is low") % {"org": org.name}
+    body = _(
+        "The prepaid balance of %(org)s is %(balance)s, below your threshold of %(threshold)s.\n"
+        "Top up at %(url)s to keep calls flowing.\n"
+    ) % {
+        "org": org.name,
+        "balance": format_amount(balance, org.currency),
+        "threshold": format_amount(threshold_micro, org.currency),
+        "url": f"{settings.CONSOLE_BASE_URL}/billing/balance/",
+    }
+    return subject, body
+
+
+def _send_low_balance(org, balance: int, threshold_micro: int, to: list[str]) -> None:
+    """One mail per language among the recipients, each in theirs."""
+    for language, addresses in _by_language(org.pk, to).items():
+        with translation.override(language):
+            subject, body = _low_balance_mail(org, balance, threshold_micro)
+        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, addresses)
+
+
 def low_balance_check(*, organization_id: int) -> bool:
     """Send the low-balance notice once per crossing below the threshold;
     re-arm when the balance is back at or above it. True when a notice went."""
@@ -260,13 +310,7 @@ def low_balance_check(*, organization_id: int) -> bool:
         profile.save(update_fields=["low_balance_notified_at", "updated_at"])
         org = profile.organization
         to = _recipients(organization_id, profile)
-        subject = f"{org.name}: prepaid balance is low"
-        threshold = format_amount(profile.low_balance_threshold, org.currency)
-        body = (
-            f"The prepaid balance of {org.name} is {format_amount(balance, org.currency)}, "
-            f"below your threshold of {threshold}.\n"
-            f"Top up at {settings.CONSOLE_BASE_URL}/billing/balance/ to keep calls flowing.\n"
-        )
+        threshold = profile.low_balance_threshold
         if to:
-            transaction.on_commit(lambda: send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, to))
+            transaction.on_commit(lambda: _send_low_balance(org, balance, threshold, to))
     return True

@@ -12,6 +12,7 @@ import logging
 from datetime import date
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from accounts.facade import Conflict, NotFound, Perm, ValidationFailed, audit_record
 from invoicing import stripe_adapter
@@ -164,7 +165,7 @@ def refund_mark_paid(*, actor, payment_id: int, reference: str, paid_on: date | 
     actor.require(Perm.BILLING_MANAGE)
     reference = (reference or "").strip()[:128]
     if not reference:
-        raise ValidationFailed.from_fields({"reference": "Give the transfer's reference."})
+        raise ValidationFailed.from_fields({"reference": _("Give the transfer's reference.")})
     with transaction.atomic():
         found = Payment.objects.filter(
             pk=payment_id, organization_id=actor.organization_id, kind=PaymentKind.REFUND
@@ -180,15 +181,18 @@ def refund_mark_paid(*, actor, payment_id: int, reference: str, paid_on: date | 
             .get(pk=found.pk)
         )
         if payment.method == PaymentMethod.STRIPE:
-            raise Conflict("A card refund is paid by Stripe, not marked paid by hand.")
+            raise Conflict(_("A card refund is paid by Stripe, not marked paid by hand."))
         if payment.status != PaymentStatus.PENDING:
-            raise Conflict(f"This refund is {payment.get_status_display().lower()} already.")
+            raise Conflict(
+                _("This refund is %(status)s already.")
+                % {"status": payment.get_status_display().lower()}
+            )
         note = payment.credit_note
         day = paid_on_day(
             paid_on,
             timezone_name=payment.organization.timezone,
             not_before=note.created_at if note is not None else payment.created_at,
-            not_before_what="the credit note was issued",
+            not_before_what=_("the credit note was issued"),
         )
         require_free_reference(payment.organization_id, reference, exclude_pk=payment.pk)
         payment.reference = reference

@@ -12,6 +12,7 @@ from datetime import date
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
 
 from accounts.facade import (
     BillingMode,
@@ -46,22 +47,29 @@ def _topup_checks(actor, amount_minor) -> Organization:
     org = Organization.objects.get(pk=actor.organization_id)
     if org.billing_mode != BillingMode.PREPAID:
         raise ValidationFailed.from_fields(
-            {"__all__": "Only prepaid organizations top up; this one is invoiced monthly."}
+            {"__all__": _("Only prepaid organizations top up; this one is invoiced monthly.")}
         )
     if type(amount_minor) is not int:
         raise ValidationFailed.from_fields(
-            {"amount": f"Give the amount as a whole number of {org.currency}'s smallest unit."}
+            {
+                "amount": _("Give the amount as a whole number of %(currency)s's smallest unit.")
+                % {"currency": org.currency}
+            }
         )
     if amount_minor <= 0:
-        raise ValidationFailed.from_fields({"amount": "Top up a positive amount."})
+        raise ValidationFailed.from_fields({"amount": _("Top up a positive amount.")})
     lowest = to_minor(MIN_TOP_UP_UNITS * PPM, org.currency)
     if amount_minor < lowest:
         least = format_amount(from_minor(lowest, org.currency), org.currency)
-        raise ValidationFailed.from_fields({"amount": f"A top-up is at least {least}."})
+        raise ValidationFailed.from_fields(
+            {"amount": _("A top-up is at least %(least)s.") % {"least": least}}
+        )
     highest = to_minor(settings.INVOICING_MAX_TOP_UP * PPM, org.currency)
     if amount_minor > highest:
         most = format_amount(from_minor(highest, org.currency), org.currency)
-        raise ValidationFailed.from_fields({"amount": f"A single top-up is at most {most}."})
+        raise ValidationFailed.from_fields(
+            {"amount": _("A single top-up is at most %(most)s.") % {"most": most}}
+        )
     return org
 
 
@@ -118,7 +126,7 @@ def topup_create(*, actor, amount_minor: int) -> Payment:
     org = _topup_checks(actor, amount_minor)
     if not stripe_adapter.enabled():
         raise ValidationFailed.from_fields(
-            {"__all__": "Card top-ups are off (Stripe is not configured); pay by bank transfer."}
+            {"__all__": _("Card top-ups are off (Stripe is not configured); pay by bank transfer.")}
         )
     customer_id = stripe_adapter.customer_ensure(organization_id=org.pk)
     with transaction.atomic():
@@ -143,7 +151,10 @@ def topup_client_secret(*, actor, payment_id: int) -> str:
     if payment is None or not payment.stripe_payment_intent_id:
         raise NotFound("No such top-up.")
     if payment.status not in (PaymentStatus.PENDING, PaymentStatus.FAILED):  # failed: try again
-        raise Conflict(f"This top-up is {payment.get_status_display().lower()} already.")
+        raise Conflict(
+            _("This top-up is %(status)s already.")
+            % {"status": payment.get_status_display().lower()}
+        )
     return stripe_adapter.payment_intent_retrieve(payment.stripe_payment_intent_id).client_secret
 
 
@@ -161,7 +172,7 @@ def topup_record_manual(
     org = _topup_checks(actor, amount_minor)
     reference = (reference or "").strip()[:100]
     if not reference:
-        raise ValidationFailed.from_fields({"reference": "Give the transfer's reference."})
+        raise ValidationFailed.from_fields({"reference": _("Give the transfer's reference.")})
     day = paid_on_day(paid_on, timezone_name=org.timezone)
     with transaction.atomic():
         Organization.objects.select_for_update().get(pk=org.pk)
@@ -225,7 +236,7 @@ def topup_charge_card(*, actor, amount_minor: int, request_key: str = "") -> Pay
     method = stripe_adapter.customer_default_payment_method(customer_id=customer_id)
     if method is None:
         raise ValidationFailed.from_fields(
-            {"__all__": "No card on file: add one on the payment method page first."}
+            {"__all__": _("No card on file: add one on the payment method page first.")}
         )
     with transaction.atomic():
         Organization.objects.select_for_update().get(pk=org.pk)
@@ -245,7 +256,7 @@ def topup_charge_card(*, actor, amount_minor: int, request_key: str = "") -> Pay
             with transaction.atomic():
                 payment = _new_topup(org, actor, amount_minor, request_key=request_key, card=True)
         except IntegrityError as exc:  # pragma: no cover - the org lock serializes these
-            raise Conflict("This top-up was submitted already.") from exc
+            raise Conflict(_("This top-up was submitted already.")) from exc
     payment.client_secret = ""
     payment.requires_action = False
     payment.duplicate = False

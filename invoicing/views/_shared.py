@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
+from django.utils.translation import gettext as _
 
 from accounts.facade import NotFound, Perm
 from invoicing import selectors, stripe_adapter
@@ -64,4 +65,6 @@ def card_on_file_or_error(actor):
     try:
         return selectors.card_on_file(actor=actor), ""
     except StripeError as exc:
-        return None, f"The card on file cannot be shown just now: {exc.message}"
+        return None, _("The card on file cannot be shown just now: %(reason)s") % {
+            "reason": exc.message
+        }

@@ -9,6 +9,7 @@ import secrets
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import BillingMode, DomainError, apply_errors, org_view
@@ -89,7 +90,7 @@ def balance_adjust(request):
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"{entry.get_kind_display()} recorded.")
+            messages.success(request, _("%(kind)s recorded.") % {"kind": entry.get_kind_display()})
             return redirect("invoicing:balance")
     return _render_balance(request, adjust_form=form)
 
@@ -105,7 +106,7 @@ def billing_settings(request):
         except DomainError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, "Billing settings saved.")
+            messages.success(request, _("Billing settings saved."))
             return redirect("invoicing:balance")
     return _render_balance(request, profile_form=form)
 
@@ -147,7 +148,10 @@ def topup(request):
     if request.method == "POST":
         if not actor.can(MANAGE):
             return render(
-                request, "403.html", {"reason": "Your role cannot top up the balance."}, status=403
+                request,
+                "403.html",
+                {"reason": _("Your role cannot top up the balance.")},
+                status=403,
             )
         if request.POST.get("action") == "manual":
             manual_form = ManualTopUpForm(
@@ -157,7 +161,7 @@ def topup(request):
             if recorded is not None:
                 return recorded
         elif not stripe_on:
-            messages.error(request, "Card top-ups are off; record a bank transfer instead.")
+            messages.error(request, _("Card top-ups are off; record a bank transfer instead."))
             return redirect("invoicing:topup")
         else:
             posted = CardTopUpForm(request.POST, currency=currency)
@@ -219,15 +223,21 @@ def _topup_card(request, form):
             request_key=form.cleaned_data.get("request_key") or "",
         )
     except StripeUnavailable as exc:
-        form.add_error(None, f"{exc.message} Nothing was charged; try again in a moment.")
+        form.add_error(
+            None,
+            _("%(reason)s Nothing was charged; try again in a moment.") % {"reason": exc.message},
+        )
         return None
     except DomainError as exc:
         apply_errors(form, exc)
         return None
     if getattr(payment, "duplicate", False):
-        messages.info(request, "This top-up was submitted already; it was charged once.")
+        messages.info(request, _("This top-up was submitted already; it was charged once."))
     elif payment.status == "failed":
-        messages.error(request, f"The card was not charged: {payment.failure_message}")
+        messages.error(
+            request,
+            _("The card was not charged: %(reason)s") % {"reason": payment.failure_message},
+        )
     return payment
 
 
@@ -252,12 +262,16 @@ def _topup_manual(request, form):
         day = payment.paid_on or payment.created_at.date()
         messages.warning(
             request,
-            f"Bank transfer {payment.reference} was already recorded on {day.isoformat()}"
-            f" for {amount}; nothing was recorded again and the balance did not change.",
+            _(
+                "Bank transfer %(reference)s was already recorded on %(day)s for %(amount)s;"
+                " nothing was recorded again and the balance did not change."
+            )
+            % {"reference": payment.reference, "day": day.isoformat(), "amount": amount},
         )
     else:
         messages.success(
             request,
-            f"Bank transfer {payment.reference} recorded; the balance rose by {amount}.",
+            _("Bank transfer %(reference)s recorded; the balance rose by %(amount)s.")
+            % {"reference": payment.reference, "amount": amount},
         )
     return redirect("invoicing:topup")

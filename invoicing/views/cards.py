@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 
 from accounts.facade import DomainError, NotFound, org_view
 from invoicing import services
@@ -30,10 +31,10 @@ def payment_method(request):
     if request.method == "POST":
         if not actor.can(MANAGE):
             return render(
-                request, "403.html", {"reason": "Your role cannot change the card."}, status=403
+                request, "403.html", {"reason": _("Your role cannot change the card.")}, status=403
             )
         if not stripe_on:
-            messages.error(request, "Card payments are not set up; pay by bank transfer.")
+            messages.error(request, _("Card payments are not set up; pay by bank transfer."))
             return redirect("invoicing:payment_method")
         action = request.POST.get("action")
         try:
@@ -44,11 +45,11 @@ def payment_method(request):
             elif action == "remove":
                 removed = services.card_remove(actor=actor)
                 messages.success(
-                    request, "Card removed." if removed else "There was no card on file."
+                    request, _("Card removed.") if removed else _("There was no card on file.")
                 )
                 return redirect("invoicing:payment_method")
             else:
-                messages.error(request, "Unknown action.")
+                messages.error(request, _("Unknown action."))
                 return redirect("invoicing:payment_method")
         except DomainError as exc:
             messages.error(request, exc.message)
@@ -75,12 +76,15 @@ def _card_confirmed(request):
     except NotFound:
         raise Http404("No such card setup in this organization.") from None
     except DomainError as exc:
-        messages.error(request, f"The card was not saved: {exc.message}")
+        messages.error(request, _("The card was not saved: %(reason)s") % {"reason": exc.message})
         return redirect("invoicing:payment_method")
     if outcome in ("succeeded", "already_succeeded"):
-        messages.success(request, "Card saved: invoices and top-ups are charged to it.")
+        messages.success(request, _("Card saved: invoices and top-ups are charged to it."))
     elif outcome == "superseded":
-        messages.info(request, "A card saved since is the one on file.")
+        messages.info(request, _("A card saved since is the one on file."))
     else:
-        messages.info(request, f"The card is not confirmed yet (Stripe says {outcome}).")
+        messages.info(
+            request,
+            _("The card is not confirmed yet (Stripe says %(outcome)s).") % {"outcome": outcome},
+        )
     return redirect("invoicing:payment_method")

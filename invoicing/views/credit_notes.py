@@ -13,6 +13,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from accounts.facade import Conflict, DomainError, NotFound, apply_errors, org_view
@@ -96,9 +97,9 @@ def credit_note_create(request, invoice_id: int):
         form,
         preview=lambda: services.credit_note_preview(**kwargs()),
         issue=lambda token: services.credit_note_create(**kwargs(), confirmation=token),
-        issued=lambda note: f"Credit note {note.number} issued.",
+        issued=lambda note: _("Credit note %(number)s issued.") % {"number": note.number},
         page="invoicing/credit_note_form.html",
-        title="credit note",
+        title=_("credit note"),
     )
 
 
@@ -118,7 +119,10 @@ def incident_credit(request, invoice_id: int):
 
     def issued(note):
         calls = sum(len(line.request_ids or []) for line in note.lines.all())
-        return f"Credit note {note.number} issued for {calls} calls."
+        return _("Credit note %(number)s issued for %(calls)s calls.") % {
+            "number": note.number,
+            "calls": calls,
+        }
 
     return _preview_or_issue(
         request,
@@ -128,7 +132,7 @@ def incident_credit(request, invoice_id: int):
         issue=lambda token: services.credit_note_for_incident(**kwargs(), confirmation=token),
         issued=issued,
         page="invoicing/incident_credit.html",
-        title="incident credit",
+        title=_("incident credit"),
     )
 
 
@@ -148,7 +152,7 @@ def refund_mark_paid(request, payment_id: int):
     with_micro(payment, "amount_minor")
     form = RefundPaidForm(request.POST or None, timezone_name=actor.organization.timezone)
     if payment.status != PaymentStatus.PENDING:
-        messages.info(request, "This refund is recorded as paid already.")
+        messages.info(request, _("This refund is recorded as paid already."))
         return redirect_to_detail(invoice)
     if request.method == "POST" and form.is_valid():
         try:
@@ -164,7 +168,8 @@ def refund_mark_paid(request, payment_id: int):
             amount = format_amount(payment.amount_micro, payment.currency)
             messages.success(
                 request,
-                f"Refund of {amount} marked paid on {paid.paid_on.isoformat()} ({paid.reference}).",
+                _("Refund of %(amount)s marked paid on %(day)s (%(reference)s).")
+                % {"amount": amount, "day": paid.paid_on.isoformat(), "reference": paid.reference},
             )
             return redirect_to_detail(invoice)
     return render(

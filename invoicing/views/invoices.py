@@ -16,6 +16,8 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, gettext_noop
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, apply_errors, org_view
@@ -105,7 +107,7 @@ def invoice_list(request):
     if request.method == "POST":
         if not actor.can(MANAGE):
             return render(
-                request, "403.html", {"reason": "Your role cannot draft invoices."}, status=403
+                request, "403.html", {"reason": _("Your role cannot draft invoices.")}, status=403
             )
         if draft_form.is_valid():
             try:
@@ -117,7 +119,9 @@ def invoice_list(request):
             except DomainError as exc:
                 apply_errors(draft_form, exc)
             else:
-                messages.success(request, f"Invoice for {invoice.period} drafted.")
+                messages.success(
+                    request, _("Invoice for %(period)s drafted.") % {"period": invoice.period}
+                )
                 return redirect_to_detail(invoice)
     form = InvoiceListForm(
         request.GET or None,
@@ -208,11 +212,30 @@ def invoice_detail(request, invoice_id: int):
     return render(request, "invoicing/invoice_detail.html", context)
 
 
+# The names of an invoice event's parameters as its History table shows them
+# (``invoicing.services._common.event``); marked here, translated there.
+EVENT_PARAM_NAMES = (
+    gettext_noop("number"),
+    gettext_noop("total"),
+    gettext_noop("effect"),
+    gettext_noop("amount"),
+    gettext_noop("reduces_due"),
+    gettext_noop("refund"),
+    gettext_noop("reason"),
+    gettext_noop("message"),
+    gettext_noop("reference"),
+    gettext_noop("paid_on"),
+    gettext_noop("payment_id"),
+    gettext_noop("credit_note"),
+)
+
 PAY_NOW_MESSAGES = {
-    "not_open": "This invoice is not open any more; nothing was charged.",
-    "nothing_due": "Nothing is due on this invoice; nothing was charged.",
-    "already_succeeded": "This invoice is paid already; nothing was charged again.",
-    "processing": "The card payment is processing; the invoice is paid once Stripe confirms it.",
+    "not_open": gettext_lazy("This invoice is not open any more; nothing was charged."),
+    "nothing_due": gettext_lazy("Nothing is due on this invoice; nothing was charged."),
+    "already_succeeded": gettext_lazy("This invoice is paid already; nothing was charged again."),
+    "processing": gettext_lazy(
+        "The card payment is processing; the invoice is paid once Stripe confirms it."
+    ),
 }
 
 
@@ -228,24 +251,30 @@ def invoice_pay(request, invoice_id: int):
         messages.error(request, exc.message)
         return redirect_to_detail(invoice)
     if outcome == "succeeded":
-        messages.success(request, "Paid with the card on file.")
+        messages.success(request, _("Paid with the card on file."))
     elif outcome == "no_payment_method":
         messages.error(
             request,
             format_html(
-                'No card on file: <a href="{}">add a card</a>, or pay by bank transfer.',
+                _('No card on file: <a href="{}">add a card</a>, or pay by bank transfer.'),
                 reverse("invoicing:payment_method"),
             ),
         )
     elif outcome == "failed":
         payment = selectors.payment_list(actor=request.actor, invoice_id=invoice.pk).first()
         reason = payment.failure_message if payment is not None else ""
-        messages.error(request, f"The card was not charged: {reason or 'declined'}")
+        messages.error(
+            request,
+            _("The card was not charged: %(reason)s") % {"reason": reason or _("declined")},
+        )
     elif outcome == "requires_action":
-        messages.info(request, "The bank asks the cardholder to confirm this payment.")
+        messages.info(request, _("The bank asks the cardholder to confirm this payment."))
         return redirect(reverse("invoicing:invoice_detail", args=[invoice.pk]) + "?authenticate=1")
     else:
-        messages.info(request, PAY_NOW_MESSAGES.get(outcome, f"Card payment: {outcome}."))
+        messages.info(
+            request,
+            PAY_NOW_MESSAGES.get(outcome) or _("Card payment: %(outcome)s.") % {"outcome": outcome},
+        )
     return redirect_to_detail(invoice)
 
 
@@ -268,7 +297,7 @@ def invoice_refresh(request, invoice_id: int):
         request,
         invoice,
         lambda: services.invoice_refresh(invoice_id=invoice.pk, actor=request.actor),
-        "The draft was recomputed from the calls.",
+        _("The draft was recomputed from the calls."),
     )
 
 
@@ -278,7 +307,10 @@ def invoice_finalize(request, invoice_id: int):
     invoice = invoice_or_404(request, invoice_id)
     if request.method != "POST":
         if invoice.status != InvoiceStatus.DRAFT:
-            messages.error(request, f"This invoice is already {invoice.get_status_display()}.")
+            messages.error(
+                request,
+                _("This invoice is already %(status)s.") % {"status": invoice.get_status_display()},
+            )
             return redirect_to_detail(invoice)
         return render(request, "invoicing/invoice_finalize.html", {"invoice": invoice})
     try:  # the service refuses an open month, with the reason
@@ -286,7 +318,7 @@ def invoice_finalize(request, invoice_id: int):
     except DomainError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, f"Invoice {invoice.number} finalized.")
+        messages.success(request, _("Invoice %(number)s finalized.") % {"number": invoice.number})
     return redirect_to_detail(invoice)
 
 
@@ -313,9 +345,9 @@ def invoice_void(request, invoice_id: int):
         invoice_id,
         prefix="void",
         service=services.invoice_void,
-        success="Invoice voided.",
+        success=_("Invoice voided."),
         template="invoicing/invoice_reason.html",
-        title="Void",
+        title=_("Void"),
     )
 
 
@@ -326,9 +358,9 @@ def invoice_uncollectible(request, invoice_id: int):
         invoice_id,
         prefix="uncollectible",
         service=services.invoice_mark_uncollectible,
-        success="Invoice marked uncollectible.",
+        success=_("Invoice marked uncollectible."),
         template="invoicing/invoice_reason.html",
-        title="Mark uncollectible",
+        title=_("Mark uncollectible"),
     )
 
 
@@ -359,8 +391,12 @@ def invoice_payment(request, invoice_id: int):
             )
             messages.success(
                 request,
-                f"Payment {payment.reference} of {amount} received on"
-                f" {payment.paid_on.isoformat()} recorded.",
+                _("Payment %(reference)s of %(amount)s received on %(day)s recorded.")
+                % {
+                    "reference": payment.reference,
+                    "amount": amount,
+                    "day": payment.paid_on.isoformat(),
+                },
             )
             return redirect_to_detail(invoice)
     return render(request, "invoicing/invoice_payment.html", {"invoice": invoice, "form": form})

@@ -6,6 +6,13 @@
 (function () {
   "use strict";
 
+  // The texts come from the page (data-* on #stripe-texts, rendered in the
+  // page's language by invoicing/_stripe_js.html); English when absent.
+  function text(key, fallback) {
+    var holder = document.getElementById("stripe-texts");
+    return (holder && holder.dataset[key]) || fallback;
+  }
+
   function say(node, text) {
     if (!node) return;
     node.textContent = text;
@@ -14,7 +21,10 @@
 
   function stripeFor(box, errors) {
     if (typeof window.Stripe !== "function") {
-      say(errors, "Stripe's card form did not load. Check the connection and reload the page.");
+      say(
+        errors,
+        text("noStripe", "Stripe's card form did not load. Check the connection and reload the page.")
+      );
       return null;
     }
     return window.Stripe(box.dataset.publishableKey);
@@ -47,22 +57,22 @@
       if (button.disabled) return;
       button.disabled = true;
       say(errors, "");
-      say(progress, "Saving the card with Stripe…");
+      say(progress, text("saving", "Saving the card with Stripe…"));
       var done = function (result) {
         if (!result || result.error || !result.setupIntent) {
           say(progress, "");
-          say(errors, errorText(result && result.error, "The card could not be saved."));
+          say(errors, errorText(result && result.error, text("notSaved", "The card could not be saved.")));
           button.disabled = false;
           return;
         }
         form.elements.setup_intent.value = result.setupIntent.id;
-        say(progress, "Card confirmed; saving it as the card on file…");
+        say(progress, text("cardConfirmed", "Card confirmed; saving it as the card on file…"));
         form.submit();
       };
       stripe.confirmCardSetup(box.dataset.clientSecret, { payment_method: { card: card } }).then(
         done,
         function (error) {
-          done({ error: { message: errorText(error, "Stripe could not be reached. Try again.") } });
+          done({ error: { message: errorText(error, text("unreachableRetry", "Stripe could not be reached. Try again.")) } });
         }
       );
     });
@@ -78,14 +88,14 @@
     var finish = function (result) {
       if (!result || result.error) {
         say(progress, "");
-        say(errors, errorText(result && result.error, "The payment was not confirmed."));
+        say(errors, errorText(result && result.error, text("notConfirmed", "The payment was not confirmed.")));
         return;
       }
-      say(progress, "Confirmed. The payment completes as soon as Stripe tells us.");
+      say(progress, text("confirmed", "Confirmed. The payment completes as soon as Stripe tells us."));
       if (box.dataset.reload) window.location.assign(box.dataset.reload);
     };
     stripe.confirmCardPayment(box.dataset.clientSecret).then(finish, function (error) {
-      finish({ error: { message: errorText(error, "Stripe could not be reached.") } });
+      finish({ error: { message: errorText(error, text("unreachable", "Stripe could not be reached.")) } });
     });
   }
 
