@@ -111,15 +111,15 @@ def test_the_sign_in_page_switches_language_before_signing_in(live_server, owner
 HAN_RE = r"[\u4e00-\u9fff]"
 
 
-def _calls_and_an_invoice(org) -> int:
-    """Recent calls (the charts draw traces) and a finalized invoice of last month."""
-    from datetime import UTC, datetime, timedelta
+def _calls(org) -> str:
+    """Recent calls (the charts draw traces) and calls last month; the
+    month's period."""
+    from datetime import UTC, timedelta
 
     from django.utils import timezone
 
     from accounts.actors import Actor
     from accounts.models import Membership
-    from invoicing.services import invoice_draft, invoice_finalize
     from tests.factories import issue_key
     from tests.usage.factories import event
     from usage.ingest import ingest_events
@@ -135,22 +135,22 @@ def _calls_and_an_invoice(org) -> int:
         [event(key, started_at=now - timedelta(hours=h)) for h in (1, 2, 4)]
         + [event(key, started_at=last_month + timedelta(minutes=m)) for m in (1, 2)]
     )
-    period = f"{last_month:%Y-%m}"
-    invoice = invoice_finalize(invoice_id=invoice_draft(organization_id=org.pk, period=period).pk)
-    assert datetime.now(UTC) >= last_month
-    return invoice.pk
+    return f"{last_month:%Y-%m}"
 
 
-def test_every_page_of_the_navigation_reads_in_chinese(live_server, owner, browser_page, settings):
+def test_every_page_and_the_invoice_pdf_read_in_chinese(live_server, owner, browser_page, settings):
     import re
 
+    import pypdfium2 as pdfium
+
+    from invoicing.services import invoice_draft, invoice_finalize
     from usage.ingest.directory import invalidate_directory
     from usage.prices import invalidate_price_book
 
     settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 300
     invalidate_price_book()
     invalidate_directory()
-    _calls_and_an_invoice(owner.organization)
+    period = _calls(owner.organization)
     owner.organization.name = "示例科技"
     owner.organization.save(update_fields=["name"])
     owner.user.language = "zh-hans"
@@ -176,6 +176,24 @@ def test_every_page_of_the_navigation_reads_in_chinese(live_server, owner, brows
         ):
             if re.search(r"[A-Za-z]{4,}\s+[A-Za-z]{4,}", text):
                 raise AssertionError(f"{href}: chart text in English {text!r}")
+
+    # The organization's invoices in Chinese (Billing → balance → billing settings), then
+    # last month's invoice, finalized, downloaded from its page.
+    page.goto(f"{base}/billing/balance/")
+    page.select_option("#profile-form select[name=document_language]", "zh-hans")
+    with page.expect_navigation():
+        page.click("#profile-form button[type=submit]")
+    invoice = invoice_finalize(
+        invoice_id=invoice_draft(organization_id=owner.organization_id, period=period).pk
+    )
+    page.goto(f"{base}/billing/invoices/{invoice.pk}/")
+    assert "下载 PDF" in page.inner_text("#pdf-link")
+    with page.expect_download() as download:
+        page.click("#pdf-link")
+    pdf = pdfium.PdfDocument(download.value.path())
+    text = "".join(p.get_textpage().get_text_range() for p in pdf)
+    for label in ("发票", "销售方", "购买方", "应付金额", "示例科技"):
+        assert label in text, (label, text)
     invalidate_price_book()
     invalidate_directory()
     assert errors == []

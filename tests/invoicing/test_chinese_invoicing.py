@@ -91,7 +91,7 @@ def test_a_credit_note_preview_in_chinese(zh_finance, finalized):
     assert 'id="credit-note-confirm"' in page
     text = visible_text(page)
     for chinese in ("核对贷记单", "尚未冲减任何金额", "贷记单总计", "当前应付金额",
-                    "开具后应付金额", "效果", "减少应付金额；不退款。", "开具贷记单", "修改"):  # fmt: skip
+                    "开具后应付金额", "效果", "减少应付金额；不退款。", "开具贷记单", "更改"):  # fmt: skip
         assert chinese in text, chinese
     table = re.search(r'<table id="preview-lines">.*?</table>', page, re.S).group(0)
     assert "冲减" in visible_text(table) and "Credit" not in visible_text(table)
