@@ -195,19 +195,23 @@ def access_lines():
 
 @pytest.mark.django_db
 def test_console_request_line_and_request_id(client, access_lines):
-    resp = client.get("/healthz", HTTP_X_REQUEST_ID="abc-123", HTTP_TRACEPARENT=TRACEPARENT)
+    resp = client.get("/login/", HTTP_X_REQUEST_ID="abc-123", HTTP_TRACEPARENT=TRACEPARENT)
     assert resp["X-Request-Id"] == "abc-123"
     [line] = access_lines
     assert line["logger"] == "console.access"
     assert (line["request_id"], line["trace_id"]) == ("abc-123", TRACE_ID)
-    assert (line["method"], line["path"], line["status"]) == ("GET", "/healthz", resp.status_code)
+    assert (line["method"], line["path"], line["status"]) == ("GET", "/login/", resp.status_code)
     assert line["duration_ms"] >= 0
     assert line["organization_id"] is None and line["user_id"] is None
 
-    resp = client.get("/healthz", HTTP_X_REQUEST_ID="bad id\nwith newline", HTTP_TRACEPARENT="x")
+    resp = client.get("/login/", HTTP_X_REQUEST_ID="bad id\nwith newline", HTTP_TRACEPARENT="x")
     line = access_lines[1]
     assert line["request_id"] == resp["X-Request-Id"] and line["request_id"].startswith("req_")
     assert line["trace_id"] != TRACE_ID and len(line["trace_id"]) == 32
+
+    # Probes (/healthz, /readyz) are answered before the access log: no line for them.
+    client.get("/healthz")
+    assert len(access_lines) == 2
 
 
 def test_console_request_line_names_the_organization_and_user(client, owner, access_lines):
