@@ -171,6 +171,20 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": config.env_int("CELERY_VISIBILITY_TIMEOUT_SECONDS", 900, minimum=10),
     }
+elif CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # RabbitMQ. Publisher confirms: a publish returns only once the broker has
+    # the message (a persistent message to a durable queue: on disk) and raises
+    # when the broker refuses it (basic.nack), so a batch the gateway handed
+    # over is either confirmed or spooled (gateway_bridge.emitter), never lost
+    # unseen. Celery's queues are durable and its messages persistent by
+    # default; a worker that dies mid-task loses its connection and RabbitMQ
+    # puts the unacknowledged message back at once (acks late, below).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
+# Seconds to open a broker connection (Celery's own publishes and workers;
+# the gateway's usage emitter uses its own, shorter timeouts).
+CELERY_BROKER_CONNECTION_TIMEOUT = config.env_float(
+    "CELERY_BROKER_CONNECTION_TIMEOUT_SECONDS", 4.0, minimum=0.1
+)
 CELERY_TASK_DEFAULT_QUEUE = config.env_str("CELERY_QUEUE", "console")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

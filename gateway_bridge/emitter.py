@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from kombu import serialization
 
@@ -37,6 +38,8 @@ from usage.facade import UsageEvent, encode, to_wire
 logger = logging.getLogger(__name__)
 
 Send = Callable[[list], object]
+
+AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
 
 # The Celery serializer of published batches: JSON written by orjson (the
 # usage contract's ``encode``), the same content type as kombu's "json", so
@@ -51,9 +54,17 @@ serialization.registry.type_to_name["application/json"] = "json"
 
 class CelerySend:
     """Publishes a batch as one Celery task (``usage.ingest_batch`` unless
-    told otherwise), with no retry and a short broker connect timeout, so a
-    broker outage fails fast into the caller's fallback (the spool). Not
-    thread-safe: one per sending thread."""
+    told otherwise), with no retry and short timeouts, so a broker outage
+    fails fast into the caller's fallback (the spool). Not thread-safe: one
+    per sending thread.
+
+    On RabbitMQ (``amqp://``) the publish is confirmed: it returns once the
+    broker has the message and raises when it nacks it, returns it as
+    unroutable (published ``mandatory``: no queue would get it, e.g. the queue
+    was deleted) or does not confirm within ``confirm_timeout`` seconds. Any
+    of those is a failed publish: the caller spools the batch and replays it
+    later. A batch the broker took but confirmed too late may so arrive twice;
+    ingest is idempotent on the request id, so it is stored once."""
 
     def __init__(
         self,
@@ -61,23 +72,47 @@ class CelerySend:
         broker_url: str | None = None,
         task: str = "usage.ingest_batch",
         serializer: str = SERIALIZER,
+        confirm_timeout: float = 5.0,
+        queue: str | None = None,
     ):
         self.connect_timeout = connect_timeout
+        self.confirm_timeout = confirm_timeout
         self.broker_url = broker_url  # None: the configured broker
         self.task = task
         self.serializer = serializer
+        self.queue = queue  # None: the default queue (CELERY_QUEUE)
         self._conn = None
+
+    def _url(self) -> str:
+        from console.celery import app
+
+        return self.broker_url or app.conf.broker_write_url or app.conf.broker_url or ""
+
+    @property
+    def confirms(self) -> bool:
+        """Whether the broker confirms each publish (RabbitMQ)."""
+        return urlsplit(self._url()).scheme in AMQP_SCHEMES
 
     def _connection(self):
         if self._conn is None:
             from console.celery import app
 
-            options = {
-                **(app.conf.broker_transport_options or {}),
+            # The configured broker's options, unless told another broker.
+            options = dict(app.conf.broker_transport_options or {}) if not self.broker_url else {}
+            if self.confirms:
+                options.update(
+                    confirm_publish=True,
+                    # A broker that stops reading (a memory or disk alarm blocks
+                    # publishers) fails the publish instead of hanging the thread.
+                    read_timeout=self.confirm_timeout,
+                    write_timeout=self.confirm_timeout,
+                )
+            else:
                 # Redis reads these; other transports ignore unknown options.
-                "socket_connect_timeout": self.connect_timeout,
-                "socket_timeout": self.connect_timeout,
-            }
+                options.update(
+                    socket_connect_timeout=self.connect_timeout,
+                    socket_timeout=self.connect_timeout,
+                )
             self._conn = app.connection_for_write(
                 url=self.broker_url,
                 connect_timeout=self.connect_timeout,
@@ -88,6 +123,11 @@ class CelerySend:
     def __call__(self, batch: list) -> None:
         from console.celery import app
 
+        extra = {}
+        if self.confirms:
+            extra = {"confirm_timeout": self.confirm_timeout, "mandatory": True}
+        if self.queue:
+            extra["queue"] = self.queue
         try:
             app.send_task(
                 self.task,
@@ -95,6 +135,7 @@ class CelerySend:
                 retry=False,
                 connection=self._connection(),
                 serializer=self.serializer,
+                **extra,
             )
         except Exception:
             self.close()  # reconnect next time

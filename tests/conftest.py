@@ -88,6 +88,17 @@ def _fresh_cache():
 
 
 @pytest.fixture(autouse=True)
+def _broker_for_workers(request):
+    """A test that starts a real worker needs the configured broker: RabbitMQ
+    (``CELERY_BROKER_URL=amqp://...``) must answer, or the test is skipped
+    with the reason (failed under CI)."""
+    if request.node.get_closest_marker("celery_worker") is not None:
+        from tests.services import require_broker
+
+        require_broker()
+
+
+@pytest.fixture(autouse=True)
 def invitation_email_delay():
     """No broker in unit tests: the Celery ``delay`` is a mock."""
     with mock.patch("accounts.tasks.send_invitation_email.delay") as delay:

@@ -76,9 +76,35 @@ def start_celery_worker(root, **extra_env: str):
         env["REDIS_URL"] = settings.REDIS_URL
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "info", "--pool", "solo",
-         "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-gossip", "--without-mingle", "--without-heartbeat"],
+         "-Q", extra_env.get("CELERY_QUEUE", settings.CELERY_TASK_DEFAULT_QUEUE), "--without-gossip", "--without-mingle", "--without-heartbeat"],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+
+
+AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+
+
+def broker_is_rabbitmq() -> bool:
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+
+    return urlsplit(settings.CELERY_BROKER_URL).scheme in AMQP_SCHEMES
+
+
+def require_broker() -> None:
+    """The configured broker answers, when it is a server of its own
+    (RabbitMQ: ``CELERY_BROKER_URL=amqp://...``); skip locally, fail under CI."""
+    if not broker_is_rabbitmq():
+        return
+    from django.conf import settings
+    from kombu import Connection
+
+    try:
+        with Connection(settings.CELERY_BROKER_URL, connect_timeout=2) as conn:
+            conn.ensure_connection(max_retries=1, timeout=3)
+    except Exception as exc:
+        require(False, f"RabbitMQ is not reachable at CELERY_BROKER_URL ({exc})")
 
 
 def chromium_page():
