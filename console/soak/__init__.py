@@ -6,7 +6,9 @@ runs it; the parts live here:
 
 * ``cluster`` — the processes, all on loopback: a private Redis as the Celery
   broker (append-only file, so it can be stopped and started without losing
-  queued batches), three simulator nodes (realistic profile), two gateway
+  queued batches) — or, with ``--broker-url amqp://...``, a relay
+  (``relay``) to a RabbitMQ the soak shares, stopped in place of the server —
+  three simulator nodes (realistic profile), two gateway
   processes, two Celery workers and beat; and the faults done to them.
 * ``scenario`` — three organizations (postpaid, prepaid, postpaid with caps),
   sub-accounts and keys with caps, allowlists and rate limits, shared system

@@ -123,6 +123,10 @@ class Cluster:
     workers: list[Proc] = field(default_factory=list)
     beat: Proc | None = None
     broker: Proc | None = None
+    # A broker the soak shares (RabbitMQ: amqp://...) instead of its private
+    # Redis: the processes reach it through a relay (console.soak.relay), and
+    # the broker fault stops the relay, never the server.
+    external_broker_url: str | None = None
     # The gateways' /metrics token (closed without one): set in their env, sent by metrics().
     metrics_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     # The gateways' connection guard (console.server): the cap must admit the
@@ -160,19 +164,32 @@ class Cluster:
 
     @property
     def broker_url(self) -> str:
+        if self.external_broker_url:
+            parts = urlsplit(self.external_broker_url)
+            auth, at, _ = parts.netloc.rpartition("@")
+            netloc = f"{auth}{at}127.0.0.1:{self.broker.port}"
+            return parts._replace(netloc=netloc).geturl()
         return f"redis://127.0.0.1:{self.broker.port}/0"
 
-    def start(self, *, gateways: int = 2, nodes: int = 3, workers: int = 2, before_gateways=None):
-        """Broker and nodes, then ``before_gateways()`` (register the nodes: the
-        gateways' first routing snapshot must already have them), then the
-        gateways, workers and beat."""
-        (self.workdir / "var").mkdir(parents=True, exist_ok=True)
+    def _broker_proc(self) -> Proc:
+        broker_port = free_port()
+        if self.external_broker_url:
+            parts = urlsplit(self.external_broker_url)
+            default_port = 5671 if parts.scheme == "amqps" else 5672
+            target = f"{parts.hostname or '127.0.0.1'}:{parts.port or default_port}"
+            return Proc(
+                "broker",
+                [sys.executable, "-m", "console.soak.relay", "--port", str(broker_port),
+                 "--to", target],
+                os.environ.copy(),
+                self.workdir / "broker.log",
+                port=broker_port,
+            )  # fmt: skip
         redis_server = shutil.which("redis-server")
         if redis_server is None:
             raise RuntimeError("redis-server is needed for the soak's private broker")
-        broker_port = free_port()
         (self.workdir / "broker").mkdir(exist_ok=True)
-        self.broker = Proc(
+        return Proc(
             "broker",
             [redis_server, "--bind", "127.0.0.1", "--port", str(broker_port), "--save", "",
              "--appendonly", "yes", "--appendfsync", "always",
@@ -181,6 +198,13 @@ class Cluster:
             self.workdir / "broker.log",
             port=broker_port,
         )  # fmt: skip
+
+    def start(self, *, gateways: int = 2, nodes: int = 3, workers: int = 2, before_gateways=None):
+        """Broker and nodes, then ``before_gateways()`` (register the nodes: the
+        gateways' first routing snapshot must already have them), then the
+        gateways, workers and beat."""
+        (self.workdir / "var").mkdir(parents=True, exist_ok=True)
+        self.broker = self._broker_proc()
         self.broker.start()
         self.broker.wait_port()
         base = self.env()

@@ -4,14 +4,16 @@ micro-unit reconciles. Prints one JSON report; exits 1 when a check fails.
 
 Needs PostgreSQL (``DATABASE_URL``) and Redis (``REDIS_URL``) running; it
 checks both first. It starts, on loopback: a private Redis as the Celery
-broker, three simulator nodes (realistic profile), two gateway processes
-(clients alternate between them), two Celery workers and beat. Traffic comes
+broker (or, with ``--broker-url amqp://...``, a relay to that RabbitMQ, which
+the broker fault stops instead of the server), three simulator nodes
+(realistic profile), two gateway processes (clients alternate between them),
+two Celery workers and beat. Traffic comes
 in steps of concurrent clients (50, 100, 200, 400 by default), while these
 faults happen, at fixed shares of the run:
 
     10 %  node 2 answers every call with a 500 (until 35 %): its circuit opens
     20 %  node 3 is killed (SIGKILL); restarted at 30 %
-    40 %  the broker is stopped for 30 s (15 s in runs under 2 minutes)
+    40 %  the broker (or the relay) is stopped for 30 s (15 s in runs under 2 minutes)
     55 %  worker 1 is killed with SIGKILL (mid-batch under this load); restarted
     65 %  PostgreSQL is restarted (fast mode: every connection cut)
     75 %  a key in use is revoked; both gateways are probed until they refuse it
@@ -39,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
@@ -80,6 +83,13 @@ class Command(BaseCommand):
             "--no-postgres-restart",
             action="store_true",
             help="skip the PostgreSQL restart (for a database this soak may not restart)",
+        )
+        parser.add_argument(
+            "--broker-url",
+            default=None,
+            help="a running broker to use instead of the soak's private Redis, e.g. "
+            "amqp://guest:guest@127.0.0.1:5672/soak (a vhost of its own): the soak's "
+            "processes reach it through a relay, and the broker fault stops the relay",
         )
         parser.add_argument("--prepaid-balance", type=int, default=None, help="micro-units")
         parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -126,6 +136,21 @@ class Command(BaseCommand):
         url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
         return url, settings.REDIS_URL
 
+    @staticmethod
+    def _check_broker(url: str) -> None:
+        from kombu import Connection
+
+        from console import config
+
+        scheme = urlsplit(config.parse_broker_url(url)).scheme
+        if scheme in ("filesystem", "memory"):
+            raise CommandError("--broker-url needs a broker server (amqp://... or redis://...)")
+        try:
+            with Connection(url, connect_timeout=3) as conn:
+                conn.ensure_connection(max_retries=1, timeout=5)
+        except Exception as exc:
+            raise CommandError(f"the broker is not reachable at --broker-url: {exc}") from exc
+
     # --- the run ---------------------------------------------------------------
 
     def handle(self, *args, **opts):
@@ -138,7 +163,12 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         pg = None if opts["no_postgres_restart"] else local_postgres_cluster(database_url)
         workdir = Path(tempfile.mkdtemp(prefix="soak-"))
-        cluster = Cluster(workdir, database_url, redis_url, log=self.log)
+        broker_url = opts["broker_url"]
+        if broker_url:
+            self._check_broker(broker_url)
+        cluster = Cluster(
+            workdir, database_url, redis_url, log=self.log, external_broker_url=broker_url
+        )
         # Every normal client may hold a connection to each gateway, plus the probes.
         cluster.max_connections_per_address = max(600, max(steps) + 200)
         self.hostile = None
@@ -241,6 +271,7 @@ class Command(BaseCommand):
             "gateways": len(gateways),
             "nodes": len(cluster.nodes),
             "workers": len(cluster.workers),
+            "broker": urlsplit(cluster.broker_url).scheme,
             "steps": checks.steps(traffic.results, windows),
             "faults": faults,
             "calls": len(traffic.results),
