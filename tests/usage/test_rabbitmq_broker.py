@@ -145,10 +145,13 @@ def test_a_nacked_publish_is_spooled_not_lost(catalog, key, tmp_path):
     require(shutil.which("rabbitmqctl") is not None, "rabbitmqctl is not installed")
     queue = f"nack-test-{uuid.uuid4().hex[:8]}"
     policy = f"reject-{queue}"
-    worker = start_celery_worker(ROOT, CELERY_QUEUE=queue)
     try:
         rabbitmqctl("set_policy", "--apply-to", "queues", policy, f"^{queue}$",
                     '{"max-length": 0, "overflow": "reject-publish"}')  # fmt: skip
+    except subprocess.CalledProcessError as exc:
+        require(False, f"rabbitmqctl cannot set a policy on the broker: {exc.stderr}")
+    worker = start_celery_worker(ROOT, CELERY_QUEUE=queue)
+    try:
         send = CelerySend(queue=queue)
         spool = Spool(tmp_path / "usage.jsonl")
         emitter = UsageEmitter(send, spool, max_batch=10, max_delay=0.05, replay_interval=0.2)
