@@ -2,9 +2,9 @@
 """The PostgreSQL writer. Calls: a COPY straight into the call table,
 streamed while the batch is still being validated, with a staging table and
 ``INSERT … SELECT … ON CONFLICT (request_id) DO NOTHING RETURNING`` when the
-batch holds stored ids. Rollups: one upsert that adds the sums in key order
-(creating missing rows) and returns the stored histograms, then one
-``UPDATE`` by id that writes the histograms merged in Python. All on
+batch holds stored ids. Rollups: one ``SELECT … FOR UPDATE`` that locks the
+existing rows in key order and reads their histograms, then one upsert
+that adds the sums and writes the histograms merged in Python. All on
 the raw psycopg connection with server-side parameters (Django's
 client-side binding would spell every array out in the SQL): key and sum
 columns as array literals, histograms as binary ``bytea[]``."""
@@ -21,7 +21,7 @@ from django.db import connection
 from usage.ingest.aggregate import LAT_BINS, TTFT_BINS, bucket_counts
 from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS
 from usage.ingest.rows import CALL_COLUMNS, CallRow
-from usage.sketch import add_counts_to_encoded
+from usage.sketch import add_counts_to_encoded, encode_counts
 
 STAGE = "usage_call_stage"
 
@@ -206,56 +206,93 @@ class RollupArrays:
 
 
 _KEYS = ", ".join((*KEY_COLUMNS, "hour"))
-_WRITE_COLUMNS = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS)
-_WRITE_CASTS = ", ".join([f"%t::{t}[]" for t in (*_KEY_TYPES, "text")] + ["%t::bigint[]"] * N_SUMS)
-# Add the sums, creating the rows that do not exist yet (with empty
-# histograms), and read each row's histograms as they were: the update
-# leaves them alone, so RETURNING shows the stored ones (a new row's are
-# empty). The conflict arbiter is the cell's unique index: one probe per
-# cell, whatever the statistics say, and a row another worker creates
-# meanwhile is waited for and added to, never missed. Rows are inserted or
-# locked in the arrays' order (sorted by key, the same in every worker), so
-# workers touching the same cells cannot deadlock.
+_KEY_CASTS = ", ".join(f"%t::{t}[]" for t in _KEY_TYPES)
+# Lock the cells' existing rows in key order (the arrays' order: one index
+# probe and lock per cell, one cell after the other) and read their
+# histograms. Rows locked in one order by every worker cannot deadlock; rows
+# that do not exist yet are created, in the same order, by the upsert below.
+LOCK = (
+    "SELECT r.id, v.i, r.latency_hist, r.ttft_hist "
+    f"FROM unnest({_KEY_CASTS}) WITH ORDINALITY AS v(o, g, s, k, m, n, p, d, h, i) "
+    "CROSS JOIN LATERAL (SELECT id, latency_hist, ttft_hist FROM usage_rollup "
+    "WHERE organization_id = v.o AND grain = v.g AND sub_account_id = v.s "
+    "AND api_key_id = v.k AND model = v.m AND node_id = v.n AND protocol = v.p "
+    "AND mode = v.d AND hour = v.h FOR UPDATE) AS r"
+)
+_WRITE_COLUMNS = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, "latency_hist", "ttft_hist")
+_WRITE_CASTS = ", ".join(
+    [f"%t::{t}[]" for t in (*_KEY_TYPES, "text")]
+    + ["%t::bigint[]"] * N_SUMS
+    + ["%b::bytea[]", "%b::bytea[]"]
+)
+# Add the sums and store the merged histograms: one new row version per
+# cell. Only rows locked by ``LOCK`` are updated; a row another worker
+# created after ``LOCK`` ran is locked but left alone (its histogram is not
+# the one merged here) and ``apply_rollups`` adds the cell to it afterwards.
 UPSERT = (
-    f"INSERT INTO usage_rollup AS r ({', '.join(_WRITE_COLUMNS)}, latency_hist, ttft_hist, "
-    f"updated_at) SELECT *, ''::bytea, ''::bytea, now() FROM unnest({_WRITE_CASTS}) "
+    f"INSERT INTO usage_rollup AS r ({', '.join(_WRITE_COLUMNS)}, updated_at) "
+    f"SELECT *, now() FROM unnest({_WRITE_CASTS}) "
     f"ON CONFLICT ({_KEYS}) DO UPDATE SET "
     + ", ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in SUM_COLUMNS)
-    + f", updated_at = EXCLUDED.updated_at RETURNING r.id, {_KEYS}, r.latency_hist, r.ttft_hist"
+    + ", latency_hist = EXCLUDED.latency_hist, ttft_hist = EXCLUDED.ttft_hist, "
+    "updated_at = EXCLUDED.updated_at "
+    "WHERE r.id = ANY(%t::bigint[]) RETURNING r.id"
 )
-# Then the merged histograms, by id, into the rows the upsert has locked.
-HISTOGRAMS = (
-    "UPDATE usage_rollup AS r SET latency_hist = v.l, ttft_hist = v.t "
-    "FROM unnest(%b::bigint[], %b::bytea[], %b::bytea[]) AS v(id, l, t) WHERE r.id = v.id"
+ADD = (
+    "UPDATE usage_rollup AS r SET "
+    + ", ".join(f"{c} = r.{c} + %s" for c in SUM_COLUMNS)
+    + ", latency_hist = %s, ttft_hist = %s, updated_at = now() WHERE r.id = %s"
 )
 
 
 def apply_rollups(cells: list[tuple[tuple, list]] | RollupArrays, currencies: dict[int, str]):
-    """Add the batch's cells to their rows: one upsert adds the sums (creating
-    missing rows) and returns the stored histograms; they are merged in
-    Python and written back by id in a second statement."""
+    """Add the batch's cells to their rows: lock the existing rows in key
+    order and read their histograms, merge in Python, then write the sums
+    and histograms of every cell in one upsert (creating missing rows)."""
     arrays = cells if isinstance(cells, RollupArrays) else RollupArrays(cells, currencies)
     cells = arrays.cells
     if not cells:
         return
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cur:
-        params = [*arrays.keys, arrays.currency, *arrays.sums]
-        cur.execute(UPSERT, params, binary=True, prepare=True)
-        stored = cur.fetchall()
-        if len(stored) != len(cells):
-            raise AssertionError(f"rollup upsert wrote {len(stored)} of {len(cells)} cells")
-        position = {c: i for i, (c, _) in enumerate(cells)}
+        cur.execute(LOCK, arrays.keys, binary=True, prepare=True)
+        locked = cur.fetchall()
         lat_counts, ttft_counts = arrays.lat_counts, arrays.ttft_counts
-        ids: list[int] = []
-        lats: list[bytes] = []
-        ttfts: list[bytes] = []
-        for rid, org, grain, sub, key, model, node, protocol, mode, hour, lat, ttft in stored:
-            i = position[org, grain, sub, key, model, node, protocol, mode, int(hour.timestamp())]
-            ids.append(rid)
-            lats.append(add_counts_to_encoded(lat, *lat_counts[i]))
-            ttfts.append(add_counts_to_encoded(ttft, *ttft_counts[i]))
-        cur.execute(HISTOGRAMS, [ids, lats, ttfts], binary=True, prepare=True)
+        lats: list = [None] * len(cells)
+        ttfts: list = [None] * len(cells)
+        for _, i, old_lat, old_ttft in locked:
+            i -= 1
+            lats[i] = add_counts_to_encoded(old_lat, *lat_counts[i])
+            ttfts[i] = add_counts_to_encoded(old_ttft, *ttft_counts[i])
+        for i, lat in enumerate(lats):
+            if lat is None:
+                lats[i] = encode_counts(*lat_counts[i])
+                ttfts[i] = encode_counts(*ttft_counts[i])
+        ids = _ints([r[0] for r in locked])
+        params = [*arrays.keys, arrays.currency, *arrays.sums, lats, ttfts, ids]
+        cur.execute(UPSERT, params, binary=True, prepare=True)
+        if cur.rowcount != len(cells):
+            _add_to_rows_created_meanwhile(cur, arrays, {r[0] for r in cur.fetchall()})
+
+
+def _add_to_rows_created_meanwhile(cur, arrays: RollupArrays, written: set[int]) -> None:
+    """The cells whose row another worker created between ``LOCK`` and the
+    upsert: the upsert locked those rows without changing them; add the
+    cells to them now (rare: two workers opening the same new row)."""
+    cur.execute(LOCK, arrays.keys, binary=True)
+    for rid, i, old_lat, old_ttft in cur.fetchall():
+        if rid in written:
+            continue
+        i -= 1
+        cur.execute(
+            ADD,
+            [
+                *arrays.cells[i][1][:N_SUMS],
+                add_counts_to_encoded(old_lat, *arrays.lat_counts[i]),
+                add_counts_to_encoded(old_ttft, *arrays.ttft_counts[i]),
+                rid,
+            ],
+        )
 
 
 # The keys' rows are locked in id order (the array's order, one key after
