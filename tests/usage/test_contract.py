@@ -81,6 +81,13 @@ def test_the_copy_line_holds_each_columns_value_under_its_name():
     expected.update(started_at="S", finished_at="F", ingested_at="I")
     assert copied == expected
     assert (copied["stream"], copied["node_id"], copied["ttft_us"]) == ("True", "\\N", "0")
+    # The streaming writer's batch format (the ingestion time written in) makes the same line.
+    row = CallRow(**values)
+    fmt = pg._line_format("2025-05-06T07:00:00.000001+00:00")
+    rest = pg._rest(row)
+    assert fmt % ("S", "F", *map(pg._null, rest, rest)) == pg._line(
+        row, "S", "F", "2025-05-06T07:00:00.000001+00:00"
+    )
 
 
 def _old_spool_line(seq: int, batch: list[dict]) -> bytes:

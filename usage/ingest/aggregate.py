@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from itertools import chain
 
 from usage.ingest.rows import CallRow
 from usage.models import Grain
@@ -195,21 +196,32 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
 
 def all_grains(full: dict[tuple, list]) -> list[tuple[tuple, list]]:
     """Every grain's cells from the FULL cells, sorted by key: the order in
-    which rows are locked, the same in every worker, so workers never deadlock."""
+    which rows are locked, the same in every worker, so workers never deadlock.
+
+    The FULL cells are first grouped under each derived cell, then each
+    group is summed at once, column by column (``map(sum, zip(...))``) and
+    its bucket lists chained: no intermediate list per FULL cell added."""
+    groups: dict[tuple, list[list]] = {}
+    get = groups.get
     out: dict[tuple, list] = {}
     for dims, sums in full.items():
         *derived, whole = grain_cells(*dims)
         for cell in derived:
-            acc = out.get(cell)
-            if acc is None:
-                out[cell] = [*sums[:N_SUMS], list(sums[LAT_BINS]), list(sums[TTFT_BINS])]
+            members = get(cell)
+            if members is None:
+                groups[cell] = [sums]
             else:
-                out[cell] = [
-                    *map(int.__add__, acc[:N_SUMS], sums[:N_SUMS]),
-                    acc[LAT_BINS] + sums[LAT_BINS],
-                    acc[TTFT_BINS] + sums[TTFT_BINS],
-                ]
+                members.append(sums)
         out[whole] = sums
+    for cell, members in groups.items():
+        if len(members) == 1:
+            (sums,) = members
+            out[cell] = [*sums[:N_SUMS], list(sums[LAT_BINS]), list(sums[TTFT_BINS])]
+        else:
+            acc: list = list(map(sum, zip(*[m[:N_SUMS] for m in members], strict=True)))
+            acc.append(list(chain.from_iterable([m[LAT_BINS] for m in members])))
+            acc.append(list(chain.from_iterable([m[TTFT_BINS] for m in members])))
+            out[cell] = acc
     return sorted(out.items(), key=lambda item: item[0])
 
 

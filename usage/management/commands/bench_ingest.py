@@ -1,7 +1,17 @@
+# ruff: noqa: S608 - SQL is built from constant table and column names; the org id is an int.
 """Sustained ingest throughput into the configured database, the way the
 worker runs it: one process, batches of pre-generated valid events through
 ``ingest_events``. Then one batch is delivered again to prove nothing is
-counted twice. Uses (and clears) its own organization, ``bench-ingest``."""
+counted twice. Uses (and clears) its own organization, ``bench-ingest``,
+which is prepaid, so every batch also writes its ledger debit (checked: the
+balance drops by exactly the calls' cost).
+
+On PostgreSQL the same run then measures the floor: the call rows just
+stored, read back as COPY text, copied again batch by batch (one COPY and
+one commit per batch, the same batch size) into a plain logged table with
+the call table's columns and no index, constraint or default
+(``CREATE TABLE … AS … WITH NO DATA``: the call table's durability, none of
+its upkeep). The JSON reports both rates and ingest's share of the floor."""
 
 from __future__ import annotations
 
@@ -16,12 +26,16 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.db.models import Sum
 
+from accounts.facade import BillingMode, Organization
+from console import hooks
 from usage.ingest import ingest_events
+from usage.ingest.pg import COPY_COLUMNS
 from usage.models import CallRecord, DeadLetter, Rollup
 from usage.seed import seed_catalog
 from usage.synth import batched, ensure_org, generate
 
 BENCH_SLUG = "bench-ingest"
+FLOOR_TABLE = "bench_ingest_floor"
 THREAD_SWITCH_INTERVAL = 0.001  # seconds
 
 
@@ -38,6 +52,13 @@ def _clear(org_id: int) -> None:
             cur.execute(f"VACUUM (ANALYZE) {tables}")
 
 
+def _analyze() -> None:
+    if connection.vendor == "postgresql":
+        tables = ", ".join(m._meta.db_table for m in (CallRecord, Rollup))
+        with connection.cursor() as cur:
+            cur.execute(f"ANALYZE {tables}")
+
+
 def _totals(org_id: int) -> dict:
     calls = CallRecord.objects.filter(organization_id=org_id)
     sums = (
@@ -50,6 +71,45 @@ def _totals(org_id: int) -> dict:
         "cost": calls.aggregate(s=Sum("cost"))["s"] or 0,
         "rollups": sorted((r["grain"], r["calls"], r["cost"], r["tokens"]) for r in sums),
     }
+
+
+def _copy_floor(org_id: int, batch: int) -> tuple[int, float]:
+    """The bare COPY floor: the organization's stored call rows, as COPY
+    text, copied again into an unindexed table one batch per transaction.
+    Returns (rows, seconds); only the COPYs and their commits are timed."""
+    cols = ", ".join(COPY_COLUMNS)
+    connection.ensure_connection()
+    raw = connection.connection
+    with raw.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        # Not TEMP (temporary tables are unlogged): logged, like the call table.
+        cur.execute(f"CREATE TABLE {FLOOR_TABLE} AS SELECT {cols} FROM usage_call WITH NO DATA")
+        data = bytearray()
+        with cur.copy(
+            f"COPY (SELECT {cols} FROM usage_call WHERE organization_id = {int(org_id)}) TO STDOUT"
+        ) as copy:
+            for chunk in copy:
+                data += chunk
+    raw.commit()
+    lines = bytes(data).splitlines(keepends=True)
+    chunks = [b"".join(lines[i : i + batch]) for i in range(0, len(lines), batch)]
+    try:
+        began = time.perf_counter()
+        for chunk in chunks:
+            with raw.cursor() as cur, cur.copy(f"COPY {FLOOR_TABLE} ({cols}) FROM STDIN") as copy:
+                copy.write(chunk)
+            raw.commit()
+        seconds = time.perf_counter() - began
+    finally:
+        with raw.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        raw.commit()
+    return len(lines), seconds
+
+
+def _cost_of(org_id: int, request_ids: list[str]) -> int:
+    calls = CallRecord.objects.filter(organization_id=org_id, request_id__in=request_ids)
+    return calls.aggregate(s=Sum("cost"))["s"] or 0
 
 
 def _run(batches: list[list[dict]], workers: int) -> int:
@@ -119,6 +179,8 @@ class Command(BaseCommand):
             raise CommandError("--events must be at least --batch, and --batch at least 1")
         seed_catalog()
         org, keys = ensure_org(BENCH_SLUG, "Ingest benchmark")
+        # Prepaid: every batch writes its ledger debit, as a prepaid customer's do.
+        Organization.objects.filter(pk=org.pk).update(billing_mode=BillingMode.PREPAID)
         _clear(org.pk)
         # The last two hours: at tens of thousands of calls a second a batch
         # covers milliseconds, so it touches one hour (or two at the turn).
@@ -128,16 +190,26 @@ class Command(BaseCommand):
         stamp = int(time.time())
         batches = list(
             batched(
-                generate(keys, start=start, hours=hours, calls=events, seed=stamp, end_limit=now),
+                generate(
+                    keys, start=start, hours=hours, calls=events + batch, seed=stamp, end_limit=now
+                ),
                 batch,
             )
         )
+        # One batch, not timed, warms the caches and the connection, and
+        # gives the tables rows to be analyzed: the run starts from tables
+        # emptied and analyzed by ``_clear``, and statistics of an empty table
+        # would steer the rollup lookups to a worse index than a worker in
+        # steady state gets (autovacuum analyzes a table once it has grown).
+        warm_up, *batches = batches
         total = sum(len(b) for b in batches)
-        ingest_events(batches[0][:1])  # warm the caches and the connection, not timed
+        ingest_events(warm_up)
+        _analyze()
         # A worker holds one batch, not the whole run's events: keep the
         # garbage collector from re-scanning the pre-generated data.
         gc.collect()
         gc.freeze()
+        balance_before = hooks.ask(hooks.PREPAID_BALANCE, org.pk)
         profiler = None
         if profile:
             import cProfile  # only with --profile: the timed run never loads the profiler
@@ -145,13 +217,15 @@ class Command(BaseCommand):
             profiler = cProfile.Profile()
             profiler.enable()
         began = time.perf_counter()
+        cpu_began = time.process_time()
         accepted = _run(batches, workers)
         seconds = time.perf_counter() - began
+        cpu_seconds = time.process_time() - cpu_began
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile)
-        accepted += 1  # the warm-up event
         before = _totals(org.pk)
+        debited = balance_before - hooks.ask(hooks.PREPAID_BALANCE, org.pk)
         again = ingest_events(batches[len(batches) // 2])
         after = _totals(org.pk)
         double_counted = abs(after["records"] - before["records"]) + sum(
@@ -160,17 +234,32 @@ class Command(BaseCommand):
         )
         if accepted != total:
             raise CommandError(f"only {accepted} of {total} events were accepted")
-        self.stdout.write(
-            json.dumps(
-                {
-                    "events": total,
-                    "batch": batch,
-                    "seconds": round(seconds, 3),
-                    "events_per_second": round(total / seconds),
-                    "redelivered_batch_duplicates": again.duplicates,
-                    "double_counted": double_counted,
-                    "database": connection.vendor,
-                    "workers": workers,
-                }
-            )
-        )
+        # The warm-up batch was debited before the balance was read.
+        cost_timed = before["cost"] - _cost_of(org.pk, [e["request_id"] for e in warm_up])
+        report = {
+            "events": total,
+            "batch": batch,
+            "seconds": round(seconds, 3),
+            "events_per_second": round(total / seconds),
+            # This process's CPU time in the run: what is left of ``seconds``
+            # is waiting on the database.
+            "worker_cpu_seconds": round(cpu_seconds, 3),
+            "redelivered_batch_duplicates": again.duplicates,
+            "double_counted": double_counted,
+            "ledger_debit_matches_cost": debited == cost_timed,
+            "database": connection.vendor,
+            "workers": workers,
+        }
+        if connection.vendor == "postgresql":
+            rows, floor_seconds = _copy_floor(org.pk, batch)
+            floor = rows / floor_seconds
+            report |= {
+                "floor_copy_rows": rows,
+                "floor_copy_seconds": round(floor_seconds, 3),
+                "floor_copy_events_per_second": round(floor),
+                "floor_copy_table": "logged, no indexes or constraints",
+                "share_of_floor": round(total / seconds / floor, 3),
+            }
+        self.stdout.write(json.dumps(report))
+        if double_counted or debited != cost_timed:
+            raise CommandError("redelivery counted twice or the ledger debit is not the cost")
