@@ -32,13 +32,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 from django.db.models import Sum
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from accounts.facade import Organization
 from inference_node.facade import Node
 from usage.models import Grain, Rollup
 
 BASIS_POINTS = 10_000
-NO_UPSTREAM = "(no upstream)"
+NO_UPSTREAM = gettext_noop("(no upstream)")  # local answers: no node, no vendor cost
 _SUMS = {
     "calls": Sum("calls"),
     "revenue": Sum("cost"),
@@ -156,8 +158,8 @@ def _lines(rows: list[dict], column: str, labels: dict) -> list[MarginLine]:
 
 def _node_labels(ids) -> dict:
     named = dict(Node.objects.filter(pk__in=[i for i in ids if i]).values_list("pk", "name"))
-    labels = {i: named.get(i, f"node #{i} (deleted)") for i in ids if i}
-    labels[0] = NO_UPSTREAM
+    labels = {i: named.get(i) or _("node #%(id)s (deleted)") % {"id": i} for i in ids if i}
+    labels[0] = _(NO_UPSTREAM)
     return labels
 
 

@@ -176,12 +176,17 @@ def world(db, settings):
 
 
 def _recent_calls(tenant) -> None:
-    """Calls in the last hours, so that every chart of the default range has traces."""
+    """Calls in the last hours, so that every chart of the default range has
+    traces: on the world's node, on a node deleted since, and answered locally
+    (no node), as the margin report names them."""
     from accounts.models import ApiKey
+    from inference_node.models import Node
     from tests.usage.factories import event
     from usage.ingest import ingest_events
 
     key = ApiKey.objects.filter(organization=tenant.org).first()
+    node = Node.objects.filter(organization=tenant.org).first()
+    deleted = Node.objects.order_by("-pk").first().pk + 1000
     now = timezone.now()
     ingest_events(
         [
@@ -191,8 +196,14 @@ def _recent_calls(tenant) -> None:
                 input_tokens=1_000 * h,
                 status_code=status,
                 error_type="" if status == 200 else "upstream_error",
+                node_id=node_id,
             )
-            for h, status in ((1, 200), (2, 200), (3, 502), (5, 200))
+            for h, status, node_id in (
+                (1, 200, node.pk),
+                (2, 200, deleted),
+                (3, 502, node.pk),
+                (5, 200, 0),
+            )
         ]
     )
 
