@@ -88,10 +88,17 @@ class PlainFormatter(logging.Formatter):
         super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt, style)
 
     def format(self, record: logging.LogRecord) -> str:
+        # A client's path or header may carry CR, LF, ESC and the like: escaped in
+        # the message and the fields, so a request can neither forge a line nor send
+        # escapes to a terminal (a traceback below the line keeps its lines).
+        message = record.getMessage()
+        if not message.isprintable():
+            record = logging.makeLogRecord({**record.__dict__, "msg": _printable(message)})
+            record.args = None
         line = super().format(record)
         said = record.__dict__.get("_in_message", ())  # fields the message already shows
         extras = [
-            f"{key}={value}"
+            f"{key}={_printable(str(value))}"
             for key, value in _extras(record)
             if isinstance(value, str | int | float) and value != "" and key not in said
         ]
@@ -99,6 +106,13 @@ class PlainFormatter(logging.Formatter):
             return line
         head, sep, tail = line.partition("\n")  # a traceback stays below the line
         return f"{head} {redact(' '.join(extras))}{sep}{tail}"
+
+
+def _printable(text: str) -> str:
+    """``text`` with every non-printable character as its escape (``\\r``, ``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 class TaskContextFilter(logging.Filter):

@@ -114,17 +114,14 @@ def credential_add(
     with transaction.atomic():
         node = get_node(actor, node_id, for_change=True, lock=True)
         pool = list(node.credentials.all())
+        # Conflicts with the pool as it is (409), not malformed input: the same
+        # request is fine on another channel or once a key is removed.
         if len(pool) >= MAX_CREDENTIALS:
-            raise ValidationFailed.from_fields(
-                {
-                    "secret": _("A channel holds at most %(max)s API keys.")
-                    % {"max": MAX_CREDENTIALS}
-                }
-            )
+            full = _("A channel holds at most %(max)s API keys.") % {"max": MAX_CREDENTIALS}
+            raise Conflict(full, code="key_pool_full", fields={"secret": [full]})
         if any(c.secret == clean for c in pool):
-            raise ValidationFailed.from_fields(
-                {"secret": _("This API key is already in the pool.")}
-            )
+            twice = _("This API key is already in the pool.")
+            raise Conflict(twice, code="duplicate_key", fields={"secret": [twice]})
         credential = Credential.objects.create(
             node=node, secret=clean, secret_hint=hint(clean), **fields
         )

@@ -85,6 +85,14 @@ def test_plain_line_appends_the_simple_fields():
     assert line.endswith("WARNING some.logger: GET /x 200 request_id=req_1")
 
 
+def test_plain_line_escapes_what_a_client_sent_to_forge_lines_or_drive_a_terminal():
+    # A path with CR, LF and ESC (a fuzzer sends such) stays one line, escaped.
+    rec = record("%s %s", ("POST", "/api/v1/nodes/9\r\nFAKE 200\x1b[2J/"), agent="a\nb")
+    line = logs.PlainFormatter().format(rec)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert line.endswith("POST /api/v1/nodes/9\\r\\nFAKE 200\\x1b[2J/ agent=a\\nb")
+
+
 @pytest.mark.parametrize("fmt", ["json", "plain"])
 def test_logging_config_routes_every_logger_through_one_formatter(fmt):
     config = logs.logging_config(log_format=fmt, level="INFO", access_log=True)

@@ -93,9 +93,10 @@ def test_add_reports_bad_fields_without_echoing_the_key(actor, channel, fields, 
 
 def test_the_same_key_cannot_be_added_twice(actor, channel):
     services.credential_add(actor=actor, node_id=channel.pk, secret=SECRET)
-    with pytest.raises(ValidationFailed) as exc:
+    with pytest.raises(Conflict) as exc:  # 409 from the API: the pool, not the input
         services.credential_add(actor=actor, node_id=channel.pk, secret=SECRET)
     assert "already in the pool" in exc.value.fields["secret"][0]
+    assert exc.value.code == "duplicate_key"
     assert channel.credentials.count() == 1
 
 
