@@ -86,7 +86,11 @@ def test_up_runs_the_console_and_reuses_its_data(up_env):
         assert checked.group(1).split(", ") == [
             "sim-chat-small", "sim-chat-large", "sim-embed", "sim-gpt", "sim-claude", "sim-gemini"
         ]  # fmt: skip
-        sdk_calls_through_the_gateway(first["url"].rstrip("/"), first["key"])
+        try:
+            sdk_calls_through_the_gateway(first["url"].rstrip("/"), first["key"])
+        except Exception as exc:
+            # up's own lines (a child that exited, a probe that failed) say why.
+            raise AssertionError(f"{exc}\n--- manage.py up said ---\n{up.output()}") from exc
     finally:
         code = up.stop()
     assert code == 0, "\n".join(up.seen)

@@ -102,6 +102,18 @@ class Up:
         output = "\n".join(self.seen)
         pytest.fail(f"no line matching {pattern!r}; output so far:\n{output}")
 
+    def output(self, last: int = 150) -> str:
+        """What up has said so far (its children's lines included), the last lines."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+        return "\n".join(self.seen[-last:])
+
     def child_pids(self) -> list[int]:
         return [int(m.group(1)) for line in self.seen if (m := re.search(r"pid (\d+)", line))]
 
