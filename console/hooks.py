@@ -12,6 +12,15 @@ named hook and the other *connects* a receiver to it in its
   transaction); invoicing debits the prepaid ledger from the totals.
 * ``BALANCE_CHANGED`` — the prepaid ledger moved outside usage debits (a
   top-up, a refund, an adjustment), after commit; gateways re-read.
+* ``OUTBOUND_EVENT`` — something an organization's own systems may follow
+  happened (an alert fired or resolved; an invoice finalized, paid or overdue;
+  a credit note issued; a top-up succeeded). Keyword arguments:
+  ``organization_id``, ``event_type`` (dotted, e.g. ``"alert.fired"``,
+  ``"invoice.paid"``), ``data`` (a JSON-serialisable dict) and ``event_id``
+  (a stable string: firing twice with the same id delivers once). The outbound
+  webhooks app (``console.webhooks``) records it and delivers it to the
+  organization's destinations; fire it inside the caller's transaction
+  (it is recorded there and delivered after commit).
 
 And when a lower app needs a value that a higher one owns, the owner
 *provides* it and the lower app *asks* for it:
@@ -42,6 +51,7 @@ from typing import Any
 
 CALLS_INGESTED = "usage.calls_ingested"
 BALANCE_CHANGED = "invoicing.balance_changed"
+OUTBOUND_EVENT = "console.outbound_event"
 PREPAID_BALANCE = "invoicing.prepaid_balance"
 KEY_SPEND = "usage.key_spend"
 MODEL_CATALOGUE = "usage.model_catalogue"
