@@ -12,13 +12,24 @@ signal (``console.celery``): a worker then keeps Django's ``LOGGING`` (the
 same handlers and format as the web and gateway processes) instead of
 replacing the root logger's handlers with its own, and log lines written
 inside a task carry ``task_id`` and ``task_name``.
+
+``offload`` moves one logger's writes off the calling thread: the gateway
+writes one access line per call from its event loop, and a write to a
+stderr pipe whose reader is slow would stall every call on that loop. Its
+records go through a queue to a listener thread, which formats them and hands
+them to the handlers propagation would have reached.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
+import logging.handlers
+import queue
+import threading
 import time
+from collections.abc import Callable
 
 import orjson
 
@@ -177,3 +188,76 @@ def logging_config(*, log_format: str, level: str, access_log: bool) -> dict:
             "gateway_bridge.access": {"level": access_level},
         },
     }
+
+
+class _Enqueue(logging.handlers.QueueHandler):
+    """Queue the record as it is: formatting, like writing, is the listener's
+    work (the access lines' fields are plain values, safe to hand over)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
+class _Propagate(logging.Handler):
+    """The listener's one handler: what propagation from ``logger`` would have
+    done, read when each record arrives (so handlers configured later count)."""
+
+    def __init__(self, logger: logging.Logger):
+        super().__init__()
+        self._logger = logger
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        parent = self._logger.parent
+        while parent is not None:
+            for handler in parent.handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            if not parent.propagate:
+                break
+            parent = parent.parent
+        return True
+
+
+_offloaded: dict[str, tuple[logging.handlers.QueueListener, _Enqueue, int]] = {}
+_offload_lock = threading.Lock()
+
+
+def offload(name: str) -> Callable[[], None]:
+    """Write logger ``name``'s propagated records from a listener thread.
+
+    Handlers attached to the logger itself still run in the caller's thread.
+    Returns ``stop``, which writes what is queued and restores propagation;
+    nested calls share one listener (the last ``stop`` ends it), and an exiting
+    process writes what is left."""
+    logger = logging.getLogger(name)
+    with _offload_lock:
+        if name in _offloaded:
+            listener, enqueue, users = _offloaded[name]
+            _offloaded[name] = (listener, enqueue, users + 1)
+        else:
+            records: queue.SimpleQueue = queue.SimpleQueue()
+            listener = logging.handlers.QueueListener(records, _Propagate(logger))
+            enqueue = _Enqueue(records)
+            logger.addHandler(enqueue)
+            logger.propagate = False
+            listener.start()
+            _offloaded[name] = (listener, enqueue, 1)
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        with _offload_lock:
+            if stopped or name not in _offloaded:
+                return
+            stopped = True
+            listener, enqueue, users = _offloaded[name]
+            if users > 1:
+                _offloaded[name] = (listener, enqueue, users - 1)
+                return
+            del _offloaded[name]
+            logger.removeHandler(enqueue)
+            logger.propagate = True
+        listener.stop()  # writes what is queued, then ends the thread
+
+    atexit.register(stop)
+    return stop

@@ -12,6 +12,8 @@ from __future__ import annotations
 import gc
 import logging
 
+from console.logs import offload
+
 logger = logging.getLogger(__name__)
 _heap_frozen = False
 
@@ -43,6 +45,7 @@ class Router:
         self.django_app = django_app
         self._factory = gateway_factory
         self._gateway = None
+        self._stop_access_log = None
 
     @property
     def gateway(self):
@@ -75,6 +78,8 @@ class Router:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 freeze_startup_heap()
+                # One access line per call, written off the event loop.
+                self._stop_access_log = offload("gateway_bridge.access")
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._gateway is not None:
@@ -82,5 +87,8 @@ class Router:
                         await self._gateway.close()
                     except Exception:
                         logger.exception("gateway failed to close cleanly")
+                if self._stop_access_log is not None:
+                    self._stop_access_log()
+                    self._stop_access_log = None
                 await send({"type": "lifespan.shutdown.complete"})
                 return

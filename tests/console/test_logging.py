@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import types
 import weakref
 
@@ -321,3 +322,41 @@ def test_console_request_line_masks_an_invitation_token(client, access_lines):
     [line] = access_lines
     assert line["path"] == "/invite/[redacted]/"
     assert token not in json.dumps(line)
+
+
+# --- off the event loop ------------------------------------------------------
+
+
+class _Threads(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.seen: list[tuple[str, str]] = []
+
+    def emit(self, record):
+        self.seen.append((record.getMessage(), threading.current_thread().name))
+
+
+def test_an_offloaded_logger_writes_from_its_own_thread_and_loses_nothing(restore_logging):
+    """The gateway's access lines are written by a listener thread, never by
+    the event loop that served the call; stopping writes every queued line."""
+    root = logging.getLogger()
+    handler = _Threads()
+    root.addHandler(handler)
+    logger = logging.getLogger("tests.offloaded")
+    logger.setLevel(logging.INFO)
+    stop = logs.offload("tests.offloaded")
+    stop_nested = logs.offload("tests.offloaded")  # a second Router in the process
+    try:
+        assert logger.propagate is False
+        for i in range(500):
+            logger.info("call %d", i)
+        stop_nested()
+        logger.info("after the nested stop")
+    finally:
+        stop()
+    assert logger.propagate is True
+    messages = [message for message, _ in handler.seen]
+    assert messages == [f"call {i}" for i in range(500)] + ["after the nested stop"]
+    assert {thread for _, thread in handler.seen} != {threading.current_thread().name}
+    logger.info("after stop")  # back to the caller's thread
+    assert handler.seen[-1] == ("after stop", threading.current_thread().name)
