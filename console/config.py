@@ -104,13 +104,14 @@ def read_or_create_fernet_key(path: Path) -> str:
     return value
 
 
-def parse_database_url(url: str, *, pool: bool, pool_max_size: int) -> dict:
+def parse_database_url(
+    url: str, *, pool: bool, pool_max_size: int, name: str = "DATABASE_URL"
+) -> dict:
     """Turn ``DATABASE_URL`` into a Django ``DATABASES['default']`` entry.
 
     Supported: ``postgres://`` / ``postgresql://`` (psycopg 3, pooled unless
     ``pool`` is false) and ``sqlite:///relative.db`` / ``sqlite:////abs.db``.
     """
-    name = "DATABASE_URL"
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme in {"postgres", "postgresql", "pgsql"}:

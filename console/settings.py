@@ -133,6 +133,27 @@ if DATABASE_URL:
     }
 else:
     DATABASES = {"default": config.sqlite_database(VAR_DIR / "console.sqlite3")}
+# Behind PgBouncer in transaction pooling, a server-side cursor (the streamed
+# exports' chunked reads) would outlive the transaction that owns its server
+# connection: read in chunks client-side instead.
+DATABASE_TRANSACTION_POOLING = config.env_bool("DATABASE_TRANSACTION_POOLING", False)
+# A read replica for the call logs, analytics and exports (console.db_router).
+DATABASE_REPLICA_URL = config.env_str("DATABASE_REPLICA_URL")
+if DATABASE_REPLICA_URL:
+    if not DATABASE_URL:
+        raise ImproperlyConfigured("DATABASE_REPLICA_URL needs DATABASE_URL (the primary)")
+    DATABASES["replica"] = config.parse_database_url(
+        DATABASE_REPLICA_URL,
+        pool=config.env_bool("DATABASE_POOL", True),
+        pool_max_size=config.env_int("DATABASE_POOL_MAX_SIZE", 10, minimum=1),
+        name="DATABASE_REPLICA_URL",
+    )
+    # Tests read the replica's alias from the primary's test database.
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+for _database in DATABASES.values():
+    if _database["ENGINE"] == "django.db.backends.postgresql" and DATABASE_TRANSACTION_POOLING:
+        _database["DISABLE_SERVER_SIDE_CURSORS"] = True
+DATABASE_ROUTERS = ["console.db_router.ReplicaRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- caches and broker ----------------------------------------------------

@@ -51,6 +51,23 @@ def live_server(request, collected_static):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -> None:
+    """A ``replica`` alias mirroring ``default`` (its own connection to the test
+    database), for the read-replica tests: the router uses it only where
+    ``DATABASE_REPLICA_URL`` is set, which no other test does."""
+    import copy
+
+    from django.conf import settings
+    from django.db import connections
+
+    if "replica" not in settings.DATABASES:
+        replica = copy.deepcopy(settings.DATABASES["default"])
+        replica["TEST"] = {"MIRROR": "default"}
+        settings.DATABASES["replica"] = replica
+        connections.settings["replica"] = connections.settings.get("replica", replica)
+
+
 @pytest.fixture(autouse=True)
 def _test_settings(settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

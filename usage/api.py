@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.facade import IsOrgMember, ValidationFailed
+from console.db_router import on_replica, replica_reads
 from usage import logs
 from usage.forms import MAX_LATENCY_MS, CallFilterForm
 from usage.serializers import CallPageSerializer, CallRecordSerializer
@@ -93,7 +94,7 @@ class CallApiView(APIView):
     def export(self, form: CallFilterForm) -> StreamingHttpResponse:
         filters = form.filters()
         response = StreamingHttpResponse(
-            logs.csv_lines(actor=self.actor, filters=filters, tzinfo=form.tz),
+            on_replica(logs.csv_lines(actor=self.actor, filters=filters, tzinfo=form.tz)),
             content_type="text/csv; charset=utf-8",
         )
         name = logs.csv_filename(
@@ -118,6 +119,7 @@ class CallListView(CallApiView):
         parameters=FILTER_PARAMETERS + PAGE_PARAMETERS,
         responses=CallPageSerializer,
     )
+    @replica_reads
     def get(self, request):
         form = self.filter_form()
         if request.accepted_renderer.format == "csv":
@@ -164,6 +166,7 @@ class CallExportView(CallApiView):
 
 class CallDetailView(CallApiView):
     @extend_schema(responses=CallRecordSerializer)
+    @replica_reads
     def get(self, request, request_id: str):
         call = logs.call_get(actor=self.actor, request_id=request_id)
         logs.resolve_names([call])

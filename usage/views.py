@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from accounts.facade import NotFound, Perm, org_view
+from console.db_router import on_replica, replica_reads
 from console.money import exact_places
 from usage import catalog, logs
 from usage.forms import CallFilterForm
@@ -57,6 +58,7 @@ def _render_logs(request, form: CallFilterForm, page: logs.CallPage | None):
 
 @require_GET
 @org_view(*_CALLS, any_of=True)
+@replica_reads
 def call_list(request):
     """The logs page. Invalid filters are shown on the form, with no rows."""
     form = _form(request)
@@ -75,6 +77,7 @@ def call_list(request):
 
 @require_GET
 @org_view(*_CALLS, any_of=True)
+@replica_reads
 def call_tail(request):
     """Rows newer than ``after`` (the newest one shown), for the live tail."""
     form = _form(request)
@@ -94,6 +97,7 @@ def call_tail(request):
 
 @require_GET
 @org_view(*_CALLS, any_of=True)
+@replica_reads
 def call_detail(request, request_id: str):
     try:
         call = logs.call_get(actor=request.actor, request_id=request_id)
@@ -113,7 +117,9 @@ def call_export(request):
         return _render_logs(request, form, None)
     filters = form.filters()
     response = StreamingHttpResponse(
-        logs.csv_lines(actor=request.actor, filters=filters, tzinfo=form.tz, request=request),
+        on_replica(
+            logs.csv_lines(actor=request.actor, filters=filters, tzinfo=form.tz, request=request)
+        ),
         content_type="text/csv; charset=utf-8",
     )
     name = logs.csv_filename(

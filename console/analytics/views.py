@@ -31,6 +31,7 @@ from console.analytics.csv_labels import CSV_LABELS
 from console.analytics.forms import CACHE_COMPARE, COMPARE, AnalyticsForm
 from console.analytics.query import Query
 from console.csv_header import header_line
+from console.db_router import replica_reads
 from usage.facade import CatalogModel
 
 USAGE = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
@@ -258,6 +259,7 @@ def _page_view(name: str):
     @require_GET
     @vary_on_headers("HX-Request", "HX-Target")
     @org_view(*spec.perms, any_of=True)
+    @replica_reads
     def view(request):
         return _page(request, name)
 
@@ -311,6 +313,7 @@ def _chart_view(name: str):
 
     @require_GET
     @org_view(*spec.perms, any_of=True)
+    @replica_reads
     def view(request):
         form = _form(request)
         if not form.is_valid():

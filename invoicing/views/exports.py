@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from accounts.facade import org_view
+from console.db_router import on_replica
 from invoicing import exports
 from invoicing.forms import (
     PeriodStatusForm,
@@ -37,12 +38,14 @@ def export_view(name: str):
             period=form.cleaned_data["period"] or None, status=form.cleaned_data["status"] or None
         )
         response = StreamingHttpResponse(
-            exports.csv_lines(
-                export=export,
-                actor=actor,
-                filters=filters,
-                tzinfo=org_zone(actor.organization.timezone),
-                request=request,
+            on_replica(
+                exports.csv_lines(
+                    export=export,
+                    actor=actor,
+                    filters=filters,
+                    tzinfo=org_zone(actor.organization.timezone),
+                    request=request,
+                )
             ),
             content_type="text/csv; charset=utf-8",
         )
