@@ -8,6 +8,7 @@ from unittest import mock
 import pytest
 
 from accounts.models import BillingMode
+from tests.invoicing.pdf_text import SELLER
 from tests.usage.conftest import _fresh_usage_caches, catalog, key, make_key  # noqa: F401
 
 
@@ -407,3 +408,10 @@ def other_billing(other_org, catalog, make_key):  # noqa: F811 - the usage fixtu
         org=other_org, invoice=invoice, note=note, payment=payment, entry=entry, finance=finance,
         refund=refund,
     )  # fmt: skip
+
+
+@pytest.fixture
+def seller(settings):
+    settings.INVOICING_SELLER = SELLER
+    settings.INVOICING_PAYMENT_INSTRUCTIONS = "IBAN DE02 1001 0010 0123 4567 89\nBIC PBNKDEFF"
+    return SELLER

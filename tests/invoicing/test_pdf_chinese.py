@@ -20,7 +20,7 @@ from invoicing.pdf import credit_note_pdf, invoice_pdf
 from invoicing.pdf.parts import MINUS, local_date
 from invoicing.services import credit_note_create, invoice_draft, invoice_finalize
 from tests.invoicing.pages import as_member
-from tests.invoicing.test_pdf_documents import SELLER, box, flat, intersects, pages, union
+from tests.invoicing.pdf_text import SELLER, box, flat, intersects, pages, union
 
 pytestmark = pytest.mark.django_db
 
@@ -53,13 +53,6 @@ def chinese_profile(org, seller):
             "document_language": DocumentLanguage.ZH_HANS,
         },
     )[0]
-
-
-@pytest.fixture
-def seller(settings):
-    settings.INVOICING_SELLER = SELLER
-    settings.INVOICING_PAYMENT_INSTRUCTIONS = "IBAN DE02 1001 0010 0123 4567 89\nBIC PBNKDEFF"
-    return SELLER
 
 
 def test_a_chinese_invoice_prints_chinese_labels_and_every_amount(

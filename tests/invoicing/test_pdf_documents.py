@@ -22,7 +22,6 @@ from PIL import Image
 from accounts.models import Role
 from console.money import format_amount
 from invoicing.models import BillingProfile, CreditNoteEffect, InvoiceLine, LineKind, TokenClass
-from invoicing.money import from_minor
 from invoicing.pdf import credit_note_pdf, fonts, invoice_pdf
 from invoicing.pdf.parts import MINUS, local_date
 from invoicing.services import (
@@ -31,73 +30,13 @@ from invoicing.services import (
     invoice_draft,
     invoice_finalize,
 )
+from tests.invoicing.pdf_text import SELLER, box, flat, intersects, minor, pages, union
 from tests.usage.factories import event
 from usage.ingest import ingest_events
 
 pytestmark = pytest.mark.django_db
 
 BUYERS = ["株式会社テスト", "ООО «Ромашка»", "Łódź Sp. z o.o.", "Ελληνική ΑΕ"]  # noqa: RUF001
-SELLER = {
-    "name": "Token Billing GmbH",
-    "address": "Friedrichstraße 1\n10117 Berlin\nGermany",
-    "tax_id": "DE123456789",
-    "email": "billing@example.com",
-}
-
-
-# --- helpers ---------------------------------------------------------------------------
-
-
-def pages(pdf: bytes) -> list[str]:
-    doc = pdfium.PdfDocument(pdf)
-    return [doc[i].get_textpage().get_text_range() for i in range(len(doc))]
-
-
-def flat(text: str) -> str:
-    """The text with line breaks and runs of spaces as single spaces."""
-    return " ".join(text.split())
-
-
-def minor(amount_minor: int, currency: str) -> str:
-    return format_amount(from_minor(amount_minor, currency), currency)
-
-
-def box(textpage, needle: str) -> tuple[float, float, float, float]:
-    """The union of the character boxes of the first occurrence of ``needle``
-    (left, bottom, right, top in PDF points)."""
-    searcher = textpage.search(needle, match_case=True, match_whole_word=False)
-    found = searcher.get_next()
-    assert found is not None, f"{needle!r} is not on the page"
-    start, count = found
-    rects = [textpage.get_charbox(i) for i in range(start, start + count)]
-    rects = [r for r in rects if r[2] > r[0]]  # spaces have empty boxes
-    return (
-        min(r[0] for r in rects),
-        min(r[1] for r in rects),
-        max(r[2] for r in rects),
-        max(r[3] for r in rects),
-    )
-
-
-def union(boxes):
-    boxes = list(boxes)
-    return (
-        min(b[0] for b in boxes),
-        min(b[1] for b in boxes),
-        max(b[2] for b in boxes),
-        max(b[3] for b in boxes),
-    )
-
-
-def intersects(a, b) -> bool:
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
-
-
-@pytest.fixture
-def seller(settings):
-    settings.INVOICING_SELLER = SELLER
-    settings.INVOICING_PAYMENT_INSTRUCTIONS = "IBAN DE02 1001 0010 0123 4567 89\nBIC PBNKDEFF"
-    return SELLER
 
 
 def profile(org, legal_name: str) -> BillingProfile:
