@@ -138,8 +138,10 @@ def test_every_role_reaches_every_page_on_a_phone(live_server, browser_page, pop
             open_menu(page)
             link = page.locator("nav.sidebar a", has_text=text).first
             try:
-                with page.expect_navigation(timeout=10000):
-                    link.click(timeout=3000)  # visible, enabled, not covered
+                # Generous timeouts: a loaded machine renders slowly; a link
+                # that is hidden or covered still fails, only later.
+                with page.expect_navigation(timeout=30000):
+                    link.click(timeout=10000)  # visible, enabled, not covered
             except PlaywrightError as exc:  # reported with the others below
                 unreachable.append(f"{role}: {text} ({href}): {exc.__class__.__name__}")
                 continue
