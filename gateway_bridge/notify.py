@@ -67,9 +67,9 @@ def deliver(message: str) -> None:
 def _redis_client():
     global _redis
     if _redis is None:
-        import redis  # only with REDIS_URL: the embedded setup never loads the client
+        from console import redis_url  # only with REDIS_URL: the embedded setup never loads it
 
-        _redis = redis.Redis.from_url(
+        _redis = redis_url.sync_client(
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
         )
     return _redis

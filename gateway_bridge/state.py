@@ -437,10 +437,13 @@ class GatewayState:
         """Runs on its own thread: a message is marked (``_mark``) the moment it
         arrives, then handed to the event loop; a busy loop cannot delay a
         revocation."""
-        import redis  # only with REDIS_URL: the embedded setup never loads the client
+        from console import redis_url  # only with REDIS_URL: the embedded setup never loads it
 
+        # On Sentinel, through the current primary (a failover drops the
+        # connection and the loop below resubscribes on the new one); on Cluster,
+        # through one node: a PUBLISH on any node reaches every node's subscribers.
         while not self._listener_stop.is_set():
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+            client = redis_url.sync_client(settings.REDIS_URL, socket_timeout=5)
             try:
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(notify.channel())
