@@ -249,12 +249,17 @@ class RespClient:
             loop = asyncio.get_running_loop()
             timers = [loop.call_later(self.timeout, self._expire, f, proto) for f in futs]
         try:
-            out = []
-            for fut in futs:
+            out, failure = [], None
+            for fut in futs:  # every reply awaited, so none is left unretrieved
                 try:
                     out.append(await fut)
                 except RespError as err:
                     out.append(err)
+                except Exception as exc:
+                    failure = failure or exc
+                    out.append(exc)
+            if failure is not None:
+                raise failure
             return out
         finally:
             for t in timers:
@@ -268,7 +273,9 @@ class RespClient:
         on the same connection: ``NotReplicated`` when fewer replicas than that
         acknowledged the script's writes within ``WAIT_MS``."""
         call = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        wait = ("WAIT", replicas, WAIT_MS)
+        # Within the command deadline, so a slow replica reads as NotReplicated.
+        wait_ms = WAIT_MS if self.timeout is None else max(1, min(WAIT_MS, int(self.timeout * 800)))
+        wait = ("WAIT", replicas, wait_ms)
         for attempt in (0, 1):
             out = await self.pipeline(call, wait) if replicas else await self.pipeline(call)
             if isinstance(out[0], RespError) and str(out[0]).startswith("NOSCRIPT") and not attempt:
@@ -280,7 +287,7 @@ class RespClient:
                 raise value
         if replicas and out[1] < replicas:
             raise NotReplicated(
-                f"{out[1]} of {replicas} replicas acknowledged within {WAIT_MS} ms "
+                f"{out[1]} of {replicas} replicas acknowledged within {wait_ms} ms "
                 f"at {self.host}:{self.port}"
             )
         return out[0]
