@@ -393,6 +393,11 @@ GATEWAY_METRICS_MAX_MODELS = config.env_int("GATEWAY_METRICS_MAX_MODELS", 100, m
 # Deadline of each command of the limits' Redis client (seconds): past it the
 # call gets 503 limits_unavailable instead of waiting on a stalled Redis.
 GATEWAY_LIMITS_REDIS_TIMEOUT = config.env_float("GATEWAY_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.001)
+# On Sentinel and Cluster: replicas that must acknowledge (WAIT) an admission or a
+# settle before it counts, so a failover cannot lose it and let a cap overrun; with
+# fewer the call gets 503 limits_unavailable. 0 trades that guarantee for
+# availability while a primary has no replica. Ignored on one Redis.
+GATEWAY_LIMITS_REDIS_REPLICAS = config.env_int("GATEWAY_LIMITS_REDIS_REPLICAS", 1, minimum=0)
 # Presented keys found unusable are remembered (by their keyed hash) this long,
 # at most this many, so a flood of garbage keys reaches the database once each.
 GATEWAY_NEGATIVE_KEY_CACHE_SECONDS = config.env_int(

@@ -41,7 +41,9 @@ def build_store() -> LimitStore:
 
     if settings.GATEWAY_LIMITS_STORE == "redis":
         return RedisLimitStore.from_url(
-            settings.REDIS_URL, timeout=settings.GATEWAY_LIMITS_REDIS_TIMEOUT
+            settings.REDIS_URL,
+            timeout=settings.GATEWAY_LIMITS_REDIS_TIMEOUT,
+            replicas=settings.GATEWAY_LIMITS_REDIS_REPLICAS,
         )
     return MemoryLimitStore()
 
