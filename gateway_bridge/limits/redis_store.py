@@ -328,8 +328,8 @@ class RedisLimitStore:
         pooled connection); past it the call raises (``resp.RedisTimeout``,
         redis-py's ``TimeoutError``), which the gateway answers with 503
         ``limits_unavailable``. ``replicas``: how many replicas must hold an
-        admission or settle before it counts (default 1 on Sentinel and
-        Cluster, 0 on one Redis; the pipelined clients only)."""
+        admission or settle before it counts on Sentinel and Cluster (default
+        1; the pipelined clients only); ignored on one Redis."""
         from console import redis_url
 
         target = redis_url.parse(url)
@@ -348,7 +348,7 @@ class RedisLimitStore:
             from gateway_bridge.limits.resp import RespClient
 
             conn = RespClient.from_url(url, timeout=timeout)
-            return cls(conn, replicas=replicas or 0, **kwargs)
+            return cls(conn, **kwargs)  # one Redis: no replica to wait for
         if target.highly_available:
             conn = redis_url.async_client(
                 url, socket_timeout=timeout, socket_connect_timeout=timeout
