@@ -120,3 +120,18 @@ def test_the_broker_refuses_a_cluster_url_with_a_clear_message():
     with pytest.raises(ImproperlyConfigured, match=r"CELERY_BROKER_URL.*Sentinel"):
         config.broker_url("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
     assert redis_url.parse("redis+cluster://h:7000,h:7001").hosts == (("h", 7000), ("h", 7001))
+
+
+def test_an_admission_spanning_two_organizations_is_refused_before_reaching_redis():
+    """No Cluster slot holds two organizations' keys; ``plan`` never builds
+    such a call, and the store refuses one rather than run a script Redis
+    Cluster would reject (CROSSSLOT) or, on one Redis, one that could never
+    move to a cluster."""
+    from gateway_bridge.limits.redis_store import MixedTags
+    from gateway_bridge.limits.resp import RespClient
+
+    store = RedisLimitStore(RespClient("127.0.0.1", 1))  # never connected
+    a = CapBucket("key_daily_cap_exceeded", "{o:1}cap:k:1:life", 10, None)
+    b = CapBucket("key_daily_cap_exceeded", "{o:2}cap:k:2:life", 10, None)
+    with pytest.raises(MixedTags, match=r"\{o:1\}.*\{o:2\}"):
+        asyncio.run(store.admit("r", 1, [a, b], [], 0, hold_seconds=30))
