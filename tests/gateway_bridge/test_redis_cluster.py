@@ -27,19 +27,39 @@ WORST = 1_000
 UNAVAILABLE = (ConnectionError, TimeoutError, OSError, RespError)
 
 
+def _use(url, settings, monkeypatch):
+    settings.REDIS_URL = url
+    monkeypatch.setattr(notify, "_redis", None)  # the publisher's client, for this URL
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory):
+    """One cluster for the tests that leave it whole."""
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as (servers, ports):
+        yield servers, ports, "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports)
+
+
 @pytest.fixture
-def cluster(tmp_path, settings, monkeypatch):
+def cluster(shared_cluster, settings, monkeypatch):
+    _use(shared_cluster[2], settings, monkeypatch)
+    yield shared_cluster
+    if notify._redis is not None:
+        notify._redis.close()
+
+
+@pytest.fixture
+def own_cluster(tmp_path, settings, monkeypatch):
+    """A cluster of the test's own, to kill a primary of."""
     with redis_cluster(tmp_path) as (servers, ports):
         url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports)
-        settings.REDIS_URL = url
-        monkeypatch.setattr(notify, "_redis", None)  # the publisher's client, for this URL
+        _use(url, settings, monkeypatch)
         yield servers, ports, url
         if notify._redis is not None:
             notify._redis.close()
 
 
-def test_caps_never_overrun_when_a_primary_is_killed_mid_run(cluster):
-    servers, ports, url = cluster
+def test_caps_never_overrun_when_a_primary_is_killed_mid_run(own_cluster):
+    servers, ports, url = own_cluster
     cap = CapBucket("key_daily_cap_exceeded", "{o:41}cap:k:7:d:2026-12-04", 500 * WORST, 3600)
     victim = primary_for(ports[0], cap.key)
     watcher = next(p for p in ports if p != victim)
@@ -96,6 +116,34 @@ def test_one_calls_keys_share_a_slot_and_other_orgs_land_elsewhere(cluster):
             await store.close()
 
     assert len(asyncio.run(scenario())) == 3
+
+
+def test_a_prepaid_top_up_credits_the_balance_bucket_on_the_cluster(cluster, settings):
+    """Billing's credit (sync, redis-py's RedisCluster) reaches the same slot
+    the gateway's admissions use."""
+    from gateway_bridge.limits import balance_key, credit_balance
+
+    _, _, url = cluster
+    settings.GATEWAY_LIMITS_STORE = "redis"
+    key = balance_key(12)
+
+    async def seed():
+        store = RedisLimitStore.from_url(url, timeout=2.0)
+        try:
+            await store.seed(key, -500, None)
+        finally:
+            await store.close()
+
+    async def balance():
+        store = RedisLimitStore.from_url(url, timeout=2.0)
+        try:
+            return await store.snapshot(key)
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    credit_balance(12, 300)
+    assert asyncio.run(balance()) == (-800, 0)
     assert key_slot(b"{o:5}cap:k:1:life") == key_slot(b"{o:5}cap:k:1:life:z")
 
 

@@ -27,10 +27,27 @@ WORST = 1_000
 UNAVAILABLE = (ConnectionError, TimeoutError, OSError, RespError)
 
 
+def _url(sentinels) -> str:
+    return "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in sentinels) + f"/{SERVICE}/2"
+
+
+@pytest.fixture(scope="module")
+def shared_sentinel_set(tmp_path_factory):
+    """One set for the tests that leave it whole."""
+    with redis_sentinel(tmp_path_factory.mktemp("sentinel")) as (servers, primary, replica, s):
+        yield servers, primary, replica, s, _url(s)
+
+
 @pytest.fixture
-def sentinel_set(tmp_path, settings, monkeypatch):
+def sentinel_set(shared_sentinel_set):
+    return shared_sentinel_set
+
+
+@pytest.fixture
+def own_sentinel_set(tmp_path, settings, monkeypatch):
+    """A set of the test's own, to kill a server of."""
     with redis_sentinel(tmp_path) as (servers, primary, replica, sentinels):
-        url = "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in sentinels) + f"/{SERVICE}/2"
+        url = _url(sentinels)
         settings.REDIS_URL = url
         monkeypatch.setattr(notify, "_redis", None)  # the publisher's client, for this URL
         yield servers, primary, replica, sentinels, url
@@ -38,8 +55,8 @@ def sentinel_set(tmp_path, settings, monkeypatch):
             notify._redis.close()
 
 
-def test_caps_never_overrun_when_the_primary_is_killed_mid_run(sentinel_set):
-    servers, primary, replica, sentinels, url = sentinel_set
+def test_caps_never_overrun_when_the_primary_is_killed_mid_run(own_sentinel_set):
+    servers, primary, replica, sentinels, url = own_sentinel_set
     cap = CapBucket("key_daily_cap_exceeded", "{o:8}cap:k:3:d:2026-12-04", 400 * WORST, 3600)
     heard = Heard()
     try:
@@ -109,13 +126,13 @@ def test_kombus_sentinel_form_names_the_same_primary(sentinel_set):
     assert cli(primary, "-n", "3", "GET", "k") == "v"
 
 
-def test_an_admission_no_replica_holds_is_refused_as_unavailable(sentinel_set):
+def test_an_admission_no_replica_holds_is_refused_as_unavailable(own_sentinel_set):
     """With the replica gone, a failover could lose any write: admitting then
     would let a cap overrun, so the call fails (the gateway's 503) instead."""
     from gateway_bridge.limits import RedisLimitStore
     from gateway_bridge.limits.resp import NotReplicated
 
-    servers, _, replica, _, url = sentinel_set
+    servers, _, replica, _, url = own_sentinel_set
     cap = CapBucket("key_daily_cap_exceeded", "{o:8}cap:k:4:life", 10 * WORST, None)
 
     async def admit(rid):
