@@ -273,9 +273,14 @@ class MixedTags(ValueError):
 
 
 class RedisLimitStore:
-    """``client`` is a ``redis.asyncio.Redis`` or a ``limits.resp.RespClient``
-    (anything with ``register_script(lua)`` -> ``await script(keys=, args=)``
-    and ``aclose()``); ``close`` closes it."""
+    """``client`` is a ``redis.asyncio.Redis`` (or RedisCluster) or one of
+    ``limits.resp``'s pipelined clients (``RespClient``, ``SentinelClient``,
+    ``ClusterClient``): anything with ``register_script(lua)`` -> ``await
+    script(keys=, args=)`` and ``aclose()``; ``close`` closes it. ``replicas``
+    (pipelined clients only): ``WAIT`` for that many replicas after each
+    admission and settle. Settle and release find the keys a reservation
+    touched in this process's record of its admissions (the gateway settles
+    where it admitted); an id this store never admitted is ignored."""
 
     def __init__(
         self,
