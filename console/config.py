@@ -178,27 +178,45 @@ def sqlite_database(path: Path) -> dict:
 
 
 def parse_redis_url(url: str, name: str = "REDIS_URL") -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in {"redis", "rediss", "unix"}:
-        raise ImproperlyConfigured(
-            f"{name} has unsupported scheme {parts.scheme!r}; use redis://host:6379/0"
-        )
+    """``url`` if it is a Redis URL ``console.redis_url`` accepts (one Redis,
+    Sentinel or Cluster), else ``ImproperlyConfigured`` naming the forms."""
+    from console import redis_url
+
     try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} has an invalid port: {_redact(url)!r}") from None
+        redis_url.parse(url, name)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc).replace(url, _redact(url))) from None
     return url
 
 
 def parse_broker_url(url: str) -> str:
-    parts = urlsplit(url)
-    allowed = {"redis", "rediss", "amqp", "amqps", "pyamqp", "filesystem", "memory"}
-    if parts.scheme not in allowed:
+    """``url`` if Celery can use it as its broker, else ``ImproperlyConfigured``
+    (a Redis URL is checked by ``broker_url``: a Cluster URL is refused)."""
+    broker_url(url)
+    return url
+
+
+def broker_url(url: str) -> tuple[str, dict]:
+    """The broker URL Celery is given and its transport options: a Redis URL
+    through ``console.redis_url.broker`` (Sentinel becomes kombu's
+    ``sentinel://`` transport with ``master_name``; Cluster is refused),
+    RabbitMQ and the local transports as they are."""
+    from console import redis_url
+
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in {"redis", "rediss", "redis+sentinel", "sentinel", "redis+cluster"}:
+        try:
+            return redis_url.broker(url)
+        except ValueError as exc:
+            raise ImproperlyConfigured(str(exc).replace(url, _redact(url))) from None
+    allowed = {"redis", "rediss", "redis+sentinel", "sentinel", "amqp", "amqps", "pyamqp"}
+    allowed |= {"filesystem", "memory"}
+    if scheme not in allowed:
         raise ImproperlyConfigured(
-            f"CELERY_BROKER_URL has unsupported scheme {parts.scheme!r}; "
+            f"CELERY_BROKER_URL has unsupported scheme {scheme!r}; "
             f"use one of {', '.join(sorted(allowed))}"
         )
-    return url
+    return url, {}
 
 
 def _redact(url: str) -> str:

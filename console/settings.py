@@ -162,7 +162,9 @@ if REDIS_URL:
     config.parse_redis_url(REDIS_URL)
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Django's RedisCache for one Redis; Sentinel and Cluster URLs through
+            # console.redis_url's clients (console.redis_cache).
+            "BACKEND": "console.redis_cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": config.env_str("CACHE_KEY_PREFIX", "console"),
         }
@@ -172,8 +174,7 @@ else:
 
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = config.env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
-config.parse_broker_url(CELERY_BROKER_URL)
-CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = config.broker_url(CELERY_BROKER_URL)
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
@@ -185,11 +186,14 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "polling_interval": 0.2,
     }
-elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://", "sentinel://")):
+    # Sentinel: kombu's sentinel transport (master_name from the URL) follows a
+    # failover to the new primary.
     # A task taken by a worker that dies (SIGKILL, OOM, a lost machine) goes back to
     # the queue after this many seconds (RabbitMQ does it at once when the
     # connection drops). It must exceed the longest task (CELERY_TASK_TIME_LIMIT).
     CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **CELERY_BROKER_TRANSPORT_OPTIONS,
         "visibility_timeout": config.env_int("CELERY_VISIBILITY_TIMEOUT_SECONDS", 900, minimum=10),
     }
 elif CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
@@ -410,6 +414,11 @@ GATEWAY_METRICS_MAX_MODELS = config.env_int("GATEWAY_METRICS_MAX_MODELS", 100, m
 # Deadline of each command of the limits' Redis client (seconds): past it the
 # call gets 503 limits_unavailable instead of waiting on a stalled Redis.
 GATEWAY_LIMITS_REDIS_TIMEOUT = config.env_float("GATEWAY_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.001)
+# On Sentinel and Cluster: replicas that must acknowledge (WAIT) an admission or a
+# settle before it counts, so a failover cannot lose it and let a cap overrun; with
+# fewer the call gets 503 limits_unavailable. 0 trades that guarantee for
+# availability while a primary has no replica. Ignored on one Redis.
+GATEWAY_LIMITS_REDIS_REPLICAS = config.env_int("GATEWAY_LIMITS_REDIS_REPLICAS", 1, minimum=0)
 # Presented keys found unusable are remembered (by their keyed hash) this long,
 # at most this many, so a flood of garbage keys reaches the database once each.
 GATEWAY_NEGATIVE_KEY_CACHE_SECONDS = config.env_int(

@@ -54,10 +54,10 @@ class TtlStore:
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._redis = None
         if settings.REDIS_URL:
-            import redis.asyncio as aioredis
+            from console import redis_url
 
             # A stalled Redis costs a lookup at most this (then it is a miss), never a hang.
-            self._redis = aioredis.Redis.from_url(
+            self._redis = redis_url.async_client(
                 settings.REDIS_URL,
                 socket_timeout=REDIS_TIMEOUT_S,
                 socket_connect_timeout=REDIS_TIMEOUT_S,

@@ -67,12 +67,51 @@ def deliver(message: str) -> None:
 def _redis_client():
     global _redis
     if _redis is None:
-        import redis  # only with REDIS_URL: the embedded setup never loads the client
+        from console import redis_url  # only with REDIS_URL: the embedded setup never loads it
 
-        _redis = redis.Redis.from_url(
+        _redis = redis_url.sync_client(
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
         )
     return _redis
+
+
+def listen(stop: threading.Event, on_message: Listener, *, on_subscribed=None) -> None:
+    """Hand every message on the Redis channel to ``on_message`` until ``stop``
+    is set (blocking: run it on a thread), resubscribing after any Redis error
+    (``on_subscribed()`` after each subscription). On Sentinel it listens on
+    the current primary (a failover drops the connection; the next
+    subscription asks the sentinels again); on Cluster, on one node: a
+    PUBLISH on any node reaches every node's subscribers."""
+    from console import redis_url  # only with REDIS_URL: the embedded setup never loads it
+
+    while not stop.is_set():
+        client = None
+        try:
+            client = redis_url.sync_client(
+                settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2
+            )
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(channel())
+            if on_subscribed is not None:
+                on_subscribed()
+            while not stop.is_set():
+                message = pubsub.get_message(timeout=1.0)
+                if message is None:
+                    continue
+                data = message.get("data")
+                if isinstance(data, bytes):
+                    on_message(data.decode("utf-8", "replace"))
+        except Exception:
+            if stop.is_set():
+                break
+            logger.warning("gateway: Redis listener lost; reconnecting", exc_info=True)
+            stop.wait(0.2)
+        finally:
+            try:
+                if client is not None:
+                    client.close()
+            except Exception:
+                logger.debug("gateway: error closing the Redis listener", exc_info=True)
 
 
 def publish(message: str) -> None:

@@ -436,33 +436,13 @@ class GatewayState:
     def _redis_listener(self) -> None:
         """Runs on its own thread: a message is marked (``_mark``) the moment it
         arrives, then handed to the event loop; a busy loop cannot delay a
-        revocation."""
-        import redis  # only with REDIS_URL: the embedded setup never loads the client
-
-        while not self._listener_stop.is_set():
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
-            try:
-                pubsub = client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(notify.channel())
-                # Whatever changed while we were not listening: start clean.
-                self._call_in_loop(self._forget_everything)
-                while not self._listener_stop.is_set():
-                    message = pubsub.get_message(timeout=1.0)
-                    if message is None:
-                        continue
-                    data = message.get("data")
-                    if isinstance(data, bytes):
-                        self._threadsafe_message(data.decode("utf-8", "replace"))
-            except Exception:
-                if self._listener_stop.is_set():
-                    break
-                logger.warning("gateway: Redis listener lost; reconnecting", exc_info=True)
-                self._listener_stop.wait(1.0)
-            finally:
-                try:
-                    client.close()
-                except Exception:
-                    logger.debug("gateway: error closing the Redis listener", exc_info=True)
+        revocation. After every (re)subscription, whatever changed while we were
+        not listening is forgotten: start clean."""
+        notify.listen(
+            self._listener_stop,
+            self._threadsafe_message,
+            on_subscribed=lambda: self._call_in_loop(self._forget_everything),
+        )
 
     def _call_in_loop(self, fn) -> None:
         loop = self.loop

@@ -18,7 +18,6 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-import redis
 from django.conf import settings
 from django.db import transaction
 
@@ -32,6 +31,7 @@ from accounts.facade import (
     api_key_issue,
     sub_account_create,
 )
+from console import redis_url
 from console.soak.cluster import NODE_MODELS, NODE_TOKEN
 from inference_node.facade import Node, NodeHealth, NodeModel, NodeStatus
 from invoicing.facade import LedgerKind, ledger_entry_create
@@ -129,11 +129,12 @@ def _clear_limit_state(orgs, subs, keys) -> None:
     just created (a soak database recreated while Redis kept its keys): new
     tenants start from what their own database says."""
 
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    client = redis_url.sync_client(settings.REDIS_URL)
     try:
-        patterns = [f"bal:o:{o.id}*" for o in orgs] + [f"rl:o:{o.id}*" for o in orgs]
-        patterns += [f"cap:s:{s.id}:*" for s in subs] + [f"rl:s:{s.id}*" for s in subs]
-        patterns += [f"cap:k:{k.key_id}:*" for k in keys] + [f"rl:k:{k.key_id}*" for k in keys]
+        # Limits keys start with their organization's hash tag ("{o:3}cap:k:42:life").
+        patterns = [f"*bal:o:{o.id}*" for o in orgs] + [f"*rl:o:{o.id}*" for o in orgs]
+        patterns += [f"*cap:s:{s.id}:*" for s in subs] + [f"*rl:s:{s.id}*" for s in subs]
+        patterns += [f"*cap:k:{k.key_id}:*" for k in keys] + [f"*rl:k:{k.key_id}*" for k in keys]
         for pattern in patterns:
             for name in client.scan_iter(pattern, count=1000):
                 client.delete(name)

@@ -26,12 +26,12 @@ from gateway_bridge.limits.base import (
     format_duration,
 )
 from gateway_bridge.limits.memory import MemoryLimitStore
-from gateway_bridge.limits.plan import plan
+from gateway_bridge.limits.plan import org_tag, plan
 from gateway_bridge.limits.redis_store import RedisLimitStore
 
 
 def balance_key(organization_id: int) -> str:
-    return f"bal:o:{organization_id}"
+    return f"{org_tag(organization_id)}bal:o:{organization_id}"
 
 
 def build_store() -> LimitStore:
@@ -41,7 +41,9 @@ def build_store() -> LimitStore:
 
     if settings.GATEWAY_LIMITS_STORE == "redis":
         return RedisLimitStore.from_url(
-            settings.REDIS_URL, timeout=settings.GATEWAY_LIMITS_REDIS_TIMEOUT
+            settings.REDIS_URL,
+            timeout=settings.GATEWAY_LIMITS_REDIS_TIMEOUT,
+            replicas=settings.GATEWAY_LIMITS_REDIS_REPLICAS,
         )
     return MemoryLimitStore()
 
@@ -58,11 +60,10 @@ def credit_balance(organization_id: int, delta: int) -> None:
     if not delta:
         return
     if settings.GATEWAY_LIMITS_STORE == "redis":
-        import redis
-
+        from console import redis_url
         from gateway_bridge.limits.redis_store import CREDIT
 
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+        client = redis_url.sync_client(settings.REDIS_URL, socket_timeout=2)
         try:
             client.eval(CREDIT, 1, balance_key(organization_id), -int(delta))
         finally:

@@ -30,7 +30,9 @@ REFUSED_CAP, REFUSED_RPM, REFUSED_TPM, REFUSED_TPM_NEVER = 1, 2, 3, 4
 @dataclass(frozen=True, slots=True)
 class CapBucket:
     code: str  # error code when it refuses ("key_daily_cap_exceeded", ...)
-    key: str  # store key: "cap:k:42:d:2026-12-02", "cap:s:7:m:2026-12", "cap:k:42:life", "bal:o:3"
+    # store key, led by the organization's hash tag: "{o:3}cap:k:42:d:2026-12-02",
+    # "{o:3}cap:s:7:m:2026-12", "{o:3}cap:k:42:life", "{o:3}bal:o:3"
+    key: str
     limit: int  # micro-units; the prepaid bucket has limit 0 and used = -balance
     ttl_seconds: int | None
     # For messages and Retry-After only: when the period ends (POSIX seconds;
@@ -42,7 +44,7 @@ class CapBucket:
 @dataclass(frozen=True, slots=True)
 class RateRule:
     scope: str  # "key" | "sub_account" | "org"
-    key: str  # "rl:k:42"
+    key: str  # "{o:3}rl:k:42"
     rpm: int | None
     tpm: int | None
 

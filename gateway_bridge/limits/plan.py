@@ -23,6 +23,18 @@ def org_zone(name: str) -> ZoneInfo:
         return _UTC
 
 
+def org_tag(organization_id: int) -> str:
+    """The Redis Cluster hash tag every limits key of the organization starts
+    with: one call's buckets and rules share a slot, so one script can
+    reserve on all of them."""
+    return f"{{o:{organization_id}}}"
+
+
+def bare_key(key: str) -> str:
+    """``key`` without its hash tag: ``"{o:3}cap:k:42:life"`` -> ``"cap:k:42:life"``."""
+    return key.rpartition("}")[2] if key.startswith("{") else key
+
+
 def periods(tz_name: str, now: datetime) -> dict[str, tuple[datetime, datetime, str]]:
     """The current day and month in the organization's timezone:
     ``{"d": (start, end, "2026-12-02"), "m": (start, end, "2026-12")}``, start
@@ -43,6 +55,7 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
     (key, sub-account, organization) for ``auth`` (an ``AuthenticatedKey``)
     at ``now``; only the levels with a limit set."""
     per = periods(auth.timezone, now)
+    tag = org_tag(auth.organization_id)
     caps: list[CapBucket] = []
     levels = [("key", "k", auth.key_id, auth.key_caps)]
     if auth.sub_account_id is not None:
@@ -56,7 +69,7 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
             caps.append(
                 CapBucket(
                     code=f"{scope}_{name}_cap_exceeded",
-                    key=f"cap:{letter}:{ident}:{period}:{label}",
+                    key=f"{tag}cap:{letter}:{ident}:{period}:{label}",
                     limit=int(limit),
                     ttl_seconds=ttl,
                     resets_at=end.timestamp(),
@@ -67,7 +80,7 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
             caps.append(
                 CapBucket(
                     code=f"{scope}_lifetime_cap_exceeded",
-                    key=f"cap:{letter}:{ident}:life",
+                    key=f"{tag}cap:{letter}:{ident}:life",
                     limit=int(lifetime),
                     ttl_seconds=None,
                     currency=auth.currency,
@@ -77,7 +90,7 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
         caps.append(
             CapBucket(
                 code=PREPAID_CODE,
-                key=f"bal:o:{auth.organization_id}",
+                key=f"{tag}bal:o:{auth.organization_id}",
                 limit=0,
                 ttl_seconds=None,
                 currency=auth.currency,
@@ -85,9 +98,14 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
         )
     rates: list[RateRule] = []
     for scope, key, rpm, tpm in (
-        ("key", f"rl:k:{auth.key_id}", auth.key_rpm, auth.key_tpm),
-        ("sub_account", f"rl:s:{auth.sub_account_id}", auth.sub_account_rpm, auth.sub_account_tpm),
-        ("org", f"rl:o:{auth.organization_id}", auth.org_rpm, auth.org_tpm),
+        ("key", f"{tag}rl:k:{auth.key_id}", auth.key_rpm, auth.key_tpm),
+        (
+            "sub_account",
+            f"{tag}rl:s:{auth.sub_account_id}",
+            auth.sub_account_rpm,
+            auth.sub_account_tpm,
+        ),
+        ("org", f"{tag}rl:o:{auth.organization_id}", auth.org_rpm, auth.org_tpm),
     ):
         if scope == "sub_account" and auth.sub_account_id is None:
             continue

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from console import hooks
 from gateway_bridge.limits.base import PREPAID_CODE
-from gateway_bridge.limits.plan import periods, plan
+from gateway_bridge.limits.plan import org_tag, periods, plan
 from usage.facade import SPEND_BY_KEY, SPEND_BY_SUB_ACCOUNT, spend_by_period
 
 
@@ -38,7 +38,7 @@ def seed_values(auth, now: datetime, keys=None) -> dict[str, int]:
         (SPEND_BY_KEY, "k", auth.key_id),
         (SPEND_BY_SUB_ACCOUNT, "s", auth.sub_account_id),
     ):
-        prefix = f"cap:{letter}:{ident}:"
+        prefix = f"{org_tag(auth.organization_id)}cap:{letter}:{ident}:"
         mine = [k for k in wanted if k.startswith(prefix)]
         if ident is None or not mine:
             continue

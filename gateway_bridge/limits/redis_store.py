@@ -2,8 +2,10 @@
 operation (EVALSHA), so an admission is atomic across all its buckets and
 rules, and two processes can never both take the last of a cap.
 
-Keys (standalone Redis: scripts touch the ``:z`` sets and the buckets named
-in a reservation record, which they derive rather than declare):
+Every key a script touches is passed in ``KEYS`` (a cap bucket with its
+``:z`` set), and a call's keys share the organization's hash tag
+(``{o:<id>}``, ``limits.plan``) and with it a Redis Cluster slot; the
+reservation record takes the tag of the keys it reserved on. Keys:
 
 - cap bucket ``<key>`` HASH ``u`` used, ``r`` reserved total; ``<key>:z``
   ZSET of the live reservations, member ``"<amount>:<reservation id>"``,
@@ -13,14 +15,20 @@ in a reservation record, which they derive rather than declare):
 - rate rule ``<key>`` HASH ``Q``/``T`` requests/tokens in the window, ``o``
   oldest kept slot, ``n`` newest slot, ``q<slot>``/``t<slot>`` per slot;
   PEXPIRE one window plus two slots after each admit.
-- reservation ``lim:res:<id>`` STRING (JSON: member, amount, tokens, slot,
+- reservation ``<tag>lim:res:<id>`` STRING (JSON: member, amount, tokens, slot,
   cap keys, rule keys), PX hold + 5 min, so a late settle still charges.
+
+On Sentinel and Cluster (``replicas`` > 0) an admission and a settle wait
+(``WAIT``) for a replica to hold them before they count, so a failover
+cannot lose a reservation and let a cap overrun; when none acknowledges, the
+call fails (503 ``limits_unavailable``).
 
 Time is Redis's own clock (``TIME``), one clock for every process, unless the
 store is given a ``clock`` (tests)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from gateway_bridge.limits.base import (
@@ -63,13 +71,12 @@ local cur = math.floor(now / S)
 -- caps: purge reservations past their deadline, read used and reserved
 local used, res, missing = {}, {}, {}
 for i = 1, nc do
-  local k = KEYS[1 + i]
+  local k, z = KEYS[2 * i], KEYS[2 * i + 1]
   local v = redis.call('HMGET', k, 'u', 'r')
   if not v[1] then
     missing[#missing + 1] = k
   else
     local r = tonumber(v[2]) or 0
-    local z = k .. ':z'
     local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
     if #gone > 0 then
       local freed = 0
@@ -85,7 +92,7 @@ if #missing > 0 then return {2, unpack(missing)} end
 -- rules: drop the slots that left the window
 local Q, T, O, NW = {}, {}, {}, {}
 for j = 1, nr do
-  local k = KEYS[1 + nc + j]
+  local k = KEYS[1 + 2 * nc + j]
   local h = redis.call('HMGET', k, 'Q', 'T', 'o', 'n')
   local q, t, o, n = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]), tonumber(h[4])
   local cutoff = cur - N
@@ -130,7 +137,7 @@ for i = 1, nc do
   end
 end
 for j = 1, nr do
-  local k = KEYS[1 + nc + j]
+  local k = KEYS[1 + 2 * nc + j]
   local rpm, tpm = tonumber(ARGV[10 + nc + 2 * j - 1]), tonumber(ARGV[10 + nc + 2 * j])
   if rpm >= 0 and Q[j] + 1 > rpm then
     return states({0, 2, j, wait(k, j, 'q', Q[j], 1, rpm), 0, now})
@@ -146,15 +153,15 @@ local deadline = now + hold
 local member = ARGV[2] .. ':' .. rid
 local ckeys, rkeys = {}, {}
 for i = 1, nc do
-  local k = KEYS[1 + i]
+  local k, z = KEYS[2 * i], KEYS[2 * i + 1]
   redis.call('HINCRBY', k, 'r', ARGV[2])
-  redis.call('ZADD', k .. ':z', I(deadline), member)
+  redis.call('ZADD', z, I(deadline), member)
   local pt = redis.call('PTTL', k)
-  if pt > 0 then redis.call('PEXPIRE', k .. ':z', pt) end
+  if pt > 0 then redis.call('PEXPIRE', z, pt) end
   ckeys[i] = k
 end
 for j = 1, nr do
-  local k = KEYS[1 + nc + j]
+  local k = KEYS[1 + 2 * nc + j]
   if not O[j] then redis.call('HSET', k, 'o', I(cur)); O[j] = cur end
   redis.call('HINCRBY', k, 'q' .. I(cur), 1)
   redis.call('HINCRBY', k, 't' .. I(cur), ARGV[3])
@@ -179,8 +186,10 @@ if not raw then return 0 end
 redis.call('DEL', KEYS[1])
 local rec = cjson.decode(raw)
 local settle = ARGV[1] == '1'
-for _, k in ipairs(rec.c) do
-  if redis.call('ZREM', k .. ':z', rec.m) == 1 and rec.a ~= '0' then
+local nc = tonumber(ARGV[7])
+for i = 1, nc do
+  local k, z = KEYS[2 * i], KEYS[2 * i + 1]
+  if redis.call('ZREM', z, rec.m) == 1 and rec.a ~= '0' then
     redis.call('HINCRBY', k, 'r', '-' .. rec.a)
   end
   if settle and ARGV[2] ~= '0' and redis.call('EXISTS', k) == 1 then
@@ -194,7 +203,8 @@ local now = now_ms(ARGV[4])
 local N, S = tonumber(ARGV[5]), tonumber(ARGV[6])
 local cutoff = math.floor(now / S) - N
 if rec.s < cutoff then return 1 end
-for _, k in ipairs(rec.q) do
+for j = 2 + 2 * nc, #KEYS do
+  local k = KEYS[j]
   local f = 't' .. I(rec.s)
   if redis.call('HEXISTS', k, f) == 1 then
     redis.call('HINCRBY', k, f, I(delta))
@@ -212,12 +222,12 @@ local now = now_ms(ARGV[1])
 local k = KEYS[1]
 local v = redis.call('HMGET', k, 'u', 'r')
 if not v[1] then return {0, 0, 0} end
-local gone = redis.call('ZRANGEBYSCORE', k .. ':z', '-inf', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 local r = tonumber(v[2]) or 0
 if #gone > 0 then
   local freed = 0
   for _, m in ipairs(gone) do freed = freed + tonumber(string.match(m, '^(%-?%d+):')) end
-  redis.call('ZREMRANGEBYSCORE', k .. ':z', '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if freed ~= 0 then r = redis.call('HINCRBY', k, 'r', I(-freed)) end
 end
 return {tonumber(v[1]), r, 1}
@@ -242,10 +252,35 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def hash_tag(key: str) -> str:
+    """The ``{...}`` part of ``key`` Redis Cluster hashes (``""`` if none)."""
+    start = key.find("{")
+    if start < 0:
+        return ""
+    end = key.find("}", start + 1)
+    return key[start : end + 1] if end > start + 1 else ""
+
+
+def z_key(key: str) -> str:
+    """A cap bucket's set of live reservations."""
+    return key + ":z"
+
+
+class MixedTags(ValueError):
+    """One admission's keys with different hash tags (organizations): no
+    single Redis Cluster slot holds them, so no script can reserve on all of
+    them atomically. ``limits.plan`` never builds one."""
+
+
 class RedisLimitStore:
-    """``client`` is a ``redis.asyncio.Redis`` or a ``limits.resp.RespClient``
-    (anything with ``register_script(lua)`` -> ``await script(keys=, args=)``
-    and ``aclose()``); ``close`` closes it."""
+    """``client`` is a ``redis.asyncio.Redis`` (or RedisCluster) or one of
+    ``limits.resp``'s pipelined clients (``RespClient``, ``SentinelClient``,
+    ``ClusterClient``): anything with ``register_script(lua)`` -> ``await
+    script(keys=, args=)`` and ``aclose()``; ``close`` closes it. ``replicas``
+    (pipelined clients only): ``WAIT`` for that many replicas after each
+    admission and settle. Settle and release find the keys a reservation
+    touched in this process's record of its admissions (the gateway settles
+    where it admitted); an id this store never admitted is ignored."""
 
     def __init__(
         self,
@@ -254,6 +289,7 @@ class RedisLimitStore:
         window_seconds: float = 60.0,
         slots: int = 60,
         clock: Callable[[], float] | None = None,
+        replicas: int = 0,
     ):
         self.window_ms = round(window_seconds * 1000)
         if slots < 1 or self.window_ms % slots:
@@ -262,6 +298,13 @@ class RedisLimitStore:
         self.slot_ms = self.window_ms // slots
         self.client = client
         self._clock = clock
+        # Replicas that must acknowledge an admission or a settle (WAIT) before
+        # it counts: 0 on one Redis, 1 by default on Sentinel and Cluster.
+        self.replicas = replicas
+        # reservation id -> (record key, keys of its buckets and rules, expiry in
+        # monotonic seconds): settle and release declare the keys they touch.
+        self._held: dict[str, tuple[str, list[str], int, float]] = {}
+        self._sweep_at = 1024
         self._admit = client.register_script(ADMIT)
         self._finish = client.register_script(FINISH)
         self._purge = client.register_script(PURGE)
@@ -270,20 +313,52 @@ class RedisLimitStore:
 
     @classmethod
     def from_url(
-        cls, url: str, *, client: str = "resp", timeout: float | None = None, **kwargs
+        cls,
+        url: str,
+        *,
+        client: str = "resp",
+        timeout: float | None = None,
+        replicas: int | None = None,
+        **kwargs,
     ) -> RedisLimitStore:
-        """A store with its own connection. ``client="resp"`` (the default for
-        ``redis://``): one pipelined connection (``limits.resp``), several times
-        cheaper per call than redis-py; ``"redis-py"``: redis.asyncio with a
-        blocking pool of 64 (TLS, sockets), where callers wait up to 5 s for a
-        free connection rather than fail. ``timeout`` (seconds): the deadline of
-        each command (and of the connect, and of the wait for a pooled
-        connection); past it the call raises (``resp.RedisTimeout``, redis-py's
-        ``TimeoutError``), which the gateway answers with 503 ``limits_unavailable``."""
+        """A store with its own connection. ``url``: any ``console.redis_url``
+        form. ``client="resp"`` (the default): the pipelined client
+        (``limits.resp``), several times cheaper per call than redis-py, on one
+        Redis (``redis://``), on the Sentinel-managed primary
+        (``SentinelClient``) or on the Cluster's primaries (``ClusterClient``);
+        ``"redis-py"`` (and any ``rediss://`` or ``unix://`` URL): redis.asyncio
+        with a blocking pool of 64 (TLS, sockets), where callers wait up to 5 s
+        for a free connection rather than fail. ``timeout`` (seconds): the
+        deadline of each command (and of the connect, and of the wait for a
+        pooled connection); past it the call raises (``resp.RedisTimeout``,
+        redis-py's ``TimeoutError``), which the gateway answers with 503
+        ``limits_unavailable``. ``replicas``: how many replicas must hold an
+        admission or settle before it counts on Sentinel and Cluster (default
+        1; the pipelined clients only); ignored on one Redis."""
+        from console import redis_url
+
+        target = redis_url.parse(url)
+        if client == "resp" and target.highly_available:
+            from gateway_bridge.limits import resp
+
+            auth = {"username": target.username, "password": target.password}
+            if target.kind == redis_url.SENTINEL:
+                conn = resp.SentinelClient(
+                    target.hosts, target.service, db=target.db, timeout=timeout, **auth
+                )
+            else:
+                conn = resp.ClusterClient(target.hosts, timeout=timeout, **auth)
+            return cls(conn, replicas=1 if replicas is None else replicas, **kwargs)
         if client == "resp" and url.startswith("redis://"):
             from gateway_bridge.limits.resp import RespClient
 
-            return cls(RespClient.from_url(url, timeout=timeout), **kwargs)
+            conn = RespClient.from_url(url, timeout=timeout)
+            return cls(conn, **kwargs)  # one Redis: no replica to wait for
+        if target.highly_available:
+            conn = redis_url.async_client(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+            return cls(conn, **kwargs)
         import redis.asyncio as aioredis
 
         pool = aioredis.BlockingConnectionPool.from_url(
@@ -294,6 +369,11 @@ class RedisLimitStore:
             socket_connect_timeout=timeout,
         )
         return cls(aioredis.Redis(connection_pool=pool), **kwargs)
+
+    async def _run(self, script, keys: list[str], args: list, durable: bool = False):
+        if durable and self.replicas:
+            return await script(keys=keys, args=args, replicas=self.replicas)
+        return await script(keys=keys, args=args)
 
     def _now_arg(self) -> str:
         return str(int(self._clock() * 1000)) if self._clock else ""
@@ -309,7 +389,15 @@ class RedisLimitStore:
         hold_seconds: float,
     ) -> Admission:
         check_args(amount, tokens, hold_seconds)
-        keys = [RECORD_PREFIX + reservation_id, *(c.key for c in caps), *(r.key for r in rates)]
+        bucket_keys = []
+        for c in caps:
+            bucket_keys += [c.key, z_key(c.key)]
+        bucket_keys += [r.key for r in rates]
+        tags = {hash_tag(k) for k in bucket_keys}
+        if len(tags) > 1:
+            raise MixedTags(f"one admission's keys span hash tags {sorted(tags)}")
+        record = (tags.pop() if tags else "") + RECORD_PREFIX + reservation_id
+        keys = [record, *bucket_keys]
         args: list = [
             reservation_id,
             int(amount),
@@ -325,7 +413,7 @@ class RedisLimitStore:
         ]
         for r in rates:
             args += [-1 if r.rpm is None else r.rpm, -1 if r.tpm is None else r.tpm]
-        out = await self._admit(keys=keys, args=args)
+        out = await self._run(self._admit, keys, args, durable=True)
         status = int(out[0])
         if status == 2:
             raise BucketsMissing([_text(k) for k in out[1:]])
@@ -335,6 +423,7 @@ class RedisLimitStore:
         flat = [int(x) for x in out[6:]]
         states = [RuleState(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
         if status == 1:
+            self._hold(reservation_id, record, bucket_keys, len(caps), hold_seconds)
             return Admission(reservation_id, rate_headers(rates, states))
         if kind == REFUSED_CAP:
             cap = caps[index - 1]
@@ -345,16 +434,31 @@ class RedisLimitStore:
         rule = rates[index - 1]
         raise rate_refusal(kind, rule, states[index - 1], tokens, a, self.window_ms, headers)
 
+    def _hold(self, rid: str, record: str, keys: list[str], nc: int, hold_s: float) -> None:
+        held = self._held
+        now = time.monotonic()
+        held[rid] = (record, keys, nc, now + hold_s + RECORD_GRACE_MS / 1000)
+        if len(held) > self._sweep_at:  # calls never settled: their records expired too
+            for k in [k for k, v in held.items() if v[3] < now]:
+                del held[k]
+            self._sweep_at = 2 * len(held) + 1024
+
     async def settle(self, reservation_id: str, cost: int, tokens: int) -> None:
         if cost < 0 or tokens < 0:
             raise ValueError("cost and tokens cannot be negative")
-        await self._finish(
-            keys=[RECORD_PREFIX + reservation_id],
-            args=[1, int(cost), int(tokens), self._now_arg(), self.slots, self.slot_ms],
-        )
+        held = self._held.pop(reservation_id, None)
+        if held is None:  # unknown, or settled / released already
+            return
+        record, keys, nc, _ = held
+        args = [1, int(cost), int(tokens), self._now_arg(), self.slots, self.slot_ms, nc]
+        await self._run(self._finish, [record, *keys], args, durable=True)
 
     async def release(self, reservation_id: str) -> None:
-        await self._finish(keys=[RECORD_PREFIX + reservation_id], args=[0, 0, 0, "", 0, 1])
+        held = self._held.pop(reservation_id, None)
+        if held is None:
+            return
+        record, keys, nc, _ = held
+        await self._run(self._finish, [record, *keys], [0, 0, 0, "", 0, 1, nc])
 
     async def seed(self, key: str, used: int, ttl_seconds: int | None) -> bool:
         return bool(await self._seed(keys=[key], args=[int(used), int(ttl_seconds or 0)]))
@@ -364,11 +468,11 @@ class RedisLimitStore:
         await self._credit(keys=[key], args=[-int(amount)])
 
     async def snapshot(self, key: str) -> tuple[int, int]:
-        used, reserved, _ = await self._purge(keys=[key], args=[self._now_arg()])
+        used, reserved, _ = await self._purge(keys=[key, z_key(key)], args=[self._now_arg()])
         return int(used), int(reserved)
 
     async def peek(self, key: str) -> tuple[int, int] | None:
-        used, reserved, present = await self._purge(keys=[key], args=[self._now_arg()])
+        used, reserved, present = await self._purge(keys=[key, z_key(key)], args=[self._now_arg()])
         return (int(used), int(reserved)) if int(present) else None
 
     async def close(self) -> None:

@@ -9,6 +9,9 @@ calls share the socket and its syscalls. It speaks just what the limits
 store needs: RESP2 replies, EVALSHA with a SCRIPT LOAD fallback, AUTH and
 SELECT from the URL. ``rediss://`` and unix sockets are not supported: use
 the redis-py client for those (``RedisLimitStore.from_url(..., client="redis-py")``).
+``SentinelClient`` and ``ClusterClient`` put it on a Sentinel-managed primary
+and on a Redis Cluster's primaries, with ``WAIT`` after the writes that
+must survive a failover (``run_script(..., replicas=)``).
 
 Deadlines: with ``timeout`` set, every command (and the connect with its
 AUTH / SELECT) raises ``RedisTimeout`` (a ``TimeoutError``) when no reply came
@@ -233,8 +236,61 @@ class RespClient:
         finally:
             timer.cancel()
 
+    async def pipeline(self, *commands) -> list:
+        """``commands`` written back to back on ONE connection (so a ``WAIT``
+        among them counts the writes before it); their replies, an exception
+        in place of an error reply. A lost connection or a deadline raises."""
+        proto = self._proto
+        if proto is None or proto.lost is not None:
+            proto = await self._connection()
+        futs = [self._send(proto, c) for c in commands]
+        timers = []
+        if self.timeout is not None:
+            loop = asyncio.get_running_loop()
+            timers = [loop.call_later(self.timeout, self._expire, f, proto) for f in futs]
+        try:
+            out, failure = [], None
+            for fut in futs:  # every reply awaited, so none is left unretrieved
+                try:
+                    out.append(await fut)
+                except RespError as err:
+                    out.append(err)
+                except Exception as exc:
+                    failure = failure or exc
+                    out.append(exc)
+            if failure is not None:
+                raise failure
+            return out
+        finally:
+            for t in timers:
+                t.cancel()
+
     def register_script(self, lua: str) -> _Script:
         return _Script(self, lua)
+
+    async def run_script(self, script: _Script, keys, args, replicas: int = 0):
+        """EVALSHA (SCRIPT LOAD on NOSCRIPT), then, with ``replicas``, ``WAIT``
+        on the same connection: ``NotReplicated`` when fewer replicas than that
+        acknowledged the script's writes within ``WAIT_MS``."""
+        call = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        # Within the command deadline, so a slow replica reads as NotReplicated.
+        wait_ms = WAIT_MS if self.timeout is None else max(1, min(WAIT_MS, int(self.timeout * 800)))
+        wait = ("WAIT", replicas, wait_ms)
+        for attempt in (0, 1):
+            out = await self.pipeline(call, wait) if replicas else await self.pipeline(call)
+            if isinstance(out[0], RespError) and str(out[0]).startswith("NOSCRIPT") and not attempt:
+                await self.execute("SCRIPT", "LOAD", script.lua)
+                continue
+            break
+        for value in out:
+            if isinstance(value, RespError):
+                raise value
+        if replicas and out[1] < replicas:
+            raise NotReplicated(
+                f"{out[1]} of {replicas} replicas acknowledged within {wait_ms} ms "
+                f"at {self.host}:{self.port}"
+            )
+        return out[0]
 
     async def aclose(self) -> None:
         if self._proto is not None and self._proto.transport is not None:
@@ -242,17 +298,194 @@ class RespClient:
         self._proto = None
 
 
+# How long a write waits for its replicas to acknowledge it (``WAIT``), on
+# Sentinel and Cluster.
+WAIT_MS = 1000
+
+
+class NotReplicated(ConnectionError):
+    """A write no replica acknowledged in time: a failover now could lose it,
+    so the caller treats the store as unavailable."""
+
+
 class _Script:
-    def __init__(self, client: RespClient, lua: str):
+    def __init__(self, client, lua: str):
         self.client = client
         self.lua = lua
         self.sha = hashlib.sha1(lua.encode()).hexdigest()  # noqa: S324 - Redis's script id
 
-    async def __call__(self, keys=(), args=()):
+    async def __call__(self, keys=(), args=(), replicas: int = 0):
+        return await self.client.run_script(self, keys, args, replicas)
+
+
+def _failed_over(exc: BaseException) -> bool:
+    """An error after which the primary must be looked up again."""
+    if isinstance(exc, RespError):
+        return str(exc).startswith(("READONLY", "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN"))
+    return isinstance(exc, (ConnectionError, OSError, TimeoutError))
+
+
+class SentinelClient:
+    """The pipelined client on a Sentinel-managed primary: asks the sentinels
+    where the primary is, keeps one ``RespClient`` to it, and looks again
+    after a connection error, a deadline or a ``READONLY`` reply (a failover).
+    The failed command raises (the gateway answers 503); it is never retried,
+    since Redis may have run it."""
+
+    def __init__(
+        self, sentinels, service: str, *, db=0, username=None, password=None, timeout=None
+    ):
+        self.sentinels = list(sentinels)
+        self.service = service
+        self.db, self.username, self.password = db, username, password
+        self.timeout = timeout
+        self._client: RespClient | None = None
+
+    async def _primary(self) -> RespClient:
+        if self._client is not None:
+            return self._client
+        errors = []
+        for host, port in self.sentinels:
+            probe = RespClient(host, port, timeout=self.timeout or 2.0)
+            try:
+                addr = await probe.execute("SENTINEL", "get-master-addr-by-name", self.service)
+            except (OSError, TimeoutError, RespError) as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                continue
+            finally:
+                await probe.aclose()
+            if addr:
+                self._client = RespClient(
+                    addr[0].decode(),
+                    int(addr[1]),
+                    self.db,
+                    self.username,
+                    self.password,
+                    timeout=self.timeout,
+                )
+                return self._client
+            errors.append(f"{host}:{port}: no primary named {self.service!r}")
+        raise ConnectionError(f"no Sentinel knows the primary: {'; '.join(errors)}")
+
+    async def _forget(self, client: RespClient) -> None:
+        if self._client is client:
+            self._client = None
+        await client.aclose()
+
+    async def execute(self, *args):
+        client = await self._primary()
         try:
-            return await self.client.execute("EVALSHA", self.sha, len(keys), *keys, *args)
-        except RespError as err:
-            if not str(err).startswith("NOSCRIPT"):
+            return await client.execute(*args)
+        except BaseException as exc:
+            if _failed_over(exc):
+                await self._forget(client)
+            raise
+
+    def register_script(self, lua: str) -> _Script:
+        return _Script(self, lua)
+
+    async def run_script(self, script: _Script, keys, args, replicas: int = 0):
+        client = await self._primary()
+        try:
+            return await client.run_script(script, keys, args, replicas)
+        except NotReplicated:
+            raise
+        except BaseException as exc:
+            if _failed_over(exc):
+                await self._forget(client)
+            raise
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+        self._client = None
+
+
+class ClusterClient:
+    """The pipelined client on a Redis Cluster: the slot map from ``CLUSTER
+    SLOTS``, one ``RespClient`` per primary, each script sent to the node of
+    its first key's slot (every key of one call shares a hash tag, so a
+    slot). After ``MOVED`` (the command did not run) the map is read again
+    and the command retried once; after a connection error or a deadline the
+    map is read again on the next call and the error raised (Redis may have
+    run the command)."""
+
+    def __init__(self, nodes, *, username=None, password=None, timeout=None):
+        self.seeds = list(nodes)
+        self.username, self.password = username, password
+        self.timeout = timeout
+        self._slots: list[tuple[str, int]] | None = None
+        self._nodes: dict[tuple[str, int], RespClient] = {}
+
+    def _node(self, addr: tuple[str, int]) -> RespClient:
+        client = self._nodes.get(addr)
+        if client is None:
+            client = self._nodes[addr] = RespClient(
+                addr[0], addr[1], 0, self.username, self.password, timeout=self.timeout
+            )
+        return client
+
+    async def _refresh(self) -> list[tuple[str, int]]:
+        errors = []
+        known = [*self._nodes, *self.seeds]
+        for addr in dict.fromkeys(known):
+            try:
+                ranges = await self._node(addr).execute("CLUSTER", "SLOTS")
+            except (OSError, TimeoutError, RespError) as exc:
+                errors.append(f"{addr[0]}:{addr[1]}: {exc}")
+                await self._drop(addr)
+                continue
+            slots: list = [None] * 16384
+            for start, end, primary, *_ in ranges:
+                where = (primary[0].decode() or addr[0], int(primary[1]))
+                for slot in range(start, end + 1):
+                    slots[slot] = where
+            self._slots = slots
+            return slots
+        raise ConnectionError(f"no cluster node answered: {'; '.join(errors)}")
+
+    async def _drop(self, addr) -> None:
+        client = self._nodes.pop(addr, None)
+        if client is not None:
+            await client.aclose()
+
+    async def _for_key(self, key) -> RespClient:
+        from redis.crc import key_slot
+
+        slots = self._slots or await self._refresh()
+        addr = slots[key_slot(key.encode() if isinstance(key, str) else key)]
+        if addr is None:
+            raise ConnectionError("the cluster serves no node for this key's slot")
+        return self._node(addr)
+
+    async def _on(self, key, call):
+        for attempt in (0, 1):
+            client = await self._for_key(key)
+            try:
+                return await call(client)
+            except NotReplicated:
                 raise
-        await self.client.execute("SCRIPT", "LOAD", self.lua)
-        return await self.client.execute("EVALSHA", self.sha, len(keys), *keys, *args)
+            except BaseException as exc:
+                if not _failed_over(exc):
+                    raise
+                self._slots = None
+                if isinstance(exc, RespError) and str(exc).startswith("MOVED") and not attempt:
+                    continue
+                if not isinstance(exc, RespError):
+                    await self._drop((client.host, client.port))
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def execute(self, *args):
+        key = args[1] if len(args) > 1 else ""
+        return await self._on(key, lambda c: c.execute(*args))
+
+    def register_script(self, lua: str) -> _Script:
+        return _Script(self, lua)
+
+    async def run_script(self, script: _Script, keys, args, replicas: int = 0):
+        return await self._on(keys[0], lambda c: c.run_script(script, keys, args, replicas))
+
+    async def aclose(self) -> None:
+        for addr in list(self._nodes):
+            await self._drop(addr)

@@ -32,7 +32,7 @@ from datetime import datetime
 
 from gateway_bridge.limits import in_db_thread
 from gateway_bridge.limits.base import PREPAID_CODE
-from gateway_bridge.limits.plan import periods, plan
+from gateway_bridge.limits.plan import bare_key, periods, plan
 from usage.facade import SPEND_BY_KEY, SPEND_BY_SUB_ACCOUNT, spend_by_period
 
 KEY, SUB_ACCOUNT = "key", "sub_account"
@@ -122,7 +122,7 @@ async def standing(limits, auth, now: datetime) -> Standing:
     by_period: dict[tuple[str, str], tuple[int, int]] = {}
     for cap in caps:
         if cap.code != PREPAID_CODE:
-            _, letter, _, period = cap.key.split(":", 4)[:4]
+            _, letter, _, period = bare_key(cap.key).split(":", 4)[:4]
             by_period[letter, period] = counters[cap.key]
 
     out: list[CapStanding] = []

@@ -230,8 +230,16 @@ async def settle(gw: Gateway, call: Call, price) -> None:
     free the rest of its reservation; release it whole when it used nothing."""
     usage = call.usage
     store = gw.limits.store
-    if usage is NO_USAGE:
-        await store.release(call.request_id)
-        return
-    actual = cost(call, (usage.input, usage.cache_read, usage.cache_write, usage.output), price)
-    await store.settle(call.request_id, actual, usage.prompt_total + usage.output)
+    try:
+        if usage is NO_USAGE:
+            await store.release(call.request_id)
+            return
+        actual = cost(call, (usage.input, usage.cache_read, usage.cache_write, usage.output), price)
+        await store.settle(call.request_id, actual, usage.prompt_total + usage.output)
+    except Exception:
+        # The limits store failed (a Redis failover): the call was answered and
+        # its usage event carries the cost; the reservation holds the worst case
+        # until its deadline, so the cap stays safe. Never turn it into a 500.
+        logger.warning(
+            "gateway: settling %s in the limits store failed", call.request_id, exc_info=True
+        )

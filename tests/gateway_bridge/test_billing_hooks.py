@@ -67,7 +67,7 @@ def test_the_rebuilt_balance_bucket_reads_the_ledger_through_the_provider(org, p
     ledger_entry_create(
         organization_id=org.pk, kind=LedgerKind.TOP_UP, amount=7 * USD, reference="pi_11"
     )
-    assert seed_values(prepaid_key, _now()) == {f"bal:o:{org.pk}": -7 * USD}
+    assert seed_values(prepaid_key, _now()) == {f"{{o:{org.pk}}}bal:o:{org.pk}": -7 * USD}
 
 
 def test_the_rebuild_asks_whoever_provides_the_prepaid_balance(org, prepaid_key):
@@ -80,7 +80,7 @@ def test_the_rebuild_asks_whoever_provides_the_prepaid_balance(org, prepaid_key)
 
     hooks.provide(hooks.PREPAID_BALANCE, provider)
     try:
-        assert seed_values(prepaid_key, _now()) == {f"bal:o:{org.pk}": -123}
+        assert seed_values(prepaid_key, _now()) == {f"{{o:{org.pk}}}bal:o:{org.pk}": -123}
     finally:
         hooks.provide(hooks.PREPAID_BALANCE, original)
     assert asked == [org.pk]

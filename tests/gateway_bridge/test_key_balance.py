@@ -100,7 +100,9 @@ def test_spend_moves_with_calls_and_agrees_with_the_caps_it_is_counted_against(g
     chat(gw, raw, 3)
     after = ok(gw, raw, "/v1/key")["data"]
     daily = cap(after, "key", "daily")
-    counter, held = gw.call(lambda: gw.gateway.limits.store.peek(f"cap:k:{key.id}:life"))
+    counter, held = gw.call(
+        lambda: gw.gateway.limits.store.peek(f"{{o:{key.organization_id}}}cap:k:{key.id}:life")
+    )
     # Then the capped periods show the counters the caps enforce
     assert daily["source"] == "limits" and daily["spent"] > 0 and held == 0
     assert cap(after, "key", "lifetime")["spent"] == usd(counter) == daily["spent"]
@@ -242,7 +244,11 @@ def test_with_redis_counters_the_spend_shown_is_the_shared_counters(
     gw = start_gateway()
     key, raw = tenant.new_key(spend_cap_monthly=3 * USD)
     chat(gw, raw, 2)
-    used, held = gw.call(lambda: gw.gateway.limits.store.snapshot(f"cap:k:{key.id}:m:{month()}"))
+    used, held = gw.call(
+        lambda: gw.gateway.limits.store.snapshot(
+            f"{{o:{key.organization_id}}}cap:k:{key.id}:m:{month()}"
+        )
+    )
     monthly = cap(ok(gw, raw, "/v1/key")["data"], "key", "monthly")
     assert (monthly["spent"], monthly["held"], monthly["source"]) == (usd(used), 0, "limits")
     assert used > 0 and held == 0

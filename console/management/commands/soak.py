@@ -43,13 +43,13 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections, transaction
 
 from accounts.facade import api_key_revoke
+from console import redis_url as redis_urls
 from console.soak import checks
 from console.soak import scenario as scenarios
 from console.soak.cluster import Cluster, local_postgres_cluster, restart_postgres
@@ -128,7 +128,7 @@ class Command(BaseCommand):
             raise CommandError(f"PostgreSQL is not reachable: {exc}") from exc
 
         try:
-            redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2).ping()
+            redis_urls.sync_client(settings.REDIS_URL, socket_connect_timeout=2).ping()
         except Exception as exc:
             raise CommandError(f"Redis is not reachable at REDIS_URL: {exc}") from exc
         db = settings.DATABASES["default"]

@@ -40,20 +40,33 @@ def auth(**overrides) -> AuthenticatedKey:
     return AuthenticatedKey(**fields)
 
 
+def test_every_key_of_a_call_carries_the_organizations_hash_tag():
+    """One Redis Cluster slot holds all of a call's keys, so one script can
+    reserve on all of them."""
+    from redis.crc import key_slot
+
+    caps, rates = plan(auth(billing_mode="prepaid"), datetime(2026, 12, 2, 15, 0, tzinfo=UTC))
+    keys = [c.key for c in caps] + [r.key for r in rates]
+    assert len(keys) == 7
+    assert {key_slot(k.encode()) for k in keys} == {key_slot(b"{o:3}")}
+    other = plan(auth(organization_id=4), datetime(2026, 12, 2, 15, 0, tzinfo=UTC))[0][0].key
+    assert other.startswith("{o:4}")
+
+
 def test_buckets_and_rules_for_the_levels_with_limits():
     now = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
     caps, rates = plan(auth(), now)
     assert [(c.code, c.key, c.limit) for c in caps] == [
-        ("key_daily_cap_exceeded", "cap:k:42:d:2026-12-02", 1_000),
-        ("key_monthly_cap_exceeded", "cap:k:42:m:2026-12", 20_000),
-        ("key_lifetime_cap_exceeded", "cap:k:42:life", 300_000),
-        ("sub_account_monthly_cap_exceeded", "cap:s:7:m:2026-12", 50_000),
+        ("key_daily_cap_exceeded", "{o:3}cap:k:42:d:2026-12-02", 1_000),
+        ("key_monthly_cap_exceeded", "{o:3}cap:k:42:m:2026-12", 20_000),
+        ("key_lifetime_cap_exceeded", "{o:3}cap:k:42:life", 300_000),
+        ("sub_account_monthly_cap_exceeded", "{o:3}cap:s:7:m:2026-12", 50_000),
     ]
     assert caps[0].ttl_seconds == 9 * 3600 + PERIOD_MARGIN_SECONDS
     assert caps[2].ttl_seconds is None
     assert [(r.scope, r.key, r.rpm, r.tpm) for r in rates] == [
-        ("key", "rl:k:42", 60, None),
-        ("org", "rl:o:3", None, 90_000),
+        ("key", "{o:3}rl:k:42", 60, None),
+        ("org", "{o:3}rl:o:3", None, 90_000),
     ]
 
 
@@ -65,7 +78,7 @@ def test_prepaid_orgs_get_the_balance_bucket_and_keys_without_sub_account_skip_i
         now,
     )  # fmt: skip
     assert [(c.code, c.key, c.limit, c.ttl_seconds) for c in caps] == [
-        ("prepaid_balance_exhausted", "bal:o:3", 0, None)
+        ("prepaid_balance_exhausted", "{o:3}bal:o:3", 0, None)
     ]
     assert [r.scope for r in rates] == ["key"]
 
@@ -76,31 +89,31 @@ def test_the_day_turns_at_midnight_in_a_half_hour_timezone():
     after = before + timedelta(seconds=1)
     caps_before, _ = plan(a, before)
     caps_after, _ = plan(a, after)
-    assert caps_before[0].key == "cap:k:42:d:2026-12-01"
-    assert caps_after[0].key == "cap:k:42:d:2026-12-02"
+    assert caps_before[0].key == "{o:3}cap:k:42:d:2026-12-01"
+    assert caps_after[0].key == "{o:3}cap:k:42:d:2026-12-02"
     assert caps_before[0].ttl_seconds == 1 + PERIOD_MARGIN_SECONDS
     assert caps_after[0].ttl_seconds == 24 * 3600 + PERIOD_MARGIN_SECONDS
     assert caps_after[0].resets_at == datetime(2026, 12, 2, 18, 30, tzinfo=UTC).timestamp()
     # The month had turned too (December 1st began at 18:30 UTC on November 30th).
-    assert caps_before[1].key == "cap:k:42:m:2026-12"
+    assert caps_before[1].key == "{o:3}cap:k:42:m:2026-12"
 
 
 def test_the_month_turns_in_the_orgs_timezone_not_utc():
     a = auth(timezone="America/New_York")
     caps, _ = plan(a, datetime(2027, 1, 1, 4, 59, tzinfo=UTC))  # 23:59 on Dec 31 there
-    assert [c.key for c in caps[:2]] == ["cap:k:42:d:2026-12-31", "cap:k:42:m:2026-12"]
+    assert [c.key for c in caps[:2]] == ["{o:3}cap:k:42:d:2026-12-31", "{o:3}cap:k:42:m:2026-12"]
     caps, _ = plan(a, datetime(2027, 1, 1, 5, 0, tzinfo=UTC))
-    assert [c.key for c in caps[:2]] == ["cap:k:42:d:2027-01-01", "cap:k:42:m:2027-01"]
+    assert [c.key for c in caps[:2]] == ["{o:3}cap:k:42:d:2027-01-01", "{o:3}cap:k:42:m:2027-01"]
 
 
 def test_a_dst_day_is_23_hours_long():
     a = auth(timezone="America/New_York")
     start = datetime(2026, 3, 8, 5, 0, tzinfo=UTC)  # midnight EST, clocks spring forward at 2:00
     caps, _ = plan(a, start)
-    assert caps[0].key == "cap:k:42:d:2026-03-08"
+    assert caps[0].key == "{o:3}cap:k:42:d:2026-03-08"
     assert caps[0].ttl_seconds == 23 * 3600 + PERIOD_MARGIN_SECONDS
 
 
 def test_an_unknown_timezone_falls_back_to_utc():
     caps, _ = plan(auth(timezone="Mars/Olympus"), datetime(2026, 12, 2, 23, 0, tzinfo=UTC))
-    assert caps[0].key == "cap:k:42:d:2026-12-02"
+    assert caps[0].key == "{o:3}cap:k:42:d:2026-12-02"

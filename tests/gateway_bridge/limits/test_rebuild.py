@@ -91,20 +91,20 @@ def test_spend_today_this_month_and_lifetime_in_a_half_hour_timezone(org):
     ever = (datetime(2000, 1, 1, tzinfo=z), datetime(2100, 1, 1, tzinfo=z))
     mine, team_calls = {"api_key_id": key.pk}, {"sub_account_id": team.pk}
     expected = {
-        f"cap:k:{key.pk}:d:2026-12-02": cost_between(*day, **mine),
-        f"cap:k:{key.pk}:m:2026-12": cost_between(*month, **mine),
-        f"cap:k:{key.pk}:life": cost_between(*ever, **mine),
-        f"cap:s:{team.pk}:d:2026-12-02": cost_between(*day, **team_calls),
-        f"cap:s:{team.pk}:m:2026-12": cost_between(*month, **team_calls),
-        f"cap:s:{team.pk}:life": cost_between(*ever, **team_calls),
+        f"{{o:{org.pk}}}cap:k:{key.pk}:d:2026-12-02": cost_between(*day, **mine),
+        f"{{o:{org.pk}}}cap:k:{key.pk}:m:2026-12": cost_between(*month, **mine),
+        f"{{o:{org.pk}}}cap:k:{key.pk}:life": cost_between(*ever, **mine),
+        f"{{o:{org.pk}}}cap:s:{team.pk}:d:2026-12-02": cost_between(*day, **team_calls),
+        f"{{o:{org.pk}}}cap:s:{team.pk}:m:2026-12": cost_between(*month, **team_calls),
+        f"{{o:{org.pk}}}cap:s:{team.pk}:life": cost_between(*ever, **team_calls),
     }
     assert values == expected
     # Guard the guard: the boundary calls really split the periods.
     costs = [c.cost for c in CallRecord.objects.filter(api_key_id=key.pk).order_by("started_at")]
     _oct5, _nov30a, nov30b, dec1, dec2a, dec2b = costs
-    assert values[f"cap:k:{key.pk}:d:2026-12-02"] == dec2a + dec2b
-    assert values[f"cap:k:{key.pk}:m:2026-12"] == nov30b + dec1 + dec2a + dec2b
-    assert values[f"cap:k:{key.pk}:life"] == sum(costs)
+    assert values[f"{{o:{org.pk}}}cap:k:{key.pk}:d:2026-12-02"] == dec2a + dec2b
+    assert values[f"{{o:{org.pk}}}cap:k:{key.pk}:m:2026-12"] == nov30b + dec1 + dec2a + dec2b
+    assert values[f"{{o:{org.pk}}}cap:k:{key.pk}:life"] == sum(costs)
     assert len(set(costs)) == 6
 
 
@@ -120,8 +120,8 @@ def test_whole_hour_timezones_read_rollups_only(org, django_assert_num_queries):
     with django_assert_num_queries(1):
         values = seed_values(a, NOW)
     assert values == {
-        f"cap:k:{key.pk}:d:2026-12-02": late.cost,  # 00:00 Dec 2 in Berlin
-        f"cap:k:{key.pk}:m:2026-12": late.cost + early.cost,
+        f"{{o:{org.pk}}}cap:k:{key.pk}:d:2026-12-02": late.cost,  # 00:00 Dec 2 in Berlin
+        f"{{o:{org.pk}}}cap:k:{key.pk}:m:2026-12": late.cost + early.cost,
     }
 
 
@@ -135,7 +135,7 @@ def test_the_prepaid_bucket_is_minus_the_ledger_balance(org):
     calls_at(key, datetime(2026, 12, 2, 9, 0, tzinfo=UTC))  # ingest debits the ledger
     spent = CallRecord.objects.get(api_key_id=key.pk).cost
     a = view(key)
-    assert seed_values(a, NOW) == {f"bal:o:{org.pk}": -(5_000_000 - spent)}
+    assert seed_values(a, NOW) == {f"{{o:{org.pk}}}bal:o:{org.pk}": -(5_000_000 - spent)}
 
 
 @pytest.mark.django_db(transaction=True)  # the seeding thread reads committed rows
