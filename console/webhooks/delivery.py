@@ -87,6 +87,7 @@ def outbound_event_record(
                 Delivery.objects.create(
                     event=event,
                     destination=d,
+                    created_at=now,
                     next_attempt_at=now,
                     retry_until=now + _retry_window(),
                 ).pk
