@@ -4,6 +4,7 @@ deliveries run inline instead of through a broker."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -44,7 +45,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 headers = dict(self.headers.items())
                 verified = None
@@ -54,7 +55,12 @@ class Receiver:
                     except signing.SignatureError:
                         verified = False
                 receiver.requests.append(
-                    {"headers": headers, "body": body, "json": json.loads(body), "verified": verified}
+                    {
+                        "headers": headers,
+                        "body": body,
+                        "json": json.loads(body),
+                        "verified": verified,
+                    }
                 )
                 mode = receiver.mode
                 if mode == "slow":
@@ -75,10 +81,8 @@ class Receiver:
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                try:
+                with contextlib.suppress(OSError):
                     self.wfile.write(answer)
-                except OSError:
-                    pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
