@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.facade import DomainError, NotFound, Perm, apply_errors, org_view
 from console.webhooks import selectors, services
-from console.webhooks.forms import DeliveryFilterForm, DestinationForm
+from console.webhooks.forms import DeliveryFilterForm, DestinationForm, event_choices
 from console.webhooks.models import DestinationKind
 
 
@@ -29,8 +29,10 @@ def _destination(request, destination_id: int):
 
 @org_view(Perm.ORG_MANAGE, Perm.BILLING_VIEW, any_of=True)
 def destination_list(request):
+    labels = dict(event_choices())
     destinations = [
-        (d, services.url_display(d.url)) for d in selectors.destination_list(actor=request.actor)
+        (d, services.url_display(d.url), [str(labels.get(e, e)) for e in d.events])
+        for d in selectors.destination_list(actor=request.actor)
     ]
     return render(
         request,

@@ -160,7 +160,7 @@ def _stored_strings() -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node")
+AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node", "webhooks")
 SKIP = {
     "accounts:logout",
     "accounts:organization_switch",
