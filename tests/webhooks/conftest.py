@@ -16,6 +16,9 @@ import pytest
 from console.webhooks import delivery as delivery_module
 from console.webhooks import signing
 
+# The real hand-over to Celery, before ``inline_deliveries`` replaces it.
+REAL_ENQUEUE = delivery_module._enqueue
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -12,7 +12,6 @@ from django.core import mail
 from django.db import connection, transaction
 from django.utils import timezone as tz
 
-from accounts.models import Role
 from console import hooks
 from console.webhooks import delivery as delivery_module
 from console.webhooks import signing
@@ -326,5 +325,20 @@ def test_the_url_and_secret_are_sealed_at_rest(org, actor, receiver):
     assert Destination.objects.get().url == receiver.url
 
 
-def test_roles_cover_every_recipient_role():
-    assert {"owner", "finance"} <= set(Role.values)
+@pytest.mark.django_db
+def test_deliveries_go_to_the_registered_task_and_a_refusing_broker_leaves_them_to_the_sweep(
+    settings,
+):
+    from unittest import mock
+
+    from console.celery import registered_task
+    from tests.webhooks.conftest import REAL_ENQUEUE
+
+    assert settings.CELERY_BEAT_SCHEDULE["webhooks-deliver-due"]["task"] == "webhooks.deliver_due"
+    task = registered_task("webhooks.deliver")
+    with mock.patch.object(task, "delay") as delay:
+        REAL_ENQUEUE([7, 8])
+    assert [c.args for c in delay.call_args_list] == [(7,), (8,)]
+    with mock.patch.object(task, "delay", side_effect=OSError("broker down")) as delay:
+        REAL_ENQUEUE([1, 2])  # logged, never raised to the caller whose work committed
+    assert delay.call_count == 2
