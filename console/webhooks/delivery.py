@@ -125,11 +125,12 @@ def _event_get_or_create(organization_id, event_type, data, event_id):
 def _claim(delivery_id: int, *, force: bool) -> Delivery | None:
     now = tz.now()
     with transaction.atomic():
-        delivery = (
-            Delivery.objects.select_for_update()
-            .filter(pk=delivery_id, status=DeliveryStatus.PENDING)
-            .first()
-        )
+        # A disabled destination's deliveries wait (until their window ends); a
+        # test send or a replay (``force``) goes out anyway.
+        pending = Delivery.objects.filter(pk=delivery_id, status=DeliveryStatus.PENDING)
+        if not force:
+            pending = pending.filter(destination__enabled=True)
+        delivery = pending.select_for_update(of=("self",)).first()
         if delivery is None:
             return None
         if not force and delivery.next_attempt_at and delivery.next_attempt_at > now:
@@ -277,7 +278,9 @@ def deliveries_due(*, now=None) -> list[int]:
     expired claim), oldest first, at most a batch."""
     now = now or tz.now()
     return list(
-        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        Delivery.objects.filter(
+            status=DeliveryStatus.PENDING, next_attempt_at__lte=now, destination__enabled=True
+        )
         .order_by("next_attempt_at", "id")
         .values_list("pk", flat=True)[:SWEEP_BATCH]
     )

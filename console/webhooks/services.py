@@ -203,9 +203,12 @@ def destination_update(*, actor: Actor, destination_id: int, **data) -> Destinat
         errors = FieldErrors()
         fields = _clean(errors, actor, data, instance=destination)
         errors.raise_if_any()
+        revived = (fields.get("enabled") and not destination.enabled) or (
+            "url" in fields and fields["url"] != destination.url
+        )
         for name, value in fields.items():
             setattr(destination, name, value)
-        if fields.get("enabled") or "url" in fields:
+        if revived:
             destination.state, destination.state_reason = DestinationState.HEALTHY, ""
             destination.consecutive_failures = 0
         destination.save()

@@ -342,3 +342,25 @@ def test_deliveries_go_to_the_registered_task_and_a_refusing_broker_leaves_them_
     with mock.patch.object(task, "delay", side_effect=OSError("broker down")) as delay:
         REAL_ENQUEUE([1, 2])  # logged, never raised to the caller whose work committed
     assert delay.call_count == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_disabled_destination_gets_nothing_until_it_is_enabled_again(org, actor, receiver):
+    from console.webhooks.services import destination_update
+
+    destination = webhook(actor, receiver)
+    destination_update(actor=actor, destination_id=destination.pk, enabled=False)
+    fire(org, "evt_1")  # not subscribed while disabled: no delivery at all
+    assert Delivery.objects.count() == 0
+    destination_update(actor=actor, destination_id=destination.pk, enabled=True)
+    receiver.mode = "500"
+    fire(org, "evt_2")
+    destination_update(actor=actor, destination_id=destination.pk, enabled=False)
+    receiver.mode = "ok"
+    make_due()
+    assert delivery_module.deliver_due() == 0  # its retry waits while disabled
+    destination_update(actor=actor, destination_id=destination.pk, enabled=True)
+    make_due()
+    delivery_module.deliver_due()
+    assert [r["verified"] for r in receiver.requests] == ["evt_2", "evt_2"]
+    assert Delivery.objects.get().status == DeliveryStatus.SUCCEEDED
