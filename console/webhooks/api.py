@@ -77,27 +77,38 @@ class EventViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin)
         return selectors.event_list(actor=self.actor)
 
 
-@extend_schema(
-    parameters=[
-        OpenApiParameter("destination", int, required=False),
-        OpenApiParameter("status", str, required=False, enum=DeliveryStatus.values),
-    ]
-)
 class DeliveryViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     queryset = Delivery.objects.none()
     serializer_class = DeliverySerializer
 
     def get_queryset(self):
-        params = self.request.query_params
-        destination = params.get("destination", "")
-        state = params.get("status", "")
-        if destination and not destination.isdigit():
-            raise ValidationError({"destination": ["Give a destination id."]})
-        if state and state not in DeliveryStatus.values:
-            raise ValidationError({"status": [f"One of: {', '.join(DeliveryStatus.values)}."]})
+        destination, state = None, ""
+        if self.action == "list":
+            params = self.request.query_params
+            raw = params.get("destination", "")
+            state = params.get("status", "")
+            if raw:
+                try:
+                    destination = int(raw)
+                except ValueError:
+                    raise ValidationError({"destination": ["Give a destination id."]}) from None
+                if not 0 < destination < 2**63:
+                    destination = 0  # no such id: an empty list
+            if state and state not in DeliveryStatus.values:
+                raise ValidationError({"status": [f"One of: {', '.join(DeliveryStatus.values)}."]})
         return selectors.delivery_list(
-            actor=self.actor, destination_id=int(destination or 0) or None, status=state
+            actor=self.actor, destination_id=destination, status=state
         ).prefetch_related("attempt_log")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("destination", int, required=False),
+            OpenApiParameter("status", str, required=False, enum=DeliveryStatus.values),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        """The delivery log, newest first, by destination and status."""
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(request=None, responses=DeliverySerializer)
     @action(detail=True, methods=["post"])

@@ -31,7 +31,7 @@ def delivery_list(
     qs = Delivery.objects.filter(destination__organization_id=actor.organization_id).select_related(
         "event", "destination"
     )
-    if destination_id:
+    if destination_id is not None:
         qs = qs.filter(destination_id=destination_id)
     if status:
         qs = qs.filter(status=status)

@@ -4,6 +4,7 @@ answers of create and rotate-secret (``secret``), never in a list or read."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from rest_framework import serializers
 
 from console.webhooks.models import (
@@ -64,9 +65,13 @@ class DestinationInput(serializers.Serializer):
         child=serializers.CharField(max_length=254), required=False, max_length=20
     )
     events = serializers.ListField(
-        child=serializers.ChoiceField(choices=EVENT_CHOICES), max_length=len(EVENT_CHOICES)
+        child=serializers.ChoiceField(choices=EVENT_CHOICES),
+        min_length=1,
+        max_length=len(EVENT_CHOICES),
     )
-    language = serializers.CharField(required=False, max_length=16)
+    language = serializers.ChoiceField(
+        choices=[code for code, _name in settings.LANGUAGES], required=False
+    )
     enabled = serializers.BooleanField(required=False)
 
 

@@ -268,3 +268,10 @@ def test_a_bad_api_filter_is_a_400(client, world):
     c = _login(client, world["a"]["members"][Role.OWNER])
     assert c.get("/api/v1/webhooks/deliveries/", {"status": "nope"}).status_code == 400
     assert c.get("/api/v1/webhooks/deliveries/", {"destination": "x"}).status_code == 400
+
+
+def test_an_out_of_range_destination_filter_is_an_empty_list(client, world):
+    c = _login(client, world["a"]["members"][Role.OWNER])
+    for value in ("-5", "99999999999999999999999"):
+        response = c.get("/api/v1/webhooks/deliveries/", {"destination": value})
+        assert response.status_code == 200 and response.json()["results"] == []
