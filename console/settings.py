@@ -66,6 +66,8 @@ INSTALLED_APPS = [
     "usage",
     "invoicing",
     "gateway_bridge",
+    # --- outbound webhooks and chat destinations (issue 21)
+    "console.webhooks",
     # --- two-factor sign-in (issue 19): django-otp's TOTP devices (accounts.two_factor)
     "django_otp",
     "django_otp.plugins.otp_totp",
@@ -316,6 +318,29 @@ CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
     "options": {"expires": float(NODE_PROBE_INTERVAL_SECONDS)},
 }
 
+# --- outbound webhooks (issue 21: console.webhooks) ---------------------------
+# One POST to a destination: seconds to connect, and for the whole exchange.
+WEBHOOK_CONNECT_TIMEOUT_SECONDS = config.env_float(
+    "WEBHOOK_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1
+)
+WEBHOOK_TIMEOUT_SECONDS = config.env_float("WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+# Retries: exponential backoff with full jitter (a random wait up to
+# base * 2**attempt, at most the cap) for this many hours, then abandoned.
+WEBHOOK_RETRY_BASE_SECONDS = config.env_float("WEBHOOK_RETRY_BASE_SECONDS", 30.0, minimum=0.1)
+WEBHOOK_RETRY_MAX_DELAY_SECONDS = config.env_float(
+    "WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=1
+)
+WEBHOOK_RETRY_HOURS = config.env_float("WEBHOOK_RETRY_HOURS", 24.0, minimum=0)
+# A destination is marked failing after this many failed attempts in a row.
+WEBHOOK_FAILING_AFTER = config.env_int("WEBHOOK_FAILING_AFTER", 5, minimum=1)
+# How often beat sends the deliveries whose retry is due.
+WEBHOOK_SWEEP_SECONDS = config.env_float("WEBHOOK_SWEEP_SECONDS", 30.0, minimum=1)
+CELERY_BEAT_SCHEDULE["webhooks-deliver-due"] = {
+    "task": "webhooks.deliver_due",
+    "schedule": WEBHOOK_SWEEP_SECONDS,
+    "options": {"expires": WEBHOOK_SWEEP_SECONDS},
+}
+
 # --- web server guard (issue 19: slow clients, huge bodies) -----------------
 # console.server: the request head must arrive within this many seconds (408, closed).
 CONSOLE_HEADER_TIMEOUT_SECONDS = config.env_float("CONSOLE_HEADER_TIMEOUT_SECONDS", 10.0, minimum=0)
@@ -533,6 +558,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "SubAccountStatusEnum": "accounts.models.SubAccountStatus",
         "NodeStatusEnum": "inference_node.models.NodeStatus",
+        "WebhookDestinationKindEnum": "console.webhooks.models.DestinationKind",
     },
     # --- API schema conformance (issue 19): the error answers of every operation
     "POSTPROCESSING_HOOKS": [

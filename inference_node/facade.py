@@ -24,12 +24,24 @@ worker thread), and the address rules a tenant's upstream must pass at
 connect time too (``is_public_address``, ``why_not_public``,
 ``refuse_internal_host``: DNS can change after a node was saved; a
 ``RoutableNode`` with ``public_only`` is reached at checked addresses only).
+The same rules for any other tenant-given URL this deployment sends to (the
+outbound webhooks of ``console.webhooks``): ``guarded`` (whether the rule
+applies under ``NODE_ALLOW_PRIVATE_URLS``), ``literal_refusal`` (an IP
+literal host) and ``PublicOnlyResolver`` (aiohttp's resolver that raises
+``PrivateAddressRefused`` for a name resolving to a non-public address).
 """
 
 from __future__ import annotations
 
+from inference_node.addresses import (
+    PrivateAddressRefused,
+    PublicOnlyResolver,
+    guarded,
+    literal_refusal,
+    refuse_internal_host,
+    why_not_public,
+)
 from inference_node.addresses import is_public as is_public_address
-from inference_node.addresses import refuse_internal_host, why_not_public
 from inference_node.health import probe_nodes
 from inference_node.models import (
     Credential,
@@ -62,13 +74,17 @@ __all__ = [
     "NodeKind",
     "NodeModel",
     "NodeStatus",
+    "PrivateAddressRefused",
+    "PublicOnlyResolver",
     "RoutableCredential",
     "RoutableNode",
     "RoutingSnapshot",
     "build_routing_snapshot",
     "credential_refused",
+    "guarded",
     "invalidate_routing_snapshot",
     "is_public_address",
+    "literal_refusal",
     "nodes_own_and_shared",
     "probe_nodes",
     "refuse_internal_host",

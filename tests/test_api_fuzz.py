@@ -78,6 +78,9 @@ RULES_BEYOND_THE_SCHEMA: dict[str, set[str]] = {
         "base_url", "preset", "kind", "api_path", "health_check", "models", "labels",
         "credentials", "name", "token",
     },
+    # A URL's address, an e-mail destination's recipients, a unique name.
+    "POST /api/v1/webhooks/destinations/": {"name", "url", "recipients", "events", "language"},
+    "PATCH /api/v1/webhooks/destinations/{id}/": {"name", "url", "recipients", "events"},
     "PATCH /api/v1/nodes/{id}/": {
         "base_url", "preset", "kind", "api_path", "health_check", "models", "labels", "name",
         "token",

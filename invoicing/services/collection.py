@@ -43,6 +43,7 @@ from invoicing.models import (
     PaymentStatus,
 )
 from invoicing.money import from_minor
+from invoicing.services import outbound
 from invoicing.services._common import event, local_today, money_minor
 from invoicing.services.invoices import _apply_payment
 from invoicing.services.ledger import ledger_entry_create
@@ -121,6 +122,7 @@ def _settle_intent(payment: Payment, intent: Intent, invoice: Invoice | None) ->
                 created_by=payment.created_by,
                 currency=payment.currency,
             )
+            outbound.topup_succeeded(payment)
         return "succeeded"
     # requires_payment_method is a failure only after an attempt (a top-up
     # waiting for its page has it too, without an error).

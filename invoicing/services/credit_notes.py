@@ -48,6 +48,7 @@ from invoicing.models import (
     PaymentStatus,
 )
 from invoicing.money import PPM, div_round, from_minor, micro_text, to_minor
+from invoicing.services import outbound
 from invoicing.services._common import event, money, money_minor
 from invoicing.services.ledger import ledger_entry_create
 from usage.facade import CallRecord
@@ -303,6 +304,9 @@ def _issue(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote
         invoice.status, invoice.paid_at = InvoiceStatus.PAID, tz.now()
         fields += ["status", "paid_at"]
     invoice.save(update_fields=fields)
+    outbound.credit_note_issued(note)
+    if "status" in fields:
+        outbound.invoice_event(invoice, "invoice.paid")
     if effect == CreditNoteEffect.REFUND_BALANCE:
         ledger_entry_create(
             organization_id=invoice.organization_id,

@@ -33,6 +33,7 @@ from invoicing.models import (
 )
 from invoicing.pdf import invoice_pdf
 from invoicing.rules import finalize_blocker
+from invoicing.services import outbound
 from invoicing.services._common import (
     event,
     local_noon,
@@ -259,6 +260,9 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
             number=invoice.number,
             total=money(invoice.total, invoice.currency),
         )
+        outbound.invoice_event(invoice, "invoice.finalized")
+        if invoice.status == InvoiceStatus.PAID:
+            outbound.invoice_event(invoice, "invoice.paid")
         if actor is not None:
             audit_record(
                 actor=actor,
@@ -349,6 +353,7 @@ def _apply_payment(invoice: Invoice, amount_minor: int, *, paid_at=None) -> None
     ):
         invoice.status = InvoiceStatus.PAID
         invoice.paid_at = paid_at or tz.now()
+        outbound.invoice_event(invoice, "invoice.paid")
     invoice.save(update_fields=["paid_minor", "status", "paid_at"])
 
 

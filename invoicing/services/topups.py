@@ -27,6 +27,7 @@ from console.money import format_amount
 from invoicing import stripe_adapter
 from invoicing.models import LedgerKind, Payment, PaymentKind, PaymentMethod, PaymentStatus
 from invoicing.money import PPM, from_minor, to_minor
+from invoicing.services import outbound
 from invoicing.services._common import money_minor
 from invoicing.services._payments import (
     paid_on_day,
@@ -214,6 +215,7 @@ def topup_record_manual(
                 "paid_on": day.isoformat(),
             },
         )
+        outbound.topup_succeeded(payment)
     payment.duplicate = False
     return payment
 

@@ -114,6 +114,10 @@ RULES: list[tuple[str, Access]] = [
     ("analytics:billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:chart_billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:*", Access("page", USAGE)),
+    # Outbound webhooks: whoever sees billing reads them, owners and admins manage them.
+    ("webhooks:destinations", Access("page", (P.BILLING_VIEW,))),
+    ("webhooks:deliveries", Access("page", (P.BILLING_VIEW,))),
+    ("webhooks:*", Access("page", (P.ORG_MANAGE,))),
     # REST API
     ("api-schema", Access("public")),  # the OpenAPI description: no data
     ("api-key-*", Access("api", KEYS_SEE, (P.KEYS_MANAGE_OWN,))),
@@ -126,6 +130,9 @@ RULES: list[tuple[str, Access]] = [
     ("invoice-*", BILLING_API),
     ("credit-note-*", BILLING_API),
     ("ledger-entry-*", BILLING_API),
+    ("webhook-destination-*", Access("api", (P.BILLING_VIEW,), (P.ORG_MANAGE,))),
+    ("webhook-event-*", Access("api", (P.BILLING_VIEW,))),
+    ("webhook-delivery-*", Access("api", (P.BILLING_VIEW,), (P.ORG_MANAGE,))),
 ]
 
 
@@ -225,6 +232,11 @@ PARAMS: list[tuple[str, str, str]] = [
     ("invoice-*", "pk", "invoice"),
     ("credit-note-*", "pk", "credit_note"),
     ("ledger-entry-*", "pk", "ledger_entry"),
+    ("*", "destination_id", "webhook_destination"),
+    ("*", "delivery_id", "webhook_delivery"),
+    ("webhook-destination-*", "pk", "webhook_destination"),
+    ("webhook-event-*", "pk", "webhook_event"),
+    ("webhook-delivery-*", "pk", "webhook_delivery"),
 ]
 
 ADMIN_VALUES = {"app_label": "accounts", "url": "no-such-page/", "content_type_id": "1"}
@@ -240,6 +252,7 @@ def param_kind(route: Route, param: str) -> str | None:
 def _tenant(org, members) -> SimpleNamespace:
     """One organization's objects, one of each kind a URL can name."""
     from accounts.services import invitation_create, sub_account_create
+    from console.webhooks.models import Delivery, Destination, OutboundEvent
     from invoicing.models import Payment
     from invoicing.services import (
         credit_note_create,
@@ -275,6 +288,18 @@ def _tenant(org, members) -> SimpleNamespace:
         organization=org, invoice=invoice, credit_note=note, kind="refund",
         method="bank_transfer", currency=invoice.currency, amount_minor=1, reference=note.number,
     )  # fmt: skip
+    # An outbound webhook destination with one failed delivery (to a closed port).
+    destination = Destination.objects.create(
+        organization=org, name=f"hook-{org.slug}", kind="webhook",
+        url="http://127.0.0.1:9/hook", secret="whsec_sweep_not_secret", events=["all"],
+    )  # fmt: skip
+    outbound = OutboundEvent.objects.create(
+        organization=org, event_id=f"evt-{org.slug}", type="invoice.paid", data={}
+    )
+    delivery = Delivery.objects.create(
+        event=outbound, destination=destination, status="abandoned", attempts=1,
+        last_error="cannot connect", next_attempt_at=None,
+    )  # fmt: skip
     return SimpleNamespace(
         org=org,
         members=members,
@@ -290,6 +315,9 @@ def _tenant(org, members) -> SimpleNamespace:
             "credit_note": note.pk,
             "manual_refund": refund.pk,
             "ledger_entry": entry.pk,
+            "webhook_destination": destination.pk,
+            "webhook_event": outbound.pk,
+            "webhook_delivery": delivery.pk,
             "bogus_token": "not-a-real-invitation-token",
         },
     )

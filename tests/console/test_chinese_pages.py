@@ -45,6 +45,7 @@ LATIN_TERMS = {
     "prometheus", "metrics", "visa", "mastercard", "amex", "sepa", "iban", "swift", "vat", "github",
     "google", "authenticator", "llm", "openrouter", "litellm", "new", "chat", "completions",
     "messages", "responses", "embeddings", "v1", "v1beta", "sim", "simulator", "simulators",
+    "slack", "lark", "wecom", "dingtalk",
 }  # fmt: skip
 WORD = re.compile(r"[A-Za-z][A-Za-z']+")
 HAN = re.compile(r"[\u4e00-\u9fff]")
@@ -145,7 +146,7 @@ def _stored_strings() -> list[str]:
     """Every string in the test database's rows of the console's apps: the
     organizations' own data (names, e-mails, reasons, catalogue entries)."""
     out: set[str] = set()
-    for label in ("accounts", "usage", "invoicing", "inference_node"):
+    for label in ("accounts", "usage", "invoicing", "inference_node", "webhooks"):
         for model in apps.get_app_config(label).get_models():
             fields = [
                 f.name
@@ -160,7 +161,7 @@ def _stored_strings() -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node")
+AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node", "webhooks")
 SKIP = {
     "accounts:logout",
     "accounts:organization_switch",
