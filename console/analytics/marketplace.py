@@ -60,6 +60,8 @@ WINDOW_CHOICES = [
     ("30d", gettext_lazy("Last 30 days")),
 ]
 DEFAULT_WINDOW = "7d"
+# The catalogue's modalities (``usage.models.Modality``) as readers see them.
+MODALITY_LABELS = {"text": gettext_lazy("Text"), "vision": gettext_lazy("Text and images")}
 USAGE = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
 
 
@@ -196,7 +198,7 @@ def member_rows(actor, window: str) -> list[dict]:
                 "display_name": m.display_name,
                 "provider": m.provider,
                 "modality": m.modality,
-                "modality_label": m.get_modality_display(),
+                "modality_label": MODALITY_LABELS.get(m.modality, m.modality),
                 "context_window": m.context_window,
                 "currency": org.currency,
                 "price": p.effective if p else None,
@@ -389,9 +391,8 @@ def public_marketplace(request):
     rows = public_rows(window)
     if request.GET.get("format") == "json":
         return JsonResponse({"window": window, "models": rows})
-    modality = dict(CatalogModel._meta.get_field("modality").flatchoices)
     for r in rows:
-        r["modality_label"] = modality.get(r["modality"], r["modality"])
+        r["modality_label"] = MODALITY_LABELS.get(r["modality"], r["modality"])
         r["prices"] = [
             (cur, {k: format_exact(v, cur) for k, v in p.items()})
             for cur, p in r["list_prices_per_mtok"].items()
