@@ -141,13 +141,15 @@ _COLUMNS = (
 )
 
 
-def model_performance(*, now: datetime | None = None) -> dict[str, dict[str, Figures]]:
-    """``{window: {model: Figures}}`` for every model called in the last 30
-    days, across every organization. One read of the 30 days' MODEL-grain
-    rows answers the three windows."""
+def model_performance(
+    *, now: datetime | None = None, windows: tuple[str, ...] = tuple(WINDOWS)
+) -> dict[str, dict[str, Figures]]:
+    """``{window: {model: Figures}}`` for every model called in each window,
+    across every organization. One read of the MODEL-grain rows of the
+    longest window answers them all."""
     now = now or timezone.now()
-    starts = {w: window_start(w, now) for w in WINDOWS}
-    accs: dict[str, dict[str, _Acc]] = {w: defaultdict(_Acc) for w in WINDOWS}
+    starts = {w: window_start(w, now) for w in windows}
+    accs: dict[str, dict[str, _Acc]] = {w: defaultdict(_Acc) for w in windows}
     rows = Rollup.objects.filter(
         grain=Grain.MODEL, hour__gte=min(starts.values()), hour__lte=floor_hour(now)
     ).values_list("hour", "model", *_COLUMNS)

@@ -11,9 +11,10 @@ Two optional public pages need no sign-in and show no organization's data:
 the public marketplace (``CONSOLE_PUBLIC_MARKETPLACE``: models, list prices
 and the platform-wide figures) and the status page (``CONSOLE_PUBLIC_STATUS``:
 each model up, degraded or down now and on each of the last 90 days). Both
-answer 404 while their setting is off, and keep what they computed for
-``CONSOLE_PUBLIC_CACHE_SECONDS`` so that anonymous traffic cannot make the
-database read 30 days of rollups per request.
+answer 404 while their setting is off. The platform-wide figures are kept
+for ``CONSOLE_MARKETPLACE_CACHE_SECONDS`` (the same for every reader), so
+that page views, anonymous ones above all, do not each read 30 days of
+rollups.
 """
 
 from __future__ import annotations
@@ -160,6 +161,21 @@ def _figures(row: dict) -> dict | None:
     return None if fig is None else fig.as_dict()
 
 
+def _cached(key: str, compute):
+    """What ``compute`` returns, kept ``CONSOLE_MARKETPLACE_CACHE_SECONDS``
+    (0: computed every time). Only platform-wide figures are kept: the same
+    for every reader."""
+    seconds = settings.CONSOLE_MARKETPLACE_CACHE_SECONDS
+    if seconds <= 0:
+        return compute()
+    return cache.get_or_set(f"marketplace:{key}", compute, seconds)
+
+
+def platform_figures(window: str) -> dict[str, Figures]:
+    """Each model's figures over ``window``, across every organization."""
+    return _cached(f"figures:{window}", lambda: model_performance(windows=(window,))[window])
+
+
 def _catalogue() -> list[CatalogModel]:
     return list(CatalogModel.objects.filter(enabled=True).order_by("name"))
 
@@ -186,7 +202,7 @@ def _chart_links(name: str, window: str) -> dict[str, str]:
 def member_rows(actor, window: str) -> list[dict]:
     """Every enabled model with the organization's and the list prices and
     the platform-wide figures of ``window``."""
-    performance = model_performance()[window]
+    performance = platform_figures(window)
     prices = {p.model.name: p for p in model_price_list(actor=actor)}
     org = actor.organization
     rows = []
@@ -349,19 +365,12 @@ class MarketplaceAPIView(APIView):
 # --- the public pages ------------------------------------------------------------------
 
 
-def _cached(key: str, compute):
-    seconds = settings.CONSOLE_PUBLIC_CACHE_SECONDS
-    if seconds <= 0:
-        return compute()
-    return cache.get_or_set(f"public:{key}", compute, seconds)
-
-
 def public_rows(window: str) -> list[dict]:
     """Enabled models, their list prices per currency and the platform-wide
     figures: nothing of any organization's."""
 
     def compute():
-        performance = model_performance()[window]
+        performance = platform_figures(window)
         listed = list_prices()
         return [
             {
@@ -378,7 +387,7 @@ def public_rows(window: str) -> list[dict]:
             for m in _catalogue()
         ]
 
-    return _cached(f"marketplace:{window}", compute)
+    return _cached(f"public:{window}", compute)
 
 
 @require_GET

@@ -36,7 +36,7 @@ def _fresh_ingest(settings):
 
     settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 300
     settings.USAGE_RETENTION_DAYS = 0
-    settings.CONSOLE_PUBLIC_CACHE_SECONDS = 0
+    settings.CONSOLE_MARKETPLACE_CACHE_SECONDS = 0
     invalidate_price_book()
     invalidate_directory()
     yield
