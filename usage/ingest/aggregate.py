@@ -122,6 +122,7 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
     ceil = math.ceil
     inv = _INV_LOG_GAMMA
     slots = _REFUSAL_SLOT
+    tps_bins = TPS_BINS
     for row, hour in zip(rows, hours, strict=True):
         stream = row.stream
         key = (
@@ -139,7 +140,8 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
             a = cells[key] = [0] * N_SUMS + [[], [], []]
         a[0] += 1
         status = row.status_code
-        if 200 <= status < 300:
+        ok = 200 <= status < 300
+        if ok:
             a[1] += 1
         elif 400 <= status < 500:
             a[2] += 1
@@ -181,11 +183,11 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
             a[15] += 1
             a[16] += ttft
             a[TTFT_BINS].append(ceil(log(ttft) * inv) if ttft else ZERO)
-        if out > 0 and 200 <= status < 300 and cache != "response_hit":
+        if ok and out > 0 and cache != "response_hit":
             gen = lat - ttft if stream and ttft is not None else lat
             if gen > 0:
                 v = out * 1_000_000_000 // gen
-                a[TPS_BINS].append(ceil(log(v) * inv) if v else ZERO)
+                a[tps_bins].append(ceil(log(v) * inv) if v else ZERO)
         t = row.queue_us
         if t:
             a[_QUEUE] += t
