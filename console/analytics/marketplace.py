@@ -39,7 +39,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.facade import IsOrgMember, Perm, org_view
-from console.money import format_exact
+from console.money import format_exact, format_rate
 from usage.facade import (
     DEGRADED_BELOW,
     DOWN_BELOW,
@@ -50,6 +50,7 @@ from usage.facade import (
     PerMtok,
     channel_performance,
     daily_status,
+    discount_ppm_for,
     list_prices,
     model_performance,
     model_price_list,
@@ -229,7 +230,7 @@ def member_rows(actor, window: str) -> list[dict]:
 def _discount_label(org) -> str:
     if org.discount_rate >= 1:
         return ""
-    return f"-{(1 - org.discount_rate) * 100:.4g} %"
+    return format_rate(1_000_000 - discount_ppm_for(org.discount_rate))
 
 
 HEADINGS = (

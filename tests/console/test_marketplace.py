@@ -165,6 +165,17 @@ def test_the_page_and_the_api_show_the_platform_figures_and_the_callers_own_pric
     assert entry_b["figures"] == entry["figures"]
     assert entry_b["price_per_mtok"]["input"] != 4_321_000 and not entry_b["negotiated"]
     assert "4,321" not in client.get(reverse("analytics:marketplace")).content.decode()
+    # b pays list price less its discount, said on the page; a negotiated price pays full.
+    b.discount_rate = "0.85"
+    b.save(update_fields=["discount_rate"])
+    html = client.get(reverse("analytics:marketplace")).content.decode()
+    assert "your discount on list prices is 15 %" in html
+    entry_b = next(
+        m
+        for m in client.get("/api/v1/marketplace/").json()["models"]
+        if m["name"] == "sim-chat-small"
+    )
+    assert entry_b["price_per_mtok"]["input"] == entry_b["list_price_per_mtok"]["input"] * 85 // 100
 
 
 def _order(html: str) -> list[str]:
