@@ -361,6 +361,17 @@ CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 102
 CONSOLE_READYZ_TIMEOUT_SECONDS = config.env_float(
     "CONSOLE_READYZ_TIMEOUT_SECONDS", 2.0, minimum=0.1
 )
+# The public pages (console.analytics.marketplace), no sign-in: off answers 404. The
+# marketplace shows models, list prices and platform-wide figures; the status page each
+# model's up / degraded / down state now and per day. Off by default: publishing them
+# (model names, outages) is the operator's decision. The marketplace's platform-wide
+# figures (and these pages) are kept this many seconds (0: not kept), so that page
+# views, anonymous ones above all, do not each re-read 30 days of rollups.
+CONSOLE_PUBLIC_MARKETPLACE = config.env_bool("CONSOLE_PUBLIC_MARKETPLACE", False)
+CONSOLE_PUBLIC_STATUS = config.env_bool("CONSOLE_PUBLIC_STATUS", False)
+CONSOLE_MARKETPLACE_CACHE_SECONDS = config.env_int(
+    "CONSOLE_MARKETPLACE_CACHE_SECONDS", 60, minimum=0
+)
 
 # --- gateway bridge ---------------------------------------------------------
 # Requests bigger than this get 413 before they are parsed.

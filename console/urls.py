@@ -18,5 +18,6 @@ urlpatterns = [
     path("api/v1/", include("usage.api_urls")),
     path("api/v1/", include("invoicing.api_urls")),
     path("api/v1/", include("console.webhooks.api_urls")),
+    path("api/v1/", include("console.analytics.api_urls")),
     path("django-admin/", admin.site.urls),
 ]

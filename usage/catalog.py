@@ -163,3 +163,19 @@ def catalogue_entries() -> list[CatalogueEntry]:
             "name", "display_name", "enabled"
         )
     ]
+
+
+def list_prices(at: datetime | None = None) -> dict[str, dict[str, PerMtok]]:
+    """The list price in effect at ``at`` (now) of every model, per currency:
+    ``{model name: {currency: PerMtok}}``. No negotiated price is read: this
+    is what the public marketplace may show."""
+    at = at or timezone.now()
+    out: dict[str, dict[str, PerMtok]] = {}
+    rows = (
+        Price.objects.filter(organization__isnull=True, effective_from__lte=at)
+        .select_related("model")
+        .order_by("model_id", "currency", "-effective_from")
+    )
+    for p in rows:
+        out.setdefault(p.model.name, {}).setdefault(p.currency, _figures(_row(p)))
+    return out

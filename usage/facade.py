@@ -30,12 +30,19 @@ What is published, by topic:
   and margin by model, channel, organization and day, per currency, from the
   rollups) into a ``MarginReport`` of ``MarginLine`` and ``MarginDay``, and
   ``margin_basis_points`` (the integer margin share);
+* the marketplace and status page: ``model_price_list`` (the prices an
+  organization pays) and ``list_prices`` (list prices only, for the public
+  page), and measured performance per model across every organization
+  (``model_performance`` into ``Figures`` per ``PERFORMANCE_WINDOWS``;
+  ``channel_performance`` per channel for platform staff; ``daily_status``,
+  each model's up / degraded / down per day);
 * ``seed_catalog``, the default models and list prices.
 """
 
 from __future__ import annotations
 
 from usage.analytics import Series, cache_savings, series, unserved_models
+from usage.catalog import ModelPrices, PerMtok, list_prices, model_price_list
 from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
 from usage.logs import csv_text, visible_keys
@@ -50,6 +57,18 @@ from usage.models import (
     RerateRun,
     Rollup,
 )
+from usage.performance import (
+    DEGRADED_BELOW,
+    DOWN_BELOW,
+    STATUS_DAYS,
+    ChannelFigures,
+    Figures,
+    ModelStatus,
+    channel_performance,
+    daily_status,
+    model_performance,
+)
+from usage.performance import WINDOWS as PERFORMANCE_WINDOWS
 from usage.prices import PriceBook
 from usage.rating import PPM, PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
 from usage.seed import seed_catalog
@@ -59,21 +78,30 @@ from usage.spend import spend_by_period
 from usage.totals import OrgUsageTotals
 
 __all__ = [
+    "DEGRADED_BELOW",
+    "DOWN_BELOW",
     "ENDPOINTS",
+    "PERFORMANCE_WINDOWS",
     "PPM",
     "SCHEMA_VERSION",
     "SPEND_BY_KEY",
     "SPEND_BY_SUB_ACCOUNT",
+    "STATUS_DAYS",
     "Adjustment",
     "CallRecord",
     "CatalogModel",
+    "ChannelFigures",
+    "Figures",
     "Grain",
     "KeyChoiceField",
     "MarginDay",
     "MarginLine",
     "MarginReport",
+    "ModelPrices",
+    "ModelStatus",
     "OrgUsageTotals",
     "OrganizationFilterMixin",
+    "PerMtok",
     "PeriodClose",
     "Price",
     "PriceBook",
@@ -84,12 +112,17 @@ __all__ = [
     "TokenCounts",
     "UsageEvent",
     "cache_savings",
+    "channel_performance",
     "csv_text",
+    "daily_status",
     "discount_for",
     "discount_ppm_for",
     "encode",
+    "list_prices",
     "margin_basis_points",
     "margin_report",
+    "model_performance",
+    "model_price_list",
     "rate",
     "seed_catalog",
     "series",

@@ -157,6 +157,7 @@ def _lines(rows: list[dict], column: str, labels: dict) -> list[MarginLine]:
 
 
 def _node_labels(ids) -> dict:
+    """Channel or node names by id (0: local answers), deleted ones said so."""
     named = dict(Node.objects.filter(pk__in=[i for i in ids if i]).values_list("pk", "name"))
     labels = {i: named.get(i) or _("node #%(id)s (deleted)") % {"id": i} for i in ids if i}
     labels[0] = _(NO_UPSTREAM)

@@ -237,6 +237,9 @@ class Rollup(models.Model):
     uncosted_calls = models.BigIntegerField(default=0, db_default=0)
     latency_hist = models.BinaryField(default=b"")
     ttft_hist = models.BinaryField(default=b"")
+    # Output tokens per second of generation, in thousandths (see
+    # ``usage.ingest.aggregate.TPS_BINS``). Added later, hence db_default.
+    tps_hist = models.BinaryField(default=b"", db_default=b"")
     updated_at = models.DateTimeField(default=tz.now)
 
     class Meta:

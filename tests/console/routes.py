@@ -111,6 +111,9 @@ RULES: list[tuple[str, Access]] = [
     ("invoicing:*", BILLING),  # billing: finance, owners, admins only
     ("analytics:margin*", Access("admin")),  # platform staff only: 404 for everyone else
     ("analytics:index", Access("page", (*USAGE, P.BILLING_VIEW))),
+    ("analytics:marketplace", Access("page")),  # every member: platform-wide figures
+    # No sign-in; 404 unless CONSOLE_PUBLIC_MARKETPLACE / CONSOLE_PUBLIC_STATUS is on; no tenant data.
+    ("analytics:public_*", Access("public")),
     ("analytics:billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:chart_billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:*", Access("page", USAGE)),
@@ -126,6 +129,7 @@ RULES: list[tuple[str, Access]] = [
     ("invitation-*", Access("api", (P.MEMBERS_MANAGE,))),
     ("node-*", Access("api", (P.NODES_VIEW,), (P.NODES_MANAGE,))),
     ("call-*", Access("api", USAGE)),
+    ("marketplace", Access("api")),  # every member: the marketplace page's figures
     ("balance", BILLING_API),
     ("invoice-*", BILLING_API),
     ("credit-note-*", BILLING_API),

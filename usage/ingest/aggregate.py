@@ -54,6 +54,12 @@ SUM_COLUMNS = (
 N_SUMS = len(SUM_COLUMNS)
 LAT_BINS = N_SUMS
 TTFT_BINS = N_SUMS + 1
+# Output speed: thousandths of an output token per second of generation, for
+# each 2xx call with output tokens not answered from the response cache.
+# Generation time is latency less time to first token for a stream, the
+# whole latency otherwise (a call with none is not counted).
+TPS_BINS = N_SUMS + 2
+HISTS = (LAT_BINS, TTFT_BINS, TPS_BINS)
 (
     _QUEUE,
     _OVERHEAD,
@@ -116,6 +122,7 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
     ceil = math.ceil
     inv = _INV_LOG_GAMMA
     slots = _REFUSAL_SLOT
+    tps_bins = TPS_BINS
     for row, hour in zip(rows, hours, strict=True):
         stream = row.stream
         key = (
@@ -130,10 +137,11 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
         )
         a = cells.get(key)
         if a is None:
-            a = cells[key] = [0] * N_SUMS + [[], []]
+            a = cells[key] = [0] * N_SUMS + [[], [], []]
         a[0] += 1
         status = row.status_code
-        if 200 <= status < 300:
+        ok = 200 <= status < 300
+        if ok:
             a[1] += 1
         elif 400 <= status < 500:
             a[2] += 1
@@ -175,6 +183,11 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
             a[15] += 1
             a[16] += ttft
             a[TTFT_BINS].append(ceil(log(ttft) * inv) if ttft else ZERO)
+        if ok and out > 0 and cache != "response_hit":
+            gen = lat - ttft if stream and ttft is not None else lat
+            if gen > 0:
+                v = out * 1_000_000_000 // gen
+                a[tps_bins].append(ceil(log(v) * inv) if v else ZERO)
         t = row.queue_us
         if t:
             a[_QUEUE] += t
@@ -216,11 +229,11 @@ def all_grains(full: dict[tuple, list]) -> list[tuple[tuple, list]]:
     for cell, members in groups.items():
         if len(members) == 1:
             (sums,) = members
-            out[cell] = [*sums[:N_SUMS], list(sums[LAT_BINS]), list(sums[TTFT_BINS])]
+            out[cell] = [*sums[:N_SUMS], *(list(sums[h]) for h in HISTS)]
         else:
             acc: list = list(map(sum, zip(*[m[:N_SUMS] for m in members], strict=True)))
-            acc.append(list(chain.from_iterable([m[LAT_BINS] for m in members])))
-            acc.append(list(chain.from_iterable([m[TTFT_BINS] for m in members])))
+            for h in HISTS:
+                acc.append(list(chain.from_iterable([m[h] for m in members])))
             out[cell] = acc
     return sorted(out.items(), key=lambda item: item[0])
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 from django.db import connection
 
-from usage.ingest.aggregate import LAT_BINS, TTFT_BINS
-from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS, merged_hist
+from usage.ingest.aggregate import HISTS
+from usage.ingest.rollup_sql import HIST_COLUMNS, KEY_COLUMNS, N_SUMS, SUM_COLUMNS, merged_hist
 from usage.ingest.rows import CallRow
 
 # SQLite allows 32766 parameters per statement; 31 columns x 500 rows stays well under.
@@ -57,36 +57,30 @@ def apply_rollups(cells: list[tuple[tuple, list]], currencies: dict[int, str]) -
     adapt = connection.ops.adapt_datetimefield_value
     where = " AND ".join(f"{c} = %s" for c in (*KEY_COLUMNS, "hour"))
     add = ", ".join(f"{c} = {c} + %s" for c in SUM_COLUMNS)
-    insert_cols = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, "latency_hist", "ttft_hist")
+    insert_cols = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, *HIST_COLUMNS)
     insert_sql = (
         f"INSERT INTO usage_rollup ({', '.join(insert_cols)}, updated_at) "
         f"VALUES ({', '.join(['%s'] * (len(insert_cols) + 1))})"
     )
+    set_hists = ", ".join(f"{c} = %s" for c in HIST_COLUMNS)
     now = adapt(datetime.now(UTC))
     with connection.cursor() as cur:
         for (org, *dims, hour), acc in cells:
             key_params = [org, *dims, adapt(datetime.fromtimestamp(hour, UTC))]
             cur.execute(
-                f"SELECT id, latency_hist, ttft_hist FROM usage_rollup WHERE {where}", key_params
+                f"SELECT id, {', '.join(HIST_COLUMNS)} FROM usage_rollup WHERE {where}", key_params
             )
             found = cur.fetchone()
             sums = acc[:N_SUMS]
             if found is None:
-                lat = merged_hist(None, acc[LAT_BINS])
-                ttft = merged_hist(None, acc[TTFT_BINS])
-                cur.execute(insert_sql, [*key_params, currencies[org], *sums, lat, ttft, now])
+                hists = [merged_hist(None, acc[h]) for h in HISTS]
+                cur.execute(insert_sql, [*key_params, currencies[org], *sums, *hists, now])
             else:
-                rid, old_lat, old_ttft = found
+                rid, *old = found
+                hists = [merged_hist(o, acc[h]) for o, h in zip(old, HISTS, strict=True)]
                 cur.execute(
-                    f"UPDATE usage_rollup SET {add}, latency_hist = %s, ttft_hist = %s, "
-                    "updated_at = %s WHERE id = %s",
-                    [
-                        *sums,
-                        merged_hist(old_lat, acc[LAT_BINS]),
-                        merged_hist(old_ttft, acc[TTFT_BINS]),
-                        now,
-                        rid,
-                    ],
+                    f"UPDATE usage_rollup SET {add}, {set_hists}, updated_at = %s WHERE id = %s",
+                    [*sums, *hists, now, rid],
                 )
 
 

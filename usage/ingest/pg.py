@@ -18,8 +18,8 @@ from operator import itemgetter
 import psycopg
 from django.db import connection
 
-from usage.ingest.aggregate import LAT_BINS, TTFT_BINS, bucket_counts
-from usage.ingest.rollup_sql import KEY_COLUMNS, N_SUMS, SUM_COLUMNS
+from usage.ingest.aggregate import LAT_BINS, TPS_BINS, TTFT_BINS, bucket_counts
+from usage.ingest.rollup_sql import HIST_COLUMNS, KEY_COLUMNS, N_SUMS, SUM_COLUMNS
 from usage.ingest.rows import CALL_COLUMNS, CallRow
 from usage.sketch import add_counts_to_encoded, encode_counts
 
@@ -212,6 +212,7 @@ class RollupArrays:
         # Bucket counts now, while the server is still busy with the COPY.
         self.lat_counts = [bucket_counts(acc[LAT_BINS]) for _, acc in cells]
         self.ttft_counts = [bucket_counts(acc[TTFT_BINS]) for _, acc in cells]
+        self.tps_counts = [bucket_counts(acc[TPS_BINS]) for _, acc in cells]
 
 
 _KEYS = ", ".join((*KEY_COLUMNS, "hour"))
@@ -221,18 +222,18 @@ _KEY_CASTS = ", ".join(f"%t::{t}[]" for t in _KEY_TYPES)
 # histograms. Rows locked in one order by every worker cannot deadlock; rows
 # that do not exist yet are created, in the same order, by the upsert below.
 LOCK = (
-    "SELECT r.id, v.i, r.latency_hist, r.ttft_hist "
+    "SELECT r.id, v.i, r.latency_hist, r.ttft_hist, r.tps_hist "
     f"FROM unnest({_KEY_CASTS}) WITH ORDINALITY AS v(o, g, s, k, m, n, p, d, h, i) "
-    "CROSS JOIN LATERAL (SELECT id, latency_hist, ttft_hist FROM usage_rollup "
+    "CROSS JOIN LATERAL (SELECT id, latency_hist, ttft_hist, tps_hist FROM usage_rollup "
     "WHERE organization_id = v.o AND grain = v.g AND sub_account_id = v.s "
     "AND api_key_id = v.k AND model = v.m AND node_id = v.n AND protocol = v.p "
     "AND mode = v.d AND hour = v.h FOR UPDATE) AS r"
 )
-_WRITE_COLUMNS = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, "latency_hist", "ttft_hist")
+_WRITE_COLUMNS = (*KEY_COLUMNS, "hour", "currency", *SUM_COLUMNS, *HIST_COLUMNS)
 _WRITE_CASTS = ", ".join(
     [f"%t::{t}[]" for t in (*_KEY_TYPES, "text")]
     + ["%t::bigint[]"] * N_SUMS
-    + ["%b::bytea[]", "%b::bytea[]"]
+    + ["%b::bytea[]"] * len(HIST_COLUMNS)
 )
 # Add the sums and store the merged histograms: one new row version per
 # cell. Only rows locked by ``LOCK`` are updated; a row another worker
@@ -244,13 +245,14 @@ UPSERT = (
     f"ON CONFLICT ({_KEYS}) DO UPDATE SET "
     + ", ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in SUM_COLUMNS)
     + ", latency_hist = EXCLUDED.latency_hist, ttft_hist = EXCLUDED.ttft_hist, "
+    "tps_hist = EXCLUDED.tps_hist, "
     "updated_at = EXCLUDED.updated_at "
     "WHERE r.id = ANY(%t::bigint[]) RETURNING r.id"
 )
 ADD = (
     "UPDATE usage_rollup AS r SET "
     + ", ".join(f"{c} = r.{c} + %s" for c in SUM_COLUMNS)
-    + ", latency_hist = %s, ttft_hist = %s, updated_at = now() WHERE r.id = %s"
+    + ", latency_hist = %s, ttft_hist = %s, tps_hist = %s, updated_at = now() WHERE r.id = %s"
 )
 
 
@@ -267,18 +269,22 @@ def apply_rollups(cells: list[tuple[tuple, list]] | RollupArrays, currencies: di
         cur.execute(LOCK, arrays.keys, binary=True, prepare=True)
         locked = cur.fetchall()
         lat_counts, ttft_counts = arrays.lat_counts, arrays.ttft_counts
+        tps_counts = arrays.tps_counts
         lats: list = [None] * len(cells)
         ttfts: list = [None] * len(cells)
-        for _, i, old_lat, old_ttft in locked:
+        tpss: list = [None] * len(cells)
+        for _, i, old_lat, old_ttft, old_tps in locked:
             i -= 1
             lats[i] = add_counts_to_encoded(old_lat, *lat_counts[i])
             ttfts[i] = add_counts_to_encoded(old_ttft, *ttft_counts[i])
+            tpss[i] = add_counts_to_encoded(old_tps, *tps_counts[i])
         for i, lat in enumerate(lats):
             if lat is None:
                 lats[i] = encode_counts(*lat_counts[i])
                 ttfts[i] = encode_counts(*ttft_counts[i])
+                tpss[i] = encode_counts(*tps_counts[i])
         ids = _ints([r[0] for r in locked])
-        params = [*arrays.keys, arrays.currency, *arrays.sums, lats, ttfts, ids]
+        params = [*arrays.keys, arrays.currency, *arrays.sums, lats, ttfts, tpss, ids]
         cur.execute(UPSERT, params, binary=True, prepare=True)
         if cur.rowcount != len(cells):
             _add_to_rows_created_meanwhile(cur, arrays, {r[0] for r in cur.fetchall()})
@@ -289,7 +295,7 @@ def _add_to_rows_created_meanwhile(cur, arrays: RollupArrays, written: set[int])
     upsert: the upsert locked those rows without changing them; add the
     cells to them now (rare: two workers opening the same new row)."""
     cur.execute(LOCK, arrays.keys, binary=True)
-    for rid, i, old_lat, old_ttft in cur.fetchall():
+    for rid, i, old_lat, old_ttft, old_tps in cur.fetchall():
         if rid in written:
             continue
         i -= 1
@@ -299,6 +305,7 @@ def _add_to_rows_created_meanwhile(cur, arrays: RollupArrays, written: set[int])
                 *arrays.cells[i][1][:N_SUMS],
                 add_counts_to_encoded(old_lat, *arrays.lat_counts[i]),
                 add_counts_to_encoded(old_ttft, *arrays.ttft_counts[i]),
+                add_counts_to_encoded(old_tps, *arrays.tps_counts[i]),
                 rid,
             ],
         )

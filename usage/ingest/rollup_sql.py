@@ -16,6 +16,9 @@ KEY_COLUMNS = (
     "mode",
 )
 
+# The sketch columns, in the order of ``aggregate.HISTS``.
+HIST_COLUMNS = ("latency_hist", "ttft_hist", "tps_hist")
+
 
 def merged_hist(old: bytes | memoryview | None, indexes: list[int]) -> bytes:
     """``old`` (an encoding, maybe empty) plus this batch's bucket indexes."""
@@ -23,4 +26,4 @@ def merged_hist(old: bytes | memoryview | None, indexes: list[int]) -> bytes:
     return add_counts_to_encoded(old, counts, zero)
 
 
-__all__ = ["KEY_COLUMNS", "N_SUMS", "SUM_COLUMNS", "merged_hist"]
+__all__ = ["HIST_COLUMNS", "KEY_COLUMNS", "N_SUMS", "SUM_COLUMNS", "merged_hist"]
