@@ -108,11 +108,13 @@ RULES: list[tuple[str, Access]] = [
     ("inference_node:credential_*", Access("page", (P.NODES_MANAGE,))),
     ("usage:models", Access("page")),
     ("usage:*", Access("page", USAGE)),
+    ("invoicing:sla_staff_*", Access("admin")),  # platform staff only: 404 for everyone else
     ("invoicing:*", BILLING),  # billing: finance, owners, admins only
     ("analytics:margin*", Access("admin")),  # platform staff only: 404 for everyone else
     ("analytics:index", Access("page", (*USAGE, P.BILLING_VIEW))),
     ("analytics:billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:chart_billing", Access("page", (P.BILLING_VIEW,))),
+    ("analytics:chart_overview_sla", Access("page", (P.BILLING_VIEW,))),
     ("analytics:*", Access("page", USAGE)),
     # REST API
     ("api-schema", Access("public")),  # the OpenAPI description: no data
