@@ -393,7 +393,9 @@ def sla_target_set(*, organization_id: int, availability_ppm: int | None, actor)
     if availability_ppm is not None and (
         type(availability_ppm) is not int or not 500_000 <= availability_ppm <= PPM
     ):
-        raise ValidationFailed.from_fields({"target": _("Give a target between 50 % and 100 %.")})
+        raise ValidationFailed.from_fields(
+            {"target": _("Give a target between 50 and 100 percent.")}
+        )
     with transaction.atomic():
         if availability_ppm is None:
             SlaTarget.objects.filter(organization_id=organization_id).delete()

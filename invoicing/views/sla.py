@@ -16,7 +16,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
-from django.utils.translation import pgettext_lazy
+from django.utils.translation import pgettext, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, ValidationFailed, org_view
@@ -87,7 +87,7 @@ def _figure(figures: sla.SlaFigures, tz) -> dict | None:
                 "mode": "lines",
                 "x": x,
                 "y": [pct(figures.target_ppm)] * len(x),
-                "name": _("Target"),
+                "name": pgettext("SLA", "Target"),
                 "line": {"color": "#b54708", "dash": "dash"},
             },
         ],
