@@ -190,3 +190,13 @@ def test_approval_needs_finance_a_finalized_invoice_and_the_own_organization(
     sla_credit_dismiss(month_id=month.pk, actor=actor_for(members[Role.FINANCE]))
     assert SlaMonth.objects.get(pk=month.pk).status == SlaStatus.DISMISSED
     assert not CreditNote.objects.exists()
+
+
+def test_the_beat_runs_the_month_close_task(settings, catalog, berlin, key):
+    from invoicing.tasks import sla_evaluate_closed as task
+
+    march_calls(key, ok=3, failed=1)
+    assert settings.CELERY_BEAT_SCHEDULE["invoicing-sla-evaluate"]["task"] == task.name
+    # The task evaluates the month just ended (now): none of this test's March.
+    assert isinstance(task.apply().get(), int)
+    assert not SlaMonth.objects.filter(period=PERIOD).exists()
