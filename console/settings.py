@@ -279,6 +279,9 @@ SLA_AVAILABILITY_TARGET_PPM = config.env_int(
 )
 if SLA_AVAILABILITY_TARGET_PPM > 1_000_000:
     raise ImproperlyConfigured("SLA_AVAILABILITY_TARGET_PPM is at most 1000000 (100 %)")
+# The platform's default bound on a month's p99 time to first token, in milliseconds
+# (0: none). A month over it is breached too (the first credit tier).
+SLA_TTFT_P99_MS = config.env_int("SLA_TTFT_P99_MS", 0, minimum=0)
 # Each organization's month just ended (in its time zone) is evaluated once its invoicing
 # grace period is over; a breach drafts a credit for finance to approve.
 CELERY_BEAT_SCHEDULE["invoicing-sla-evaluate"] = {

@@ -257,6 +257,17 @@ def overview_sla(q: Query) -> Chart:
             [(_("Budget left"), None), (left, None)],
         ],
     }
+    if f.ttft_bound_ms:
+        p99 = f"{f.ttft_p99_ms:,} ms" if f.ttft_p99_ms is not None else "—"
+        chart.table["rows"].append(
+            [
+                (
+                    _("p99 time to first token (bound %(bound)s ms)") % {"bound": f.ttft_bound_ms},
+                    None,
+                ),
+                (p99, None),
+            ]
+        )
     chart.note = _(
         "Failed calls are those the platform or an upstream failed (5xx); client errors "
         "count as served. The failure budget is how many the target allows for the calls so far."

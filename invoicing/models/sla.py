@@ -20,13 +20,16 @@ from django.utils.translation import gettext_lazy as _
 
 
 class SlaTarget(models.Model):
-    """Platform staff's override of the platform default
-    (``settings.SLA_AVAILABILITY_TARGET_PPM``) for one organization."""
+    """Platform staff's override of the platform defaults
+    (``settings.SLA_AVAILABILITY_TARGET_PPM``, ``settings.SLA_TTFT_P99_MS``)
+    for one organization."""
 
     organization = models.OneToOneField(
         "accounts.Organization", on_delete=models.CASCADE, related_name="sla_target"
     )
     availability_ppm = models.PositiveIntegerField()
+    # The bound on the month's p99 time to first token, ms (0: none; null: the default).
+    ttft_p99_ms = models.PositiveIntegerField(null=True, blank=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -64,6 +67,10 @@ class SlaMonth(models.Model):
     failed_calls = models.BigIntegerField(default=0)
     availability_ppm = models.PositiveIntegerField(default=1_000_000)
     target_ppm = models.PositiveIntegerField()
+    # The month's p99 time to first token (ms, from the hourly sketches; null: no
+    # streamed call measured one) and the bound it was held to (0: none).
+    ttft_p99_ms = models.PositiveIntegerField(null=True, blank=True)
+    ttft_bound_ms = models.PositiveIntegerField(default=0)
     # The share of the invoice credited (0 when the target was met).
     credit_rate_ppm = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=16, choices=SlaStatus.choices, default=SlaStatus.MET)
@@ -109,12 +116,15 @@ def percent_text(ppm: int) -> str:
 # The credit note line an SLA credit issues (stored in English, worded again
 # for the reader by ``sla_credit_description``).
 SLA_CREDIT_TEXT = (
-    "SLA credit {period}: availability {availability} below the {target} target, "
+    "SLA credit {period}: availability {availability} (target {target}), "
     "{rate} of the invoice, {failed} failed calls"
 )
+SLA_TTFT_TEXT = ", p99 TTFT {ttft} ms over the {bound} ms bound"
 _SLA_CREDIT_RE = re.compile(
-    r"SLA credit (?P<period>\d{4}-\d{2}): availability (?P<availability>[\d.]+ %) below the "
-    r"(?P<target>[\d.]+ %) target, (?P<rate>[\d.]+ %) of the invoice, (?P<failed>\d+) failed calls"
+    r"SLA credit (?P<period>\d{4}-\d{2}): availability (?P<availability>[\d.]+ %) "
+    r"\(target (?P<target>[\d.]+ %)\), (?P<rate>[\d.]+ %) of the invoice, "
+    r"(?P<failed>\d+) failed calls"
+    r"(?:, p99 TTFT (?P<ttft>\d+) ms over the (?P<bound>\d+) ms bound)?"
 )
 
 
@@ -123,10 +133,16 @@ def sla_credit_description(text: str) -> str | None:
     found = _SLA_CREDIT_RE.fullmatch(text)
     if not found:
         return None
-    return (
+    worded = (
         gettext(
-            "SLA credit %(period)s: availability %(availability)s below the %(target)s target, "
+            "SLA credit %(period)s: availability %(availability)s (target %(target)s), "
             "%(rate)s of the invoice, %(failed)s failed calls"
         )
         % found.groupdict()
     )
+    if found["ttft"]:
+        worded += gettext(", p99 TTFT %(ttft)s ms over the %(bound)s ms bound") % {
+            "ttft": found["ttft"],
+            "bound": found["bound"],
+        }
+    return worded

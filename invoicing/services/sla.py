@@ -11,9 +11,14 @@ per million, integers throughout: the month misses its target when
 **Failure budget**: the failed calls the target allows for the calls so far,
 ``calls * (1_000_000 - target_ppm) // 1_000_000``, and what is left of it.
 
+**Latency bound** (optional): the month's p99 time to first token, from the
+hourly TTFT sketches (within 1 % of the exact value), rounded up to the
+millisecond; a month over its bound is breached too.
+
 **Credit schedule** (the conventional tiered service credit, as a share of
 the month's invoice total): below the target 10 %, below 99 % 25 %, below
-95 % 50 % (a tier applies only below the organization's own target).
+95 % 50 % (a tier applies only below the organization's own target); over
+the p99 TTFT bound, at least the first tier (10 %).
 The credit is ``invoice.total * rate`` rounded half up to the micro-unit
 (``invoicing.money.div_round``), never more than what is left to credit.
 
@@ -29,6 +34,7 @@ or dismisses it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -39,7 +45,7 @@ from django.utils.translation import gettext as _
 
 from accounts.facade import NotFound, Organization, Perm, ValidationFailed, audit_record
 from invoicing.models import Invoice, InvoiceStatus, SlaMonth, SlaStatus, SlaTarget
-from invoicing.models.sla import SLA_CREDIT_TEXT, percent_text
+from invoicing.models.sla import SLA_CREDIT_TEXT, SLA_TTFT_TEXT, percent_text
 from invoicing.money import PPM, div_round
 from invoicing.services._common import (
     money,
@@ -58,16 +64,21 @@ CREDIT_SCHEDULE: tuple[tuple[int | None, int], ...] = (
     (990_000, 250_000),
     (None, 100_000),
 )
+# A month over its p99 TTFT bound is credited at least this share.
+TTFT_CREDIT_PPM = 100_000
 
 
-def target_ppm_for(organization_id: int) -> int:
-    """The organization's availability target: staff's override, else the platform default."""
-    override = (
-        SlaTarget.objects.filter(organization_id=organization_id)
-        .values_list("availability_ppm", flat=True)
-        .first()
-    )
-    return override if override is not None else settings.SLA_AVAILABILITY_TARGET_PPM
+def targets_for(organization_id: int) -> tuple[int, int]:
+    """The organization's availability target (ppm) and p99 TTFT bound (ms,
+    0: none): staff's override, else the platform defaults."""
+    override = SlaTarget.objects.filter(organization_id=organization_id).first()
+    ppm = settings.SLA_AVAILABILITY_TARGET_PPM
+    bound = settings.SLA_TTFT_P99_MS
+    if override is not None:
+        ppm = override.availability_ppm
+        if override.ttft_p99_ms is not None:
+            bound = override.ttft_p99_ms
+    return ppm, bound
 
 
 def below(served: int, calls: int, threshold_ppm: int) -> bool:
@@ -108,6 +119,8 @@ class SlaFigures:
     calls: int
     failed: int
     days: tuple[SlaDay, ...]
+    ttft_bound_ms: int = 0  # 0: no bound
+    ttft_p99_ms: int | None = None  # None: no call measured one
 
     @property
     def served(self) -> int:
@@ -128,12 +141,25 @@ class SlaFigures:
         return self.budget - self.failed
 
     @property
-    def breached(self) -> bool:
+    def availability_breached(self) -> bool:
         return below(self.served, self.calls, self.target_ppm)
 
     @property
+    def ttft_breached(self) -> bool:
+        return bool(self.ttft_bound_ms) and ttft_over(self.ttft_p99_ms, self.ttft_bound_ms)
+
+    @property
+    def breached(self) -> bool:
+        return self.availability_breached or self.ttft_breached
+
+    @property
     def credit_rate_ppm(self) -> int:
-        return credit_rate_ppm(self.served, self.calls, self.target_ppm)
+        rate = credit_rate_ppm(self.served, self.calls, self.target_ppm)
+        return max(rate, TTFT_CREDIT_PPM) if self.ttft_breached else rate
+
+
+def ttft_over(p99_ms: int | None, bound_ms: int) -> bool:
+    return bool(bound_ms) and p99_ms is not None and p99_ms > bound_ms
 
 
 def availability_ppm(served: int, calls: int) -> int:
@@ -143,10 +169,13 @@ def availability_ppm(served: int, calls: int) -> int:
 
 def sla_figures(organization: Organization, period: str, *, now: datetime | None = None):
     """The month ``period`` (in the organization's time zone) from the hourly
-    rollups: calls, failed calls (5xx) and each day's, up to ``now``."""
+    rollups: calls, failed calls (5xx) and each day's, up to ``now``, and
+    the p99 time to first token."""
     start, end = period_bounds(period, organization.timezone)
     upto = min(end, now or tz.now())
     zone = org_zone(organization.timezone)
+    target_ppm, bound_ms = targets_for(organization.pk)
+    ttft = None
     if upto <= start:
         days: tuple[SlaDay, ...] = ()
         calls = failed = 0
@@ -159,10 +188,13 @@ def sla_figures(organization: Organization, period: str, *, now: datetime | None
             tz=zone,
             whole=True,
             sums=("calls", "calls_5xx"),
-            hists=(),
+            hists=("ttft",),
+            quantiles=(0.99,),
         )
         whole = s.whole[None]
         calls, failed = whole["calls"], whole["calls_5xx"]
+        p99 = whole["ttft_ms"][0.99]
+        ttft = math.ceil(p99) if p99 is not None else None
         days = tuple(
             SlaDay(start=p["start"], calls=p["calls"], failed=p["calls_5xx"])
             for p in s.groups[None]
@@ -172,10 +204,12 @@ def sla_figures(organization: Organization, period: str, *, now: datetime | None
         period=period,
         start=start,
         end=end,
-        target_ppm=target_ppm_for(organization.pk),
+        target_ppm=target_ppm,
         calls=calls,
         failed=failed,
         days=days,
+        ttft_bound_ms=bound_ms,
+        ttft_p99_ms=ttft,
     )
 
 
@@ -242,6 +276,8 @@ def sla_evaluate(
         "failed_calls": figures.failed,
         "availability_ppm": figures.availability_ppm,
         "target_ppm": figures.target_ppm,
+        "ttft_p99_ms": figures.ttft_p99_ms,
+        "ttft_bound_ms": figures.ttft_bound_ms,
         "credit_rate_ppm": figures.credit_rate_ppm,
         "status": status,
         "evaluated_at": now,
@@ -350,6 +386,8 @@ def sla_credit_approve(*, month_id: int, actor):
             rate=percent_text(month.credit_rate_ppm),
             failed=month.failed_calls,
         )
+        if ttft_over(month.ttft_p99_ms, month.ttft_bound_ms):
+            text += SLA_TTFT_TEXT.format(ttft=month.ttft_p99_ms, bound=month.ttft_bound_ms)
         reason = f"SLA breach {month.period}"
         draft = _draft(invoice, reason=reason, lines=[(text, amount, None, ids)])
         note = _issue(invoice, draft, actor=actor, reason=reason)
@@ -388,13 +426,27 @@ def sla_credit_dismiss(*, month_id: int, actor) -> SlaMonth:
         return month
 
 
-def sla_target_set(*, organization_id: int, availability_ppm: int | None, actor) -> None:
-    """Platform staff set an organization's target (``None``: back to the default)."""
+def sla_target_set(
+    *,
+    organization_id: int,
+    availability_ppm: int | None,
+    actor,
+    ttft_p99_ms: int | None = None,
+) -> None:
+    """Platform staff set an organization's targets: ``availability_ppm``
+    (``None``: back to the defaults, both) and ``ttft_p99_ms`` (ms, 0: no
+    bound, ``None``: the platform default)."""
     if availability_ppm is not None and (
         type(availability_ppm) is not int or not 500_000 <= availability_ppm <= PPM
     ):
         raise ValidationFailed.from_fields(
             {"target": _("Give a target between 50 and 100 percent.")}
+        )
+    if ttft_p99_ms is not None and (
+        type(ttft_p99_ms) is not int or not 0 <= ttft_p99_ms <= 600_000
+    ):
+        raise ValidationFailed.from_fields(
+            {"ttft": _("Give the p99 TTFT bound in milliseconds, at most 600000 (0: none).")}
         )
     with transaction.atomic():
         if availability_ppm is None:
@@ -404,6 +456,7 @@ def sla_target_set(*, organization_id: int, availability_ppm: int | None, actor)
                 organization_id=organization_id,
                 defaults={
                     "availability_ppm": availability_ppm,
+                    "ttft_p99_ms": ttft_p99_ms,
                     "updated_by": actor.user,
                     "updated_at": tz.now(),
                 },
@@ -412,5 +465,8 @@ def sla_target_set(*, organization_id: int, availability_ppm: int | None, actor)
             actor=actor,
             action="sla.target",
             target=Organization.objects.get(pk=organization_id),
-            params={"target": percent_text(availability_ppm) if availability_ppm else "default"},
+            params={
+                "target": percent_text(availability_ppm) if availability_ppm else "default",
+                "ttft_p99_ms": ttft_p99_ms,
+            },
         )

@@ -145,6 +145,8 @@ def sla_page(request):
         "availability": percent_text(figures.availability_ppm),
         "target": percent_text(figures.target_ppm),
         "target_is_default": override is None,
+        "ttft_override": override.ttft_p99_ms if override is not None else None,
+        "ttft_share": percent_text(sla.TTFT_CREDIT_PPM),
         "over_budget": -figures.budget_left if figures.budget_left < 0 else 0,
         "figure_json": _json(figure) if figure else "",
         "csv_url": reverse("invoicing:sla_failed_calls") + f"?period={period}",
@@ -263,6 +265,7 @@ def sla_staff_target(request):
     _staff_only(request)
     org = request.actor.organization
     raw = (request.POST.get("target") or "").strip().rstrip("%").strip()
+    raw_ttft = (request.POST.get("ttft") or "").strip()
     try:
         if raw:
             value = Decimal(raw) * 10_000
@@ -271,9 +274,16 @@ def sla_staff_target(request):
             ppm = int(value)
         else:
             ppm = None
-        sla.sla_target_set(organization_id=org.pk, availability_ppm=ppm, actor=request.actor)
+        if raw_ttft and not raw_ttft.isascii():
+            raise ValueError
+        ttft = int(raw_ttft) if raw_ttft else None
+        sla.sla_target_set(
+            organization_id=org.pk, availability_ppm=ppm, ttft_p99_ms=ttft, actor=request.actor
+        )
     except (ValueError, ArithmeticError):
-        messages.error(request, _("Give the target in percent, e.g. 99.9."))
+        messages.error(
+            request, _("Give the target in percent, e.g. 99.9, and the bound in milliseconds.")
+        )
     except DomainError as exc:
         messages.error(request, exc.message)
     else:

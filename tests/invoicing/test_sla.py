@@ -104,7 +104,10 @@ def test_an_outage_breaches_the_target_and_finance_approves_the_exact_credit(
     assert note.amount == expected
     line = note.lines.get()
     assert sorted(line.request_ids) == sorted(failed_ids)
-    assert line.description.startswith("SLA credit 2025-03: availability 99.0476 % below")
+    assert line.description == (
+        "SLA credit 2025-03: availability 99.0476 % (target 99.9 %), 10 % of the invoice, "
+        "2 failed calls"
+    )
     invoice.refresh_from_db()
     assert due_before - invoice.amount_due_minor == note.amount_minor == note.due_reduction_minor
     assert invoice.credited == expected
@@ -200,3 +203,27 @@ def test_the_beat_runs_the_month_close_task(settings, catalog, berlin, key):
     # The task evaluates the month just ended (now): none of this test's March.
     assert isinstance(task.apply().get(), int)
     assert not SlaMonth.objects.filter(period=PERIOD).exists()
+
+
+def test_a_month_over_its_p99_ttft_bound_is_credited_the_first_tier(
+    catalog, berlin, key, members, actor_for
+):
+    SlaTarget.objects.create(organization=berlin, availability_ppm=999_000, ttft_p99_ms=1_000)
+    base = datetime(2025, 3, 12, 9, tzinfo=UTC)
+    ingest_events(
+        [event(key, started_at=base + timedelta(minutes=i), ttft_us=3_000_000) for i in range(20)]
+    )
+    figures = sla_figures(berlin, PERIOD, now=AFTER)
+    assert not figures.availability_breached and figures.ttft_breached
+    assert abs(figures.ttft_p99_ms - 3_000) <= 30  # the sketches' 1 %
+    invoice = _invoice(berlin)
+    month = sla_evaluate(organization_id=berlin.pk, period=PERIOD, now=AFTER)
+    assert (month.status, month.credit_rate_ppm) == (SlaStatus.DRAFTED, 100_000)
+    note = sla_credit_approve(month_id=month.pk, actor=actor_for(members[Role.FINANCE]))
+    assert note.amount == div_round(invoice.total * 100_000, PPM)
+    assert note.lines.get().description.endswith(
+        f", p99 TTFT {month.ttft_p99_ms} ms over the 1000 ms bound"
+    )
+    # Under the bound: met.
+    SlaTarget.objects.filter(organization=berlin).update(ttft_p99_ms=5_000)
+    assert not sla_figures(berlin, PERIOD, now=AFTER).breached

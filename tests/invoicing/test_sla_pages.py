@@ -144,8 +144,11 @@ def test_only_platform_staff_set_the_target_and_evaluate_now(client, breached, o
     assert "Evaluate now" in html(client.get(SLA, {"period": PERIOD}))
     bad = follow_messages(client, client.post(target, {"target": "lots"}))
     assert "Give the target in percent" in bad
+    follow_messages(client, client.post(target, {"target": "97", "ttft": "x"}))
+    assert not SlaTarget.objects.exists()
     follow_messages(client, client.post(target, {"target": "97", "period": PERIOD}))
     assert SlaTarget.objects.get(organization=org).availability_ppm == 970_000
+    assert SlaTarget.objects.get(organization=org).ttft_p99_ms is None  # the default
     done = follow_messages(client, client.post(evaluate, {"period": PERIOD}))
     assert "2025-03 evaluated: target met" in done
     month.refresh_from_db()
