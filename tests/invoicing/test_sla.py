@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from accounts.errors import NotFound, PermissionDenied, ValidationFailed
-from accounts.models import Role
+from accounts.models import AuditEvent, Role
 from invoicing.models import CreditNote, SlaMonth, SlaStatus, SlaTarget
 from invoicing.money import PPM, div_round
 from invoicing.services import invoice_draft, invoice_finalize
@@ -111,6 +111,8 @@ def test_an_outage_breaches_the_target_and_finance_approves_the_exact_credit(
     invoice.refresh_from_db()
     assert due_before - invoice.amount_due_minor == note.amount_minor == note.due_reduction_minor
     assert invoice.credited == expected
+    audited = AuditEvent.objects.get(action="sla.approve")
+    assert audited.params["credit_note"] == note.number
     month.refresh_from_db()
     assert (month.status, month.credit_note_id, month.credit_amount) == (
         SlaStatus.APPROVED,
