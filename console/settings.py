@@ -299,6 +299,24 @@ CELERY_BEAT_SCHEDULE["invoicing-retry-pending-payments"] = {
     "options": {"expires": 800.0},
 }
 
+# The SLA ledger (invoicing.services.sla): the platform's default monthly availability
+# target in parts per million (999000 = 99.9 %); platform staff override it per organization.
+SLA_AVAILABILITY_TARGET_PPM = config.env_int(
+    "SLA_AVAILABILITY_TARGET_PPM", 999_000, minimum=500_000
+)
+if SLA_AVAILABILITY_TARGET_PPM > 1_000_000:
+    raise ImproperlyConfigured("SLA_AVAILABILITY_TARGET_PPM is at most 1000000 (100 %)")
+# The platform's default bound on a month's p99 time to first token, in milliseconds
+# (0: none). A month over it is breached too (the first credit tier).
+SLA_TTFT_P99_MS = config.env_int("SLA_TTFT_P99_MS", 0, minimum=0)
+# Each organization's month just ended (in its time zone) is evaluated once its invoicing
+# grace period is over; a breach drafts a credit for finance to approve.
+CELERY_BEAT_SCHEDULE["invoicing-sla-evaluate"] = {
+    "task": "invoicing.sla_evaluate_closed",
+    "schedule": 3600.0,
+    "options": {"expires": 3000.0},
+}
+
 # --- inference nodes ------------------------------------------------------
 # How often beat probes every active and draining node, how long one request
 # of a probe may take, and how many probes in a row flip a node's health.

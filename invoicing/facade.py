@@ -11,12 +11,15 @@ Published: the prepaid ledger (``LedgerEntry``, ``LedgerKind``,
 ``ledger_entry_create``, ``prepaid_balance``), the invoice preview the soak
 reconciles against (``invoice_preview``), and ``billing_series`` (with
 ``BillingSeries`` and the legend of each series, ``BILLING_BASES``), what
-the analytics Billing page draws.
+the analytics Billing page draws; the SLA ledger's month so far
+(``sla_figures`` of the ``current_period``, a ``SlaFigures``; shares as
+``percent_text``), what the overview shows finance.
 """
 
 from __future__ import annotations
 
 from invoicing.models import LedgerEntry, LedgerKind
+from invoicing.models.sla import percent_text
 from invoicing.selectors import (
     BILLING_BASES,
     BillingSeries,
@@ -24,14 +27,19 @@ from invoicing.selectors import (
     prepaid_balance,
 )
 from invoicing.services import invoice_preview, ledger_entry_create
+from invoicing.services.sla import SlaFigures, current_period, sla_figures
 
 __all__ = [
     "BILLING_BASES",
     "BillingSeries",
     "LedgerEntry",
     "LedgerKind",
+    "SlaFigures",
     "billing_series",
+    "current_period",
     "invoice_preview",
     "ledger_entry_create",
+    "percent_text",
     "prepaid_balance",
+    "sla_figures",
 ]

@@ -12,6 +12,7 @@ from invoicing.services import (
     invoice_run_month,
     payments_retry_pending,
     refund_execute,
+    sla,
 )
 
 
@@ -64,3 +65,10 @@ def retry_pending_payments() -> dict:
     webhook left pending, and finalized invoices whose collection task was
     lost before it started (a no-op while Stripe is off)."""
     return payments_retry_pending()
+
+
+@shared_task(name="invoicing.sla_evaluate_closed", acks_late=True, reject_on_worker_lost=True)
+def sla_evaluate_closed() -> int:
+    """Month close of the SLA ledger: each organization's month just ended,
+    evaluated once (a breach drafts a credit for finance to approve)."""
+    return sla.sla_evaluate_closed()

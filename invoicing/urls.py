@@ -1,6 +1,7 @@
 from django.urls import path
 
 from invoicing import exports, views
+from invoicing.views import sla
 
 app_name = "invoicing"
 
@@ -48,6 +49,11 @@ urlpatterns = [
         views.refund_mark_paid,
         name="refund_mark_paid",
     ),
+    path("billing/sla/", sla.sla_page, name="sla"),
+    path("billing/sla/failed-calls.csv", sla.sla_failed_calls, name="sla_failed_calls"),
+    path("billing/sla/decide/", sla.sla_decide, name="sla_decide"),
+    path("billing/sla/evaluate/", sla.sla_staff_evaluate, name="sla_staff_evaluate"),
+    path("billing/sla/target/", sla.sla_staff_target, name="sla_staff_target"),
     path("billing/balance/", views.balance, name="balance"),
     path("billing/balance/adjust/", views.balance_adjust, name="balance_adjust"),
     path("billing/settings/", views.billing_settings, name="billing_settings"),

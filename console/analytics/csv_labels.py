@@ -32,6 +32,12 @@ CSV_LABELS = {
     "calls_429": pgettext_lazy("CSV header", "429 calls"),
     "calls_5xx": pgettext_lazy("CSV header", "5xx calls"),
     "error_rate": pgettext_lazy("CSV header", "Error rate"),
+    # the SLA ledger (overview)
+    "target_pct": pgettext_lazy("CSV header", "Availability target (%)"),
+    "availability_pct": pgettext_lazy("CSV header", "Availability (%)"),
+    "failed_calls": pgettext_lazy("CSV header", "Failed calls"),
+    "failure_budget": pgettext_lazy("CSV header", "Failure budget"),
+    "budget_left": pgettext_lazy("CSV header", "Failure budget left"),
     "error_rate_pct": pgettext_lazy("CSV header", "Error rate (%)"),
     "rate_4xx_pct": pgettext_lazy("CSV header", "4xx rate (%)"),
     "rate_429_pct": pgettext_lazy("CSV header", "429 rate (%)"),

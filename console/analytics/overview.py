@@ -9,6 +9,7 @@ import functools
 from datetime import UTC, datetime, time, timedelta
 
 import plotly.graph_objects as go
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -22,6 +23,7 @@ from console.analytics.chart import (
 )
 from console.analytics.query import Query
 from console.money import chart_tickformat, exact_decimal, format_amount
+from invoicing import facade as invoicing
 from usage import facade as usage
 
 # Titles are translated when shown (issue 18); CSV columns keep the kinds.
@@ -204,4 +206,72 @@ def overview_top(q: Query) -> Chart:
     chart.table = {"tables": tables}
     if not any(t["rows"] for t in tables):
         chart.empty = _("No calls this month yet.")
+    return chart
+
+
+def overview_sla(q: Query) -> Chart:
+    """The SLA ledger's month so far (owners, admins, finance): the target,
+    the availability, the failure budget and what is left of it."""
+    org = q.org
+    f = invoicing.sla_figures(org, invoicing.current_period(org, q.form.now))
+    pct = invoicing.percent_text
+    chart = Chart(
+        "overview_sla",
+        _("Availability this month (SLA)"),
+        columns=[
+            "period",
+            "target_pct",
+            "availability_pct",
+            "calls",
+            "failed_calls",
+            "failure_budget",
+            "budget_left",
+        ],
+    )
+    chart.rows.append(
+        [
+            f.period,
+            pct(f.target_ppm).removesuffix(" %"),
+            pct(f.availability_ppm).removesuffix(" %"),
+            f.calls,
+            f.failed,
+            f.budget,
+            f.budget_left,
+        ]
+    )
+    link = reverse("invoicing:sla")
+    left = (
+        _("over by %(count)s") % {"count": f"{-f.budget_left:,}"}
+        if f.budget_left < 0
+        else f"{f.budget_left:,}"
+    )
+    chart.table = {
+        "headers": [_("Figure"), _("This month")],
+        "numeric": [False, True],
+        "rows": [
+            [(_("Availability target"), None), (pct(f.target_ppm), None)],
+            [(_("Availability"), link), (pct(f.availability_ppm), link)],
+            [(_("Calls"), None), (f"{f.calls:,}", None)],
+            [(_("Failed calls"), None), (f"{f.failed:,}", None)],
+            [(_("Failure budget"), None), (f"{f.budget:,}", None)],
+            [(_("Budget left"), None), (left, None)],
+        ],
+    }
+    if f.ttft_bound_ms:
+        p99 = f"{f.ttft_p99_ms:,} ms" if f.ttft_p99_ms is not None else "—"
+        chart.table["rows"].append(
+            [
+                (
+                    _("p99 time to first token (bound %(bound)s ms)") % {"bound": f.ttft_bound_ms},
+                    None,
+                ),
+                (p99, None),
+            ]
+        )
+    chart.note = _(
+        "Failed calls are those the platform or an upstream failed (5xx); client errors "
+        "count as served. The failure budget is how many the target allows for the calls so far."
+    )
+    if f.breached:
+        chart.summary = _("Below the target this month: a credit is drafted when the month ends.")
     return chart

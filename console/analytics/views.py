@@ -66,6 +66,7 @@ CHARTS: dict[str, ChartSpec] = {
     "billing": ChartSpec(billing.billing, perms=BILLING),
     "overview_kpis": ChartSpec(overview.overview_kpis, kind="kpis"),
     "overview_top": ChartSpec(overview.overview_top, kind="tables"),
+    "overview_sla": ChartSpec(overview.overview_sla, perms=BILLING, kind="table"),
 }
 
 

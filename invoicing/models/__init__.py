@@ -26,6 +26,7 @@ from invoicing.models.invoices import (
     line_description,
 )
 from invoicing.models.ledger import BillingProfile, DocumentLanguage, LedgerEntry, LedgerKind
+from invoicing.models.sla import SlaMonth, SlaStatus, SlaTarget
 
 __all__ = [
     "BillingProfile",
@@ -49,6 +50,9 @@ __all__ = [
     "PaymentMethod",
     "PaymentStatus",
     "RunStatus",
+    "SlaMonth",
+    "SlaStatus",
+    "SlaTarget",
     "StripeEvent",
     "TokenClass",
     "credit_description",

@@ -16,6 +16,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from console.money import format_minor
+from invoicing.models.sla import sla_credit_description
 
 
 class InvoiceStatus(models.TextChoices):
@@ -214,7 +215,7 @@ def credit_description(text: str) -> str:
             "Incident credit: %(calls)s calls, status %(low)s-%(high)s, %(where)s,"
             " %(start)s to %(end)s UTC"
         ) % {**found.groupdict(), "where": where}
-    return text
+    return sla_credit_description(text) or text
 
 
 # ``compute``'s wording of an adjustment line: run, calls, and the reason if any.

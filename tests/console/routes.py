@@ -108,6 +108,7 @@ RULES: list[tuple[str, Access]] = [
     ("inference_node:credential_*", Access("page", (P.NODES_MANAGE,))),
     ("usage:models", Access("page")),
     ("usage:*", Access("page", USAGE)),
+    ("invoicing:sla_staff_*", Access("admin")),  # platform staff only: 404 for everyone else
     ("invoicing:*", BILLING),  # billing: finance, owners, admins only
     ("analytics:margin*", Access("admin")),  # platform staff only: 404 for everyone else
     ("analytics:index", Access("page", (*USAGE, P.BILLING_VIEW))),
@@ -116,6 +117,7 @@ RULES: list[tuple[str, Access]] = [
     ("analytics:public_*", Access("public")),
     ("analytics:billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:chart_billing", Access("page", (P.BILLING_VIEW,))),
+    ("analytics:chart_overview_sla", Access("page", (P.BILLING_VIEW,))),
     ("analytics:*", Access("page", USAGE)),
     # Outbound webhooks: whoever sees billing reads them, owners and admins manage them.
     ("webhooks:destinations", Access("page", (P.BILLING_VIEW,))),
