@@ -10,6 +10,7 @@ urlpatterns = [
     path("", include("inference_node.urls")),
     path("", include("usage.urls")),
     path("", include("console.analytics.urls")),
+    path("", include("console.capacity.urls")),
     path("", include("invoicing.webhook_urls")),
     path("", include("invoicing.urls")),
     path("api/v1/", include("accounts.api_urls")),
