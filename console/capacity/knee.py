@@ -2,7 +2,7 @@
 and start buying waiting.
 
 Definition: the knee is the first step (after the first) at which the p99
-latency rises more than ``p99_rise`` (default 50 %) over the previous step's
+latency rises more than ``p99_rise`` (default 25 %) over the previous step's
 while the requests per second grow less than ``qps_growth`` (default 20 %)
 over the previous step's. Steps without a p99 (no successful call) are
 skipped: they carry no latency to compare. ``None``: no knee in the steps run
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-P99_RISE = 0.50
+P99_RISE = 0.25
 QPS_GROWTH = 0.20
 
 

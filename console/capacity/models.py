@@ -102,6 +102,9 @@ class LoadTestStep(models.Model):
             models.UniqueConstraint(fields=["load_test", "index"], name="uniq_load_test_step")
         ]
 
+    def __str__(self) -> str:
+        return f"step {self.index} ({self.concurrency} clients)"
+
     @property
     def error_rate(self) -> float:
         attempts = self.ok + self.errors

@@ -58,7 +58,7 @@ def check_plan(steps: list[int], step_seconds: int) -> None:
         }
     elif steps and len(steps) * step_seconds > settings.CAPACITY_MAX_DURATION_SECONDS:
         errors["step_seconds"] = _(
-            "The whole test may last at most %(n)d seconds (steps × seconds per step)."
+            "The whole test may last at most %(n)d seconds (steps times seconds per step)."
         ) % {"n": settings.CAPACITY_MAX_DURATION_SECONDS}
     if errors:
         raise ValidationFailed.from_fields(errors)

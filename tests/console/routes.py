@@ -114,6 +114,9 @@ RULES: list[tuple[str, Access]] = [
     ("analytics:billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:chart_billing", Access("page", (P.BILLING_VIEW,))),
     ("analytics:*", Access("page", USAGE)),
+    # capacity planning: load tests are read with all usage, run and cancelled by owners and admins
+    ("capacity:cancel", Access("page", (P.ORG_MANAGE,))),
+    ("capacity:*", Access("page", (P.USAGE_VIEW_ALL,), (P.ORG_MANAGE,))),
     # REST API
     ("api-schema", Access("public")),  # the OpenAPI description: no data
     ("api-key-*", Access("api", KEYS_SEE, (P.KEYS_MANAGE_OWN,))),
@@ -216,6 +219,7 @@ PARAMS: list[tuple[str, str, str]] = [
     ("*", "request_id", "call"),
     ("*", "invoice_id", "invoice"),
     ("*", "credit_note_id", "credit_note"),
+    ("*", "load_test_id", "load_test"),
     ("invoicing:refund_mark_paid", "payment_id", "manual_refund"),
     ("api-key-*", "pk", "api_key"),
     ("sub-account-*", "pk", "sub_account"),
@@ -240,6 +244,7 @@ def param_kind(route: Route, param: str) -> str | None:
 def _tenant(org, members) -> SimpleNamespace:
     """One organization's objects, one of each kind a URL can name."""
     from accounts.services import invitation_create, sub_account_create
+    from console.capacity.models import LoadTest
     from invoicing.models import Payment
     from invoicing.services import (
         credit_note_create,
@@ -275,6 +280,11 @@ def _tenant(org, members) -> SimpleNamespace:
         organization=org, invoice=invoice, credit_note=note, kind="refund",
         method="bank_transfer", currency=invoice.currency, amount_minor=1, reference=note.number,
     )  # fmt: skip
+    load_test = LoadTest.objects.create(
+        organization=org, started_by=members[Role.OWNER], model="sim-chat-small",
+        input_tokens=64, output_tokens=8, prefix_share=50, steps=[2, 4], step_seconds=5,
+        budget=1_000_000, status="running",
+    )  # fmt: skip
     return SimpleNamespace(
         org=org,
         members=members,
@@ -290,6 +300,7 @@ def _tenant(org, members) -> SimpleNamespace:
             "credit_note": note.pk,
             "manual_refund": refund.pk,
             "ledger_entry": entry.pk,
+            "load_test": load_test.pk,
             "bogus_token": "not-a-real-invitation-token",
         },
     )
