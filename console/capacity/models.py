@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from django.db import models
 from django.utils import timezone as tz
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 class Status(models.TextChoices):
-    QUEUED = "queued", _("Queued")
-    RUNNING = "running", _("Running")
-    DONE = "done", _("Finished")
-    CANCELLED = "cancelled", _("Cancelled")
-    FAILED = "failed", _("Failed")
+    QUEUED = "queued", pgettext_lazy("load test status", "Queued")
+    RUNNING = "running", pgettext_lazy("load test status", "Running")
+    DONE = "done", pgettext_lazy("load test status", "Finished")
+    CANCELLED = "cancelled", pgettext_lazy("load test status", "Cancelled")
+    FAILED = "failed", pgettext_lazy("load test status", "Failed")
 
 
 ACTIVE = (Status.QUEUED, Status.RUNNING)

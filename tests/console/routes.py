@@ -244,7 +244,7 @@ def param_kind(route: Route, param: str) -> str | None:
 def _tenant(org, members) -> SimpleNamespace:
     """One organization's objects, one of each kind a URL can name."""
     from accounts.services import invitation_create, sub_account_create
-    from console.capacity.models import LoadTest
+    from console.capacity.models import LoadTest, LoadTestStep
     from invoicing.models import Payment
     from invoicing.services import (
         credit_note_create,
@@ -283,8 +283,15 @@ def _tenant(org, members) -> SimpleNamespace:
     load_test = LoadTest.objects.create(
         organization=org, started_by=members[Role.OWNER], model="sim-chat-small",
         input_tokens=64, output_tokens=8, prefix_share=50, steps=[2, 4], step_seconds=5,
-        budget=1_000_000, status="running",
+        budget=1_000_000, status="running", knee_step=1,
     )  # fmt: skip
+    for index, (clients, qps, p99) in enumerate([(2, 20.0, 100.0), (4, 21.0, 190.0)]):
+        LoadTestStep.objects.create(
+            load_test=load_test, index=index, concurrency=clients, seconds=5.0, requests=100,
+            ok=99, errors=1, requests_per_second=qps, output_tokens_per_second=qps * 8,
+            ttft_p50_ms=20.0, ttft_p99_ms=30.0, ttft_p999_ms=31.0, latency_p50_ms=p99 / 2,
+            latency_p99_ms=p99, latency_p999_ms=p99 + 1,
+        )  # fmt: skip
     return SimpleNamespace(
         org=org,
         members=members,
