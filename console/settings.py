@@ -516,6 +516,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "SubAccountStatusEnum": "accounts.models.SubAccountStatus",
         "NodeStatusEnum": "inference_node.models.NodeStatus",
+        "LoadTestStatusEnum": "console.capacity.models.Status",
     },
     # --- API schema conformance (issue 19): the error answers of every operation
     "POSTPROCESSING_HOOKS": [

@@ -17,5 +17,6 @@ urlpatterns = [
     path("api/v1/", include("inference_node.api_urls")),
     path("api/v1/", include("usage.api_urls")),
     path("api/v1/", include("invoicing.api_urls")),
+    path("api/v1/", include("console.capacity.api_urls")),
     path("django-admin/", admin.site.urls),
 ]

@@ -21,6 +21,7 @@ from accounts.facade import (
 )
 from console.capacity.models import ACTIVE, LoadTest, Status
 from console.celery import registered_task
+from usage.facade import CatalogModel
 
 DEFAULT_STEPS = (50, 100, 200, 400)
 MIN_STEP_SECONDS, MAX_STEP_SECONDS = 5, 120
@@ -90,6 +91,8 @@ def load_test_start(
     """Queue a load test; refused while the organization runs its limit of them."""
     actor.require(Perm.ORG_MANAGE)
     check_plan(steps, step_seconds)
+    if not CatalogModel.objects.filter(name=model, enabled=True, kind="chat").exists():
+        raise ValidationFailed.from_fields({"model": _("Choose an enabled chat model.")})
     if budget <= 0:
         raise ValidationFailed.from_fields({"budget": _("Give the test a budget above zero.")})
     if not 0 <= prefix_share <= 100:

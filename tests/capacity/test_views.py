@@ -17,7 +17,13 @@ from console.capacity.models import LoadTest, LoadTestStep, Status
 from usage.seed import seed_catalog
 
 # The object routes tests/test_route_isolation.py expects a tenant case for.
-ISOLATED_ROUTES = {"capacity:detail", "capacity:progress", "capacity:cancel"}
+ISOLATED_ROUTES = {
+    "capacity:detail",
+    "capacity:progress",
+    "capacity:cancel",
+    "load-test-detail",
+    "load-test-cancel",
+}
 
 FORM = {
     "model": "sim-chat-small",
@@ -208,3 +214,83 @@ def test_the_result_page_draws_qps_against_p99_and_marks_the_knee(client, owner)
     assert line["x"] == [20.0, 40.0, 60.0, 60.0]
     assert line["y"] == [131.0, 120.0, 191.0, 287.0]
     assert (knee["x"], knee["y"]) == ([60.0], [287.0])
+
+
+API = "/api/v1/load-tests/"
+API_BODY = {
+    "model": "sim-chat-small",
+    "input_tokens": 128,
+    "output_tokens": 16,
+    "prefix_share": 25,
+    "steps": [2, 4],
+    "step_seconds": 5,
+    "budget": 1_000_000,
+}
+
+
+def test_the_api_starts_reads_and_cancels_a_test(client, owner):
+    c = _client(client, owner)
+    with mock.patch("console.capacity.services.registered_task"):
+        created = c.post(API, API_BODY, content_type="application/json")
+    assert created.status_code == 201
+    body = created.json()
+    assert (body["status"], body["steps"], body["budget"], body["progress"]) == (
+        "queued",
+        [2, 4],
+        1_000_000,
+        0,
+    )
+    again = c.post(API, API_BODY, content_type="application/json")
+    assert again.status_code == 409  # one at a time
+    assert "already running" in again.content.decode()
+
+    test = LoadTest.objects.get(pk=body["id"])
+    test.status, test.knee_step = Status.DONE, 1
+    test.save()
+    for i, (clients, qps, p99) in enumerate([(2, 20.0, 100.0), (4, 21.0, 200.0)]):
+        LoadTestStep.objects.create(
+            load_test=test, index=i, concurrency=clients, seconds=5.0, requests=10, ok=9,
+            errors=1, requests_per_second=qps, output_tokens_per_second=qps * 16,
+            latency_p99_ms=p99,
+        )  # fmt: skip
+    detail = c.get(f"{API}{test.pk}/").json()
+    assert detail["knee_concurrency"] == 4
+    assert [r["concurrency"] for r in detail["results"]] == [2, 4]
+    assert detail["results"][0]["error_rate"] == 0.1
+    assert [t["id"] for t in c.get(API).json()["results"]] == [test.pk]
+    ended = c.post(f"{API}{test.pk}/cancel/")
+    assert ended.status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"steps": [2, 5000]}, "steps"),
+        ({"steps": []}, "steps"),
+        ({"step_seconds": 1}, "step_seconds"),
+        ({"budget": 0}, "budget"),
+        ({"model": "no-such-model"}, "model"),
+        ({"steps": [1] * 10, "step_seconds": 120}, "step_seconds"),  # 1200 s > 600 s
+    ],
+)
+def test_the_api_answers_bad_input_with_field_errors(client, owner, change, field):
+    response = _client(client, owner).post(
+        API, {**API_BODY, **change}, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert field in response.content.decode()
+    assert not LoadTest.objects.exists()
+
+
+def test_the_api_keeps_tests_to_their_organization_and_roles(client, owner, viewer, other_owner):
+    test = _test(owner.organization, owner, status=Status.RUNNING)
+    c = _client(client, other_owner)
+    assert c.get(f"{API}{test.pk}/").status_code == 404
+    assert c.post(f"{API}{test.pk}/cancel/").status_code == 404
+    assert c.get(API).json()["results"] == []
+    c = _client(client, viewer)
+    assert c.get(f"{API}{test.pk}/").status_code == 200
+    assert c.post(f"{API}{test.pk}/cancel/").status_code == 403
+    assert c.post(API, API_BODY, content_type="application/json").status_code == 403
+    test.refresh_from_db()
+    assert not test.cancel_requested

@@ -129,6 +129,7 @@ RULES: list[tuple[str, Access]] = [
     ("invoice-*", BILLING_API),
     ("credit-note-*", BILLING_API),
     ("ledger-entry-*", BILLING_API),
+    ("load-test-*", Access("api", (P.USAGE_VIEW_ALL,), (P.ORG_MANAGE,))),
 ]
 
 
@@ -229,6 +230,7 @@ PARAMS: list[tuple[str, str, str]] = [
     ("invoice-*", "pk", "invoice"),
     ("credit-note-*", "pk", "credit_note"),
     ("ledger-entry-*", "pk", "ledger_entry"),
+    ("load-test-*", "pk", "load_test"),
 ]
 
 ADMIN_VALUES = {"app_label": "accounts", "url": "no-such-page/", "content_type_id": "1"}

@@ -6,74 +6,122 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0007_user_language'),
+        ("accounts", "0007_user_language"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LoadTest',
+            name="LoadTest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=128)),
-                ('input_tokens', models.PositiveIntegerField()),
-                ('output_tokens', models.PositiveIntegerField()),
-                ('prefix_share', models.PositiveSmallIntegerField()),
-                ('steps', models.JSONField()),
-                ('step_seconds', models.PositiveIntegerField()),
-                ('budget', models.BigIntegerField()),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Finished'), ('cancelled', 'Cancelled'), ('failed', 'Failed')], default='queued', max_length=12)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('api_key_id', models.BigIntegerField(blank=True, null=True)),
-                ('key_prefix', models.CharField(blank=True, max_length=32)),
-                ('current_step', models.PositiveSmallIntegerField(default=0)),
-                ('step_started_at', models.DateTimeField(blank=True, null=True)),
-                ('knee_step', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='load_tests', to='accounts.organization')),
-                ('started_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='accounts.membership')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=128)),
+                ("input_tokens", models.PositiveIntegerField()),
+                ("output_tokens", models.PositiveIntegerField()),
+                ("prefix_share", models.PositiveSmallIntegerField()),
+                ("steps", models.JSONField()),
+                ("step_seconds", models.PositiveIntegerField()),
+                ("budget", models.BigIntegerField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("done", "Finished"),
+                            ("cancelled", "Cancelled"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=12,
+                    ),
+                ),
+                ("cancel_requested", models.BooleanField(default=False)),
+                ("api_key_id", models.BigIntegerField(blank=True, null=True)),
+                ("key_prefix", models.CharField(blank=True, max_length=32)),
+                ("current_step", models.PositiveSmallIntegerField(default=0)),
+                ("step_started_at", models.DateTimeField(blank=True, null=True)),
+                ("knee_step", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="load_tests",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "started_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="accounts.membership",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-created_at', '-id'),
+                "ordering": ("-created_at", "-id"),
             },
         ),
         migrations.CreateModel(
-            name='LoadTestStep',
+            name="LoadTestStep",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveSmallIntegerField()),
-                ('concurrency', models.PositiveIntegerField()),
-                ('seconds', models.FloatField()),
-                ('requests', models.PositiveIntegerField()),
-                ('ok', models.PositiveIntegerField()),
-                ('errors', models.PositiveIntegerField()),
-                ('requests_per_second', models.FloatField()),
-                ('output_tokens_per_second', models.FloatField()),
-                ('ttft_p50_ms', models.FloatField(null=True)),
-                ('ttft_p99_ms', models.FloatField(null=True)),
-                ('ttft_p999_ms', models.FloatField(null=True)),
-                ('latency_p50_ms', models.FloatField(null=True)),
-                ('latency_p99_ms', models.FloatField(null=True)),
-                ('latency_p999_ms', models.FloatField(null=True)),
-                ('cut_short', models.BooleanField(default=False)),
-                ('load_test', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='capacity.loadtest')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveSmallIntegerField()),
+                ("concurrency", models.PositiveIntegerField()),
+                ("seconds", models.FloatField()),
+                ("requests", models.PositiveIntegerField()),
+                ("ok", models.PositiveIntegerField()),
+                ("errors", models.PositiveIntegerField()),
+                ("requests_per_second", models.FloatField()),
+                ("output_tokens_per_second", models.FloatField()),
+                ("ttft_p50_ms", models.FloatField(null=True)),
+                ("ttft_p99_ms", models.FloatField(null=True)),
+                ("ttft_p999_ms", models.FloatField(null=True)),
+                ("latency_p50_ms", models.FloatField(null=True)),
+                ("latency_p99_ms", models.FloatField(null=True)),
+                ("latency_p999_ms", models.FloatField(null=True)),
+                ("cut_short", models.BooleanField(default=False)),
+                (
+                    "load_test",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="results",
+                        to="capacity.loadtest",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('load_test', 'index'),
+                "ordering": ("load_test", "index"),
             },
         ),
         migrations.AddIndex(
-            model_name='loadtest',
-            index=models.Index(fields=['organization', 'status'], name='capacity_lo_organiz_ba2344_idx'),
+            model_name="loadtest",
+            index=models.Index(
+                fields=["organization", "status"], name="capacity_lo_organiz_ba2344_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='loadteststep',
-            constraint=models.UniqueConstraint(fields=('load_test', 'index'), name='uniq_load_test_step'),
+            model_name="loadteststep",
+            constraint=models.UniqueConstraint(
+                fields=("load_test", "index"), name="uniq_load_test_step"
+            ),
         ),
     ]
