@@ -86,7 +86,7 @@ class LoadTestStep(models.Model):
     requests = models.PositiveIntegerField()  # answers received (any status)
     ok = models.PositiveIntegerField()
     errors = models.PositiveIntegerField()  # non-2xx answers and transport failures
-    requests_per_second = models.FloatField()
+    requests_per_second = models.FloatField()  # successful (2xx) answers per second
     output_tokens_per_second = models.FloatField()
     ttft_p50_ms = models.FloatField(null=True)
     ttft_p99_ms = models.FloatField(null=True)

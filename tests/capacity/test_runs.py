@@ -102,3 +102,7 @@ def test_the_budget_holds(lab):
     # The cap was reached: later calls were refused, and the steps say so.
     assert sum(s.errors for s in steps) > 0
     assert steps[-1].error_rate > 0.5
+    # Refused calls are no throughput: requests/s counts successful answers only.
+    last = steps[-1]
+    assert last.requests > last.ok
+    assert last.requests_per_second == pytest.approx(last.ok / last.seconds, rel=0.01)
