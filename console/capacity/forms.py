@@ -47,8 +47,10 @@ class LoadTestForm(forms.Form):
         help_text=_("The test's key stops at this spend; its calls are billed like any other."),
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, currency: str = "", **kwargs):
         super().__init__(*args, **kwargs)
+        if currency:
+            self.fields["budget"].label = _("Budget (%(currency)s)") % {"currency": currency}
         names = CatalogModel.objects.filter(enabled=True, kind="chat").values_list(
             "name", flat=True
         )

@@ -45,7 +45,8 @@ def _start(request, form: LoadTestForm):
 @org_view(Perm.USAGE_VIEW_ALL)
 def load_test_list(request):
     may_run = request.actor.can(Perm.ORG_MANAGE)
-    form = LoadTestForm(request.POST or None) if may_run else None
+    currency = request.actor.organization.currency
+    form = LoadTestForm(request.POST or None, currency=currency) if may_run else None
     if request.method == "POST":
         if not may_run:
             return render(request, "403.html", status=403)

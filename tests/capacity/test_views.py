@@ -72,6 +72,7 @@ def test_an_owner_starts_a_test_on_the_load_test_queue(
     task.assert_called_once_with("capacity.run_load_test")
     task.return_value.apply_async.assert_called_once_with(args=[test.pk], queue="loadtests")
 
+    assert "Budget (USD)" in client.get(reverse("capacity:list")).content.decode()
     page = client.get(response["Location"])
     assert page.status_code == 200
     assert b'id="load-test-progress"' in page.content
