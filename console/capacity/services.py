@@ -3,6 +3,7 @@ organization; only owners and admins (``Perm.ORG_MANAGE``) start or cancel."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from accounts.facade import (
     Organization,
     Perm,
     ValidationFailed,
+    api_key_revoke,
     audit_record,
 )
 from console.capacity.models import ACTIVE, LoadTest, Status
@@ -65,15 +67,19 @@ def check_plan(steps: list[int], step_seconds: int) -> None:
         raise ValidationFailed.from_fields(errors)
 
 
-def _expire_stale(organization_id: int) -> None:
-    """Runs whose worker died never finish: past their time plus a margin they fail."""
+def _expire_stale(actor: Actor) -> None:
+    """Runs whose worker died never finish: past their time plus a margin they
+    fail, and their keys are revoked (by the member starting the next run)."""
     now = tz.now()
-    for test in LoadTest.objects.filter(organization_id=organization_id, status__in=ACTIVE):
+    for test in LoadTest.objects.filter(organization_id=actor.organization_id, status__in=ACTIVE):
         began = test.started_at or test.created_at
         if began + timedelta(seconds=test.total_seconds) + STALE_AFTER < now:
             test.status, test.finished_at = Status.FAILED, now
             test.error = "The worker running this test stopped."
             test.save(update_fields=["status", "finished_at", "error"])
+            if test.api_key_id:
+                with contextlib.suppress(Conflict, NotFound):
+                    api_key_revoke(actor=actor, key_id=test.api_key_id)
 
 
 def load_test_start(
@@ -102,7 +108,7 @@ def load_test_start(
     with transaction.atomic():
         # The organization's row lock: two starts at once cannot both pass the count.
         Organization.objects.select_for_update().get(pk=actor.organization_id)
-        _expire_stale(actor.organization_id)
+        _expire_stale(actor)
         running = LoadTest.objects.filter(
             organization_id=actor.organization_id, status__in=ACTIVE
         ).count()

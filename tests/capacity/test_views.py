@@ -13,7 +13,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.actors import Actor
 from console.capacity.models import LoadTest, LoadTestStep, Status
+from tests.factories import issue_key
 from usage.seed import seed_catalog
 
 # The object routes tests/test_route_isolation.py expects a tenant case for.
@@ -106,12 +108,17 @@ def test_a_test_another_organization_runs_blocks_nobody_here(client, owner, othe
 
 def test_a_run_whose_worker_died_stops_blocking(client, owner):
     long_ago = timezone.now() - timedelta(hours=1)
-    stale = _test(owner.organization, owner, status=Status.RUNNING, started_at=long_ago)
+    key, _raw = issue_key(Actor(owner, "127.0.0.1"), name="load test #1")
+    stale = _test(
+        owner.organization, owner, status=Status.RUNNING, started_at=long_ago, api_key_id=key.pk
+    )
     with mock.patch("console.capacity.services.registered_task"):
         response = _client(client, owner).post(reverse("capacity:list"), FORM)
     assert response.status_code == 302
     stale.refresh_from_db()
     assert stale.status == Status.FAILED
+    key.refresh_from_db()
+    assert key.status == "revoked"  # its key with it
 
 
 @pytest.mark.parametrize(
