@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "gateway_bridge",
     # --- outbound webhooks and chat destinations (issue 21)
     "console.webhooks",
+    "console.capacity",
     # --- two-factor sign-in (issue 19): django-otp's TOTP devices (accounts.two_factor)
     "django_otp",
     "django_otp.plugins.otp_totp",
@@ -233,6 +234,18 @@ CELERY_BEAT_SCHEDULE: dict = {
     "accounts-expire-keys": {"task": "accounts.expire_keys", "schedule": 60.0},
     "usage-prune-calls": {"task": "usage.prune_calls", "schedule": 3600.0},
 }
+
+# --- capacity planning (stepped load tests, console.capacity) -------------
+# Where a load test sends its calls: the gateway over loopback (the same base URL
+# the README's snippets use), and the Celery queue its job runs on (a worker of
+# its own: a test holds its worker for minutes, which would starve ingest).
+CAPACITY_GATEWAY_URL = config.env_str("CAPACITY_GATEWAY_URL", "http://127.0.0.1:8000").rstrip("/")
+CAPACITY_QUEUE = config.env_str("CAPACITY_QUEUE", "loadtests")
+# Bounds of one test: its whole duration (steps x seconds each), the clients of a
+# step, and how many tests one organization may run at once.
+CAPACITY_MAX_DURATION_SECONDS = config.env_int("CAPACITY_MAX_DURATION_SECONDS", 600, minimum=1)
+CAPACITY_MAX_CLIENTS = config.env_int("CAPACITY_MAX_CLIENTS", 400, minimum=1)
+CAPACITY_RUNS_PER_ORG = config.env_int("CAPACITY_RUNS_PER_ORG", 1, minimum=1)
 
 # --- usage ----------------------------------------------------------------
 # Call records older than this many days are deleted (rollups stay); 0 keeps them forever.
@@ -588,6 +601,7 @@ SPECTACULAR_SETTINGS = {
         "SubAccountStatusEnum": "accounts.models.SubAccountStatus",
         "NodeStatusEnum": "inference_node.models.NodeStatus",
         "WebhookDestinationKindEnum": "console.webhooks.models.DestinationKind",
+        "LoadTestStatusEnum": "console.capacity.models.Status",
     },
     # --- API schema conformance (issue 19): the error answers of every operation
     "POSTPROCESSING_HOOKS": [

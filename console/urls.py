@@ -10,6 +10,7 @@ urlpatterns = [
     path("", include("inference_node.urls")),
     path("", include("usage.urls")),
     path("", include("console.analytics.urls")),
+    path("", include("console.capacity.urls")),
     path("", include("invoicing.webhook_urls")),
     path("", include("invoicing.urls")),
     path("", include("console.webhooks.urls")),
@@ -19,5 +20,6 @@ urlpatterns = [
     path("api/v1/", include("invoicing.api_urls")),
     path("api/v1/", include("console.webhooks.api_urls")),
     path("api/v1/", include("console.analytics.api_urls")),
+    path("api/v1/", include("console.capacity.api_urls")),
     path("django-admin/", admin.site.urls),
 ]

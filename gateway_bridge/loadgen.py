@@ -13,6 +13,12 @@ latency percentiles are over 2xx answers (end of the response), ``ttft_*`` over
 2xx streams (time to the first SSE data event that carries generated text:
 OpenAI chat/completions, Anthropic and Gemini chunks are recognised).
 ``errors`` counts non-2xx answers and transport failures (``error_kinds``).
+``output_tokens`` sums the ``completion_tokens`` / ``output_tokens`` usage
+figure each 2xx answer reports (the last one in its body: a stream's final
+usage chunk when the body asks for ``stream_options.include_usage``).
+``stop`` (``drive``/``run_load`` only): a callable asked every quarter second;
+when it answers true the run ends at once (open requests are aborted) and the
+summary covers the time measured so far (``"stopped": true``).
 ``cpu_seconds`` is this process's CPU time over the window: the generator is
 asyncio.Protocol + httptools (+ uvloop when importable), so it stays a small
 share of a 2-core machine, but the benchmark should report it.
@@ -30,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import ssl as ssl_module
 import sys
 import time
@@ -45,6 +52,7 @@ DEFAULT_BODY = {
     "max_tokens": 16,
 }
 _perf = time.perf_counter
+_USAGE_OUTPUT = re.compile(rb'"(?:completion_tokens|output_tokens)"\s*:\s*(\d+)')
 
 
 class _Run:
@@ -63,6 +71,7 @@ class _Run:
         self.deadline = 0.0
         self.latencies: list[float] = []
         self.ttfts: list[float] = []
+        self.output_tokens = 0
         self.statuses: Counter[str] = Counter()
         self.error_kinds: Counter[str] = Counter()
         self.clients: set[_Client] = set()
@@ -121,6 +130,8 @@ class _Client(asyncio.Protocol):
         self.busy = False  # a request is in flight
         self.ttft = None
         self.sse = b""
+        self.tail = b""  # the end of the body read so far (a usage figure may straddle reads)
+        self.output = 0
         self.stopping = False
 
     # asyncio.Protocol
@@ -153,8 +164,15 @@ class _Client(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.ttft = None
         self.sse = b""
+        self.tail = b""
+        self.output = 0
 
     def on_body(self, body: bytes) -> None:
+        window = self.tail + body
+        if b"_tokens" in window:
+            for match in _USAGE_OUTPUT.finditer(window):
+                self.output = int(match.group(1))
+        self.tail = window[-48:]
         if not self.run.stream or self.ttft is not None:
             return
         buffer = self.sse + body
@@ -181,6 +199,7 @@ class _Client(asyncio.Protocol):
             run.statuses[str(status)] += 1
             if 200 <= status < 300:
                 run.latencies.append(now - self.sent_at)
+                run.output_tokens += self.output
                 if self.ttft is not None:
                     run.ttfts.append(self.ttft)
         if not self.parser.should_keep_alive():
@@ -312,6 +331,7 @@ async def drive(
     drain: float = 2.0,
     method: str = "POST",
     cpu_pids: Iterable[int] = (),
+    stop=None,
 ) -> dict:
     """Run the load inside the running event loop; returns the summary dict."""
     payloads, host, port, ssl, server_hostname = _payloads(url, bodies, headers, stream, method)
@@ -327,8 +347,16 @@ async def drive(
     servers_at_start: dict = {}
     servers_at_end: dict = {}
     connecting = [loop.create_task(run.connect()) for _ in range(concurrency)]
+    stopped_at = None
     while not run.all_done.done():
         now = _perf()
+        if stop is not None and stopped_at is None and stop():
+            stopped_at = now
+            run.deadline = min(run.deadline, now)
+            for client in list(run.clients):
+                client.stopping = True
+                client.transport.abort()
+            break
         if cpu_at_start is None and now >= run.window_start:
             cpu_at_start = time.process_time()
             servers_at_start = _cpu_of(cpu_pids)
@@ -351,6 +379,8 @@ async def drive(
     cpu = end - (cpu_at_start if cpu_at_start is not None else end)
     for task in connecting:
         task.cancel()
+    if stopped_at is not None:
+        seconds = max(0.0, stopped_at - run.window_start)
     if cpu_pids and not servers_at_end:
         servers_at_end = _cpu_of(cpu_pids)
     run.latencies.sort()
@@ -368,11 +398,15 @@ async def drive(
         "p50_ms": _percentile(run.latencies, 0.50),
         "p90_ms": _percentile(run.latencies, 0.90),
         "p99_ms": _percentile(run.latencies, 0.99),
+        "p999_ms": _percentile(run.latencies, 0.999),
         "max_ms": _percentile(run.latencies, 1.0),
         "mean_ms": round(mean, 3) if mean is not None else None,
         "ttft_p50_ms": _percentile(run.ttfts, 0.50),
         "ttft_p90_ms": _percentile(run.ttfts, 0.90),
         "ttft_p99_ms": _percentile(run.ttfts, 0.99),
+        "ttft_p999_ms": _percentile(run.ttfts, 0.999),
+        "output_tokens": run.output_tokens,
+        "stopped": stopped_at is not None,
         "statuses": dict(sorted(run.statuses.items())),
         "error_kinds": dict(sorted(run.error_kinds.items())),
         "concurrency": concurrency,
@@ -405,6 +439,7 @@ def run_load(
     method: str = "POST",
     use_uvloop: bool = True,
     cpu_pids: Iterable[int] = (),
+    stop=None,
 ) -> dict:
     """Run a closed-loop load on a fresh event loop (uvloop when importable).
 
@@ -423,6 +458,7 @@ def run_load(
         drain=drain,
         method=method,
         cpu_pids=cpu_pids,
+        stop=stop,
     )
     if use_uvloop:
         try:

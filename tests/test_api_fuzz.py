@@ -74,6 +74,9 @@ RULES_BEYOND_THE_SCHEMA: dict[str, set[str]] = {
     "POST /api/v1/invitations/": {"email", "role"},
     "POST /api/v1/credit-notes/": {"invoice", "lines", "amount", "non_field_errors"},
     "POST /api/v1/invoices/{id}/payments/": {"reference", "amount_minor", "paid_on"},
+    # The model must be an enabled chat model of the catalogue; steps x seconds per step
+    # must fit CAPACITY_MAX_DURATION_SECONDS.
+    "POST /api/v1/load-tests/": {"model", "steps", "step_seconds"},
     "POST /api/v1/nodes/": {
         "base_url", "preset", "kind", "api_path", "health_check", "models", "labels",
         "credentials", "name", "token",

@@ -1,5 +1,5 @@
 """The process examples (``Procfile``, ``deploy/systemd/*``) run what they say:
-the four process kinds, the same server flags in both, and flags the
+the process kinds, the same server flags in both, and flags the
 programs accept (uvicorn's and the simulator's parsers read them)."""
 
 from __future__ import annotations
@@ -18,9 +18,16 @@ UNITS = {
     "web": "console-web.service",
     "worker": "console-worker@.service",
     "beat": "console-beat.service",
+    "loadtests": "console-loadtests.service",
     "node": "console-node.service",
 }
-PROGRAMS = {"web": "uvicorn", "worker": "celery", "beat": "celery", "node": "python"}
+PROGRAMS = {
+    "web": "uvicorn",
+    "worker": "celery",
+    "beat": "celery",
+    "loadtests": "celery",
+    "node": "python",
+}
 
 
 def procfile() -> dict[str, list[str]]:
@@ -59,7 +66,7 @@ def concrete(args: list[str]) -> list[str]:
     return out
 
 
-def test_the_procfile_and_the_units_run_the_same_four_processes():
+def test_the_procfile_and_the_units_run_the_same_processes():
     assert set(procfile()) == set(UNITS)
     for kind, name in UNITS.items():
         service = unit(name)
@@ -123,7 +130,7 @@ def test_the_environment_example_names_real_settings():
     text = (SYSTEMD / "console.env.example").read_text()
     names = re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", text, flags=re.MULTILINE)
     settings_source = (ROOT / "console" / "settings.py").read_text()
-    units_own = {"CONSOLE_WEB_WORKERS", "CONSOLE_WORKER_CONCURRENCY"}
+    units_own = {"CONSOLE_WEB_WORKERS", "CONSOLE_WORKER_CONCURRENCY", "CAPACITY_WORKER_CONCURRENCY"}
     unknown = [n for n in names if n not in units_own and f'"{n}"' not in settings_source]
     assert unknown == []
     for name in units_own:

@@ -13,6 +13,7 @@ APP_TEST_MODULES = [
     "tests.usage.test_views",
     "tests.invoicing.test_views",
     "tests.webhooks.test_views",
+    "tests.capacity.test_views",
 ]
 
 

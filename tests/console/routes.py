@@ -123,6 +123,9 @@ RULES: list[tuple[str, Access]] = [
     ("webhooks:destinations", Access("page", (P.BILLING_VIEW,))),
     ("webhooks:deliveries", Access("page", (P.BILLING_VIEW,))),
     ("webhooks:*", Access("page", (P.ORG_MANAGE,))),
+    # capacity planning: load tests are read with all usage, run and cancelled by owners and admins
+    ("capacity:cancel", Access("page", (P.ORG_MANAGE,))),
+    ("capacity:*", Access("page", (P.USAGE_VIEW_ALL,), (P.ORG_MANAGE,))),
     # REST API
     ("api-schema", Access("public")),  # the OpenAPI description: no data
     ("api-key-*", Access("api", KEYS_SEE, (P.KEYS_MANAGE_OWN,))),
@@ -139,6 +142,7 @@ RULES: list[tuple[str, Access]] = [
     ("webhook-destination-*", Access("api", (P.BILLING_VIEW,), (P.ORG_MANAGE,))),
     ("webhook-event-*", Access("api", (P.BILLING_VIEW,))),
     ("webhook-delivery-*", Access("api", (P.BILLING_VIEW,), (P.ORG_MANAGE,))),
+    ("load-test-*", Access("api", (P.USAGE_VIEW_ALL,), (P.ORG_MANAGE,))),
 ]
 
 
@@ -229,6 +233,7 @@ PARAMS: list[tuple[str, str, str]] = [
     ("*", "request_id", "call"),
     ("*", "invoice_id", "invoice"),
     ("*", "credit_note_id", "credit_note"),
+    ("*", "load_test_id", "load_test"),
     ("invoicing:refund_mark_paid", "payment_id", "manual_refund"),
     ("api-key-*", "pk", "api_key"),
     ("sub-account-*", "pk", "sub_account"),
@@ -243,6 +248,7 @@ PARAMS: list[tuple[str, str, str]] = [
     ("webhook-destination-*", "pk", "webhook_destination"),
     ("webhook-event-*", "pk", "webhook_event"),
     ("webhook-delivery-*", "pk", "webhook_delivery"),
+    ("load-test-*", "pk", "load_test"),
 ]
 
 ADMIN_VALUES = {"app_label": "accounts", "url": "no-such-page/", "content_type_id": "1"}
@@ -258,6 +264,7 @@ def param_kind(route: Route, param: str) -> str | None:
 def _tenant(org, members) -> SimpleNamespace:
     """One organization's objects, one of each kind a URL can name."""
     from accounts.services import invitation_create, sub_account_create
+    from console.capacity.models import LoadTest, LoadTestStep
     from console.webhooks.models import Delivery, Destination, OutboundEvent
     from invoicing.models import Payment
     from invoicing.services import (
@@ -306,6 +313,18 @@ def _tenant(org, members) -> SimpleNamespace:
         event=outbound, destination=destination, status="abandoned", attempts=1,
         last_error="cannot connect", next_attempt_at=None,
     )  # fmt: skip
+    load_test = LoadTest.objects.create(
+        organization=org, started_by=members[Role.OWNER], model="sim-chat-small",
+        input_tokens=64, output_tokens=8, prefix_share=50, steps=[2, 4], step_seconds=5,
+        budget=1_000_000, status="running", knee_step=1,
+    )  # fmt: skip
+    for index, (clients, qps, p99) in enumerate([(2, 20.0, 100.0), (4, 21.0, 190.0)]):
+        LoadTestStep.objects.create(
+            load_test=load_test, index=index, concurrency=clients, seconds=5.0, requests=100,
+            ok=99, errors=1, requests_per_second=qps, output_tokens_per_second=qps * 8,
+            ttft_p50_ms=20.0, ttft_p99_ms=30.0, ttft_p999_ms=31.0, latency_p50_ms=p99 / 2,
+            latency_p99_ms=p99, latency_p999_ms=p99 + 1,
+        )  # fmt: skip
     return SimpleNamespace(
         org=org,
         members=members,
@@ -324,6 +343,7 @@ def _tenant(org, members) -> SimpleNamespace:
             "webhook_destination": destination.pk,
             "webhook_event": outbound.pk,
             "webhook_delivery": delivery.pk,
+            "load_test": load_test.pk,
             "bogus_token": "not-a-real-invitation-token",
         },
     )

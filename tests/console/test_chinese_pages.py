@@ -16,7 +16,7 @@ USD) and the product and vendor names a Chinese console keeps in Latin
 (``LATIN_TERMS``).
 
 ``-k accounts`` (or ``invoicing``, ``inference_node``, ``usage``,
-``analytics``, ``console``) walks one area.
+``analytics``, ``console``, ``capacity``) walks one area.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def _stored_strings() -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node", "webhooks")
+AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node", "webhooks", "capacity")
 SKIP = {
     "accounts:logout",
     "accounts:organization_switch",

@@ -110,3 +110,30 @@ def test_reports_a_server_process_cpu_over_the_window():
     assert result["ok"] > 10
     assert 0 < cpu[str(node.process.pid)] < 5
     assert cpu[str(2**22 + 1)] is None
+
+
+def test_p999_output_tokens_and_a_stop_signal():
+    import time as clock
+
+    body = {**chat(5), "stream_options": {"include_usage": True}}
+    with node_process("--profile", "instant", via="module") as node:
+        url = node.base_url + CHAT
+        streamed = run_load(url, [body], {}, concurrency=2, seconds=0.5, stream=True)
+        plain = run_load(url, [chat(4)], {}, concurrency=2, seconds=0.5)
+        began = clock.monotonic()
+        stopped = run_load(
+            url, [chat(4)], {}, concurrency=2, seconds=30,
+            stop=lambda: clock.monotonic() - began > 0.5,
+        )  # fmt: skip
+        took = clock.monotonic() - began
+
+    assert streamed["ok"] > 0
+    assert streamed["output_tokens"] == 5 * streamed["ok"]  # the stream's usage chunk
+    assert streamed["p99_ms"] <= streamed["p999_ms"] <= streamed["max_ms"]
+    assert streamed["ttft_p99_ms"] <= streamed["ttft_p999_ms"]
+    assert plain["output_tokens"] == 4 * plain["ok"]  # the answer's usage
+    assert not plain["stopped"]
+    assert stopped["stopped"] and took < 1.5
+    assert stopped["seconds"] < 1.0 and stopped["ok"] > 0
+    # Throughput over the time measured, not the 30 s asked for.
+    assert stopped["requests_per_second"] > stopped["requests"] / 1.0

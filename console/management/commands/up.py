@@ -164,9 +164,9 @@ class Command(BaseCommand):
             return False
         connections.close_all()  # the probes' connection: not held while we serve
         self.start_web(sup, host, port)
-        self.start_celery(sup)
         wait_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104
         wait_host = "::1" if wait_host == "::" else wait_host
+        self.start_celery(sup, gateway_url=f"http://{_url_host(wait_host)}:{port}")
         if not wait_for_port(wait_host, port, "the web server", waiter):
             return False
         calls = self.demo_calls(node_port, vendor_port)
@@ -180,10 +180,12 @@ class Command(BaseCommand):
         )
         return True
 
-    def start_celery(self, sup: Supervisor) -> None:
-        """The worker and beat, started right after the web server: nothing on
+    def start_celery(self, sup: Supervisor, *, gateway_url: str) -> None:
+        """The workers and beat, started right after the web server: nothing on
         the way to ``Ready.`` needs them, and started earlier their own start-up
-        slowed the simulators' and the probe's."""
+        slowed the simulators' and the probe's. The load-test worker takes only
+        ``CAPACITY_QUEUE`` (a test holds its process for minutes) and sends its
+        calls to this web server."""
         sup.start(
             "worker",
             [
@@ -206,6 +208,31 @@ class Command(BaseCommand):
                 "--without-mingle",
                 "--without-heartbeat",
             ],
+        )
+        sup.start(
+            "loadtests",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "-l",
+                "info",
+                "--concurrency",
+                "1",
+                "--pool",
+                "prefork",
+                "-Q",
+                settings.CAPACITY_QUEUE,
+                "-n",
+                "loadtests@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            env_extra={"CAPACITY_GATEWAY_URL": gateway_url},
         )
         sup.start(
             "beat",
@@ -311,3 +338,7 @@ class Command(BaseCommand):
             sup.stop()
         self.say("Stopped.")
         return code
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

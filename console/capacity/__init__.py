@@ -1,0 +1,1 @@
+"""Capacity planning: stepped load tests against the gateway (issue 22)."""
