@@ -26,6 +26,10 @@ What is published, by topic:
   (``visible_keys``), the filter form pieces those pages share
   (``KeyChoiceField``, ``OrganizationFilterMixin``) and the CSV guard
   (``csv_text``);
+* cost attribution: ``attribution`` (calls grouped by a tag's value or by
+  end user over a range, from the attribution rollups, into an
+  ``Attribution`` of ``AttributionGroup``; ``ATTRIBUTE_BY_TAG`` /
+  ``ATTRIBUTE_BY_END_USER``) and ``tag_keys`` (the tag keys in use);
 * margin, for platform staff only: ``margin_report`` (revenue, vendor cost
   and margin by model, channel, organization and day, per currency, from the
   rollups) into a ``MarginReport`` of ``MarginLine`` and ``MarginDay``, and
@@ -36,6 +40,18 @@ What is published, by topic:
 from __future__ import annotations
 
 from usage.analytics import Series, cache_savings, series, unserved_models
+from usage.attribution import (
+    BY_END_USER as ATTRIBUTE_BY_END_USER,
+)
+from usage.attribution import (
+    BY_TAG as ATTRIBUTE_BY_TAG,
+)
+from usage.attribution import (
+    Attribution,
+    AttributionGroup,
+    attribution,
+    tag_keys,
+)
 from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
 from usage.logs import csv_text, visible_keys
@@ -59,12 +75,16 @@ from usage.spend import spend_by_period
 from usage.totals import OrgUsageTotals
 
 __all__ = [
+    "ATTRIBUTE_BY_END_USER",
+    "ATTRIBUTE_BY_TAG",
     "ENDPOINTS",
     "PPM",
     "SCHEMA_VERSION",
     "SPEND_BY_KEY",
     "SPEND_BY_SUB_ACCOUNT",
     "Adjustment",
+    "Attribution",
+    "AttributionGroup",
     "CallRecord",
     "CatalogModel",
     "Grain",
@@ -83,6 +103,7 @@ __all__ = [
     "Series",
     "TokenCounts",
     "UsageEvent",
+    "attribution",
     "cache_savings",
     "csv_text",
     "discount_for",
@@ -94,6 +115,7 @@ __all__ = [
     "seed_catalog",
     "series",
     "spend_by_period",
+    "tag_keys",
     "to_wire",
     "unserved_models",
     "visible_keys",
