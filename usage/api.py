@@ -47,6 +47,16 @@ FILTER_PARAMETERS = [
         {"type": "string", "pattern": r"^[A-Za-z0-9._:\-]{1,64}$"},
         description="One request id",
     ),
+    OpenApiParameter(
+        "tag",
+        {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,32}:.{1,128}$"},
+        many=True,
+        explode=True,
+        description="key:value; calls carrying this tag. Repeat for calls carrying all of them",
+    ),
+    OpenApiParameter(
+        "end_user", {"type": "string", "maxLength": 128}, description="Calls for this end user"
+    ),
 ]
 _CURSOR = {"type": "string", "maxLength": 400}
 PAGE_PARAMETERS = [
@@ -133,7 +143,8 @@ class CallListView(CallApiView):
         params = form.filter_params()
 
         def link(**cursor):
-            return request.build_absolute_uri(f"{request.path}?{urlencode({**params, **cursor})}")
+            query = urlencode({**params, **cursor}, doseq=True)
+            return request.build_absolute_uri(f"{request.path}?{query}")
 
         older = link(before=page.older) if page.older else None
         newer = link(after=page.newer) if page.newer else None
