@@ -94,6 +94,18 @@ def _call_groups(calls, by: str, tag_key: str) -> tuple[dict[str, dict], dict]:
     return out, {**total, "calls": total["calls_n"]}
 
 
+def _call_filters(where: dict) -> dict:
+    out = {}
+    for name, value in where.items():
+        if name == "mode":
+            out["stream"] = value == "stream"
+        elif isinstance(value, list | tuple | set | frozenset):
+            out[f"{name}__in"] = list(value)
+        else:
+            out[name] = value
+    return out
+
+
 def attribution(
     *,
     organization_id: int,
@@ -101,13 +113,15 @@ def attribution(
     end: datetime,
     by: str,
     tag_key: str = "",
-    api_key_ids: list[int] | None = None,
+    where: dict | None = None,
     currency: str | None = None,
 ) -> Attribution:
     """The organization's calls that started in ``[start, end)`` grouped by
     the value of tag ``tag_key`` (``by`` ``BY_TAG``) or by end user
-    (``BY_END_USER``). ``api_key_ids``: only these keys' calls (read from
-    the call records); ``currency``: only calls rated in it (an invoice's)."""
+    (``BY_END_USER``). ``where``: only the calls with these call-record
+    field values (``api_key_id`` may be a list: a developer's own keys),
+    read from the call records; ``currency``: only calls rated in it (an
+    invoice's)."""
     if by not in (BY_TAG, BY_END_USER):
         raise ValueError(f"attribution is by tag or by end user, not {by!r}")
     if by == BY_TAG and not tag_key:
@@ -125,10 +139,9 @@ def attribution(
     calls = CallRecord.objects.filter(organization_id=organization_id)
     if currency:
         calls = calls.filter(currency=currency)
-    if api_key_ids is not None or currency:
-        # Narrowed to some keys or one currency: the rollups keep neither.
-        if api_key_ids is not None:
-            calls = calls.filter(api_key_id__in=api_key_ids)
+    if where or currency:
+        # Narrowed to some keys, models, ... or one currency: the rollups keep none.
+        calls = calls.filter(**_call_filters(where or {}))
         edges = [Q(started_at__gte=start, started_at__lt=end)]
         whole_from = whole_to = None
     else:

@@ -292,3 +292,53 @@ CallFilterForm.base_fields = {
     "to": forms.DateTimeField(required=False, label=gettext_lazy("To")),
     **CallFilterForm.base_fields,
 }
+
+
+MAX_ATTRIBUTION_RANGE = timedelta(days=366)
+
+
+class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
+    """Query parameters of the spend attribution API: a range, what to group
+    by (``by=tag`` with ``tag_key``, or ``by=end_user``), and optionally one key."""
+
+    by = forms.ChoiceField(
+        choices=[("tag", "tag"), ("end_user", "end_user")], label=gettext_lazy("Group by")
+    )
+    tag_key = forms.CharField(required=False, max_length=32, label=gettext_lazy("Tag key"))
+    key = KeyChoiceField(queryset=None, required=False, label=gettext_lazy("Key"))
+
+    def __init__(self, data=None, *, actor: Actor, **kwargs):
+        super().__init__(data, **kwargs)
+        self.actor = actor
+        self.tz = timezones.org_zone(actor.organization)
+        self.fields["key"].queryset = logs.visible_keys(actor=actor)
+
+    def clean_tag_key(self):
+        value = self.cleaned_data["tag_key"].strip()
+        if value and not _TAG_KEY_RE.match(value):
+            raise forms.ValidationError(
+                _("A tag key is 1 to 32 letters, digits or _ . - characters.")
+            )
+        return value
+
+    def clean(self):
+        data = super().clean()
+        if data.get("by") == "tag" and not data.get("tag_key") and "tag_key" not in self.errors:
+            self.add_error("tag_key", _("Give the tag key whose values group the spend."))
+        start, end = data.get("from"), data.get("to")
+        if start is not None and end is not None:
+            if start >= end:
+                self.add_error("to", _("The end of the time range must be after its start."))
+            elif end - start > MAX_ATTRIBUTION_RANGE:
+                self.add_error("to", _("A range can be at most 366 days; narrow it."))
+        return data
+
+    def error_fields(self) -> dict[str, list[str]]:
+        return {name: [str(e) for e in errors] for name, errors in self.errors.items()}
+
+
+AttributionQueryForm.base_fields = {
+    "from": forms.DateTimeField(label=gettext_lazy("From")),
+    "to": forms.DateTimeField(label=gettext_lazy("To")),
+    **AttributionQueryForm.base_fields,
+}

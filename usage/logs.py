@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db.models import Q, QuerySet, Value
-from django.db.models.lookups import Exact
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import Exact
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy

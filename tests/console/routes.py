@@ -122,6 +122,7 @@ RULES: list[tuple[str, Access]] = [
     ("invitation-*", Access("api", (P.MEMBERS_MANAGE,))),
     ("node-*", Access("api", (P.NODES_VIEW,), (P.NODES_MANAGE,))),
     ("call-*", Access("api", USAGE)),
+    ("spend-attribution", Access("api", USAGE)),
     ("balance", BILLING_API),
     ("invoice-*", BILLING_API),
     ("credit-note-*", BILLING_API),

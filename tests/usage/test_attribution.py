@@ -147,7 +147,7 @@ def test_a_developers_own_keys_read_from_the_calls(catalog, org, key, team_key):
         end=T0 + timedelta(hours=6),
         by=BY_TAG,
         tag_key="team",
-        api_key_ids=[team_key.pk],
+        where={"api_key_id": [team_key.pk]},
     )
     assert a.total.calls == 10
     assert a.total.cost == sum(
