@@ -184,3 +184,15 @@ def test_a_tag_choice_without_a_key_is_a_form_error(client, tagged):
     response = client.get(reverse(CHART), {**RANGE, "attribute": "tag"})
     assert response.status_code == 400
     assert "Give the tag key" in response.content.decode()
+
+
+def test_a_chinese_reader_gets_the_grouping_in_chinese(client, tagged):
+    a, _b = tagged
+    user = a.members[Role.OWNER].user
+    user.language = "zh-hans"
+    user.save(update_fields=["language"])
+    client.force_login(user)
+    html = client.get(reverse(CHART), {**RANGE, "attribute": "tag", "tag_key": "team"}).content
+    text = html.decode()
+    assert "按标签“team”统计消费" in text and "（无标签）" in text and "标签值" in text
+    assert "Spend by" not in text and "(untagged)" not in text
