@@ -191,9 +191,13 @@ class SpendAttributionView(CallApiView):
     @extend_schema(
         operation_id="spend_attribution",
         parameters=[
-            OpenApiParameter("from", OpenApiTypes.DATETIME, required=True, description="Start"),
-            OpenApiParameter("to", OpenApiTypes.DATETIME, required=True, description="End"),
-            OpenApiParameter("by", str, enum=["tag", "end_user"], required=True),
+            OpenApiParameter(
+                "from", OpenApiTypes.DATETIME, description="Start (default: 30 days before to)"
+            ),
+            OpenApiParameter("to", OpenApiTypes.DATETIME, description="End (default: now)"),
+            OpenApiParameter(
+                "by", str, enum=["tag", "end_user"], description="What groups (default end_user)"
+            ),
             OpenApiParameter(
                 "tag_key",
                 {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,32}$"},

@@ -295,14 +295,18 @@ CallFilterForm.base_fields = {
 
 
 MAX_ATTRIBUTION_RANGE = timedelta(days=366)
+DEFAULT_ATTRIBUTION_RANGE = timedelta(days=30)
 
 
 class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
-    """Query parameters of the spend attribution API: a range, what to group
-    by (``by=tag`` with ``tag_key``, or ``by=end_user``), and optionally one key."""
+    """Query parameters of the spend attribution API: a range (by default
+    the last 30 days), what to group by (``by=tag`` with ``tag_key``, or
+    ``by=end_user``, the default), and optionally one key."""
 
     by = forms.ChoiceField(
-        choices=[("tag", "tag"), ("end_user", "end_user")], label=gettext_lazy("Group by")
+        required=False,
+        choices=[("tag", "tag"), ("end_user", "end_user")],
+        label=gettext_lazy("Group by"),
     )
     tag_key = forms.CharField(required=False, max_length=32, label=gettext_lazy("Tag key"))
     key = KeyChoiceField(queryset=None, required=False, label=gettext_lazy("Key"))
@@ -323,9 +327,13 @@ class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
 
     def clean(self):
         data = super().clean()
-        if data.get("by") == "tag" and not data.get("tag_key") and "tag_key" not in self.errors:
+        data["by"] = data.get("by") or "end_user"
+        if data["by"] == "tag" and not data.get("tag_key") and "tag_key" not in self.errors:
             self.add_error("tag_key", _("Give the tag key whose values group the spend."))
         start, end = data.get("from"), data.get("to")
+        if "from" not in self.errors and "to" not in self.errors:
+            end = data["to"] = end or timezone.now()
+            start = data["from"] = start or end - DEFAULT_ATTRIBUTION_RANGE
         if start is not None and end is not None:
             if start >= end:
                 self.add_error("to", _("The end of the time range must be after its start."))
@@ -338,7 +346,7 @@ class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
 
 
 AttributionQueryForm.base_fields = {
-    "from": forms.DateTimeField(label=gettext_lazy("From")),
-    "to": forms.DateTimeField(label=gettext_lazy("To")),
+    "from": forms.DateTimeField(required=False, label=gettext_lazy("From")),
+    "to": forms.DateTimeField(required=False, label=gettext_lazy("To")),
     **AttributionQueryForm.base_fields,
 }

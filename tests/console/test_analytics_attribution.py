@@ -159,6 +159,7 @@ def test_the_api_groups_by_tag_or_end_user_summing_to_the_total(client, tagged):
         ({"by": "tag"}, "tag_key"),
         ({"by": "tag", "tag_key": "bad key"}, "tag_key"),
         ({"by": "colour"}, "by"),
+        ({"from": "yesterday"}, "from"),
         ({"by": "end_user", "to": "2025-02-01T00:00"}, "to"),
     ],
 )
@@ -197,3 +198,14 @@ def test_a_chinese_reader_gets_the_grouping_in_chinese(client, tagged):
     text = html.decode()
     assert "按标签“team”统计消费" in text and "（无标签）" in text and "标签值" in text
     assert "Spend by" not in text and "(untagged)" not in text
+
+
+def test_the_api_defaults_to_end_users_over_the_last_30_days(client, tagged):
+    a, _b = tagged
+    client.force_login(a.members[Role.OWNER].user)
+    body = client.get(API).json()
+    assert body["by"] == "end_user"
+    end = datetime.fromisoformat(body["end"].replace("Z", "+00:00"))
+    start = datetime.fromisoformat(body["start"].replace("Z", "+00:00"))
+    assert end - start == timedelta(days=30)
+    assert body["total"]["calls"] == 0  # the calls are from 2025
