@@ -50,8 +50,11 @@ FILTER_PARAMETERS = [
     ),
     OpenApiParameter(
         "tag",
-        {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,32}:.{1,128}$"},
-        many=True,
+        {
+            "type": "array",
+            "maxItems": 10,
+            "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,32}:.{1,128}$"},
+        },
         explode=True,
         description="key:value; calls carrying this tag. Repeat for calls carrying all of them",
     ),

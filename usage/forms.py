@@ -70,7 +70,8 @@ class TagFilterField(forms.Field):
         out = []
         for text in value:
             key, sep, tag_value = text.strip().partition(":")
-            if not sep or not _TAG_KEY_RE.match(key) or not 0 < len(tag_value) <= MAX_TAG_VALUE:
+            bad_value = not 0 < len(tag_value) <= MAX_TAG_VALUE or "\x00" in tag_value
+            if not sep or not _TAG_KEY_RE.match(key) or bad_value:
                 raise forms.ValidationError(
                     _(
                         "Give a tag as key:value; the key is 1 to 32 letters, digits or "

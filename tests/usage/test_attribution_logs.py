@@ -85,9 +85,10 @@ def test_a_malformed_tag_filter_is_a_form_error(client, ta):
     response = login(client, ta).get(PAGE, {"tag": "no-colon"})
     assert response.status_code == 200
     assert "Give a tag as key:value" in response.content.decode()
-    api = login(client, ta).get(LIST, {"tag": "bad key:1"})
-    assert api.status_code == 400
-    assert "tag" in json.dumps(api.json())
+    for bad in ("bad key:1", "team:a\x00b", "team:"):
+        api = login(client, ta).get(LIST, {"tag": bad})
+        assert api.status_code == 400
+        assert "tag" in json.dumps(api.json())
 
 
 def test_the_api_filters_by_tag_and_end_user_and_returns_them(client, ta, tb):
