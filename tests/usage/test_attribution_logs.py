@@ -101,6 +101,15 @@ def test_the_api_filters_by_tag_and_end_user_and_returns_them(client, ta, tb):
     assert (untagged["end_user"], untagged["tags"]) == ("", {})
 
 
+def test_the_api_takes_repeated_tags_but_no_other_repeated_parameter(client, ta):
+    c = login(client, ta)
+    body = c.get(f"{LIST}?tag=team:search&tag=env:prod").json()
+    assert [r["request_id"] for r in body["results"]] == [ta.tagged[0].request_id]
+    again = c.get(f"{LIST}?end_user=alice&end_user=bob")
+    assert again.status_code == 400
+    assert again.json()["error"]["fields"] == {"end_user": ["Give this parameter once."]}
+
+
 def test_paging_links_keep_every_tag(client, ta):
     save(
         [
