@@ -53,7 +53,8 @@ FILTER_PARAMETERS = [
         {
             "type": "array",
             "maxItems": 10,
-            "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,32}:.{1,128}$"},
+            # "" (an empty box of the console's form) is no filter.
+            "items": {"type": "string", "pattern": r"^([A-Za-z0-9_.\-]{1,32}:[^\u0000]{1,128})?$"},
         },
         explode=True,
         description="key:value; calls carrying this tag. Repeat for calls carrying all of them",

@@ -37,7 +37,7 @@ class RepeatedTextInput(forms.TextInput):
             return []
         if isinstance(values, str):
             values = [values]
-        return [v for v in values if isinstance(v, str) and v.strip()]
+        return [v for v in values if isinstance(v, str) and v]  # "": an empty box
 
     def render(self, name, value, attrs=None, renderer=None):
         values = [v for v in (value or []) if v]
@@ -69,7 +69,7 @@ class TagFilterField(forms.Field):
             )
         out = []
         for text in value:
-            key, sep, tag_value = text.strip().partition(":")
+            key, sep, tag_value = text.partition(":")
             bad_value = not 0 < len(tag_value) <= MAX_TAG_VALUE or "\x00" in tag_value
             if not sep or not _TAG_KEY_RE.match(key) or bad_value:
                 raise forms.ValidationError(
