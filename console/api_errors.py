@@ -79,9 +79,15 @@ def page_not_found(request, exception=None):
     return defaults.page_not_found(request, exception)
 
 
+# The REST API's list parameters, each documented as an exploded array (the
+# call logs' ``tag=key:value``, repeated for calls carrying every tag).
+LIST_PARAMETERS = frozenset({"tag"})
+
+
 class SingleQueryParameterMiddleware:
-    """No REST API parameter is a list, so a query parameter given twice
-    (``?status=a&status=b``) is a 400 naming it, not silently the last one."""
+    """No other REST API parameter is a list (``LIST_PARAMETERS``), so a query
+    parameter given twice (``?status=a&status=b``) is a 400 naming it, not
+    silently the last one."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -91,7 +97,7 @@ class SingleQueryParameterMiddleware:
             repeated = {
                 name: ["Give this parameter once."]
                 for name, values in request.GET.lists()
-                if len(values) > 1
+                if len(values) > 1 and name not in LIST_PARAMETERS
             }
             if repeated:
                 name = next(iter(repeated))

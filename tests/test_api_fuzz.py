@@ -64,6 +64,8 @@ _IDS = {"sub_account", "key", "node", "invoice", "hand_over_to", "members"}
 RULES_BEYOND_THE_SCHEMA: dict[str, set[str]] = {
     "GET /api/v1/calls/": _IDS | {"before", "after", "from", "to"},
     "GET /api/v1/calls/export.csv": _IDS | {"from", "to"},
+    # A range's end after its start; a tag key when grouping by tag.
+    "GET /api/v1/spend/attribution/": _IDS | {"from", "to", "tag_key"},
     "POST /api/v1/keys/": _IDS | {"name", "expires_at", "ip_allowlist", "allowed_models"},
     "PATCH /api/v1/keys/{id}/": {"name", "expires_at", "ip_allowlist", "allowed_models"},
     "POST /api/v1/keys/{id}/rotate/": {"grace_seconds"},

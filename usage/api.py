@@ -17,11 +17,12 @@ from rest_framework import permissions, renderers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.facade import IsOrgMember, ValidationFailed
+from accounts.facade import IsOrgMember, Perm, ValidationFailed
 from console.db_router import on_replica, replica_reads
 from usage import logs
-from usage.forms import MAX_LATENCY_MS, CallFilterForm
-from usage.serializers import CallPageSerializer, CallRecordSerializer
+from usage.attribution import BY_END_USER, BY_TAG, attribution
+from usage.forms import MAX_LATENCY_MS, AttributionQueryForm, CallFilterForm
+from usage.serializers import AttributionSerializer, CallPageSerializer, CallRecordSerializer
 
 # Each parameter's schema states what the filter form accepts (usage.forms).
 _ID = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
@@ -47,6 +48,20 @@ FILTER_PARAMETERS = [
         "request_id",
         {"type": "string", "pattern": r"^[A-Za-z0-9._:\-]{1,64}$"},
         description="One request id",
+    ),
+    OpenApiParameter(
+        "tag",
+        {
+            "type": "array",
+            "maxItems": 10,
+            # "" (an empty box of the console's form) is no filter.
+            "items": {"type": "string", "pattern": r"^([A-Za-z0-9_.\-]{1,32}:[^\u0000]{1,128})?$"},
+        },
+        explode=True,
+        description="key:value; calls carrying this tag. Repeat for calls carrying all of them",
+    ),
+    OpenApiParameter(
+        "end_user", {"type": "string", "maxLength": 128}, description="Calls for this end user"
     ),
 ]
 _CURSOR = {"type": "string", "maxLength": 400}
@@ -135,7 +150,8 @@ class CallListView(CallApiView):
         params = form.filter_params()
 
         def link(**cursor):
-            return request.build_absolute_uri(f"{request.path}?{urlencode({**params, **cursor})}")
+            query = urlencode({**params, **cursor}, doseq=True)
+            return request.build_absolute_uri(f"{request.path}?{query}")
 
         older = link(before=page.older) if page.older else None
         newer = link(after=page.newer) if page.newer else None
@@ -171,3 +187,65 @@ class CallDetailView(CallApiView):
         call = logs.call_get(actor=self.actor, request_id=request_id)
         logs.resolve_names([call])
         return Response(CallRecordSerializer(call).data)
+
+
+class SpendAttributionView(CallApiView):
+    """Spend grouped by a tag's value (``by=tag&tag_key=team``) or by end
+    user (``by=end_user``) over ``from``..``to``: the groups (biggest first,
+    the calls without the tag or an end user last, ``value`` null) sum to
+    ``total`` to the micro-unit. A developer sees their own keys' calls."""
+
+    @extend_schema(
+        operation_id="spend_attribution",
+        parameters=[
+            OpenApiParameter(
+                "from", OpenApiTypes.DATETIME, description="Start (default: 30 days before to)"
+            ),
+            OpenApiParameter("to", OpenApiTypes.DATETIME, description="End (default: now)"),
+            OpenApiParameter(
+                "by", str, enum=["tag", "end_user"], description="What groups (default end_user)"
+            ),
+            OpenApiParameter(
+                "tag_key",
+                {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,32}$"},
+                description="The tag whose values group the spend (with by=tag)",
+            ),
+            OpenApiParameter("key", _ID, description="Only this API key's calls"),
+        ],
+        responses=AttributionSerializer,
+    )
+    @replica_reads
+    def get(self, request):
+        form = AttributionQueryForm(request.query_params, actor=self.actor)
+        if not form.is_valid():
+            raise ValidationFailed.from_fields(form.error_fields())
+        d = form.cleaned_data
+        where: dict = {}
+        if d.get("key"):
+            where["api_key_id"] = d["key"].pk
+        elif not self.actor.can(Perm.USAGE_VIEW_ALL):
+            where["api_key_id"] = list(
+                logs.visible_keys(actor=self.actor).values_list("pk", flat=True)
+            )
+        logs.call_scope(actor=self.actor)  # refuses a role that sees no usage
+        result = attribution(
+            organization_id=self.actor.organization_id,
+            start=d["from"],
+            end=d["to"],
+            by=BY_TAG if d["by"] == "tag" else BY_END_USER,
+            tag_key=d.get("tag_key") or "",
+            where=where,
+        )
+        return Response(
+            AttributionSerializer(
+                {
+                    "by": d["by"],
+                    "tag_key": result.tag_key,
+                    "start": d["from"],
+                    "end": d["to"],
+                    "currency": self.actor.organization.currency,
+                    "total": result.total,
+                    "groups": result.groups,
+                }
+            ).data
+        )

@@ -26,6 +26,10 @@ What is published, by topic:
   (``visible_keys``), the filter form pieces those pages share
   (``KeyChoiceField``, ``OrganizationFilterMixin``) and the CSV guard
   (``csv_text``);
+* cost attribution: ``attribution`` (calls grouped by a tag's value or by
+  end user over a range, from the attribution rollups, into an
+  ``Attribution`` of ``AttributionGroup``; ``ATTRIBUTE_BY_TAG`` /
+  ``ATTRIBUTE_BY_END_USER``) and ``tag_keys`` (the tag keys in use);
 * margin, for platform staff only: ``margin_report`` (revenue, vendor cost
   and margin by model, channel, organization and day, per currency, from the
   rollups) into a ``MarginReport`` of ``MarginLine`` and ``MarginDay``, and
@@ -42,6 +46,18 @@ What is published, by topic:
 from __future__ import annotations
 
 from usage.analytics import Series, cache_savings, series, unserved_models
+from usage.attribution import (
+    BY_END_USER as ATTRIBUTE_BY_END_USER,
+)
+from usage.attribution import (
+    BY_TAG as ATTRIBUTE_BY_TAG,
+)
+from usage.attribution import (
+    Attribution,
+    AttributionGroup,
+    attribution,
+    tag_keys,
+)
 from usage.catalog import ModelPrices, PerMtok, list_prices, model_price_list
 from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
@@ -78,6 +94,8 @@ from usage.spend import spend_by_period
 from usage.totals import OrgUsageTotals
 
 __all__ = [
+    "ATTRIBUTE_BY_END_USER",
+    "ATTRIBUTE_BY_TAG",
     "DEGRADED_BELOW",
     "DOWN_BELOW",
     "ENDPOINTS",
@@ -88,6 +106,8 @@ __all__ = [
     "SPEND_BY_SUB_ACCOUNT",
     "STATUS_DAYS",
     "Adjustment",
+    "Attribution",
+    "AttributionGroup",
     "CallRecord",
     "CatalogModel",
     "ChannelFigures",
@@ -111,6 +131,7 @@ __all__ = [
     "Series",
     "TokenCounts",
     "UsageEvent",
+    "attribution",
     "cache_savings",
     "channel_performance",
     "csv_text",
@@ -127,6 +148,7 @@ __all__ = [
     "seed_catalog",
     "series",
     "spend_by_period",
+    "tag_keys",
     "to_wire",
     "unserved_models",
     "visible_keys",

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django import forms
 from django.utils import timezone
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -15,12 +16,71 @@ from accounts.facade import Actor, SubAccount
 from console import timezones
 from inference_node.facade import nodes_own_and_shared
 from usage import logs
+from usage.events import MAX_END_USER, MAX_TAG_VALUE, MAX_TAGS
 
 QUICK_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7),
                 "30d": timedelta(days=30)}  # fmt: skip
 _STATUS_RE = re.compile(r"^[1-5][0-9]{2}$")
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,64}$")
 MAX_LATENCY_MS = 24 * 3600 * 1000
+_TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")
+
+
+class RepeatedTextInput(forms.TextInput):
+    """A text box per value of a parameter that may be repeated
+    (``?tag=a:1&tag=b:2``), and one more, empty, to add a value."""
+
+    def value_from_datadict(self, data, files, name):
+        getlist = getattr(data, "getlist", None)
+        values = getlist(name) if getlist else data.get(name)
+        if values is None:
+            return []
+        if isinstance(values, str):
+            values = [values]
+        return [v for v in values if isinstance(v, str) and v]  # "": an empty box
+
+    def render(self, name, value, attrs=None, renderer=None):
+        values = [v for v in (value or []) if v]
+        boxes = []
+        for i, v in enumerate([*values, ""]):
+            box_attrs = dict(attrs or {})
+            if i:
+                box_attrs.pop("id", None)
+            boxes.append(super().render(name, v, box_attrs, renderer))
+        return mark_safe("".join(boxes))  # noqa: S308 - each box is rendered (escaped) by Django
+
+    def format_value(self, value):
+        return value if isinstance(value, str) else None
+
+
+class TagFilterField(forms.Field):
+    """``key:value`` tag filters, each a tag the calls must carry."""
+
+    widget = RepeatedTextInput
+
+    def to_python(self, value):
+        if not value:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        if len(value) > MAX_TAGS:
+            raise forms.ValidationError(
+                _("Filter on at most %(n)s tags.") % {"n": MAX_TAGS}, code="too_many"
+            )
+        out = []
+        for text in value:
+            key, sep, tag_value = text.partition(":")
+            bad_value = not 0 < len(tag_value) <= MAX_TAG_VALUE or "\x00" in tag_value
+            if not sep or not _TAG_KEY_RE.match(key) or bad_value:
+                raise forms.ValidationError(
+                    _(
+                        "Give a tag as key:value; the key is 1 to 32 letters, digits or "
+                        "_ . - and the value 1 to 128 characters."
+                    ),
+                    code="invalid",
+                )
+            out.append((key, tag_value))
+        return out
 
 
 class KeyChoiceField(forms.ModelChoiceField):
@@ -100,6 +160,15 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
         widget=forms.NumberInput(attrs={"placeholder": "0"}),
     )
     request_id = forms.CharField(required=False, max_length=64, label=gettext_lazy("Request id"))
+    tag = TagFilterField(
+        required=False,
+        label=gettext_lazy("Tag"),
+        help_text=gettext_lazy("key:value, such as team:search; every tag given must match"),
+        widget=RepeatedTextInput(attrs={"placeholder": gettext_lazy("key:value")}),
+    )
+    end_user = forms.CharField(
+        required=False, max_length=MAX_END_USER, strip=False, label=gettext_lazy("End user")
+    )
     limit = forms.IntegerField(
         required=False, min_value=1, max_value=logs.MAX_LIMIT, widget=forms.HiddenInput
     )
@@ -194,6 +263,8 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
             status=d.get("status") or None,
             min_latency_ms=d.get("min_latency_ms"),
             request_id=d.get("request_id") or None,
+            tags=tuple(d.get("tag") or ()),
+            end_user=d.get("end_user") or None,
         )
 
     @property
@@ -203,17 +274,80 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
     def error_fields(self) -> dict[str, list[str]]:
         return {name: [str(e) for e in errors] for name, errors in self.errors.items()}
 
-    def filter_params(self) -> dict[str, str]:
-        """The filters as submitted (no cursor), for links that keep them."""
+    def filter_params(self) -> dict[str, str | list[str]]:
+        """The filters as submitted (no cursor), for links that keep them
+        (``tag``, which may repeat, as a list: ``urlencode(..., doseq=True)``)."""
         if not self.is_bound:
             return {}
         keep = ("from", "to", "range", "key", "sub_account", "model", "node", "status",
-                "min_latency_ms", "request_id", "limit", "sort")  # fmt: skip
-        return {k: self.data[k] for k in keep if self.data.get(k)}
+                "min_latency_ms", "request_id", "end_user", "limit", "sort")  # fmt: skip
+        params: dict = {k: self.data[k] for k in keep if self.data.get(k)}
+        tags = self.fields["tag"].widget.value_from_datadict(self.data, None, "tag")
+        if tags:
+            params["tag"] = tags
+        return params
 
 
 CallFilterForm.base_fields = {
     "from": forms.DateTimeField(required=False, label=gettext_lazy("From")),
     "to": forms.DateTimeField(required=False, label=gettext_lazy("To")),
     **CallFilterForm.base_fields,
+}
+
+
+MAX_ATTRIBUTION_RANGE = timedelta(days=366)
+DEFAULT_ATTRIBUTION_RANGE = timedelta(days=30)
+
+
+class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
+    """Query parameters of the spend attribution API: a range (by default
+    the last 30 days), what to group by (``by=tag`` with ``tag_key``, or
+    ``by=end_user``, the default), and optionally one key."""
+
+    by = forms.ChoiceField(
+        required=False,
+        choices=[("tag", "tag"), ("end_user", "end_user")],
+        label=gettext_lazy("Group by"),
+    )
+    tag_key = forms.CharField(required=False, max_length=32, label=gettext_lazy("Tag key"))
+    key = KeyChoiceField(queryset=None, required=False, label=gettext_lazy("Key"))
+
+    def __init__(self, data=None, *, actor: Actor, **kwargs):
+        super().__init__(data, **kwargs)
+        self.actor = actor
+        self.tz = timezones.org_zone(actor.organization)
+        self.fields["key"].queryset = logs.visible_keys(actor=actor)
+
+    def clean_tag_key(self):
+        value = self.cleaned_data["tag_key"].strip()
+        if value and not _TAG_KEY_RE.match(value):
+            raise forms.ValidationError(
+                _("A tag key is 1 to 32 letters, digits or _ . - characters.")
+            )
+        return value
+
+    def clean(self):
+        data = super().clean()
+        data["by"] = data.get("by") or "end_user"
+        if data["by"] == "tag" and not data.get("tag_key") and "tag_key" not in self.errors:
+            self.add_error("tag_key", _("Give the tag key whose values group the spend."))
+        start, end = data.get("from"), data.get("to")
+        if "from" not in self.errors and "to" not in self.errors:
+            end = data["to"] = end or timezone.now()
+            start = data["from"] = start or end - DEFAULT_ATTRIBUTION_RANGE
+        if start is not None and end is not None:
+            if start >= end:
+                self.add_error("to", _("The end of the time range must be after its start."))
+            elif end - start > MAX_ATTRIBUTION_RANGE:
+                self.add_error("to", _("A range can be at most 366 days; narrow it."))
+        return data
+
+    def error_fields(self) -> dict[str, list[str]]:
+        return {name: [str(e) for e in errors] for name, errors in self.errors.items()}
+
+
+AttributionQueryForm.base_fields = {
+    "from": forms.DateTimeField(required=False, label=gettext_lazy("From")),
+    "to": forms.DateTimeField(required=False, label=gettext_lazy("To")),
+    **AttributionQueryForm.base_fields,
 }

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import Exact
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
@@ -64,6 +66,9 @@ class CallFilters:
     status: str | None = None  # a STATUS_CLASSES key or a three-digit code
     min_latency_ms: int | None = None
     request_id: str | None = None
+    # Calls carrying every one of these (key, value) tags, and for this end user.
+    tags: tuple[tuple[str, str], ...] = ()
+    end_user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,12 @@ def apply_filters(qs: QuerySet[CallRecord], filters: CallFilters) -> QuerySet[Ca
         qs = qs.filter(latency_us__gte=filters.min_latency_ms * 1000)
     if filters.request_id:
         qs = qs.filter(request_id=filters.request_id)
+    if filters.end_user:
+        qs = qs.filter(end_user=filters.end_user)
+    for key, value in filters.tags:
+        # An explicit transform and a plain text comparison: a tag key may
+        # hold "__", which a lookup path would split.
+        qs = qs.filter(Exact(KeyTextTransform(key, "tags"), Value(value)))
     return qs
 
 
@@ -368,7 +379,7 @@ CSV_COLUMNS = (
     "model", "node", "protocol", "endpoint", "stream", "status_code", "error_type",
     "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
     "reasoning_tokens", "cost", "currency", "priced", "ttft_ms", "latency_ms",
-    "upstream_ms", "overhead_ms", "queue_ms", "cache_status", "client_ip",
+    "upstream_ms", "overhead_ms", "queue_ms", "cache_status", "client_ip", "end_user", "tags",
 )  # fmt: skip
 # The header row for people reading the console in another language
 # (``console.csv_header``); scripts and the API keep the keys above.
@@ -401,6 +412,8 @@ CSV_LABELS = {
     "queue_ms": pgettext_lazy("CSV header", "Queue (ms)"),
     "cache_status": pgettext_lazy("CSV header", "Cache status"),
     "client_ip": pgettext_lazy("CSV header", "Client IP"),
+    "end_user": pgettext_lazy("CSV header", "End user"),
+    "tags": pgettext_lazy("CSV header", "Tags"),
 }
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -455,7 +468,15 @@ def csv_row(call: CallRecord, tzinfo) -> list[str | int]:
         _ms(call.queue_us),
         call.cache_status,
         call.client_ip or "",
+        csv_text(call.end_user),
+        csv_text(tags_text(call.tags)),
     ]
+
+
+def tags_text(tags: dict | None) -> str:
+    """A call's tags in one cell: JSON, keys sorted (``{}`` when it has none),
+    what a script reads back with one ``json.loads``."""
+    return json.dumps(tags or {}, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 class _Line:

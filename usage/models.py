@@ -141,6 +141,11 @@ class CallRecord(models.Model):
     credential_id = models.BigIntegerField(null=True, blank=True)
     upstream_cost = models.BigIntegerField(default=0, db_default=0)
     upstream_currency = models.CharField(max_length=3, blank=True, default="", db_default="")
+    # Cost attribution: who the call was for, as the caller names its end
+    # user ("" when not said), and the caller's tags ({key: value}, at most
+    # ten; ``usage.events.tags_problem``). Added later, hence db_default.
+    end_user = models.CharField(max_length=128, blank=True, default="", db_default="")
+    tags = models.JSONField(default=dict, blank=True, db_default=models.Value("{}"))
     currency = models.CharField(max_length=3)
     # What the organization is charged for the call (its revenue to us).
     cost = models.BigIntegerField(default=0)
@@ -275,6 +280,49 @@ class Rollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.organization_id}/{self.grain} {self.hour:%Y-%m-%d %H}h"
+
+
+class AttributionKind(models.TextChoices):
+    TAG = "tag", "Tag"
+    END_USER = "user", "End user"
+
+
+class AttributionRollup(models.Model):
+    """Sums of an hour of an organization's calls per tag value (``kind``
+    "tag": ``tag_key`` and ``value``) or per end user (``kind`` "user":
+    ``value`` the end user, ``tag_key`` ""). A call adds to one row per tag
+    it carries and one for its end user (none when it has neither), in the
+    ingest transaction that stores it, so a row always equals the sum of its
+    call records. The calls without a tag key (or an end user) are the
+    organization's rollup less these rows."""
+
+    organization_id = models.BigIntegerField()
+    kind = models.CharField(max_length=4, choices=AttributionKind.choices)
+    tag_key = models.CharField(max_length=32, default="", blank=True)
+    value = models.CharField(max_length=128)
+    hour = models.DateTimeField()
+    currency = models.CharField(max_length=3)
+    calls = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        db_table = "usage_attribution"
+        constraints = [
+            # Kind and key before the hour: one key's values over a range is one index range.
+            models.UniqueConstraint(
+                fields=["organization_id", "kind", "tag_key", "hour", "value"],
+                name="usage_attribution_unique_cell",
+            )
+        ]
+
+    def __str__(self) -> str:
+        cell = f"{self.kind}:{self.tag_key}={self.value}"
+        return f"{self.organization_id}/{cell} {self.hour:%Y-%m-%d %H}h"
 
 
 class DeadLetter(models.Model):

@@ -20,9 +20,17 @@ from django.db.models import F, Sum
 from django.utils import timezone as tz
 
 from accounts.facade import Organization, audit_record
-from usage.ingest.aggregate import grain_cells, mode_of
+from usage.ingest.aggregate import END_USER, TAG, grain_cells, mode_of
 from usage.ingest.rollup_sql import KEY_COLUMNS
-from usage.models import Adjustment, CallRecord, Grain, PeriodClose, RerateRun, Rollup
+from usage.models import (
+    Adjustment,
+    AttributionRollup,
+    CallRecord,
+    Grain,
+    PeriodClose,
+    RerateRun,
+    Rollup,
+)
 from usage.prices import PriceBook
 from usage.rating import discount_for, discount_ppm_for, rate
 
@@ -86,6 +94,24 @@ def _correct_rollups(deltas: dict[tuple, list[int]]) -> None:
             # An hour ingested before rollups kept protocol and streaming
             # (migration usage.0005): its full-grain row has neither.
             Rollup.objects.filter(**{**where, "protocol": "", "mode": ""}).update(**change)
+
+
+def _attribution_cells(call: CallRecord) -> list[tuple]:
+    """The attribution rollup cells a call counts in (``sum_attribution``)."""
+    hour = _hour(call.started_at)
+    cells = [(call.organization_id, TAG, k, hour, v) for k, v in (call.tags or {}).items()]
+    if call.end_user:
+        cells.append((call.organization_id, END_USER, "", hour, call.end_user))
+    return cells
+
+
+def _correct_attribution(deltas: dict[tuple, int]) -> None:
+    """Add cost differences to attribution rollup rows, in key order."""
+    for (org, kind, key, hour, value), cost in sorted(deltas.items()):
+        if cost:
+            AttributionRollup.objects.filter(
+                organization_id=org, kind=kind, tag_key=key, hour=hour, value=value
+            ).update(cost=F("cost") + cost)
 
 
 def rerate(
@@ -194,6 +220,7 @@ def _rerate_chunk(chunk, book, terms, periods, run, summary, per_org, dry_run) -
     changed: list[CallRecord] = []
     adjustments: list[Adjustment] = []
     deltas: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    attributed: dict[tuple, int] = defaultdict(int)
     for call in chunk:
         org_terms = terms.get(call.organization_id)
         if org_terms is None:
@@ -244,6 +271,8 @@ def _rerate_chunk(chunk, book, terms, periods, run, summary, per_org, dry_run) -
             d = deltas[cell]
             d[0] += delta
             d[1] += unpriced
+        for cell in _attribution_cells(call):
+            attributed[cell] += delta
         call.cost, call.price_id, call.priced = new_cost, new_price_id, priced
         changed.append(call)
     if dry_run:
@@ -251,5 +280,6 @@ def _rerate_chunk(chunk, book, terms, periods, run, summary, per_org, dry_run) -
     if changed:
         CallRecord.objects.bulk_update(changed, ["cost", "price_id", "priced"], batch_size=500)
         _correct_rollups(deltas)
+        _correct_attribution(attributed)
     if adjustments:
         Adjustment.objects.bulk_create(adjustments)

@@ -13,6 +13,7 @@ PLAIN_FIELDS = (
     "status_code", "error_type", "input_tokens", "cache_read_tokens", "cache_write_tokens",
     "output_tokens", "reasoning_tokens", "cost", "currency", "priced", "ttft_us", "latency_us",
     "upstream_us", "overhead_us", "queue_us", "client_ip", "priority", "cache_status",
+    "end_user", "tags",
 )  # fmt: skip
 
 
@@ -64,3 +65,31 @@ class CallPageSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = CallRecordSerializer(many=True)
+
+
+class AttributionGroupSerializer(serializers.Serializer):
+    value = serializers.CharField(
+        allow_null=True, help_text="The tag's value or end user; null: the calls without"
+    )
+    calls = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    cache_read_tokens = serializers.IntegerField()
+    cache_write_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    cost = serializers.IntegerField(help_text="micro-units of currency")
+
+
+class AttributionTotalSerializer(AttributionGroupSerializer):
+    value = None
+
+
+class AttributionSerializer(serializers.Serializer):
+    """Spend grouped by a tag's value or by end user; ``groups`` sum to ``total``."""
+
+    by = serializers.CharField()
+    tag_key = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    currency = serializers.CharField()
+    total = AttributionTotalSerializer()
+    groups = AttributionGroupSerializer(many=True)

@@ -25,6 +25,8 @@ CSV_LABELS = {
     "sub_account": pgettext_lazy("CSV header", "Sub-account"),
     "node_id": pgettext_lazy("CSV header", "Node ID"),
     "node": pgettext_lazy("CSV header", "Node"),
+    "tag_key": pgettext_lazy("CSV header", "Tag key"),
+    "group": pgettext_lazy("CSV header", "Group"),
     # calls and errors
     "calls": pgettext_lazy("CSV header", "Calls"),
     "calls_2xx": pgettext_lazy("CSV header", "2xx calls"),

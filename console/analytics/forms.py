@@ -5,6 +5,7 @@ shows the same thing and bad input is a form error, never a server error."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, time, timedelta
 
 from django import forms
@@ -42,6 +43,12 @@ STACK = [
     ("sub_account", gettext_lazy("Sub-account")),
     ("key", gettext_lazy("API key")),
 ]
+ATTRIBUTE = [
+    ("", gettext_lazy("Nothing")),
+    ("tag", gettext_lazy("A tag's value")),
+    ("end_user", gettext_lazy("End user")),
+]
+_TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")
 # Form values to ``usage.analytics`` group-by columns.
 GROUP_COLUMN = {"model": "model", "node": "node_id", "key": "api_key_id",
                 "sub_account": "sub_account_id"}  # fmt: skip
@@ -95,6 +102,18 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
         label=gettext_lazy("Percentile compared"),
     )
     stack = forms.ChoiceField(required=False, choices=STACK, label=gettext_lazy("Stack spend by"))
+    attribute = forms.ChoiceField(
+        required=False, choices=ATTRIBUTE, label=gettext_lazy("Group spend by")
+    )
+    tag_key = forms.CharField(
+        required=False,
+        max_length=32,
+        label=gettext_lazy("Tag key"),
+        help_text=gettext_lazy("The tag whose values group the spend, such as team"),
+        widget=forms.TextInput(
+            attrs={"list": "tag-key-options", "placeholder": gettext_lazy("team")}
+        ),
+    )
     refresh = forms.ChoiceField(
         required=False,
         choices=[("", gettext_lazy("Off")), ("1", gettext_lazy("Every 60 s"))],
@@ -134,8 +153,22 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
     def clean_model(self):
         return self.cleaned_data["model"].strip()
 
+    def clean_tag_key(self):
+        value = self.cleaned_data["tag_key"].strip()
+        if value and not _TAG_KEY_RE.match(value):
+            raise forms.ValidationError(
+                _("A tag key is 1 to 32 letters, digits or _ . - characters.")
+            )
+        return value
+
     def clean(self):
         data = super().clean()
+        if (
+            data.get("attribute") == "tag"
+            and not data.get("tag_key")
+            and "tag_key" not in self.errors
+        ):
+            self.add_error("tag_key", _("Give the tag key whose values group the spend."))
         if self.errors:
             return data
         start, end = data.get("from"), data.get("to")
@@ -191,7 +224,7 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
         if not self.is_bound:
             return {}
         keep = ("range", "from", "to", "model", "node", "key", "sub_account", "protocol",
-                "stream", "compare", "pct", "stack", "refresh")  # fmt: skip
+                "stream", "compare", "pct", "stack", "attribute", "tag_key", "refresh")  # fmt: skip
         return {k: self.given[k] for k in keep if self.given.get(k)}
 
 

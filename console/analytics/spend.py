@@ -20,8 +20,9 @@ from console.analytics.chart import (
     time_title,
     x_labels,
 )
-from console.analytics.query import TOKEN_COLOURS, Query
+from console.analytics.query import PALETTE, TOKEN_COLOURS, Query, can_see_all
 from console.money import exact_decimal, format_amount
+from usage.facade import ATTRIBUTE_BY_END_USER, ATTRIBUTE_BY_TAG, attribution, tag_keys
 
 STACK_TITLES = {
     "model": gettext_lazy("Spend by model"),
@@ -176,4 +177,156 @@ def top_spenders(q: Query) -> Chart:
         "numeric": [False, False, True, True, True, True],
         "rows": rows,
     }
+    return chart
+
+
+def _attribution_where(q: Query) -> dict:
+    """The call-record filters the chart must honour (a developer's own keys,
+    the page's dimension filters); empty: the rollups answer."""
+    where = dict(q.filters)
+    if can_see_all(q.actor) and not where:
+        return {}
+    return where
+
+
+def attribution_chart(q: Query) -> Chart:
+    """Spend grouped by the value of one tag key, or by end user, over the
+    range: a bar per group (the biggest ``MAX_GROUPS``, then the rest as
+    one), the calls without the tag (or an end user) last, and a table of
+    every group linked to its calls. The groups sum to the range's spend."""
+    cur = q.currency
+    choice = q.option("attribute")
+    key = q.option("tag_key")
+    chart = Chart(
+        "spend_attribution",
+        _("Spend by end user")
+        if choice == "end_user"
+        else (_("Spend by tag “%(key)s”") % {"key": key} if choice == "tag" else _("Spend by tag")),
+        columns=[
+            "tag_key",
+            "group",
+            "calls",
+            "input_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+            f"spend_{cur}",
+            "share_pct",
+        ],
+    )
+    if choice not in ("tag", "end_user"):
+        keys = tag_keys(organization_id=q.organization_id, start=q.start, end=q.end)
+        chart.empty = (
+            _(
+                "Choose “Group spend by” above: a tag's value (tag keys in this range: "
+                "%(keys)s) or the end user."
+            )
+            % {"keys": ", ".join(keys)}
+            if keys
+            else _(
+                "No call in this range carries a tag. Callers tag calls with the "
+                "x-gateway-tags header; end users come from the OpenAI user field or "
+                "Anthropic metadata.user_id. Choose “Group spend by” above for end users."
+            )
+        )
+        return chart
+    by = ATTRIBUTE_BY_TAG if choice == "tag" else ATTRIBUTE_BY_END_USER
+    a = attribution(
+        organization_id=q.organization_id,
+        start=q.start,
+        end=q.end,
+        by=by,
+        tag_key=key,
+        where=_attribution_where(q),
+    )
+    if not a.total.calls:
+        chart.empty = empty_calls(q)
+        return chart
+    untagged_label = _("(untagged)") if by == ATTRIBUTE_BY_TAG else _("(no end user)")
+    named = [g for g in a.groups if g.value is not None]
+    shown, rest = named[:MAX_GROUPS], named[MAX_GROUPS:]
+    labels = [g.value for g in shown]
+    values = [g.cost for g in shown]
+    colours = [PALETTE[i % len(PALETTE)] for i in range(len(shown))]
+    if rest:
+        labels.append(_("Other (%(n)d more)") % {"n": len(rest)})
+        values.append(sum(g.cost for g in rest))
+        colours.append("#BAB0AC")
+    if a.untagged is not None:
+        labels.append(untagged_label)
+        values.append(a.untagged.cost)
+        colours.append("#D9D9D9")
+    trace, arrays = bar(
+        _("Spend"), PALETTE[0], labels, [money_axis(v) for v in values], currency=cur
+    )
+    trace.marker.color = colours
+    chart.figure = figure(
+        [(trace, arrays)],
+        x_title=_("Tag value") if by == ATTRIBUTE_BY_TAG else _("End user"),
+        y_title=_("Spend (%(currency)s)") % {"currency": cur},
+        x_type="category",
+        y_currency=cur,
+    )
+    total = a.total.cost
+    rows = []
+    for g in a.groups:
+        label = g.value if g.value is not None else untagged_label
+        share = share_pct(g.cost, total)
+        chart.rows.append(
+            [
+                a.tag_key,
+                g.value if g.value is not None else "",
+                g.calls,
+                g.input_tokens,
+                g.cache_read_tokens,
+                g.cache_write_tokens,
+                g.output_tokens,
+                exact_decimal(g.cost, cur),
+                share,
+            ]
+        )
+        if g.value is None:
+            href = None
+        elif by == ATTRIBUTE_BY_TAG:
+            href = q.calls_url(tag=f"{a.tag_key}:{g.value}")
+        else:
+            href = q.calls_url(end_user=g.value)
+        rows.append(
+            [
+                (label, href),
+                (f"{g.calls:,}", None),
+                (f"{g.tokens:,}", None),
+                (format_amount(g.cost, cur), None),
+                (f"{share:.1f} %" if share is not None else "—", None),
+            ]
+        )
+    chart.rows.append(
+        [
+            "total",
+            "",
+            a.total.calls,
+            a.total.input_tokens,
+            a.total.cache_read_tokens,
+            a.total.cache_write_tokens,
+            a.total.output_tokens,
+            exact_decimal(total, cur),
+            100.0 if total else None,
+        ]
+    )
+    chart.table = {
+        "headers": [
+            _("Tag value") if by == ATTRIBUTE_BY_TAG else _("End user"),
+            _("Calls"),
+            _("Tokens"),
+            _("Spend"),
+            _("Share"),
+        ],
+        "numeric": [False, True, True, True, True],
+        "rows": rows,
+    }
+    chart.summary = ngettext(
+        "%(amount)s in all over this range, for %(calls)s call.",
+        "%(amount)s in all over this range, for %(calls)s calls.",
+        a.total.calls,
+    ) % {"amount": format_amount(total, cur), "calls": f"{a.total.calls:,}"}
     return chart

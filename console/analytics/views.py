@@ -32,7 +32,7 @@ from console.analytics.forms import CACHE_COMPARE, COMPARE, AnalyticsForm
 from console.analytics.query import Query
 from console.csv_header import header_line
 from console.db_router import replica_reads
-from usage.facade import CatalogModel
+from usage.facade import CatalogModel, tag_keys
 
 USAGE = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
 BILLING = (Perm.BILLING_VIEW,)
@@ -54,6 +54,7 @@ CHARTS: dict[str, ChartSpec] = {
     "spend": ChartSpec(spend.spend),
     "tokens": ChartSpec(spend.tokens),
     "top_spenders": ChartSpec(spend.top_spenders, kind="table"),
+    "spend_attribution": ChartSpec(spend.attribution_chart),
     "error_rate": ChartSpec(errors.error_rate),
     "status_counts": ChartSpec(errors.status_counts),
     "refusals": ChartSpec(breakdowns.refusals),
@@ -127,11 +128,12 @@ PAGES: dict[str, PageSpec] = {
     ),
     "spend": PageSpec(
         gettext_lazy("Spend"),
-        ("spend", "tokens", "top_spenders"),
-        (*_RANGE, *_DIMS, "stack", "refresh"),
+        ("spend", "tokens", "top_spenders", "spend_attribution"),
+        (*_RANGE, *_DIMS, "stack", "attribute", "tag_key", "refresh"),
         intro=gettext_lazy(
             "Spend as rated at ingest, stacked by model, sub-account or key; token volume "
-            "by billed class; and the keys that spent most, linked to their calls."
+            "by billed class; the keys that spent most, linked to their calls; and spend "
+            "grouped by a tag's value or by end user, as your callers tagged their calls."
         ),
     ),
     "errors": PageSpec(
@@ -209,6 +211,7 @@ def _page(request, name: str):
         "tabs": _tabs(request.actor),
         "refresh": params.get("refresh") == "1",
         "model_names": CatalogModel.objects.order_by("name").values_list("name", flat=True),
+        "tag_keys": _tag_keys(request.actor, form) if valid and "tag_key" in spec.fields else [],
         "range_text": _range_text(form, name) if valid else "",
         "sees_all": request.actor.can(Perm.USAGE_VIEW_ALL),
         "notes": [
@@ -220,6 +223,12 @@ def _page(request, name: str):
     if request.htmx and request.htmx.target == "analytics":
         template = "console/analytics/_body.html"
     return render(request, template, context)
+
+
+def _tag_keys(actor, form: AnalyticsForm) -> list[str]:
+    """The tag keys the organization's calls carried in the range (the tag key's choices)."""
+    d = form.cleaned_data
+    return tag_keys(organization_id=actor.organization_id, start=d["start"], end=d["end"])
 
 
 def _range_text(form: AnalyticsForm, page: str = "") -> str:

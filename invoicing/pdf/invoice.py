@@ -218,15 +218,49 @@ def _payment(invoice: Invoice) -> list[str]:
     return text
 
 
-def invoice_pdf(invoice: Invoice) -> bytes:
-    """The invoice as a PDF in the buyer's document language."""
+def invoice_pdf(invoice: Invoice, *, breakdown=None) -> bytes:
+    """The invoice as a PDF in the buyer's document language; ``breakdown``
+    (``invoicing.exports.Breakdown``) adds its usage by tag value or end user."""
     buyer = buyer_of(invoice)
     language = document_language(buyer)
     with translation.override(language):
-        return _render(invoice, buyer, language)
+        return _render(invoice, buyer, language, breakdown)
 
 
-def _render(invoice: Invoice, buyer: dict, language: str) -> bytes:
+def _breakdown(doc: Document, invoice: Invoice, breakdown) -> None:
+    """The usage by tag value or end user: a row per group, the total (the
+    invoice's usage) last."""
+    cur = invoice.currency
+    doc.set_y(doc.get_y() + 6)
+    title = (
+        pgettext("invoice PDF", "Usage by end user")
+        if breakdown.by_end_user
+        else pgettext("invoice PDF", "Usage by tag “%(key)s”") % {"key": breakdown.tag_key}
+    )
+    table = Table(
+        doc,
+        [
+            Column(title, CONTENT_W - 94),
+            Column(pgettext("invoice PDF", "Calls"), 26, "R"),
+            Column(pgettext("invoice PDF", "Tokens"), 34, "R"),
+            Column(pgettext("invoice PDF", "Amount"), 34, "R"),
+        ],
+    )
+    table.start()
+    for row in breakdown.rows:
+        table.row([row.label, count(row.calls), count(row.tokens), format_exact(row.amount, cur)])
+    table.row(
+        [
+            pgettext("invoice PDF", "Usage total"),
+            count(breakdown.calls),
+            "",
+            format_exact(breakdown.amount, cur),
+        ],
+        bold=True,
+    )
+
+
+def _render(invoice: Invoice, buyer: dict, language: str, breakdown=None) -> bytes:
     cur = invoice.currency
     tz_name = invoice.organization.timezone
     draft = invoice.status == InvoiceStatus.DRAFT
@@ -267,6 +301,8 @@ def _render(invoice: Invoice, buyer: dict, language: str) -> bytes:
     lines = list(invoice.lines.order_by("position"))
     _lines(doc, invoice, lines)
     _totals(doc, invoice)
+    if breakdown is not None:
+        _breakdown(doc, invoice, breakdown)
     notes = list(invoice.credit_notes.order_by("created_at", "id")) if invoice.pk else []
     _credit_notes(doc, invoice, notes)
     section(doc, pgettext("invoice PDF", "Payment"), _payment(invoice))

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
@@ -31,6 +31,7 @@ from invoicing.forms import (
 )
 from invoicing.models import InvoiceStatus
 from invoicing.money import from_minor
+from invoicing.pdf import invoice_pdf as invoice_pdf_with
 from invoicing.views._shared import (
     INVOICE_MINOR,
     MANAGE,
@@ -156,8 +157,18 @@ def invoice_list(request):
     return render(request, "invoicing/invoices.html", context)
 
 
+def _breakdown(request, invoice) -> tuple[object, str]:
+    """The ``?breakdown=`` section asked for (``invoicing.exports.invoice_breakdown``)
+    and, when it is malformed, why."""
+    try:
+        return exports.invoice_breakdown(invoice, request.GET.get("breakdown")), ""
+    except ValueError as exc:
+        return None, str(exc)
+
+
 def _detail_context(request, invoice):
     actor = request.actor
+    breakdown, breakdown_error = _breakdown(request, invoice)
     lines = selectors.invoice_lines(invoice=invoice)
     with_micro(invoice, *INVOICE_MINOR)
     notes = [
@@ -185,6 +196,10 @@ def _detail_context(request, invoice):
         in (InvoiceStatus.FINALIZED, InvoiceStatus.PAID, InvoiceStatus.UNCOLLECTIBLE),
         "remaining": invoice.total - invoice.credited,
         "finalize_blocker": selectors.finalize_blocker(invoice),
+        "breakdown": breakdown,
+        "breakdown_error": breakdown_error,
+        "breakdown_choices": exports.breakdown_choices(invoice),
+        "breakdown_query": urlencode({"breakdown": breakdown.choice}) if breakdown else "",
         "pay_now": actor.can(MANAGE)
         and invoice.status == InvoiceStatus.FINALIZED
         and invoice.amount_due_minor > 0
@@ -198,6 +213,8 @@ def _detail_context(request, invoice):
 def invoice_detail(request, invoice_id: int):
     invoice = invoice_or_404(request, invoice_id)
     context = _detail_context(request, invoice)
+    if request.GET.get("format") == "csv" and context["breakdown"] is not None:
+        return _breakdown_csv(request, invoice, context["breakdown"])
     if request.GET.get("authenticate") and context["pay_now"]:
         # "Pay now" met 3-D Secure: the page finishes it with Stripe.js.
         try:
@@ -418,11 +435,30 @@ def _seller():
     return seller
 
 
+def _breakdown_csv(request, invoice, breakdown) -> HttpResponse:
+    response = HttpResponse(
+        exports.breakdown_csv(breakdown, request=request), content_type="text/csv; charset=utf-8"
+    )
+    name = invoice.number or f"draft-{invoice.period}-{invoice.pk}"
+    choice = breakdown.choice.replace(":", "-")
+    response["Content-Disposition"] = f'attachment; filename="{name}-usage-by-{choice}.csv"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 @require_GET
 @org_view(VIEW)
 def invoice_pdf(request, invoice_id: int):
     try:
-        invoice, data = selectors.invoice_pdf_bytes(actor=request.actor, invoice_id=invoice_id)
+        if request.GET.get("breakdown"):
+            # With a breakdown: drawn now, the stored document plus its section.
+            invoice = selectors.invoice_get(actor=request.actor, invoice_id=invoice_id)
+            breakdown, problem = _breakdown(request, invoice)
+            if problem:
+                raise Http404(problem)
+            data = invoice_pdf_with(invoice, breakdown=breakdown)
+        else:
+            invoice, data = selectors.invoice_pdf_bytes(actor=request.actor, invoice_id=invoice_id)
     except NotFound:
         raise Http404("No such invoice in this organization.") from None
     name = invoice.number or f"draft-{invoice.period}-{invoice.pk}"

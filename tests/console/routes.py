@@ -135,6 +135,7 @@ RULES: list[tuple[str, Access]] = [
     ("node-*", Access("api", (P.NODES_VIEW,), (P.NODES_MANAGE,))),
     ("call-*", Access("api", USAGE)),
     ("marketplace", Access("api")),  # every member: the marketplace page's figures
+    ("spend-attribution", Access("api", USAGE)),
     ("balance", BILLING_API),
     ("invoice-*", BILLING_API),
     ("credit-note-*", BILLING_API),

@@ -1,8 +1,9 @@
 """Ingesting usage events: validate, refuse what cannot be stored (into dead
 letters, never silently), skip request ids already stored, rate each call
 once, insert the calls in bulk and add exactly the newly inserted ones to
-the hourly rollups in the same transaction, so a rollup row always equals
-the sum of its call records and a redelivered batch changes nothing.
+the hourly rollups (and the attribution rollups, per tag value and end
+user) in the same transaction, so a rollup row always equals the sum of its
+call records and a redelivered batch changes nothing.
 
 Events are read through the usage contract (``usage.events.parse``) into
 named rows (``usage.ingest.rows.CallRow``). Once the calls are stored, the
@@ -23,7 +24,7 @@ from django.utils import timezone as tz
 from console import hooks
 from usage.events import InvalidEvent, latest_start, parse
 from usage.ingest import generic, pg
-from usage.ingest.aggregate import all_grains, sum_calls
+from usage.ingest.aggregate import all_grains, sum_attribution, sum_calls
 from usage.ingest.directory import Directory, get_directory
 from usage.ingest.pg import copy_stamp
 from usage.ingest.rows import CALL_COLUMNS, CallRow, call_row
@@ -241,6 +242,7 @@ def _ingest_postgresql(raw_events: list) -> IngestResult:
             arrays = pg.RollupArrays(all_grains(sum_calls(rows, hours)), batch.currencies)
         if rows:
             pg.apply_rollups(arrays, batch.currencies)
+            pg.apply_attribution(sum_attribution(rows, hours), batch.currencies)
             pg.touch_keys(_last_used(rows))
             _calls_ingested(rows)
         if batch.dead:
@@ -261,6 +263,7 @@ def _ingest_generic(raw_events: list) -> IngestResult:
                 rows, hours = _only(rows, hours, inserted)
             if rows:
                 generic.apply_rollups(all_grains(sum_calls(rows, hours)), batch.currencies)
+                generic.apply_attribution(sum_attribution(rows, hours), batch.currencies)
                 generic.touch_keys(_last_used(rows))
                 _calls_ingested(rows)
         if batch.dead:

@@ -243,3 +243,50 @@ def bucket_counts(indexes: list[int]) -> tuple[dict[int, int], int]:
     counts = Counter(indexes)
     zero = counts.pop(ZERO, 0)
     return counts, zero
+
+
+# The attribution rollups' sums (``usage.models.AttributionRollup``), in this order.
+ATTRIBUTION_SUMS = (
+    "calls",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "cost",
+)
+TAG = "tag"
+END_USER = "user"
+
+
+def sum_attribution(rows: list[CallRow], hours: list[int]) -> list[tuple[tuple, list[int]]]:
+    """The batch's attribution cells, keyed (org, kind, tag key, hour, value)
+    and sorted (the order rows are locked in, the same in every worker): one
+    per tag a call carries, one for its end user. Calls with neither add
+    nothing, and cost one test each."""
+    cells: dict[tuple, list[int]] = {}
+    get = cells.get
+    for row, hour in zip(rows, hours, strict=True):
+        tags = row.tags
+        user = row.end_user
+        if not (tags or user):
+            continue
+        org = row.organization_id
+        add = (
+            1,
+            row.input_tokens,
+            row.cache_read_tokens,
+            row.cache_write_tokens,
+            row.output_tokens,
+            row.cost,
+        )
+        keys = [(org, TAG, k, hour, v) for k, v in tags.items()]
+        if user:
+            keys.append((org, END_USER, "", hour, user))
+        for key in keys:
+            a = get(key)
+            if a is None:
+                cells[key] = list(add)
+            else:
+                for i, v in enumerate(add):
+                    a[i] += v
+    return sorted(cells.items())

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import orjson
 from django.db import connection
 
-from usage.ingest.aggregate import HISTS
+from usage.ingest.aggregate import ATTRIBUTION_SUMS, HISTS
 from usage.ingest.rollup_sql import HIST_COLUMNS, KEY_COLUMNS, N_SUMS, SUM_COLUMNS, merged_hist
 from usage.ingest.rows import CallRow
 
@@ -23,11 +24,13 @@ _DATETIME_COLUMNS = ("started_at", "finished_at", "ingested_at")
 def _adapter(columns: tuple[str, ...]):
     adapt = connection.ops.adapt_datetimefield_value
     positions = [columns.index(c) for c in _DATETIME_COLUMNS]
+    tags = columns.index("tags")
 
     def convert(row: tuple) -> list:
         out = list(row)
         for i in positions:
             out[i] = adapt(out[i])
+        out[tags] = orjson.dumps(out[tags]).decode() if out[tags] else "{}"
         return out
 
     return convert
@@ -82,6 +85,32 @@ def apply_rollups(cells: list[tuple[tuple, list]], currencies: dict[int, str]) -
                     f"UPDATE usage_rollup SET {add}, {set_hists}, updated_at = %s WHERE id = %s",
                     [*sums, *hists, now, rid],
                 )
+
+
+def apply_attribution(cells: list[tuple[tuple, list[int]]], currencies: dict[int, str]) -> None:
+    """Add the batch's attribution cells (``aggregate.sum_attribution``) to
+    their rows, creating the missing ones."""
+    if not cells:
+        return
+    adapt = connection.ops.adapt_datetimefield_value
+    cols = ", ".join(ATTRIBUTION_SUMS)
+    add = ", ".join(f"{c} = {c} + excluded.{c}" for c in ATTRIBUTION_SUMS)
+    one = "(" + ", ".join(["%s"] * (7 + len(ATTRIBUTION_SUMS))) + ")"
+    now = adapt(datetime.now(UTC))
+    with connection.cursor() as cur:
+        for start in range(0, len(cells), CHUNK):
+            chunk = cells[start : start + CHUNK]
+            params = []
+            for (org, kind, key, hour, value), sums in chunk:
+                hour_at = adapt(datetime.fromtimestamp(hour, UTC))
+                params += [org, kind, key, hour_at, value, currencies[org], *sums, now]
+            cur.execute(
+                "INSERT INTO usage_attribution (organization_id, kind, tag_key, hour, value, "
+                f"currency, {cols}, updated_at) VALUES {', '.join([one] * len(chunk))} "
+                "ON CONFLICT (organization_id, kind, tag_key, hour, value) "
+                f"DO UPDATE SET {add}, updated_at = excluded.updated_at",
+                params,
+            )
 
 
 def touch_keys(last_used: dict[int, datetime]) -> None:

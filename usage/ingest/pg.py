@@ -15,10 +15,11 @@ import re
 from datetime import UTC, datetime
 from operator import itemgetter
 
+import orjson
 import psycopg
 from django.db import connection
 
-from usage.ingest.aggregate import LAT_BINS, TPS_BINS, TTFT_BINS, bucket_counts
+from usage.ingest.aggregate import ATTRIBUTION_SUMS, LAT_BINS, TPS_BINS, TTFT_BINS, bucket_counts
 from usage.ingest.rollup_sql import HIST_COLUMNS, KEY_COLUMNS, N_SUMS, SUM_COLUMNS
 from usage.ingest.rows import CALL_COLUMNS, CallRow
 from usage.sketch import add_counts_to_encoded, encode_counts
@@ -64,19 +65,40 @@ _OFFSET_SEPS = frozenset({"+:", "-:"})
 
 
 # The COPY's columns: the three timestamps first (their text is made apart,
-# see ``copy_stamp``), then every other column of the call row in its order.
+# see ``copy_stamp``), then every other column of the call row in its order,
+# but the attribution's two (caller text, escaped apart, see ``_attribution``),
+# which come last.
 _STAMPS = ("started_at", "finished_at", "ingested_at")
-COPY_COLUMNS: tuple[str, ...] = (*_STAMPS, *(c for c in CALL_COLUMNS if c not in _STAMPS))
-_rest = itemgetter(*(CALL_COLUMNS.index(c) for c in COPY_COLUMNS[len(_STAMPS) :]))
+_ESCAPED = ("end_user", "tags")
+COPY_COLUMNS: tuple[str, ...] = (
+    *_STAMPS,
+    *(c for c in CALL_COLUMNS if c not in _STAMPS and c not in _ESCAPED),
+    *_ESCAPED,
+)
+_rest = itemgetter(*(CALL_COLUMNS.index(c) for c in COPY_COLUMNS[len(_STAMPS) : -len(_ESCAPED)]))
 _null = {None: _N}.get  # _null(v, v): the COPY text of NULL, else v itself
 _LINE = "\t".join(["%s"] * len(COPY_COLUMNS)) + "\n"
+_dumps = orjson.dumps
+
+
+def _attribution(row: CallRow) -> tuple[str, str]:
+    """The COPY text of a row's end user and tags. Validation refused control
+    characters in both, so a backslash (in the text, or a JSON escape) is
+    the one character that needs escaping."""
+    user = row.end_user
+    tags = row.tags
+    if not (user or tags):
+        return "", "{}"
+    text = _dumps(tags).decode() if tags else "{}"
+    return user.replace("\\", "\\\\"), text.replace("\\", "\\\\")
 
 
 def _line(row: CallRow, started: str, finished: str, ingested: str) -> str:
     """A call row's COPY text line (``COPY_COLUMNS`` order): ``%s`` of an int
-    or a bool is text PostgreSQL reads, and strings need no escaping."""
+    or a bool is text PostgreSQL reads, and strings need no escaping but the
+    attribution's."""
     values = _rest(row)
-    return _LINE % (started, finished, ingested, *map(_null, values, values))
+    return _LINE % (started, finished, ingested, *map(_null, values, values), *_attribution(row))
 
 
 def _line_format(ingested: str) -> str:
@@ -116,7 +138,9 @@ class StreamingInsert:
 
     def add(self, row: CallRow, started: str, finished: str) -> None:
         values = _rest(row)  # ``_line``, with the ingestion time already in the format
-        self.lines.append(self._format % (started, finished, *map(_null, values, values)))
+        self.lines.append(
+            self._format % (started, finished, *map(_null, values, values), *_attribution(row))
+        )
         self._unsent += 1
         if self._unsent >= self.FLUSH_EVERY:
             self._copy.write("".join(self.lines[-self._unsent :]))
@@ -309,6 +333,40 @@ def _add_to_rows_created_meanwhile(cur, arrays: RollupArrays, written: set[int])
                 rid,
             ],
         )
+
+
+_ATTRIBUTION_COLUMNS = ("organization_id", "kind", "tag_key", "hour", "value", "currency")
+# One statement for the batch's attribution cells, sorted by key (the unique
+# index's order), so workers adding to the same cells lock them in one order.
+ATTRIBUTE = (
+    f"INSERT INTO usage_attribution AS r ({', '.join(_ATTRIBUTION_COLUMNS)}, "
+    f"{', '.join(ATTRIBUTION_SUMS)}, updated_at) "
+    "SELECT *, now() FROM unnest(%t::bigint[], %t::text[], %t::text[], %t::timestamptz[], "
+    f"%b::text[], %t::text[], {', '.join(['%t::bigint[]'] * len(ATTRIBUTION_SUMS))}) "
+    "ON CONFLICT (organization_id, kind, tag_key, hour, value) DO UPDATE SET "
+    + ", ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in ATTRIBUTION_SUMS)
+    + ", updated_at = EXCLUDED.updated_at"
+)
+
+
+def apply_attribution(cells: list[tuple[tuple, list[int]]], currencies: dict[int, str]) -> None:
+    """Add the batch's attribution cells (``aggregate.sum_attribution``) to
+    their rows in one upsert."""
+    if not cells:
+        return
+    org, kind, key, hour, value = zip(*(c for c, _ in cells), strict=True)
+    stamps = {h: datetime.fromtimestamp(h, UTC).isoformat() for h in set(hour)}
+    params = [
+        _ints(org),
+        _texts(kind),
+        _texts(key),
+        _texts([stamps[h] for h in hour]),
+        list(value),  # caller text: bound as an array, not spelled in a literal
+        _texts([currencies[o] for o in org]),
+        *(_ints(col) for col in zip(*(sums for _, sums in cells), strict=True)),
+    ]
+    with _raw_cursor() as cur:
+        cur.execute(ATTRIBUTE, params, prepare=True)
 
 
 # The keys' rows are locked in id order (the array's order, one key after

@@ -41,6 +41,13 @@ def cost_cell(micro: int | None, currency: str, places: int | None = None) -> st
 
 
 @register.filter
+def tag_links(tags: dict | None) -> list[tuple[str, str, str]]:
+    """A call's tags, sorted by key, each with the call-log query that
+    filters on it: ``[(key, value, "tag=key%3Avalue"), ...]``."""
+    return [(k, v, urlencode({"tag": f"{k}:{v}"})) for k, v in sorted((tags or {}).items())]
+
+
+@register.filter
 def us_to_ms(us: int | None) -> str:
     """Microseconds as milliseconds with one decimal (``12.3``), or a dash."""
     if us is None:
@@ -59,4 +66,4 @@ def query_with(params: dict, **changes) -> str:
             merged.pop(key, None)
         else:
             merged[key] = value
-    return urlencode(merged)
+    return urlencode(merged, doseq=True)  # a repeated filter (``tag``) is a list

@@ -30,7 +30,7 @@ from accounts.facade import BillingMode, Organization
 from console import hooks
 from usage.ingest import ingest_events
 from usage.ingest.pg import COPY_COLUMNS
-from usage.models import CallRecord, DeadLetter, Rollup
+from usage.models import AttributionRollup, CallRecord, DeadLetter, Rollup
 from usage.seed import seed_catalog
 from usage.synth import batched, ensure_org, generate
 
@@ -42,12 +42,15 @@ THREAD_SWITCH_INTERVAL = 0.001  # seconds
 def _clear(org_id: int) -> None:
     CallRecord.objects.filter(organization_id=org_id).delete()
     Rollup.objects.filter(organization_id=org_id).delete()
+    AttributionRollup.objects.filter(organization_id=org_id).delete()
     DeadLetter.objects.filter(organization_id=org_id).delete()
     if connection.vendor == "postgresql":
         # Reclaim what the previous run left, as autovacuum would between
         # runs (it may be off, or not yet around): otherwise every run
         # inserts among more dead index entries and the figure drifts down.
-        tables = ", ".join(m._meta.db_table for m in (CallRecord, Rollup, DeadLetter))
+        tables = ", ".join(
+            m._meta.db_table for m in (CallRecord, Rollup, AttributionRollup, DeadLetter)
+        )
         with connection.cursor() as cur:
             cur.execute(f"VACUUM (ANALYZE) {tables}")
 
@@ -66,11 +69,40 @@ def _totals(org_id: int) -> dict:
         .values("grain")
         .annotate(calls=Sum("calls"), cost=Sum("cost"), tokens=Sum("input_tokens"))
     )
+    attributed = (
+        AttributionRollup.objects.filter(organization_id=org_id)
+        .values("kind")
+        .annotate(calls=Sum("calls"), cost=Sum("cost"), tokens=Sum("input_tokens"))
+    )
     return {
         "records": calls.count(),
         "cost": calls.aggregate(s=Sum("cost"))["s"] or 0,
-        "rollups": sorted((r["grain"], r["calls"], r["cost"], r["tokens"]) for r in sums),
+        "rollups": sorted((r["grain"], r["calls"], r["cost"], r["tokens"]) for r in sums)
+        + sorted((r["kind"], r["calls"], r["cost"], r["tokens"]) for r in attributed),
     }
+
+
+TEAMS = ("search", "chat", "ads", "billing", "support")
+
+
+def _tag(events: list[dict]) -> None:
+    """Cost attribution on the synthetic traffic (``--tagged``): most calls
+    carry a team tag, a third a feature and an environment too, two thirds
+    an end user (one of a thousand)."""
+    for i, e in enumerate(events):
+        tags = {}
+        if i % 10:
+            tags["team"] = TEAMS[i % len(TEAMS)]
+        if i % 3 == 0:
+            tags["feature"] = f"feature-{i % 7}"
+            tags["env"] = "prod"
+        e.update(
+            credential_id=None,
+            upstream_cost=0,
+            upstream_currency="",
+            end_user=f"user-{i % 1000}" if i % 3 else "",
+            tags=tags,
+        )
 
 
 def _copy_floor(org_id: int, batch: int) -> tuple[int, float]:
@@ -173,8 +205,22 @@ class Command(BaseCommand):
             help="Ingest threads in this one process (a worker's thread pool); default 1",
         )
         parser.add_argument("--profile", metavar="FILE", help="Write a cProfile of the timed run.")
+        parser.add_argument(
+            "--tagged",
+            action="store_true",
+            help="Give the calls end users and tags (cost attribution), as tagging callers do.",
+        )
 
-    def handle(self, *args, events: int, batch: int, workers: int, profile: str | None, **options):
+    def handle(
+        self,
+        *args,
+        events: int,
+        batch: int,
+        workers: int,
+        profile: str | None,
+        tagged: bool = False,
+        **options,
+    ):
         if events < batch or batch < 1:
             raise CommandError("--events must be at least --batch, and --batch at least 1")
         seed_catalog()
@@ -201,6 +247,9 @@ class Command(BaseCommand):
         # emptied and analyzed by ``_clear``, and statistics of an empty table
         # would steer the rollup lookups to a worse index than a worker in
         # steady state gets (autovacuum analyzes a table once it has grown).
+        if tagged:
+            for b in batches:
+                _tag(b)
         warm_up, *batches = batches
         total = sum(len(b) for b in batches)
         ingest_events(warm_up)
@@ -249,6 +298,7 @@ class Command(BaseCommand):
             "ledger_debit_matches_cost": debited == cost_timed,
             "database": connection.vendor,
             "workers": workers,
+            "tagged": tagged,
         }
         if connection.vendor == "postgresql":
             rows, floor_seconds = _copy_floor(org.pk, batch)
