@@ -30,12 +30,27 @@ What is published, by topic:
   and margin by model, channel, organization and day, per currency, from the
   rollups) into a ``MarginReport`` of ``MarginLine`` and ``MarginDay``, and
   ``margin_basis_points`` (the integer margin share);
+* cost attribution (``usage.attribution``): the ``x-gateway-tags`` parser
+  (``parse_tags_header``), ``clean_end_user``, ``missing_required``, their
+  limits and ``AttributionError``;
 * ``seed_catalog``, the default models and list prices.
 """
 
 from __future__ import annotations
 
 from usage.analytics import Series, cache_savings, series, unserved_models
+from usage.attribution import (
+    END_USER_HEADER,
+    MAX_END_USER,
+    MAX_TAG_KEY,
+    MAX_TAG_VALUE,
+    MAX_TAGS,
+    TAGS_HEADER,
+    AttributionError,
+    clean_end_user,
+    missing_required,
+    parse_tags_header,
+)
 from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
 from usage.forms import KeyChoiceField, OrganizationFilterMixin
 from usage.logs import csv_text, visible_keys
@@ -60,11 +75,18 @@ from usage.totals import OrgUsageTotals
 
 __all__ = [
     "ENDPOINTS",
+    "END_USER_HEADER",
+    "MAX_END_USER",
+    "MAX_TAGS",
+    "MAX_TAG_KEY",
+    "MAX_TAG_VALUE",
     "PPM",
     "SCHEMA_VERSION",
     "SPEND_BY_KEY",
     "SPEND_BY_SUB_ACCOUNT",
+    "TAGS_HEADER",
     "Adjustment",
+    "AttributionError",
     "CallRecord",
     "CatalogModel",
     "Grain",
@@ -84,12 +106,15 @@ __all__ = [
     "TokenCounts",
     "UsageEvent",
     "cache_savings",
+    "clean_end_user",
     "csv_text",
     "discount_for",
     "discount_ppm_for",
     "encode",
     "margin_basis_points",
     "margin_report",
+    "missing_required",
+    "parse_tags_header",
     "rate",
     "seed_catalog",
     "series",

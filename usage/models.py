@@ -141,6 +141,11 @@ class CallRecord(models.Model):
     credential_id = models.BigIntegerField(null=True, blank=True)
     upstream_cost = models.BigIntegerField(default=0, db_default=0)
     upstream_currency = models.CharField(max_length=3, blank=True, default="", db_default="")
+    # Cost attribution: who the call was for, as the caller names its end
+    # user ("" when not said), and the caller's tags ({key: value}, at most
+    # ten; ``usage.events.tags_problem``). Added later, hence db_default.
+    end_user = models.CharField(max_length=128, blank=True, default="", db_default="")
+    tags = models.JSONField(default=dict, blank=True, db_default=models.Value("{}"))
     currency = models.CharField(max_length=3)
     # What the organization is charged for the call (its revenue to us).
     cost = models.BigIntegerField(default=0)

@@ -75,6 +75,8 @@ def event(
         "credential_id": None,
         "upstream_cost": 0,
         "upstream_currency": "",
+        "end_user": "",
+        "tags": {},
         "version": SCHEMA_VERSION,
     }
     data.update(overrides)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import orjson
 from django.db import connection
 
 from usage.ingest.aggregate import LAT_BINS, TTFT_BINS
@@ -23,11 +24,13 @@ _DATETIME_COLUMNS = ("started_at", "finished_at", "ingested_at")
 def _adapter(columns: tuple[str, ...]):
     adapt = connection.ops.adapt_datetimefield_value
     positions = [columns.index(c) for c in _DATETIME_COLUMNS]
+    tags = columns.index("tags")
 
     def convert(row: tuple) -> list:
         out = list(row)
         for i in positions:
             out[i] = adapt(out[i])
+        out[tags] = orjson.dumps(out[tags]).decode() if out[tags] else "{}"
         return out
 
     return convert

@@ -15,6 +15,7 @@ import re
 from datetime import UTC, datetime
 from operator import itemgetter
 
+import orjson
 import psycopg
 from django.db import connection
 
@@ -64,19 +65,40 @@ _OFFSET_SEPS = frozenset({"+:", "-:"})
 
 
 # The COPY's columns: the three timestamps first (their text is made apart,
-# see ``copy_stamp``), then every other column of the call row in its order.
+# see ``copy_stamp``), then every other column of the call row in its order,
+# but the attribution's two (caller text, escaped apart, see ``_attribution``),
+# which come last.
 _STAMPS = ("started_at", "finished_at", "ingested_at")
-COPY_COLUMNS: tuple[str, ...] = (*_STAMPS, *(c for c in CALL_COLUMNS if c not in _STAMPS))
-_rest = itemgetter(*(CALL_COLUMNS.index(c) for c in COPY_COLUMNS[len(_STAMPS) :]))
+_ESCAPED = ("end_user", "tags")
+COPY_COLUMNS: tuple[str, ...] = (
+    *_STAMPS,
+    *(c for c in CALL_COLUMNS if c not in _STAMPS and c not in _ESCAPED),
+    *_ESCAPED,
+)
+_rest = itemgetter(*(CALL_COLUMNS.index(c) for c in COPY_COLUMNS[len(_STAMPS) : -len(_ESCAPED)]))
 _null = {None: _N}.get  # _null(v, v): the COPY text of NULL, else v itself
 _LINE = "\t".join(["%s"] * len(COPY_COLUMNS)) + "\n"
+_dumps = orjson.dumps
+
+
+def _attribution(row: CallRow) -> tuple[str, str]:
+    """The COPY text of a row's end user and tags. Validation refused control
+    characters in both, so a backslash (in the text, or a JSON escape) is
+    the one character that needs escaping."""
+    user = row.end_user
+    tags = row.tags
+    if not (user or tags):
+        return "", "{}"
+    text = _dumps(tags).decode() if tags else "{}"
+    return user.replace("\\", "\\\\"), text.replace("\\", "\\\\")
 
 
 def _line(row: CallRow, started: str, finished: str, ingested: str) -> str:
     """A call row's COPY text line (``COPY_COLUMNS`` order): ``%s`` of an int
-    or a bool is text PostgreSQL reads, and strings need no escaping."""
+    or a bool is text PostgreSQL reads, and strings need no escaping but the
+    attribution's."""
     values = _rest(row)
-    return _LINE % (started, finished, ingested, *map(_null, values, values))
+    return _LINE % (started, finished, ingested, *map(_null, values, values), *_attribution(row))
 
 
 def _line_format(ingested: str) -> str:
@@ -116,7 +138,9 @@ class StreamingInsert:
 
     def add(self, row: CallRow, started: str, finished: str) -> None:
         values = _rest(row)  # ``_line``, with the ingestion time already in the format
-        self.lines.append(self._format % (started, finished, *map(_null, values, values)))
+        self.lines.append(
+            self._format % (started, finished, *map(_null, values, values), *_attribution(row))
+        )
         self._unsent += 1
         if self._unsent >= self.FLUSH_EVERY:
             self._copy.write("".join(self.lines[-self._unsent :]))
