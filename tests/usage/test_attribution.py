@@ -1,0 +1,124 @@
+"""Cost attribution's rules (``usage.attribution``): the ``x-gateway-tags``
+header a client sends is read into its tags or refused with a message naming
+the header and the problem; an end-user id is kept as sent or refused; and
+whatever the gateway accepts, ingest accepts too (the same limits)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from usage.attribution import (
+    MAX_END_USER,
+    MAX_TAG_VALUE,
+    MAX_TAGS,
+    AttributionError,
+    clean_end_user,
+    missing_required,
+    parse_tags_header,
+    tags_problem,
+)
+from usage.events import tags_problem as ingest_tags_problem
+
+
+def test_a_header_of_pairs_reads_as_tags_with_spaces_trimmed_and_case_kept():
+    assert parse_tags_header(" team:search ,Env: prod,url:https://x.test:8443/a ") == {
+        "team": "search",
+        "Env": "prod",
+        "url": "https://x.test:8443/a",  # the first ':' splits
+    }
+
+
+@pytest.mark.parametrize("raw", ["", "   "])
+def test_a_blank_header_is_no_tags(raw):
+    assert parse_tags_header(raw) == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("team", "'team' is not a key:value pair"),
+        ("team:a,", "'' is not a key:value pair"),
+        (":a", "tag key '' is invalid"),
+        ("te am:a", "tag key 'te am' is invalid"),
+        ("équipe:a", "tag key 'équipe' is invalid"),
+        ("k" * 33 + ":a", "is invalid; a key is 1 to 32 letters"),
+        ("team:", "the value of tag 'team' must be 1 to 128 printable characters"),
+        ("team:" + "v" * 129, "the value of tag 'team' must be 1 to 128"),
+        ("team:a\x07b", "the value of tag 'team' must be 1 to 128 printable"),
+        ("team:a,team:b", "tag key 'team' is given more than once"),
+        (",".join(f"k{i}:v" for i in range(11)), "has 11 tags; at most 10 are allowed"),
+    ],
+)
+def test_a_bad_header_is_refused_naming_the_header_and_the_problem(raw, problem):
+    with pytest.raises(AttributionError) as caught:
+        parse_tags_header(raw)
+    assert caught.value.source == "x-gateway-tags"
+    assert caught.value.message.startswith("x-gateway-tags")
+    assert problem in caught.value.message
+
+
+def test_the_limits_themselves_are_accepted():
+    tags = {("k" * 31) + str(i): "v" * MAX_TAG_VALUE for i in range(MAX_TAGS)}
+    raw = ",".join(f"{k}:{v}" for k, v in tags.items())
+    assert parse_tags_header(raw) == tags
+    assert parse_tags_header("Ab_.-9:价格 €") == {"Ab_.-9": "价格 €"}
+
+
+def test_an_end_user_is_kept_as_sent_or_refused_naming_its_source():
+    assert clean_end_user("user-42") == "user-42"
+    assert clean_end_user(None) == ""
+    assert clean_end_user("u" * MAX_END_USER) == "u" * MAX_END_USER
+    with pytest.raises(AttributionError, match=r"^user is 129 characters long; at most 128"):
+        clean_end_user("u" * 129, source="user")
+    with pytest.raises(AttributionError, match=r"^metadata.user_id must be a string, not int"):
+        clean_end_user(42, source="metadata.user_id")
+    with pytest.raises(AttributionError, match="x-gateway-end-user contains control characters"):
+        clean_end_user("a\nb")
+
+
+def test_missing_required_keys_are_named_in_order():
+    assert missing_required({"team": "a"}, ("project", "team", "env")) == ["project", "env"]
+    assert missing_required({}, ()) == []
+
+
+_key = st.from_regex(r"[A-Za-z0-9_.\-]{1,32}", fullmatch=True)
+_value = (
+    st.text(
+        st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters=","),
+        min_size=1,
+        max_size=MAX_TAG_VALUE,
+    )
+    .map(str.strip)
+    .filter(lambda v: v and v.isprintable())
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tags=st.dictionaries(_key, _value, max_size=MAX_TAGS))
+def test_any_tags_within_the_limits_round_trip_through_the_header_and_ingest(tags):
+    """Written as a header (any spacing), any tags within the limits read back
+    unchanged, and ingest's check accepts what the gateway read."""
+    raw = " , ".join(f" {k} :  {v} " for k, v in tags.items())
+    parsed = parse_tags_header(raw)
+    assert parsed == tags
+    assert tags_problem(parsed) is None
+    assert ingest_tags_problem(parsed) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.text(max_size=400))
+def test_any_header_either_reads_within_the_limits_or_is_refused_with_a_reason(raw):
+    try:
+        parsed = parse_tags_header(raw)
+    except AttributionError as exc:
+        refused = exc
+    else:
+        refused = None
+    if refused is not None:
+        assert refused.message.startswith("x-gateway-tags")
+        return
+    assert len(parsed) <= MAX_TAGS
+    assert tags_problem(parsed) is None
+    assert ingest_tags_problem(parsed) is None
