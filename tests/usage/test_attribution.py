@@ -5,10 +5,15 @@ whatever the gateway accepts, ingest accepts too (the same limits)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway_bridge.emitter import UsageEmitter
+from gateway_bridge.spool import Spool
+from tests.usage.factories import event
 from usage.attribution import (
     MAX_END_USER,
     MAX_TAG_VALUE,
@@ -19,7 +24,12 @@ from usage.attribution import (
     parse_tags_header,
     tags_problem,
 )
+from usage.events import UsageEvent
 from usage.events import tags_problem as ingest_tags_problem
+from usage.ingest import ingest_events
+from usage.models import CallRecord
+
+T0 = datetime(2025, 3, 4, 10, 15, tzinfo=UTC)
 
 
 def test_a_header_of_pairs_reads_as_tags_with_spaces_trimmed_and_case_kept():
@@ -122,3 +132,37 @@ def test_any_header_either_reads_within_the_limits_or_is_refused_with_a_reason(r
     assert len(parsed) <= MAX_TAGS
     assert tags_problem(parsed) is None
     assert ingest_tags_problem(parsed) is None
+
+
+@pytest.mark.django_db
+def test_end_users_and_tags_survive_the_emitters_batch_the_spool_and_replay(catalog, key, tmp_path):
+    # Given an emitter whose broker is down, handed events with and without
+    # attribution, and a spool line an older gateway wrote (cost fields, no
+    # attribution fields)
+    def refuse(batch):
+        raise ConnectionError("broker unreachable")
+
+    path = tmp_path / "usage.jsonl"
+    emitter = UsageEmitter(refuse, Spool(path), max_batch=3, max_delay=0.05, replay_interval=60)
+    sent = [
+        event(key, started_at=T0, end_user=f"user-{i}", tags={"team": "search", "n": str(i)})
+        if i % 2
+        else event(key, started_at=T0)
+        for i in range(5)
+    ]
+    for e in sent:
+        emitter.emit(UsageEvent.from_dict(e))
+    assert emitter.close(timeout=10)
+    older = event(key, started_at=T0)
+    del older["end_user"], older["tags"]
+    Spool(path).append([older])
+    # When a later process replays the spool into ingest
+    accepted = []
+    Spool(path).replay(lambda batch: accepted.append(ingest_events(batch).accepted))
+    # Then every call is stored with the end user and tags it was sent with
+    assert sum(accepted) == 6
+    records = CallRecord.objects.in_bulk([e["request_id"] for e in [*sent, older]])
+    for e in sent:
+        record = records[e["request_id"]]
+        assert (record.end_user, record.tags) == (e["end_user"], e["tags"])
+    assert (records[older["request_id"]].end_user, records[older["request_id"]].tags) == ("", {})
