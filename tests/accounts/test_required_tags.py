@@ -44,6 +44,7 @@ def test_the_key_form_saves_required_tags_audits_them_and_the_gateway_gets_the_u
     # Then the form shows them, and the gateway's view of the key carries both levels'
     page = c.get(reverse("accounts:api_key_detail", args=[key.pk])).content.decode()
     assert 'value="team, env"' in page
+    assert "must also carry the tags sub-account 'team-a' requires: project" in page
     assert authenticated_view(key).required_tag_keys == ("team", "env", "project")
 
 
