@@ -97,7 +97,6 @@ class LimitsForm(forms.Form):
     required_tag_keys = forms.CharField(
         required=False,
         label=_("Required tags"),
-        widget=forms.TextInput(attrs={"placeholder": "team, project"}),
         help_text=_(
             "Tag keys every call must send in its x-gateway-tags header, separated by "
             "commas; empty requires none."
