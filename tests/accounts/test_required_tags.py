@@ -14,7 +14,10 @@ from accounts.errors import ValidationFailed
 from accounts.keys import authenticated_view
 from accounts.models import ApiKey, AuditEvent, SubAccount
 from accounts.services import api_key_update
-from tests.accounts.test_views import _client, world  # noqa: F401, F811 - the two-org fixture
+from tests.accounts import test_views
+
+_client = test_views._client
+world = test_views.world  # the two-organization fixture of the accounts view tests
 
 pytestmark = pytest.mark.django_db
 
