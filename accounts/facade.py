@@ -16,7 +16,7 @@ What is published, by topic:
   ``keyed_hash`` and ``new_secret`` (the stored form of a key);
 * the cost-attribution tag-key rule (``MAX_TAGS``, ``MAX_TAG_KEY``,
   ``TAG_KEY_RE``, ``is_tag_key``), which keys' and sub-accounts'
-  ``required_tag_keys`` follow; ``usage.attribution`` builds on it;
+  ``required_tag_keys`` follow; ``usage.attribution_rules`` builds on it;
 * the services other apps' commands call (seeding, benchmarks, the soak), and
   ``api_key_list``;
 * the pieces every app's pages and API are built on: ``org_view`` and

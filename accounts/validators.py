@@ -113,7 +113,7 @@ def validate_future(value: datetime | None, label: str | None = None) -> datetim
 
 # Cost-attribution tags (``x-gateway-tags``): the tag-key rule. It lives here,
 # in the lowest app, because a key's and a sub-account's ``required_tag_keys``
-# are validated with it; ``usage.attribution`` (the header parser, the value
+# are validated with it; ``usage.attribution_rules`` (the header parser, the value
 # and end-user rules) re-exports it, so it is spelled once.
 MAX_TAGS = 10
 MAX_TAG_KEY = 32

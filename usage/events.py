@@ -169,8 +169,23 @@ ADDED_GROUPS: tuple[dict[str, object], ...] = (
 )
 ADDED_FIELDS: dict[str, object] = {k: v for g in ADDED_GROUPS for k, v in g.items()}
 _FIRST_FIELD_SET = FIELD_SET - ADDED_FIELDS.keys()
-_N_FIRST_FIELDS = len(_FIRST_FIELD_SET)
 _GROUP_SETS = tuple(frozenset(g) for g in ADDED_GROUPS)
+
+
+def _partial_forms() -> dict[int, list[tuple[frozenset, dict]]]:
+    """Every form an event of an older gateway has (the fields less one or
+    more added groups), by its number of fields: (its keys, the defaults)."""
+    forms: dict[int, list[tuple[frozenset, dict]]] = {}
+    n = len(ADDED_GROUPS)
+    for mask in range(1, 2**n):
+        lacking = [g for i, g in enumerate(ADDED_GROUPS) if mask >> i & 1]
+        defaults = {k: v for g in lacking for k, v in g.items()}
+        keys = FIELD_SET - defaults.keys()
+        forms.setdefault(len(keys), []).append((keys, defaults))
+    return forms
+
+
+_PARTIAL_FORMS = _partial_forms()
 # What a call record keeps of an event: every field but the wire version.
 _HINTS = get_type_hints(UsageEvent)
 ParsedEvent = NamedTuple(  # the contract's fields, not spelled twice
@@ -218,19 +233,14 @@ def _with_added(d):
     """``d`` with the defaults of the added groups it lacks, when it is an
     event written without them (before they were added) and holds every
     other field; otherwise ``d`` itself."""
-    if type(d) is not dict or len(d) < _N_FIRST_FIELDS:
-        return d
-    keys = d.keys()
-    if not keys <= FIELD_SET or not keys >= _FIRST_FIELD_SET:
-        return d
-    out = dict(d)
-    for group, names in zip(ADDED_GROUPS, _GROUP_SETS, strict=True):
-        present = names & keys
-        if not present:
-            out.update({k: (dict(v) if type(v) is dict else v) for k, v in group.items()})
-        elif present != names:
-            return d  # a group half given: ``_field_error`` names what is missing
-    return out
+    if type(d) is dict:
+        for keys, defaults in _PARTIAL_FORMS.get(len(d), ()):
+            if d.keys() == keys:
+                out = {**d, **defaults}
+                if "tags" in defaults:
+                    out["tags"] = {}  # a dict of its own per event
+                return out
+    return d
 
 
 def _parse_time(name: str, value) -> datetime:

@@ -30,7 +30,7 @@ What is published, by topic:
   and margin by model, channel, organization and day, per currency, from the
   rollups) into a ``MarginReport`` of ``MarginLine`` and ``MarginDay``, and
   ``margin_basis_points`` (the integer margin share);
-* cost attribution (``usage.attribution``): the ``x-gateway-tags`` parser
+* cost attribution (``usage.attribution_rules``): the ``x-gateway-tags`` parser
   (``parse_tags_header``), ``clean_end_user``, ``missing_required``, their
   limits and ``AttributionError``;
 * ``seed_catalog``, the default models and list prices.
@@ -39,7 +39,7 @@ What is published, by topic:
 from __future__ import annotations
 
 from usage.analytics import Series, cache_savings, series, unserved_models
-from usage.attribution import (
+from usage.attribution_rules import (
     END_USER_HEADER,
     MAX_END_USER,
     MAX_TAG_KEY,

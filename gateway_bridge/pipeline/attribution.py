@@ -1,6 +1,6 @@
 """Stage 3, after the body is parsed: the call's cost attribution, its tags
 (``x-gateway-tags``) and end user, checked against the limits
-(``usage.attribution``) and the key's required tag keys. A violation is a
+(``usage.attribution_rules``) and the key's required tag keys. A violation is a
 400 naming the header or field, before anything is reserved or sent
 upstream. Apart from ``body`` because the large-body parse workers import
 that module without Django set up.

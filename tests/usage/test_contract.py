@@ -73,15 +73,15 @@ def test_the_copy_line_holds_each_columns_value_under_its_name():
     values.update(protocol="gemini", endpoint="embedContent", stream=True, status_code=200)
     values.update(error_type="", input_tokens=5, cache_status="miss", currency="EUR", cost=17)
     values.update(priced=True, price_id=4, latency_us=0, client_ip="::1", ttft_us=0)
-    values.update(end_user="u\\1", tags={"team": "a\\b"})
+    values.update(end_user='a\\b"c', tags={"team": 'x\\y"z', "env": "prod"})
     line = pg._line(CallRow(**values), "S", "F", "I")
     assert line.endswith("\n")
     copied = dict(zip(pg.COPY_COLUMNS, line[:-1].split("\t"), strict=True))
     assert set(copied) == set(CALL_COLUMNS)
     expected = {name: "\\N" if v is None else str(v) for name, v in values.items()}
     expected.update(started_at="S", finished_at="F", ingested_at="I")
-    # The caller's text is escaped for COPY (a backslash doubled), the tags as JSON.
-    expected.update(end_user="u\\\\1", tags='{"team":"a\\\\\\\\b"}')
+    # The caller's text, COPY-escaped: a backslash doubled (in the JSON's escapes too).
+    expected.update(end_user='a\\\\b"c', tags='{"team":"x\\\\\\\\y\\\\"z","env":"prod"}')
     assert copied == expected
     assert (copied["stream"], copied["node_id"], copied["ttft_us"]) == ("True", "\\N", "0")
     # The streaming writer's batch format (the ingestion time written in) makes the same line.

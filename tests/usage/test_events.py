@@ -85,6 +85,18 @@ def test_other_offsets_are_accepted_and_mean_the_same_instant():
         ({"upstream_currency": "EURO"}, "upstream_currency must be a three-letter currency code"),
         ({"upstream_currency": None}, "upstream_currency must be a string, not NoneType"),
         ({"upstream_cost": 5}, "upstream_cost is set without its upstream_currency"),
+        ({"end_user": 7}, "end_user must be a string, not int"),
+        ({"end_user": "u" * 129}, "end_user must be at most 128 characters"),
+        ({"end_user": "a\nb"}, "end_user contains control characters"),
+        ({"tags": ["a"]}, "tags must be an object, not list"),
+        ({"tags": {f"k{i}": "v" for i in range(11)}}, "at most 10 tags, not 11"),
+        ({"tags": {"": "v"}}, "tag key '' is not 1 to 32 characters"),
+        ({"tags": {"k" * 33: "v"}}, "is not 1 to 32 characters"),
+        ({"tags": {"team name": "v"}}, "tag key 'team name' is not 1 to 32"),
+        ({"tags": {"team": ""}}, "tag 'team' must have a string value of 1 to 128"),
+        ({"tags": {"team": "v" * 129}}, "tag 'team' must have a string value of 1 to 128"),
+        ({"tags": {"team": 3}}, "tag 'team' must have a string value"),
+        ({"tags": {"team": "a\tb"}}, "tag 'team' has control characters in its value"),
     ],
 )
 def test_bad_values_have_a_precise_reason(change, reason):
@@ -123,14 +135,37 @@ def test_an_event_written_before_the_cost_fields_reads_as_having_no_cost():
 
 def test_the_cost_fields_come_all_together_or_not_at_all():
     d = good(credential_id=3, upstream_cost=12, upstream_currency="EUR")
-    parsed = parse(d)
-    assert (parsed.credential_id, parsed.upstream_cost, parsed.upstream_currency) == (3, 12, "EUR")
+    d = {k: v for k, v in d.items() if k not in ("end_user", "tags")}
+    assert parse(d)[-5:-2] == (3, 12, "EUR")
     del d["upstream_cost"], d["upstream_currency"]
     with pytest.raises(InvalidEvent, match=r"missing field\(s\): upstream_cost, upstream_cur"):
         parse(d)
     no_cost = {k: v for k, v in good().items() if k not in ADDED_FIELDS and k != "model"}
     with pytest.raises(InvalidEvent, match=r"missing field\(s\): model$"):
         parse(no_cost)
+
+
+def test_an_event_without_the_attribution_fields_reads_as_untagged():
+    """A spooled batch from a gateway older than cost attribution (with or
+    without the cost fields): no end user, no tags."""
+    d = good(credential_id=3, upstream_cost=12, upstream_currency="EUR")
+    del d["end_user"], d["tags"]
+    parsed = parse(d)
+    assert (parsed.credential_id, parsed.end_user, parsed.tags) == (3, "", {})
+    oldest = {k: v for k, v in d.items() if k not in ADDED_FIELDS}
+    assert (parse(oldest).end_user, parse(oldest).tags) == ("", {})
+    half = good()
+    del half["tags"]
+    with pytest.raises(InvalidEvent, match=r"missing field\(s\): tags$"):
+        parse(half)
+
+
+def test_attribution_fields_round_trip_at_their_limits():
+    tags = {f"k.{i}-_{'x' * 26}": "値" * 128 for i in range(10)}
+    d = good(end_user="ü" * 128, tags=tags)
+    e = UsageEvent.from_dict(d)
+    assert (e.end_user, e.tags) == ("ü" * 128, tags)
+    assert e.to_dict() == d
 
 
 def test_far_future_start_is_refused_within_the_configured_skew(settings):

@@ -12,6 +12,10 @@ end-user body field through here, and ingest validates the usage event's
   ``MAX_TAG_VALUE`` (128) printable characters; a key given twice is an error.
 * End user: at most ``MAX_END_USER`` (128) printable characters; "" means none.
 
+The value and end-user lengths are the usage contract's (``usage.events``,
+whose ``tags_problem`` is ingest's check); what this module accepts, ingest
+accepts (printable is stricter than ingest's "no control characters").
+
 Every violation raises ``AttributionError``, whose message names the header
 or field and the problem (the gateway answers it as a 400 in the caller's
 protocol).
@@ -19,12 +23,11 @@ protocol).
 
 from __future__ import annotations
 
-from accounts.facade import MAX_TAG_KEY, MAX_TAGS, TAG_KEY_RE, is_tag_key
+from accounts.facade import MAX_TAG_KEY, MAX_TAGS, TAG_KEY_RE
+from usage.events import MAX_END_USER, MAX_TAG_VALUE
 
 TAGS_HEADER = "x-gateway-tags"
 END_USER_HEADER = "x-gateway-end-user"
-MAX_TAG_VALUE = 128
-MAX_END_USER = 128
 _fullmatch = TAG_KEY_RE.fullmatch
 
 
@@ -95,20 +98,6 @@ def parse_tags_header(raw: str, *, source: str = TAGS_HEADER) -> dict[str, str]:
     return tags
 
 
-def tags_problem(tags: object) -> str | None:
-    """What is wrong with a parsed tag mapping (ingest's check), or None."""
-    if type(tags) is not dict:
-        return f"tags must be an object, not {type(tags).__name__}"
-    if len(tags) > MAX_TAGS:
-        return f"tags has {len(tags)} entries; at most {MAX_TAGS} are allowed"
-    for key, value in tags.items():
-        if not is_tag_key(key):
-            return f"tag key {_shown(str(key))} is invalid"
-        if not tag_value_ok(value):
-            return f"the value of tag {key!r} is not 1 to {MAX_TAG_VALUE} printable characters"
-    return None
-
-
 def clean_end_user(value: object, *, source: str = END_USER_HEADER) -> str:
     """An end-user id as recorded: ``value`` itself ("" for None or "")."""
     if value is None:
@@ -132,11 +121,6 @@ def clean_end_user(value: object, *, source: str = END_USER_HEADER) -> str:
     return value
 
 
-def end_user_ok(value: object) -> bool:
-    """Whether ``value`` is a recordable end-user id (ingest's check)."""
-    return type(value) is str and len(value) <= MAX_END_USER and value.isprintable()
-
-
 def missing_required(tags: dict[str, str], required: tuple[str, ...]) -> list[str]:
     """The required tag keys ``tags`` lacks, in ``required``'s order."""
     return [key for key in required if key not in tags]
@@ -151,8 +135,6 @@ __all__ = [
     "TAGS_HEADER",
     "AttributionError",
     "clean_end_user",
-    "end_user_ok",
     "missing_required",
     "parse_tags_header",
-    "tags_problem",
 ]
