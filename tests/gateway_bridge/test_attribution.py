@@ -118,12 +118,24 @@ def test_gemini_takes_the_end_user_and_tags_from_the_headers_only(vendor, vendor
             "x-goog-api-key": tenant.raw,
             "content-type": "application/json",
             "x-gateway-end-user": "g-user",
-            "x-gateway-tags": "team:maps",
+            "x-gateway-tags": "team:地图 ✓".encode(),  # UTF-8 on the wire
         },
     )
     assert status == 200, answer
-    [record] = stored(vendor_gw, 1)
-    assert (record.end_user, record.tags) == ("g-user", {"team": "maps"})
+    status, answer = post(
+        vendor_gw.url,
+        "/v1beta/models/sim-gemini:generateContent",
+        json.dumps(GEMINI_HELLO).encode(),
+        {
+            "x-goog-api-key": tenant.raw,
+            "content-type": "application/json",
+            "x-gateway-tags": b"team:\xff",
+        },
+    )
+    assert status == 400
+    assert json.loads(answer)["error"]["message"] == "x-gateway-tags is not valid UTF-8."
+    first, _refused = stored(vendor_gw, 2)
+    assert (first.end_user, first.tags) == ("g-user", {"team": "地图 ✓"})
 
 
 # (protocol, path, body, auth headers, the error's message in the protocol's body)
