@@ -14,6 +14,9 @@ What is published, by topic:
   members, sub-accounts, keys) with their choices;
 * the gateway's key check: ``api_key_authenticate``, ``AuthenticatedKey``,
   ``keyed_hash`` and ``new_secret`` (the stored form of a key);
+* the cost-attribution tag-key rule (``MAX_TAGS``, ``MAX_TAG_KEY``,
+  ``TAG_KEY_RE``, ``is_tag_key``), which keys' and sub-accounts'
+  ``required_tag_keys`` follow; ``usage.attribution_rules`` builds on it;
 * the services other apps' commands call (seeding, benchmarks, the soak), and
   ``api_key_list``;
 * the pieces every app's pages and API are built on: ``org_view`` and
@@ -58,6 +61,7 @@ from accounts.services import (
     sub_account_create,
 )
 from accounts.services._common import FieldErrors, changed, clean_unique_name
+from accounts.validators import MAX_TAG_KEY, MAX_TAGS, TAG_KEY_RE, is_tag_key
 
 if TYPE_CHECKING:
     from accounts.api import IsOrgMember, OrgViewSet
@@ -78,6 +82,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "KEY_PREFIX",
+    "MAX_TAGS",
+    "MAX_TAG_KEY",
+    "TAG_KEY_RE",
     "Actor",
     "ApiKey",
     "ApiKeyStatus",
@@ -109,6 +116,7 @@ __all__ = [
     "changed",
     "clean_unique_name",
     "has_perm",
+    "is_tag_key",
     "keyed_hash",
     "new_secret",
     "org_view",

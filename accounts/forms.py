@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from accounts import validators
 from accounts.models import Priority, Role, SubAccountStatus, TokenScope
 from console import timezones
 from console.money import parse_amount
@@ -93,6 +94,14 @@ class LimitsForm(forms.Form):
         label=_("Allowed models"),
         help_text=_("None ticked allows every model the level above allows."),
     )
+    required_tag_keys = forms.CharField(
+        required=False,
+        label=_("Required tags"),
+        help_text=_(
+            "Tag keys every call must send in its x-gateway-tags header, separated by "
+            "commas; empty requires none."
+        ),
+    )
     spend_cap_daily = AmountField(label=_("Daily spend cap"))
     spend_cap_monthly = AmountField(label=_("Monthly spend cap"))
     spend_cap_lifetime = AmountField(label=_("Lifetime spend cap"))
@@ -117,6 +126,12 @@ class LimitsForm(forms.Form):
             current = current.replace(",", " ").split()
         names += [n for n in current if n not in names]
         self.fields["allowed_models"].choices = [(n, n) for n in names]
+
+    def clean_required_tag_keys(self) -> list[str]:
+        try:
+            return validators.normalize_tag_keys(self.cleaned_data.get("required_tag_keys") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc), code="invalid") from None
 
 
 class ApiKeyForm(LimitsForm):
@@ -144,6 +159,7 @@ class ApiKeyForm(LimitsForm):
         "sub_account",
         "allowed_models",
         "ip_allowlist",
+        "required_tag_keys",
         "spend_cap_daily",
         "spend_cap_monthly",
         "spend_cap_lifetime",
@@ -201,7 +217,7 @@ class SubAccountForm(LimitsForm):
     status = forms.ChoiceField(
         label=_("Status"), choices=SubAccountStatus.choices, initial=SubAccountStatus.ACTIVE
     )
-    field_order = ["name", "status", "allowed_models"]
+    field_order = ["name", "status", "allowed_models", "required_tag_keys"]
 
 
 class InviteForm(forms.Form):

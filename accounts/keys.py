@@ -91,6 +91,9 @@ class AuthenticatedKey:
     # its grace period, after which it must be refused to the second (a cache
     # holding this view checks it on every call).
     grace_ends_at: datetime | None = None
+    # Cost attribution: the tag keys every call must carry in
+    # ``x-gateway-tags``, the key's and its sub-account's together.
+    required_tag_keys: tuple[str, ...] = ()
 
     def model_allowed(self, model: str) -> bool:
         # Each level in turn (not all() over a generator: this runs on every call).
@@ -176,4 +179,9 @@ def authenticated_view(key, *, grace_ends_at: datetime | None = None) -> Authent
         org_tpm=org.tpm_limit,
         response_cache_seconds=key.response_cache_seconds,
         grace_ends_at=grace_ends_at,
+        required_tag_keys=tuple(
+            dict.fromkeys(
+                [*(key.required_tag_keys or ()), *((sub.required_tag_keys or ()) if sub else ())]
+            )
+        ),
     )

@@ -183,6 +183,10 @@ class Limits(models.Model):
     of the organization's currency; ``None`` means no limit."""
 
     allowed_models = models.JSONField(default=list, blank=True)
+    # Cost attribution: tag keys every call must carry in ``x-gateway-tags``
+    # (``accounts.validators.normalize_tag_keys``); a key's calls need its own
+    # and its sub-account's.
+    required_tag_keys = models.JSONField(default=list, blank=True)
     spend_cap_daily = models.BigIntegerField(null=True, blank=True)
     spend_cap_monthly = models.BigIntegerField(null=True, blank=True)
     spend_cap_lifetime = models.BigIntegerField(null=True, blank=True)

@@ -17,6 +17,7 @@ from accounts.models import (
 
 LIMIT_FIELDS = (
     "allowed_models",
+    "required_tag_keys",
     "spend_cap_daily",
     "spend_cap_monthly",
     "spend_cap_lifetime",
@@ -72,6 +73,12 @@ class _LimitsInput(serializers.Serializer):
     allowed_models = serializers.ListField(
         child=serializers.RegexField(validators.MODEL_NAME_RE.pattern, max_length=128),
         required=False,
+    )
+    required_tag_keys = serializers.ListField(
+        child=serializers.RegexField(validators.TAG_KEY_RE.pattern),
+        required=False,
+        max_length=validators.MAX_TAGS,
+        help_text="tag keys every call must carry in the x-gateway-tags header",
     )
     spend_cap_daily = _cap()
     spend_cap_monthly = _cap()

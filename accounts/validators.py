@@ -109,3 +109,52 @@ def validate_future(value: datetime | None, label: str | None = None) -> datetim
     if value <= timezone.now():
         raise ValueError(_("%(label)s must be in the future.") % {"label": label})
     return value
+
+
+# Cost-attribution tags (``x-gateway-tags``): the tag-key rule. It lives here,
+# in the lowest app, because a key's and a sub-account's ``required_tag_keys``
+# are validated with it; ``usage.attribution_rules`` (the header parser, the value
+# and end-user rules) re-exports it, so it is spelled once.
+MAX_TAGS = 10
+MAX_TAG_KEY = 32
+TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}\Z" % MAX_TAG_KEY)  # noqa: UP031 - a regex
+
+
+def is_tag_key(key: object) -> bool:
+    """Whether ``key`` is a valid tag key: 1 to 32 of A-Z a-z 0-9 _ . - (case kept)."""
+    return isinstance(key, str) and TAG_KEY_RE.fullmatch(key) is not None
+
+
+def normalize_tag_keys(keys: list[str] | str) -> list[str]:
+    """Required tag keys from a list or a comma/space separated string:
+    stripped, de-duplicated in input order, each a valid tag key, at most
+    ``MAX_TAGS`` of them (a call carries no more tags than that)."""
+    if isinstance(keys, str):
+        keys = re.split(r"[\s,]+", keys)
+    elif not isinstance(keys, (list, tuple)):
+        raise ValueError(_("Required tag keys must be a list of tag keys."))
+    out: list[str] = []
+    bad: list[str] = []
+    for raw in keys:
+        if not isinstance(raw, str):
+            bad.append(str(raw)[:40])
+            continue
+        key = raw.strip()
+        if not key:
+            continue
+        if not is_tag_key(key):
+            bad.append(key[:40])
+        elif key not in out:
+            out.append(key)
+    if bad:
+        raise ValueError(
+            ngettext(
+                "%(keys)s is not a valid tag key: use 1 to %(n)d letters, digits, '_', '.' or '-'.",
+                "%(keys)s are not valid tag keys: use 1 to %(n)d letters, digits, '_', '.' or '-'.",
+                len(bad),
+            )
+            % {"keys": ", ".join(f"'{b}'" for b in bad), "n": MAX_TAG_KEY}
+        )
+    if len(out) > MAX_TAGS:
+        raise ValueError(_("At most %(n)d required tag keys are allowed.") % {"n": MAX_TAGS})
+    return out

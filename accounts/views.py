@@ -299,6 +299,7 @@ def invitation_accept(request, token: str):
 def _limits_initial(obj) -> dict:
     initial = {
         "allowed_models": list(obj.allowed_models or []),
+        "required_tag_keys": ", ".join(obj.required_tag_keys or []),
         "rpm_limit": obj.rpm_limit,
         "tpm_limit": obj.tpm_limit,
     }

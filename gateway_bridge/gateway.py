@@ -52,6 +52,7 @@ from gateway_bridge.metrics_dir import MetricsDirectory
 from gateway_bridge.pipeline import (
     account,
     admit,
+    attribution,
     auth,
     body,
     cached,
@@ -453,6 +454,7 @@ class Gateway:
             if call.model is None and isinstance(data, dict):
                 call.model = safe_model(data.get("model"))
             req = body.parse(call, data, scope, headers, path_model, raw)
+            attribution.attribute(call, data, headers)
         finally:
             ticket.release()
         call.model = safe_model(req.model)

@@ -40,6 +40,9 @@ What is published, by topic:
   (``model_performance`` into ``Figures`` per ``PERFORMANCE_WINDOWS``;
   ``channel_performance`` per channel for platform staff; ``daily_status``,
   each model's up / degraded / down per day);
+* cost attribution (``usage.attribution_rules``): the ``x-gateway-tags`` parser
+  (``parse_tags_header``), ``clean_end_user``, ``missing_required``, their
+  limits and ``AttributionError``;
 * ``seed_catalog``, the default models and list prices.
 """
 
@@ -57,6 +60,18 @@ from usage.attribution import (
     AttributionGroup,
     attribution,
     tag_keys,
+)
+from usage.attribution_rules import (
+    END_USER_HEADER,
+    MAX_END_USER,
+    MAX_TAG_KEY,
+    MAX_TAG_VALUE,
+    MAX_TAGS,
+    TAGS_HEADER,
+    AttributionError,
+    clean_end_user,
+    missing_required,
+    parse_tags_header,
 )
 from usage.catalog import ModelPrices, PerMtok, list_prices, model_price_list
 from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
@@ -99,14 +114,21 @@ __all__ = [
     "DEGRADED_BELOW",
     "DOWN_BELOW",
     "ENDPOINTS",
+    "END_USER_HEADER",
+    "MAX_END_USER",
+    "MAX_TAGS",
+    "MAX_TAG_KEY",
+    "MAX_TAG_VALUE",
     "PERFORMANCE_WINDOWS",
     "PPM",
     "SCHEMA_VERSION",
     "SPEND_BY_KEY",
     "SPEND_BY_SUB_ACCOUNT",
     "STATUS_DAYS",
+    "TAGS_HEADER",
     "Adjustment",
     "Attribution",
+    "AttributionError",
     "AttributionGroup",
     "CallRecord",
     "CatalogModel",
@@ -134,6 +156,7 @@ __all__ = [
     "attribution",
     "cache_savings",
     "channel_performance",
+    "clean_end_user",
     "csv_text",
     "daily_status",
     "discount_for",
@@ -142,8 +165,10 @@ __all__ = [
     "list_prices",
     "margin_basis_points",
     "margin_report",
+    "missing_required",
     "model_performance",
     "model_price_list",
+    "parse_tags_header",
     "rate",
     "seed_catalog",
     "series",

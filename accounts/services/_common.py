@@ -12,7 +12,7 @@ from console import hooks
 
 CAP_FIELDS = ("spend_cap_daily", "spend_cap_monthly", "spend_cap_lifetime")
 RATE_FIELDS = ("rpm_limit", "tpm_limit")
-LIMIT_FIELDS = ("allowed_models", *CAP_FIELDS, *RATE_FIELDS)
+LIMIT_FIELDS = ("allowed_models", "required_tag_keys", *CAP_FIELDS, *RATE_FIELDS)
 _LABELS = {
     "spend_cap_daily": gettext_lazy("Daily spend cap"),
     "spend_cap_monthly": gettext_lazy("Monthly spend cap"),
@@ -108,6 +108,11 @@ def clean_limits(
                     % {"names": ", ".join(outside)},
                 )
             out["allowed_models"] = models
+    if "required_tag_keys" in data:
+        keys = errors.run(
+            "required_tag_keys", validators.normalize_tag_keys, data["required_tag_keys"] or []
+        )
+        out["required_tag_keys"] = keys or []
     for field in CAP_FIELDS:
         if field in data:
             value = errors.run(field, validators.validate_cap, data[field], _LABELS[field])

@@ -249,6 +249,14 @@ def _check_ceiling(actor: Actor, values: dict, *, key: ApiKey | None) -> None:
                     )
                     % {"allowed": ", ".join(limit)},
                 )
+        elif field == "required_tag_keys":
+            dropped = [k for k in limit if k not in (new or [])]
+            if dropped:
+                errors.add(
+                    field,
+                    _("An admin requires the tag keys %(keys)s: you may add keys, not remove them.")
+                    % {"keys": ", ".join(limit)},
+                )
         elif field == "ip_allowlist":
             if not new or not all(_within_networks(e, limit) for e in new):
                 errors.add(

@@ -5,6 +5,7 @@ In call order (``gateway_bridge.gateway.Gateway.handle`` composes them):
     route.py     method + path → protocol, endpoint, action, model in the path
     auth.py      the key, the client's address (trusted proxies), allowlist, expiry
     body.py      read with the size limit, JSON, the protocol adapter's parse_call
+    attribution.py  the call's tags and end user (limits, required tag keys)
     fair.py      large bodies: per-organization slots before the read, validated
                  in a parse worker process before the loop parses them
     admit.py     model rules, fallback chain, budget, worst case (one discount

@@ -1,5 +1,6 @@
 """Stage 3, read the body: size limit, content type, JSON, then the protocol
-adapter's ``parse_call`` (validation and the node's request body).
+adapter's ``parse_call`` (validation and the node's request body); the
+call's cost attribution follows (``attribution``).
 
 The size limit is checked against ``Content-Length`` before reading and
 against the bytes as they arrive; a client that leaves while sending raises

@@ -2,10 +2,11 @@
 stages raise to each other.
 
 ``Call`` is filled stage by stage (route: protocol and endpoint; auth: the
-key and the client's address; body and admit: model and stream; forward and
-relay: node, usage, timings) and is what the usage event is built from at the
-end. Request ids are unique across processes without a system call per call;
-trace and span ids (``console.tracing``) need none either.
+key and the client's address; body and admit: model, stream, the end user
+and tags; forward and relay: node, usage, timings) and is what the usage
+event is built from at the end. Request ids are unique across processes
+without a system call per call; trace and span ids (``console.tracing``)
+need none either.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from gateway_bridge.usage_mapping import TokenUsage
 
 # No usage known (yet): the call reached no node, or the node never said.
 NO_USAGE = TokenUsage()
+# No tags: one shared empty mapping (a call's tags are never changed in place).
+NO_TAGS: dict[str, str] = {}
 
 
 # Request ids: unique across processes (a random per-process part, new in a
@@ -56,6 +59,7 @@ class Call:
         "client_ip",
         "cost_price",
         "credential_id",
+        "end_user",
         "endpoint",
         "entry",
         "error_type",
@@ -72,6 +76,7 @@ class Call:
         "status",
         "stream",
         "t0",
+        "tags",
         "trace",
         "ttft",
         "upstream_s",
@@ -111,6 +116,11 @@ class Call:
         # that passes some on (anthropic-version, anthropic-beta).
         self.client_headers: dict[str, str] = {}
         self.cache_status = "miss"
+        # Cost attribution (body stage): the caller's end user ("" when none)
+        # and its tags from ``x-gateway-tags`` (NO_TAGS, shared, when none;
+        # never mutated).
+        self.end_user = ""
+        self.tags = NO_TAGS
         self.headers_out: list[tuple[bytes, bytes]] = []
         self.record = True
 

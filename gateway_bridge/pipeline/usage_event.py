@@ -46,6 +46,8 @@ class CallState(Protocol):
     cache_status: str
     credential_id: int | None
     cost_price: object | None  # inference_node's CostPrice: currency and prices per Mtok
+    end_user: str
+    tags: dict[str, str]
 
 
 def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
@@ -94,4 +96,6 @@ def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
         credential_id=call.credential_id,
         upstream_cost=upstream_cost,
         upstream_currency=upstream_currency,
+        end_user=call.end_user,
+        tags=call.tags,
     )

@@ -157,6 +157,8 @@ def _call_state(**overrides) -> SimpleNamespace:
         "cache_status": "prefix_hit",
         "credential_id": None,
         "cost_price": None,
+        "end_user": "user-42",
+        "tags": {"team": "search"},
     }
     return SimpleNamespace(**{**state, **overrides})
 
@@ -193,6 +195,8 @@ def test_the_event_takes_each_value_from_the_call_state():
         credential_id=None,
         upstream_cost=0,
         upstream_currency="",
+        end_user="user-42",
+        tags={"team": "search"},
     )
 
 

@@ -18,7 +18,7 @@ from gateway_bridge.protocols.anthropic.errors import (
     error_object,
     error_response,
 )
-from gateway_bridge.protocols.anthropic.request import FIELDS
+from gateway_bridge.protocols.anthropic.request import END_USER_FIELD, FIELDS
 from gateway_bridge.protocols.anthropic.translate import (
     UPSTREAM_PATH,
     count_body,
@@ -31,6 +31,7 @@ from gateway_bridge.protocols.anthropic.translate import (
 from gateway_bridge.protocols.estimate import PREFIX_CHARS
 
 __all__ = [
+    "END_USER_FIELD",
     "ERROR_TYPES",
     "FIELDS",
     "OVERLOADED_STATUS",

@@ -24,6 +24,10 @@ import re
 from gateway_bridge.protocols.base import GatewayError, invalid
 from gateway_bridge.protocols.checks import is_int, is_number, json_object
 
+# Cost attribution: the body field naming the call's end user (the path;
+# empty: none). Messages names the end user in ``metadata.user_id``.
+END_USER_FIELD: tuple[str, ...] = ("metadata", "user_id")
+
 FIELDS = {
     "model",
     "messages",

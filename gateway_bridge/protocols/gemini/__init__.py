@@ -11,7 +11,7 @@ back, ``errors`` Google's error body. Pure: no I/O, no Django, no clock.
 
 from gateway_bridge.protocols.gemini.answer import EmbedResponse, GenerateResponse, render_models
 from gateway_bridge.protocols.gemini.errors import STATUS, error_body, error_object, error_response
-from gateway_bridge.protocols.gemini.request import MAX_CANDIDATES, MAX_STOP
+from gateway_bridge.protocols.gemini.request import END_USER_FIELD, MAX_CANDIDATES, MAX_STOP
 from gateway_bridge.protocols.gemini.translate import (
     CHAT_PATH,
     EMBED_PATH,
@@ -27,6 +27,7 @@ from gateway_bridge.protocols.gemini.translate import (
 __all__ = [
     "CHAT_PATH",
     "EMBED_PATH",
+    "END_USER_FIELD",
     "MAX_CANDIDATES",
     "MAX_STOP",
     "STATUS",

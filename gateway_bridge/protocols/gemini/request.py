@@ -14,6 +14,10 @@ import re
 
 from gateway_bridge.protocols.base import GatewayError, invalid
 
+# Cost attribution: the body field naming the call's end user (the path;
+# empty: none). Gemini has no end-user field: only the ``x-gateway-end-user`` header names one.
+END_USER_FIELD: tuple[str, ...] = ()
+
 MAX_CANDIDATES = 8
 MAX_STOP = 5
 MAX_LOGPROBS = 20  # generationConfig.logprobs: top candidates per token

@@ -24,6 +24,10 @@ from gateway_bridge.protocols.openai.fields import (
     type_error,
 )
 
+# Cost attribution: the body field naming the call's end user (the path;
+# empty: none). Chat completions, completions and embeddings name the end user in ``user``.
+END_USER_FIELD: tuple[str, ...] = ("user",)
+
 MAX_N = 16  # the nodes' limit (OpenAI's is 128)
 MAX_STOP = 4
 ROLES = ("system", "assistant", "user", "function", "tool", "developer")

@@ -14,6 +14,7 @@ Django, no clock.
 
 from gateway_bridge.protocols.responses.answer import ResponsesResponse
 from gateway_bridge.protocols.responses.items import ITEM_TYPES
+from gateway_bridge.protocols.responses.request import END_USER_FIELD
 from gateway_bridge.protocols.responses.translate import (
     ENDPOINT,
     continue_from,
@@ -24,6 +25,7 @@ from gateway_bridge.protocols.responses.translate import (
 
 __all__ = [
     "ENDPOINT",
+    "END_USER_FIELD",
     "ITEM_TYPES",
     "ResponsesResponse",
     "continue_from",

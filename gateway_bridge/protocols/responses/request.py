@@ -31,6 +31,10 @@ from gateway_bridge.protocols.openai.fields import (
     type_error,
 )
 
+# Cost attribution: the body field naming the call's end user (the path;
+# empty: none). The Responses API names the end user in ``user``.
+END_USER_FIELD: tuple[str, ...] = ("user",)
+
 USED = {
     "model", "input", "instructions", "stream", "tools", "tool_choice", "parallel_tool_calls",
     "max_output_tokens", "temperature", "top_p", "reasoning", "text", "store",
