@@ -66,6 +66,8 @@ INSTALLED_APPS = [
     "usage",
     "invoicing",
     "gateway_bridge",
+    # --- alert rules (issue 21): evaluated by beat every minute (console.alerts)
+    "console.alerts",
     # --- two-factor sign-in (issue 19): django-otp's TOTP devices (accounts.two_factor)
     "django_otp",
     "django_otp.plugins.otp_totp",
@@ -270,6 +272,14 @@ CELERY_BEAT_SCHEDULE["invoicing-retry-pending-payments"] = {
     "task": "invoicing.retry_pending_payments",
     "schedule": 900.0,
     "options": {"expires": 800.0},
+}
+
+# --- alerts ---------------------------------------------------------------
+# Every enabled alert rule is evaluated once a minute (console.alerts.services.evaluate).
+CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
+    "task": "alerts.evaluate",
+    "schedule": 60.0,
+    "options": {"expires": 55.0},
 }
 
 # --- inference nodes ------------------------------------------------------

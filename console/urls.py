@@ -12,9 +12,11 @@ urlpatterns = [
     path("", include("console.analytics.urls")),
     path("", include("invoicing.webhook_urls")),
     path("", include("invoicing.urls")),
+    path("", include("console.alerts.urls")),
     path("api/v1/", include("accounts.api_urls")),
     path("api/v1/", include("inference_node.api_urls")),
     path("api/v1/", include("usage.api_urls")),
     path("api/v1/", include("invoicing.api_urls")),
+    path("api/v1/", include("console.alerts.api_urls")),
     path("django-admin/", admin.site.urls),
 ]

@@ -11,7 +11,8 @@ Published: the prepaid ledger (``LedgerEntry``, ``LedgerKind``,
 ``ledger_entry_create``, ``prepaid_balance``), the invoice preview the soak
 reconciles against (``invoice_preview``), and ``billing_series`` (with
 ``BillingSeries`` and the legend of each series, ``BILLING_BASES``), what
-the analytics Billing page draws.
+the analytics Billing page draws; ``overdue_invoices`` (finalized, past due,
+unpaid), what the alert rules watch.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from invoicing.selectors import (
     BILLING_BASES,
     BillingSeries,
     billing_series,
+    overdue_invoices,
     prepaid_balance,
 )
 from invoicing.services import invoice_preview, ledger_entry_create
@@ -33,5 +35,6 @@ __all__ = [
     "billing_series",
     "invoice_preview",
     "ledger_entry_create",
+    "overdue_invoices",
     "prepaid_balance",
 ]

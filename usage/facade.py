@@ -30,7 +30,9 @@ What is published, by topic:
   and margin by model, channel, organization and day, per currency, from the
   rollups) into a ``MarginReport`` of ``MarginLine`` and ``MarginDay``, and
   ``margin_basis_points`` (the integer margin share);
-* ``seed_catalog``, the default models and list prices.
+* ``seed_catalog``, the default models and list prices;
+* ``window_stats`` (a ``WindowStats``): calls, 5xx and p99 latency and TTFT of
+  a model, node or organization over the last minutes, for the alert rules.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from usage.spend import KEY as SPEND_BY_KEY
 from usage.spend import SUB_ACCOUNT as SPEND_BY_SUB_ACCOUNT
 from usage.spend import spend_by_period
 from usage.totals import OrgUsageTotals
+from usage.windows import WindowStats, window_stats
 
 __all__ = [
     "ENDPOINTS",
@@ -83,6 +86,7 @@ __all__ = [
     "Series",
     "TokenCounts",
     "UsageEvent",
+    "WindowStats",
     "cache_savings",
     "csv_text",
     "discount_for",
@@ -97,4 +101,5 @@ __all__ = [
     "to_wire",
     "unserved_models",
     "visible_keys",
+    "window_stats",
 ]
