@@ -156,7 +156,7 @@ class EvaluationSummary:
 
 def event_data(incident: Incident, rule: AlertRule) -> dict:
     def num(v):
-        return None if v is None else str(v.normalize() if v == v.to_integral() else v)
+        return None if v is None else format(v.normalize(), "f")
 
     return {
         "incident_id": incident.pk,
