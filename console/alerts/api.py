@@ -17,6 +17,7 @@ from accounts.facade import OrgViewSet, ValidationFailed
 from console.alerts import services
 from console.alerts.forms import AlertRuleForm, rule_data
 from console.alerts.models import AlertRule, Incident, Kind, Scope
+from console.pagination import CreatedCursorPagination
 
 
 class AlertRuleSerializer(serializers.ModelSerializer):
@@ -88,6 +89,12 @@ class IncidentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class FiredCursorPagination(CreatedCursorPagination):
+    """The history newest first, by when each alert fired."""
+
+    ordering = ("-fired_at", "-id")
+
+
 def _form_data(data) -> dict:
     if not isinstance(data, dict):
         raise ValidationFailed.from_fields({"__all__": "Send a JSON object."})
@@ -152,6 +159,7 @@ class AlertRuleViewSet(
 class IncidentViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     queryset = Incident.objects.none()  # for the schema; get_queryset scopes
     serializer_class = IncidentSerializer
+    pagination_class = FiredCursorPagination
 
     def get_queryset(self):
         state = self.request.query_params.get("state")
