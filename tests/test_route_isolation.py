@@ -12,6 +12,7 @@ APP_TEST_MODULES = [
     "tests.inference_node.test_views",
     "tests.usage.test_views",
     "tests.invoicing.test_views",
+    "tests.alerts.test_views",
 ]
 
 
