@@ -55,13 +55,15 @@ class AlertRuleInput(serializers.Serializer):
     sub_account = serializers.IntegerField(required=False, allow_null=True)
     node = serializers.IntegerField(required=False, allow_null=True)
     model = serializers.CharField(required=False, allow_blank=True)
-    percents = serializers.ListField(child=serializers.IntegerField(), required=False)
+    percents = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=100), required=False, max_length=10
+    )
     threshold = serializers.DecimalField(
-        max_digits=14, decimal_places=3, required=False, allow_null=True
+        max_digits=14, decimal_places=3, required=False, allow_null=True, min_value=0
     )
     amount = serializers.CharField(required=False, allow_blank=True, allow_null=True)
-    window_minutes = serializers.IntegerField(required=False)
-    min_calls = serializers.IntegerField(required=False)
+    window_minutes = serializers.IntegerField(required=False, min_value=5, max_value=1440)
+    min_calls = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000)
     enabled = serializers.BooleanField(required=False)
 
 
@@ -128,6 +130,7 @@ class AlertRuleViewSet(
     @extend_schema(request=AlertRuleInput, responses={201: AlertRuleSerializer})
     def create(self, request):
         services.require(self.actor)
+        self._input(AlertRuleInput, request.data)
         data = _validated(self.actor, _form_data(request.data))
         rule = services.rule_create(actor=self.actor, data=data)
         return Response(AlertRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
@@ -135,6 +138,7 @@ class AlertRuleViewSet(
     @extend_schema(request=AlertRuleInput, responses=AlertRuleSerializer)
     def partial_update(self, request, pk=None):
         rule = self.get_object()
+        self._input(AlertRuleInput, request.data, partial=True)
         incoming = _form_data(request.data)
         if "enabled" not in request.data:
             incoming.pop("enabled", None)
