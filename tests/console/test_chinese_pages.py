@@ -15,7 +15,7 @@ names: every string stored in the world's rows is taken out first), code
 USD) and the product and vendor names a Chinese console keeps in Latin
 (``LATIN_TERMS``).
 
-``-k accounts`` (or ``invoicing``, ``inference_node``, ``usage``,
+``-k accounts`` (or ``invoicing``, ``inference_node``, ``usage``, ``alerts``,
 ``analytics``, ``console``) walks one area.
 """
 
@@ -145,7 +145,7 @@ def _stored_strings() -> list[str]:
     """Every string in the test database's rows of the console's apps: the
     organizations' own data (names, e-mails, reasons, catalogue entries)."""
     out: set[str] = set()
-    for label in ("accounts", "usage", "invoicing", "inference_node"):
+    for label in ("accounts", "usage", "invoicing", "inference_node", "alerts"):
         for model in apps.get_app_config(label).get_models():
             fields = [
                 f.name
@@ -160,7 +160,7 @@ def _stored_strings() -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node")
+AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node", "alerts")
 SKIP = {
     "accounts:logout",
     "accounts:organization_switch",
