@@ -233,7 +233,7 @@ def apply_observations(
 def evaluate_rule(rule: AlertRule, now: datetime) -> tuple[int, int]:
     with transaction.atomic():
         locked = (
-            AlertRule.objects.select_for_update()
+            AlertRule.objects.select_for_update(of=("self",))
             .select_related("organization", "api_key", "sub_account", "node")
             .filter(pk=rule.pk, enabled=True)
             .first()
