@@ -309,3 +309,15 @@ def test_another_organizations_calls_never_fire_a_rule(org, other_org, catalog, 
     calls(theirs, 5, at=NOW - timedelta(minutes=2), status_code=500, error_type="x")
     evaluate(now=NOW)
     assert outbound.fired == []
+
+
+def test_beat_evaluates_the_rules_every_minute(org, settings, outbound):
+    from console.celery import registered_task
+
+    entry = settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]
+    assert entry["task"] == "alerts.evaluate" and entry["schedule"] == 60.0
+    node = NodeFactory(organization=org, health=NodeHealth.UNHEALTHY)
+    rule(org, Kind.UPSTREAM_DOWN, scope=Scope.NODE, node=node)
+    result = registered_task("alerts.evaluate").apply().get()
+    assert result == {"rules": 1, "fired": 1, "resolved": 0, "failed": 0}
+    assert [e["data"]["subject"] for e in outbound.fired] == [f"node:{node.pk}"]
