@@ -11,7 +11,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Count, Sum
 
-from accounts.facade import ApiKey, ApiKeyStatus, SubAccount, SubAccountStatus
+from accounts.facade import ApiKey, ApiKeyStatus, BillingMode, SubAccount, SubAccountStatus
 from console import hooks
 from console.alerts.models import AlertRule, Kind, Scope
 from console.timezones import day_and_month
@@ -136,7 +136,15 @@ def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
     return out
 
 
+def _prepaid(rule: AlertRule) -> bool:
+    """Only a prepaid organization has a balance to run low (a postpaid one's
+    ledger is empty: its rules stay quiet rather than fire on zero)."""
+    return rule.organization.billing_mode == BillingMode.PREPAID
+
+
 def balance_low(rule: AlertRule, now: datetime) -> list[Observation]:
+    if not _prepaid(rule):
+        return []
     balance = prepaid_balance(rule.organization_id)
     return [
         Observation(
@@ -151,6 +159,8 @@ def balance_low(rule: AlertRule, now: datetime) -> list[Observation]:
 
 def balance_runway(rule: AlertRule, now: datetime) -> list[Observation]:
     """Days the balance lasts at the trailing week's spend (whole UTC hours)."""
+    if not _prepaid(rule):
+        return []
     balance = prepaid_balance(rule.organization_id)
     end = now.replace(minute=0, second=0, microsecond=0)
     burn = (

@@ -321,3 +321,10 @@ def test_beat_evaluates_the_rules_every_minute(org, settings, outbound):
     result = registered_task("alerts.evaluate").apply().get()
     assert result == {"rules": 1, "fired": 1, "resolved": 0, "failed": 0}
     assert [e["data"]["subject"] for e in outbound.fired] == [f"node:{node.pk}"]
+
+
+def test_a_postpaid_organizations_balance_rules_stay_quiet(org, outbound):
+    rule(org, Kind.BALANCE_LOW, amount=1_000_000)
+    rule(org, Kind.BALANCE_RUNWAY, threshold=Decimal(30))
+    evaluate(now=NOW)
+    assert outbound.fired == []
