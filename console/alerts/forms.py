@@ -79,6 +79,31 @@ class PercentListField(forms.CharField):
         return out
 
 
+_SCOPE_FIELDS = {
+    Scope.KEY: "api_key",
+    Scope.SUB_ACCOUNT: "sub_account",
+    Scope.MODEL: "model",
+    Scope.NODE: "node",
+}
+_KIND_FIELDS = {
+    Kind.SPEND_CAP: ("percents",),
+    Kind.BALANCE_LOW: ("amount",),
+    Kind.BALANCE_RUNWAY: ("threshold",),
+    Kind.ERROR_RATE: ("threshold", "window_minutes", "min_calls"),
+    Kind.LATENCY_P99: ("threshold", "window_minutes", "min_calls"),
+    Kind.TTFT_P99: ("threshold", "window_minutes", "min_calls"),
+    Kind.RATE_NEAR_LIMIT: ("threshold",),
+}
+
+
+def fields_for(kind: str) -> set[str]:
+    """The fields a rule of ``kind`` reads (the form shows only these)."""
+    if kind not in KIND_SCOPES:
+        return set(AlertRuleForm.base_fields)
+    subjects = {_SCOPE_FIELDS[s] for s in KIND_SCOPES[kind] if s in _SCOPE_FIELDS}
+    return {"name", "kind", "scope", "enabled", *subjects, *_KIND_FIELDS.get(kind, ())}
+
+
 class AlertRuleForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=120)
     kind = forms.ChoiceField(label=_("Alert when"), choices=Kind.choices)
@@ -148,6 +173,17 @@ class AlertRuleForm(forms.Form):
             }
         self.fields["api_key"].queryset = keys.order_by("name", "id")
         self.fields["api_key"].label_from_instance = lambda k: f"{k.name} ({k.prefix}…)"
+
+    @property
+    def chosen_kind(self) -> str:
+        if self.is_bound:
+            return str(self.data.get("kind") or "")
+        return str(self.initial.get("kind") or self.fields["kind"].choices[0][0])
+
+    @property
+    def shown(self) -> set[str]:
+        """The fields the chosen kind reads; the page shows these."""
+        return fields_for(self.chosen_kind)
 
     def clean(self):
         data = super().clean()

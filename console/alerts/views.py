@@ -41,10 +41,35 @@ def rules(request):
     return render(request, "alerts/rules.html", {"rules": items})
 
 
+def _form_page(request, form, rule):
+    """The rule form; an htmx request (the kind changed) gets the form alone,
+    showing the fields of the chosen kind."""
+    form.fields["kind"].widget.attrs.update(
+        {
+            "hx-get": request.path,
+            "hx-trigger": "change",
+            "hx-target": "#alert-rule-form",
+            "hx-select": "#alert-rule-form",
+            "hx-swap": "outerHTML",
+            "hx-include": "closest form",
+        }
+    )
+    template = "alerts/_rule_form.html" if request.htmx else "alerts/rule_form.html"
+    return render(request, template, {"form": form, "rule": rule})
+
+
+def _initial_from_query(request) -> dict | None:
+    """What an htmx refresh sent (the form's current values), as initial values."""
+    if not request.GET.get("kind"):
+        return None
+    return {k: v for k, v in request.GET.items() if k in AlertRuleForm.base_fields}
+
+
 @org_view(*ALERTS, any_of=True)
 def rule_new(request):
     actor = request.actor
-    form = AlertRuleForm(request.POST or None, actor=actor)
+    initial = _initial_from_query(request)
+    form = AlertRuleForm(request.POST or None, actor=actor, initial=initial or {"enabled": True})
     if request.method == "POST" and form.is_valid():
         try:
             services.rule_create(actor=actor, data=form.cleaned_data)
@@ -53,7 +78,7 @@ def rule_new(request):
         else:
             messages.success(request, _("Alert rule created."))
             return redirect("alerts:rules")
-    return render(request, "alerts/rule_form.html", {"form": form, "rule": None})
+    return _form_page(request, form, None)
 
 
 @org_view(*ALERTS, any_of=True)
@@ -62,7 +87,11 @@ def rule_edit(request, rule_id):
     rule = _rule_or_404(request, rule_id)
     if rule is None:
         return _not_found(request)
-    form = AlertRuleForm(request.POST or None, actor=actor, rule=rule)
+    initial = _initial_from_query(request)
+    if initial is not None:
+        form = AlertRuleForm(actor=actor, rule=rule, initial=initial)
+    else:
+        form = AlertRuleForm(request.POST or None, actor=actor, rule=rule)
     if request.method == "POST" and form.is_valid():
         try:
             services.rule_update(actor=actor, rule=rule, data=form.cleaned_data)
@@ -71,7 +100,7 @@ def rule_edit(request, rule_id):
         else:
             messages.success(request, _("Alert rule saved."))
             return redirect("alerts:rules")
-    return render(request, "alerts/rule_form.html", {"form": form, "rule": rule})
+    return _form_page(request, form, rule)
 
 
 @org_view(*ALERTS, any_of=True)

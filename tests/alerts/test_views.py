@@ -272,3 +272,18 @@ def test_the_history_shows_open_and_resolved_alerts(client, world):
     assert entry["resolved_at"].startswith("2026-12-04T12:01")
     # The seeded incident's key has no cap: evaluation resolved it too; none is open.
     assert c.get("/api/v1/alert-incidents/?state=open").json()["results"] == []
+
+
+def test_the_form_shows_the_fields_of_the_chosen_kind(client, world):
+    c = _login(client, world["a"]["members"][Role.OWNER])
+    page = c.get(reverse("alerts:rule_new")).content.decode()
+    assert 'id="field-percents"' in page and 'id="field-window_minutes"' not in page
+    assert 'hx-get="/alerts/new/"' in page
+    # The kind changed: htmx asks for the form again, with what was typed so far.
+    partial = c.get(
+        reverse("alerts:rule_new") + "?kind=error_rate&name=typed",
+        headers={"HX-Request": "true"},
+    ).content.decode()
+    assert partial.startswith('<form method="post"')
+    assert 'id="field-window_minutes"' in partial and 'id="field-percents"' not in partial
+    assert 'value="typed"' in partial
