@@ -69,6 +69,8 @@ INSTALLED_APPS = [
     # --- outbound webhooks and chat destinations (issue 21)
     "console.webhooks",
     "console.capacity",
+    # --- alert rules (issue 21): evaluated by beat every minute (console.alerts)
+    "console.alerts",
     # --- two-factor sign-in (issue 19): django-otp's TOTP devices (accounts.two_factor)
     "django_otp",
     "django_otp.plugins.otp_totp",
@@ -328,6 +330,14 @@ CELERY_BEAT_SCHEDULE["invoicing-sla-evaluate"] = {
     "task": "invoicing.sla_evaluate_closed",
     "schedule": 3600.0,
     "options": {"expires": 3000.0},
+}
+
+# --- alerts ---------------------------------------------------------------
+# Every enabled alert rule is evaluated once a minute (console.alerts.services.evaluate).
+CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
+    "task": "alerts.evaluate",
+    "schedule": 60.0,
+    "options": {"expires": 55.0},
 }
 
 # --- inference nodes ------------------------------------------------------
@@ -602,6 +612,8 @@ SPECTACULAR_SETTINGS = {
         "NodeStatusEnum": "inference_node.models.NodeStatus",
         "WebhookDestinationKindEnum": "console.webhooks.models.DestinationKind",
         "LoadTestStatusEnum": "console.capacity.models.Status",
+        "AlertKindEnum": "console.alerts.models.Kind",
+        "AlertScopeEnum": "console.alerts.models.Scope",
     },
     # --- API schema conformance (issue 19): the error answers of every operation
     "POSTPROCESSING_HOOKS": [

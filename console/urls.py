@@ -14,6 +14,7 @@ urlpatterns = [
     path("", include("invoicing.webhook_urls")),
     path("", include("invoicing.urls")),
     path("", include("console.webhooks.urls")),
+    path("", include("console.alerts.urls")),
     path("api/v1/", include("accounts.api_urls")),
     path("api/v1/", include("inference_node.api_urls")),
     path("api/v1/", include("usage.api_urls")),
@@ -21,5 +22,6 @@ urlpatterns = [
     path("api/v1/", include("console.webhooks.api_urls")),
     path("api/v1/", include("console.analytics.api_urls")),
     path("api/v1/", include("console.capacity.api_urls")),
+    path("api/v1/", include("console.alerts.api_urls")),
     path("django-admin/", admin.site.urls),
 ]

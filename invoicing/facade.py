@@ -14,6 +14,8 @@ reconciles against (``invoice_preview``), and ``billing_series`` (with
 the analytics Billing page draws; the SLA ledger's month so far
 (``sla_figures`` of the ``current_period``, a ``SlaFigures``; shares as
 ``percent_text``), what the overview shows finance.
+the analytics Billing page draws; ``overdue_invoices`` (finalized, past due,
+unpaid), what the alert rules watch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from invoicing.selectors import (
     BILLING_BASES,
     BillingSeries,
     billing_series,
+    overdue_invoices,
     prepaid_balance,
 )
 from invoicing.services import invoice_preview, ledger_entry_create
@@ -39,6 +42,7 @@ __all__ = [
     "current_period",
     "invoice_preview",
     "ledger_entry_create",
+    "overdue_invoices",
     "percent_text",
     "prepaid_balance",
     "sla_figures",

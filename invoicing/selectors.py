@@ -322,3 +322,27 @@ def card_on_file(*, actor):
         return None
     method = stripe_adapter.customer_default_payment_method(customer_id=customer)
     return stripe_adapter.payment_method_retrieve(method) if method else None
+
+
+def overdue_invoices(*, organization_id: int, now) -> list[dict]:
+    """The organization's finalized invoices past their due date with something
+    still to pay: ``[{"id", "number", "due_at", "amount_due_minor", "currency"}]``
+    (what the alert rules watch)."""
+    invoices = (
+        Invoice.objects.filter(
+            organization_id=organization_id, status=InvoiceStatus.FINALIZED, due_at__lt=now
+        )
+        .defer("pdf")
+        .order_by("due_at", "id")
+    )
+    return [
+        {
+            "id": inv.pk,
+            "number": inv.number or "",
+            "due_at": inv.due_at,
+            "amount_due_minor": inv.amount_due_minor,
+            "currency": inv.currency,
+        }
+        for inv in invoices
+        if inv.amount_due_minor > 0
+    ]

@@ -61,6 +61,10 @@ EXAMPLES = 20
 
 # Fields whose rule depends on data, not on the shape of the request.
 _IDS = {"sub_account", "key", "node", "invoice", "hand_over_to", "members"}
+_ALERT_FIELDS = {
+    "name", "kind", "scope", "api_key", "sub_account", "node", "model", "percents", "threshold",
+    "amount", "window_minutes", "min_calls",
+}  # fmt: skip
 RULES_BEYOND_THE_SCHEMA: dict[str, set[str]] = {
     "GET /api/v1/calls/": _IDS | {"before", "after", "from", "to"},
     "GET /api/v1/calls/export.csv": _IDS | {"from", "to"},
@@ -90,6 +94,10 @@ RULES_BEYOND_THE_SCHEMA: dict[str, set[str]] = {
         "base_url", "preset", "kind", "api_path", "health_check", "models", "labels", "name",
         "token",
     },
+    # What an alert rule needs depends on its kind and scope (which subject, which
+    # threshold, a window or not): rules across fields, beyond a schema.
+    "POST /api/v1/alert-rules/": _ALERT_FIELDS,
+    "PATCH /api/v1/alert-rules/{id}/": _ALERT_FIELDS,
 }  # fmt: skip
 
 

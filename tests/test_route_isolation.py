@@ -14,6 +14,7 @@ APP_TEST_MODULES = [
     "tests.invoicing.test_views",
     "tests.webhooks.test_views",
     "tests.capacity.test_views",
+    "tests.alerts.test_views",
 ]
 
 

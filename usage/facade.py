@@ -44,6 +44,9 @@ What is published, by topic:
   (``parse_tags_header``), ``clean_end_user``, ``missing_required``, their
   limits and ``AttributionError``;
 * ``seed_catalog``, the default models and list prices.
+* ``seed_catalog``, the default models and list prices;
+* ``window_stats`` (a ``WindowStats``): calls, 5xx and p99 latency and TTFT of
+  a model, node or organization over the last minutes, for the alert rules.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ from usage.spend import KEY as SPEND_BY_KEY
 from usage.spend import SUB_ACCOUNT as SPEND_BY_SUB_ACCOUNT
 from usage.spend import spend_by_period
 from usage.totals import OrgUsageTotals
+from usage.windows import WindowStats, window_stats
 
 __all__ = [
     "ATTRIBUTE_BY_END_USER",
@@ -153,6 +157,7 @@ __all__ = [
     "Series",
     "TokenCounts",
     "UsageEvent",
+    "WindowStats",
     "attribution",
     "cache_savings",
     "channel_performance",
@@ -177,4 +182,5 @@ __all__ = [
     "to_wire",
     "unserved_models",
     "visible_keys",
+    "window_stats",
 ]

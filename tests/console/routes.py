@@ -69,6 +69,8 @@ KEYS_CHANGE = (P.KEYS_MANAGE_ALL, P.KEYS_MANAGE_OWN)
 USAGE = (P.USAGE_VIEW_ALL, P.USAGE_VIEW_OWN)
 BILLING = Access("page", (P.BILLING_VIEW,), (P.BILLING_MANAGE,))
 BILLING_API = Access("api", (P.BILLING_VIEW,), (P.BILLING_MANAGE,))
+# Alert rules: owners, admins and finance all of them, developers those on their own keys.
+ALERTS = (P.BILLING_MANAGE, P.KEYS_MANAGE_OWN)
 
 # First match wins; the key is "namespace:name" (names of the API's routers
 # have no namespace). Unnamed routes are matched as "namespace:<path>".
@@ -126,6 +128,7 @@ RULES: list[tuple[str, Access]] = [
     # capacity planning: load tests are read with all usage, run and cancelled by owners and admins
     ("capacity:cancel", Access("page", (P.ORG_MANAGE,))),
     ("capacity:*", Access("page", (P.USAGE_VIEW_ALL,), (P.ORG_MANAGE,))),
+    ("alerts:*", Access("page", ALERTS)),
     # REST API
     ("api-schema", Access("public")),  # the OpenAPI description: no data
     ("api-key-*", Access("api", KEYS_SEE, (P.KEYS_MANAGE_OWN,))),
@@ -144,6 +147,8 @@ RULES: list[tuple[str, Access]] = [
     ("webhook-event-*", Access("api", (P.BILLING_VIEW,))),
     ("webhook-delivery-*", Access("api", (P.BILLING_VIEW,), (P.ORG_MANAGE,))),
     ("load-test-*", Access("api", (P.USAGE_VIEW_ALL,), (P.ORG_MANAGE,))),
+    ("alert-rule-*", Access("api", ALERTS)),
+    ("alert-incident-*", Access("api", ALERTS)),
 ]
 
 
@@ -250,6 +255,9 @@ PARAMS: list[tuple[str, str, str]] = [
     ("webhook-event-*", "pk", "webhook_event"),
     ("webhook-delivery-*", "pk", "webhook_delivery"),
     ("load-test-*", "pk", "load_test"),
+    ("*", "rule_id", "alert_rule"),
+    ("alert-rule-*", "pk", "alert_rule"),
+    ("alert-incident-*", "pk", "alert_incident"),
 ]
 
 ADMIN_VALUES = {"app_label": "accounts", "url": "no-such-page/", "content_type_id": "1"}
@@ -297,6 +305,18 @@ def _tenant(org, members) -> SimpleNamespace:
     )
     note = credit_note_create(invoice_id=invoice.pk, actor=finance, amount=10_000, reason="sweep")
     entry = prepaid_adjust(actor=finance, amount=5_000_000, reason="sweep grant", kind="grant")
+    # An alert rule on the developer's own key (every role that manages alerts
+    # reaches it) with an incident in its history.
+    from console.alerts.models import AlertRule, Incident
+
+    alert_rule = AlertRule.objects.create(
+        organization=org, name=f"cap-{org.slug}", kind="spend_cap", scope="key", api_key=key,
+        percents=[50, 80, 100], created_by=members[Role.DEVELOPER].user,
+    )  # fmt: skip
+    alert_incident = Incident.objects.create(
+        rule=alert_rule, organization_id=org.pk, subject=f"key:{key.pk}",
+        subject_label=key.name, threshold_key="80", period="d:2025-03-15", value=800, threshold=800,
+    )  # fmt: skip
     # A refund finance pays by hand, pending (the note's refund, as a paid invoice's would be).
     refund = Payment.objects.create(
         organization=org, invoice=invoice, credit_note=note, kind="refund",
@@ -345,6 +365,8 @@ def _tenant(org, members) -> SimpleNamespace:
             "webhook_event": outbound.pk,
             "webhook_delivery": delivery.pk,
             "load_test": load_test.pk,
+            "alert_rule": alert_rule.pk,
+            "alert_incident": alert_incident.pk,
             "bogus_token": "not-a-real-invitation-token",
         },
     )
@@ -390,6 +412,7 @@ def url_for(route: Route, tenant) -> str:
 def snapshot(org) -> dict:
     """Everything of ``org`` a request could change, as comparable values."""
     from accounts.models import ApiKey, AuditEvent, Invitation, Membership, SubAccount
+    from console.alerts.models import AlertRule
     from inference_node.models import Credential, Node
     from invoicing.models import CreditNote, Invoice, LedgerEntry
 
@@ -413,6 +436,7 @@ def snapshot(org) -> dict:
         "credit_notes": rows(CreditNote, "amount"),
         "ledger": rows(LedgerEntry, "amount"),
         "audit": AuditEvent.objects.filter(organization=org).count(),
+        "alert_rules": rows(AlertRule, "name", "kind", "enabled", "percents", "threshold"),
     }
 
 

@@ -15,7 +15,7 @@ names: every string stored in the world's rows is taken out first), code
 USD) and the product and vendor names a Chinese console keeps in Latin
 (``LATIN_TERMS``).
 
-``-k accounts`` (or ``invoicing``, ``inference_node``, ``usage``,
+``-k accounts`` (or ``invoicing``, ``inference_node``, ``usage``, ``alerts``,
 ``analytics``, ``console``, ``capacity``) walks one area.
 """
 
@@ -146,7 +146,7 @@ def _stored_strings() -> list[str]:
     """Every string in the test database's rows of the console's apps: the
     organizations' own data (names, e-mails, reasons, catalogue entries)."""
     out: set[str] = set()
-    for label in ("accounts", "usage", "invoicing", "inference_node", "webhooks"):
+    for label in ("accounts", "usage", "invoicing", "inference_node", "webhooks", "alerts"):
         for model in apps.get_app_config(label).get_models():
             fields = [
                 f.name
@@ -161,7 +161,10 @@ def _stored_strings() -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-AREAS = ("console", "accounts", "usage", "analytics", "invoicing", "inference_node", "webhooks", "capacity")
+AREAS = (
+    "console", "accounts", "usage", "analytics", "invoicing", "inference_node",
+    "webhooks", "capacity", "alerts",
+)  # fmt: skip
 SKIP = {
     "accounts:logout",
     "accounts:organization_switch",
