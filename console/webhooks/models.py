@@ -13,7 +13,7 @@ from console.crypto import SealedTextField
 
 class DestinationKind(models.TextChoices):
     WEBHOOK = "webhook", _("Signed webhook")
-    SLACK = "slack", _("Slack")
+    SLACK = "slack", "Slack"  # a product name, the same in every language
     FEISHU = "feishu", _("Feishu / Lark")
     DINGTALK = "dingtalk", _("DingTalk")
     WECOM = "wecom", _("WeCom")
