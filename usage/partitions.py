@@ -23,13 +23,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone as tz
 
 logger = logging.getLogger(__name__)
 
 TABLE = "usage_call"
 KEY = "started_at"
+# Adding or dropping a partition locks the whole table; wait no longer than
+# this behind a long reader (ingest would queue behind the waiting DDL).
+LOCK_TIMEOUT = "10s"
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,7 @@ def ensure_partitions(
     with transaction.atomic(), connection.cursor() as cur:
         # One maintainer at a time (beat and the command may meet).
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"partitions:{table}"])
+        cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         existing = {p.name for p in partitions(table)}
         if default_name(table) not in existing:
             cur.execute(f'CREATE TABLE "{default_name(table)}" PARTITION OF "{table}" DEFAULT')
@@ -179,18 +183,27 @@ def ensure_partitions(
 
 def drop_partitions_before(cutoff: datetime, table: str = TABLE) -> int:
     """Drop the month partitions that end at or before ``cutoff`` (every row
-    in them is past it); the number of rows they held."""
+    in them is past it); the number of rows they held. Each drop is its own
+    short transaction that waits at most ``LOCK_TIMEOUT`` for the table's lock
+    (a long export holds it): one that cannot have it is left for the next
+    run, and the batched delete of ``usage.retention`` takes its rows."""
     if not is_partitioned(table):
         return 0
     dropped = 0
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"partitions:{table}"])
-        for part in partitions(table):
-            if part.end is None or part.end > cutoff:
-                continue
-            cur.execute(f'SELECT count(*) FROM "{part.name}"')
-            dropped += cur.fetchone()[0]
-            cur.execute(f'DROP TABLE "{part.name}"')
+    for part in partitions(table):
+        if part.end is None or part.end > cutoff:
+            continue
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                cur.execute(f'SELECT count(*) FROM "{part.name}"')
+                rows = cur.fetchone()[0]
+                cur.execute(f'DROP TABLE "{part.name}"')
+        except OperationalError as exc:
+            logger.warning("call partition %s not dropped: %s", part.name, exc)
+            break
+        dropped += rows
+        logger.info("call partition %s dropped (%s rows)", part.name, rows)
     return dropped
 
 

@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -248,3 +249,28 @@ def test_the_command_lists_and_ensures_partitions():
     lines = out.getvalue().splitlines()
     assert f"{partitions.partition_name(ahead)}\t{ahead:%Y-%m-%d} .. " in lines[-2]
     assert lines[-1] == "usage_call_default\tDEFAULT\t0"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_partition_a_reader_holds_is_not_waited_for_its_rows_go_by_delete(
+    settings, monkeypatch, catalog, key
+):
+    old_month = partitions.add_months(partitions.month_start(datetime.now(UTC)), -6)
+    partitions.ensure_partitions(first=old_month, months_ahead=0)
+    name = partitions.partition_name(old_month)
+    try:
+        ingest_events(
+            [event(key, started_at=old_month + timedelta(days=1, minutes=i)) for i in range(3)]
+        )
+        monkeypatch.setattr(partitions, "LOCK_TIMEOUT", "200ms")
+        settings.USAGE_RETENTION_DAYS = 60
+        # A long export reading the table: a DROP would queue ingest behind it.
+        with psycopg.connect(**connection.get_connection_params()) as reader:
+            reader.execute("SELECT 1 FROM usage_call LIMIT 1")
+            assert prune_calls() == 3
+            reader.rollback()
+        assert name in [p.name for p in partitions.partitions()]
+        assert CallRecord.objects.count() == 0
+    finally:
+        with connection.cursor() as cur:
+            cur.execute(f'DROP TABLE IF EXISTS "{name}"')
