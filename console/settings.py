@@ -235,6 +235,7 @@ CONSOLE_BEAT_LOCK = config.env_bool("CONSOLE_BEAT_LOCK", True)
 CELERY_BEAT_SCHEDULE: dict = {
     "accounts-expire-keys": {"task": "accounts.expire_keys", "schedule": 60.0},
     "usage-prune-calls": {"task": "usage.prune_calls", "schedule": 3600.0},
+    "usage-ensure-call-partitions": {"task": "usage.ensure_call_partitions", "schedule": 86400.0},
 }
 
 # --- capacity planning (stepped load tests, console.capacity) -------------
@@ -253,6 +254,8 @@ CAPACITY_RUNS_PER_ORG = config.env_int("CAPACITY_RUNS_PER_ORG", 1, minimum=1)
 # Call records older than this many days are deleted (rollups stay); 0 keeps them forever.
 USAGE_RETENTION_DAYS = config.env_int("USAGE_RETENTION_DAYS", 0, minimum=0)
 USAGE_PRUNE_BATCH = config.env_int("USAGE_PRUNE_BATCH", 10_000, minimum=1)
+# PostgreSQL: monthly partitions of the call table kept ready this many months ahead.
+USAGE_PARTITION_MONTHS_AHEAD = config.env_int("USAGE_PARTITION_MONTHS_AHEAD", 3, minimum=1)
 # Events that claim to start further in the future than this are dead-lettered.
 USAGE_MAX_FUTURE_SKEW_SECONDS = config.env_int("USAGE_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
 # How long the ingest worker trusts its cached price book, organizations and keys.

@@ -7,7 +7,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from console import tracing
-from usage import ingest, retention
+from usage import ingest, partitions, retention
 
 # Django's wrappers, and psycopg's own for the raw COPY cursor of the ingest
 # (a PostgreSQL restart surfaces there unwrapped).
@@ -48,3 +48,9 @@ def ingest_batch(events: list[dict]) -> dict:
 @shared_task(name="usage.prune_calls")
 def prune_calls() -> int:
     return retention.prune_calls()
+
+
+@shared_task(name="usage.ensure_call_partitions")
+def ensure_call_partitions() -> list[str]:
+    """PostgreSQL: the call table's month partitions, created ahead (daily)."""
+    return partitions.maintain()

@@ -47,7 +47,7 @@ def insert_calls(rows: list[CallRow], columns: tuple[str, ...]) -> set[str] | No
             params = [v for row in chunk for v in convert(row)]
             cur.execute(
                 f"INSERT INTO usage_call ({cols}) VALUES {', '.join([one] * len(chunk))} "
-                "ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
+                "ON CONFLICT DO NOTHING RETURNING request_id",
                 params,
             )
             inserted.extend(r[0] for r in cur.fetchall())

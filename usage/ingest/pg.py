@@ -1,7 +1,7 @@
 # ruff: noqa: S608 - SQL is built from this module's constant column names; values are bound.
 """The PostgreSQL writer. Calls: a COPY straight into the call table,
 streamed while the batch is still being validated, with a staging table and
-``INSERT … SELECT … ON CONFLICT (request_id) DO NOTHING RETURNING`` when the
+``INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING`` when the
 batch holds stored ids. Rollups: one ``SELECT … FOR UPDATE`` that locks the
 existing rows in key order and reads their histograms, then one upsert
 that adds the sums and writes the histograms merged in Python. All on
@@ -115,7 +115,9 @@ class StreamingInsert:
     table inside a savepoint. If any request id is stored already (a
     redelivery, or another worker's overlapping batch) the COPY fails as a
     whole; the savepoint is rolled back and the batch goes through a staging
-    table and ``INSERT … ON CONFLICT (request_id) DO NOTHING RETURNING``.
+    table and ``INSERT … ON CONFLICT DO NOTHING RETURNING``: the conflict is
+    on the primary key, ``(request_id, started_at)`` on the month-partitioned
+    table (``usage.partitions``), and a replayed event has the same start.
     Two workers copying overlapping batches can deadlock; PostgreSQL then
     aborts one and ``ingest_events`` runs that batch again."""
 
@@ -183,7 +185,7 @@ class StreamingInsert:
         # Sorted, so workers inserting overlapping batches lock ids in one order.
         cur.execute(
             f"INSERT INTO usage_call ({cols}) SELECT {cols} FROM {STAGE} ORDER BY request_id "
-            "ON CONFLICT (request_id) DO NOTHING RETURNING request_id"
+            "ON CONFLICT DO NOTHING RETURNING request_id"
         )
         inserted = {r[0] for r in cur.fetchall()}
         cur.execute(f"TRUNCATE {STAGE}")

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
+from usage import partitions
 from usage.ingest import ingest_events
 from usage.seed import seed_catalog
 from usage.synth import batched, ensure_org, generate
@@ -37,7 +38,13 @@ class Command(BaseCommand):
         seed_catalog()
         slugs = [org_slug] if org_slug else [f"synth-{i}" for i in range(1, orgs + 1)]
         now = datetime.now(UTC)
-        start = now - timedelta(days=days)
+        # On the hour: a rerun within the hour makes the very same events (same
+        # request id, same start), which ingest drops as replays. On PostgreSQL
+        # a replay is matched on (request_id, started_at), the partitioned
+        # table's key; an event re-made with another start would be a new row.
+        start = (now - timedelta(days=days)).replace(minute=0, second=0, microsecond=0)
+        # PostgreSQL: the history's months get their partitions (else the default one takes it).
+        partitions.ensure_partitions(first=start)
         send = None
         if via_celery:
             send = ingest_batch.delay
