@@ -29,7 +29,7 @@ class Migration(migrations.Migration):
     atomic = True
 
     dependencies = [
-        ("usage", "0007_call_upstream_cost"),
+        ("usage", "0009_call_attribution"),
     ]
 
     operations = [
