@@ -317,6 +317,13 @@ CELERY_BEAT_SCHEDULE["invoicing-retry-pending-payments"] = {
     "options": {"expires": 800.0},
 }
 
+# Finalized invoices past their due date with an amount due: invoice.overdue, once each.
+CELERY_BEAT_SCHEDULE["invoicing-notify-overdue"] = {
+    "task": "invoicing.notify_overdue",
+    "schedule": 3600.0,
+    "options": {"expires": 3000.0},
+}
+
 # The SLA ledger (invoicing.services.sla): the platform's default monthly availability
 # target in parts per million (999000 = 99.9 %); platform staff override it per organization.
 SLA_AVAILABILITY_TARGET_PPM = config.env_int(

@@ -324,17 +324,22 @@ def card_on_file(*, actor):
     return stripe_adapter.payment_method_retrieve(method) if method else None
 
 
+def past_due_invoices(*, now, organization_id: int | None = None):
+    """Finalized invoices whose due date is before ``now`` (of one organization,
+    or of all), oldest due first, without their PDF. Whether something is
+    still to pay is ``Invoice.amount_due_minor``: the one definition of
+    overdue, shared by the alert rules and the ``invoice.overdue`` event."""
+    invoices = Invoice.objects.filter(status=InvoiceStatus.FINALIZED, due_at__lt=now)
+    if organization_id is not None:
+        invoices = invoices.filter(organization_id=organization_id)
+    return invoices.defer("pdf").order_by("due_at", "id")
+
+
 def overdue_invoices(*, organization_id: int, now) -> list[dict]:
     """The organization's finalized invoices past their due date with something
     still to pay: ``[{"id", "number", "due_at", "amount_due_minor", "currency"}]``
     (what the alert rules watch)."""
-    invoices = (
-        Invoice.objects.filter(
-            organization_id=organization_id, status=InvoiceStatus.FINALIZED, due_at__lt=now
-        )
-        .defer("pdf")
-        .order_by("due_at", "id")
-    )
+    invoices = past_due_invoices(now=now, organization_id=organization_id)
     return [
         {
             "id": inv.pk,

@@ -10,6 +10,7 @@ from invoicing import stripe_adapter
 from invoicing.services import (
     invoice_collect,
     invoice_run_month,
+    invoices_notify_overdue,
     payments_retry_pending,
     refund_execute,
     sla,
@@ -72,3 +73,10 @@ def sla_evaluate_closed() -> int:
     """Month close of the SLA ledger: each organization's month just ended,
     evaluated once (a breach drafts a credit for finance to approve)."""
     return sla.sla_evaluate_closed()
+
+
+@shared_task(name="invoicing.notify_overdue", acks_late=True, soft_time_limit=600, time_limit=660)
+def notify_overdue() -> int:
+    """Beat, hourly: ``invoice.overdue`` for each finalized invoice past its
+    due date with an amount due, once per invoice."""
+    return invoices_notify_overdue()

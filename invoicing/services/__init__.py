@@ -38,6 +38,7 @@ from invoicing.services.ledger import (
     low_balance_check,
     prepaid_adjust,
 )
+from invoicing.services.overdue import invoice_notify_overdue, invoices_notify_overdue
 from invoicing.services.refunds import refund_apply, refund_execute, refund_mark_paid
 from invoicing.services.retries import payment_sync, payments_retry_pending
 from invoicing.services.topups import (
@@ -66,12 +67,14 @@ __all__ = [
     "invoice_finalize",
     "invoice_mark_paid",
     "invoice_mark_uncollectible",
+    "invoice_notify_overdue",
     "invoice_pay_now",
     "invoice_payment_client_secret",
     "invoice_preview",
     "invoice_refresh",
     "invoice_run_month",
     "invoice_void",
+    "invoices_notify_overdue",
     "ledger_entry_create",
     "ledger_usage_debit",
     "low_balance_check",

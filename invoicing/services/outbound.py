@@ -2,7 +2,8 @@
 ``console.hooks.OUTBOUND_EVENT`` (the outbound webhooks app delivers them
 after the caller's transaction commits). Each event id is stable
 (``invoice.paid:<id>``), so a transition recorded twice is delivered once.
-No ``invoice.overdue``: invoices have no overdue transition yet."""
+``invoice.overdue`` is sent by the hourly overdue sweep
+(``invoicing.services.overdue``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def _fire(organization_id: int, event_type: str, event_id: str, data: dict) -> N
 
 
 def invoice_event(invoice, event_type: str) -> None:
-    """``invoice.finalized`` or ``invoice.paid``."""
+    """``invoice.finalized``, ``invoice.paid`` or ``invoice.overdue`` (its
+    ``amount_minor`` is what is still due)."""
     amount = invoice.paid_minor if event_type == "invoice.paid" else invoice.amount_due_minor
     _fire(
         invoice.organization_id,
