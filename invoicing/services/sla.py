@@ -220,7 +220,7 @@ def current_period(organization: Organization, now: datetime | None = None) -> s
 def failed_calls(organization_id: int, start: datetime, end: datetime):
     """The month's calls failed by the platform or an upstream (the ones the
     figures count as failed), oldest first."""
-    return usage.CallRecord.objects.filter(
+    return usage.CallRecord.objects.billed().filter(
         organization_id=organization_id,
         started_at__gte=start,
         started_at__lt=end,
