@@ -51,6 +51,7 @@ class LoadTestForm(forms.Form):
         label=_("Billing"),
         choices=Billing.choices,
         initial=Billing.BILLED,
+        required=False,  # not given: billed, as before the choice existed
         widget=forms.RadioSelect,
         help_text=_(
             "Billed: the test's calls are billed like any other. Test: they are recorded and "
@@ -76,6 +77,9 @@ class LoadTestForm(forms.Form):
         if not steps:
             raise forms.ValidationError(_("Give at least one step."))
         return steps
+
+    def clean_billing(self) -> str:
+        return self.cleaned_data.get("billing") or Billing.BILLED
 
     def clean_budget(self) -> int:
         micro = parse_amount(self.cleaned_data["budget"])
