@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('usage', '0009_call_attribution'),
+        ("usage", "0009_call_attribution"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='callrecord',
-            name='is_test',
+            model_name="callrecord",
+            name="is_test",
             field=models.BooleanField(db_default=False, default=False),
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('capacity', '0001_load_tests'),
+        ("capacity", "0001_load_tests"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='loadtest',
-            name='billing',
-            field=models.CharField(choices=[('billed', 'Billed'), ('test', 'Test, not billed')], default='billed', max_length=8),
+            model_name="loadtest",
+            name="billing",
+            field=models.CharField(
+                choices=[("billed", "Billed"), ("test", "Test, not billed")],
+                default="billed",
+                max_length=8,
+            ),
         ),
     ]
