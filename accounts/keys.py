@@ -94,6 +94,9 @@ class AuthenticatedKey:
     # Cost attribution: the tag keys every call must carry in
     # ``x-gateway-tags``, the key's and its sub-account's together.
     required_tag_keys: tuple[str, ...] = ()
+    # A load-test key whose calls are not billed (``ApiKey.test_traffic``):
+    # its events say ``is_test`` and its calls reserve on no prepaid balance.
+    test_traffic: bool = False
 
     def model_allowed(self, model: str) -> bool:
         # Each level in turn (not all() over a generator: this runs on every call).
@@ -184,4 +187,5 @@ def authenticated_view(key, *, grace_ends_at: datetime | None = None) -> Authent
                 [*(key.required_tag_keys or ()), *((sub.required_tag_keys or ()) if sub else ())]
             )
         ),
+        test_traffic=key.test_traffic,
     )

@@ -260,6 +260,11 @@ class ApiKey(Limits):
     # is reused, in seconds; 0 = off (the default).
     response_cache_seconds = models.PositiveIntegerField(default=0)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
+    # A load test's own key whose owner chose "not billed": its calls are
+    # recorded and rated, but on no invoice and debited from no prepaid
+    # balance. Set only when the key is issued (``api_key_issue``'s
+    # ``test_traffic``, by console.capacity), never through the key form.
+    test_traffic = models.BooleanField(default=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=8, choices=ApiKeyStatus.choices, default=ApiKeyStatus.ACTIVE

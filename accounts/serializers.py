@@ -49,6 +49,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
             "created_at",
             "revoked_at",
             "rotated_at",
+            "test_traffic",  # a load test's key not billed; set only at issue, by the load test
         )
         read_only_fields = fields
 

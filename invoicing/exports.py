@@ -487,7 +487,7 @@ def parse_breakdown(value: str | None) -> tuple[str, str] | None:
 
 
 def invoice_breakdown(invoice, value: str | None) -> Breakdown | None:
-    """The invoice's usage (its period's calls in its currency, from the call
+    """The invoice's usage (its period's billed calls in its currency, from the call
     records: what its usage lines were computed from) by ``value``
     (``parse_breakdown``); None when none is asked for."""
     parsed = parse_breakdown(value)
@@ -501,6 +501,7 @@ def invoice_breakdown(invoice, value: str | None) -> Breakdown | None:
         by=by,
         tag_key=key,
         currency=invoice.currency,
+        where={"is_test": False},  # its billed calls: load-test calls "not billed" are on none
     )
     untagged = _("(untagged)") if key else _("(no end user)")
     rows = [

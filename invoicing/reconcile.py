@@ -1,6 +1,7 @@
 """The reconciliation finance can run any time: for every organization with
 calls, an invoice or a ledger in a month, prove that the invoice's usage
-lines equal the sum of the month's call costs, that its lines add up to its
+lines equal the sum of the month's billed call costs (load-test calls marked
+"not billed" are on no invoice), that its lines add up to its
 total, that credit notes stay within the total and match what the invoice
 records, and that the ledger balance is the sum of its entries."""
 
@@ -17,7 +18,7 @@ from usage.facade import CallRecord
 
 def _org_report(org: Organization, period: str) -> dict:
     start, end = period_bounds(period, org.timezone)
-    calls = CallRecord.objects.filter(
+    calls = CallRecord.objects.billed().filter(
         organization_id=org.pk, started_at__gte=start, started_at__lt=end
     )
     in_currency = calls.filter(currency=org.currency).aggregate(s=Sum("cost"))["s"] or 0

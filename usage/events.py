@@ -35,6 +35,13 @@ characters, "" when not said), ``tags`` the caller's tags, at most ten
 ``{key: value}`` strings (``tags_problem`` says the rules). An event without
 them, or without the cost fields, still reads (each group with its defaults).
 
+Load tests (added to version 1, a group of its own): ``is_test`` is True for
+a call made with a load-test key its owner marked "not billed"
+(``ApiKey.test_traffic``, set only by ``console.capacity``). The call is
+rated and stored like any other (its ``cost`` is what the load test
+reports), but nothing billed counts it (``usage.models.CallRecord.billed``).
+An event without it reads as a billed call.
+
 Validation is plain Python on purpose: it runs 50,000 times a second in the
 ingest worker, where a serializer framework costs ten times more.
 
@@ -147,6 +154,9 @@ class UsageEvent:
     # (``{key: value}``; see ``check_tags``).
     end_user: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+    # Added to version 1 (load tests): the call was made with a load-test key
+    # marked "not billed" (``ApiKey.test_traffic``); False for every other call.
+    is_test: bool = False
     version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -166,6 +176,7 @@ FIELD_SET = frozenset(FIELD_NAMES)
 ADDED_GROUPS: tuple[dict[str, object], ...] = (
     {"credential_id": None, "upstream_cost": 0, "upstream_currency": ""},
     {"end_user": "", "tags": {}},
+    {"is_test": False},
 )
 ADDED_FIELDS: dict[str, object] = {k: v for g in ADDED_GROUPS for k, v in g.items()}
 _FIRST_FIELD_SET = FIELD_SET - ADDED_FIELDS.keys()
@@ -352,6 +363,7 @@ def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
         upstream_currency,
         end_user,
         tags,
+        is_test,
         version,
     ) = v
     d_max = MAX_DURATION_US
@@ -363,7 +375,7 @@ def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
         and int is type(inp) is type(cr) is type(cw) is type(out) is type(rsn) is type(priority)
         and int is type(upstream_cost)
         and type(upstream_currency) is str
-        and type(stream) is bool
+        and type(stream) is bool is type(is_test)
         and 0 < len(request_id) <= MAX_REQUEST_ID
         and request_id.isprintable()
         and "\\" not in request_id
@@ -493,9 +505,9 @@ def _parse_checked(d: dict, latest: float) -> ParsedEvent:
         raise InvalidEvent(
             f"cache_status {cache_status!r} is not one of {', '.join(sorted(CACHE_STATUSES))}"
         )
-    stream = d["stream"]
-    if type(stream) is not bool:
-        raise _bad_type("stream", "a boolean", stream)
+    for name in ("stream", "is_test"):
+        if type(d[name]) is not bool:
+            raise _bad_type(name, "a boolean", d[name])
     status = d["status_code"]
     if type(status) is not int or not 100 <= status <= 599:
         raise InvalidEvent(f"status_code must be an HTTP status between 100 and 599: {status!r}")

@@ -101,6 +101,15 @@ class CacheStatus(models.TextChoices):
     RESPONSE_HIT = "response_hit", "Response cache hit"
 
 
+class CallQuerySet(models.QuerySet):
+    def billed(self):
+        """The calls an organization pays for: all but load-test calls marked
+        "not billed" (``is_test``). Invoices, their reconciliation, incident
+        credits and re-rating read calls through this; the prepaid ledger is
+        debited from ingest's totals, which leave them out too."""
+        return self.filter(is_test=False)
+
+
 class CallRecord(models.Model):
     """One call through the gateway, rated once at ingest."""
 
@@ -146,6 +155,10 @@ class CallRecord(models.Model):
     # ten; ``usage.events.tags_problem``). Added later, hence db_default.
     end_user = models.CharField(max_length=128, blank=True, default="", db_default="")
     tags = models.JSONField(default=dict, blank=True, db_default=models.Value("{}"))
+    # Made with a load-test key marked "not billed": rated (``cost`` is what
+    # the test reports) but on no invoice and debited from no balance
+    # (``CallQuerySet.billed``). Added later, hence db_default.
+    is_test = models.BooleanField(default=False, db_default=False)
     currency = models.CharField(max_length=3)
     # What the organization is charged for the call (its revenue to us).
     cost = models.BigIntegerField(default=0)
@@ -153,6 +166,8 @@ class CallRecord(models.Model):
     priced = models.BooleanField(default=True)
     price_id = models.BigIntegerField(null=True, blank=True)
     ingested_at = models.DateTimeField(default=tz.now)
+
+    objects = CallQuerySet.as_manager()
 
     class Meta:
         db_table = "usage_call"

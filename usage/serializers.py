@@ -13,7 +13,7 @@ PLAIN_FIELDS = (
     "status_code", "error_type", "input_tokens", "cache_read_tokens", "cache_write_tokens",
     "output_tokens", "reasoning_tokens", "cost", "currency", "priced", "ttft_us", "latency_us",
     "upstream_us", "overhead_us", "queue_us", "client_ip", "priority", "cache_status",
-    "end_user", "tags",
+    "end_user", "tags", "is_test",
 )  # fmt: skip
 
 

@@ -2,7 +2,8 @@
 
 Ingest fires ``console.hooks.CALLS_INGESTED`` inside its transaction with
 ``totals``: one ``OrgUsageTotals`` per organization with newly stored calls
-(a redelivered call is not new and is in no total). Receivers (invoicing's
+(a redelivered call is not new and is in no total), load-test calls marked
+"not billed" (``is_test``) left out: they debit no balance. Receivers (invoicing's
 prepaid ledger) work from these totals, never from call rows, so nothing
 outside usage depends on the call row's layout.
 """
@@ -30,11 +31,13 @@ class OrgUsageTotals:
 
 
 def org_totals(rows: Iterable) -> list[OrgUsageTotals]:
-    """Per-organization totals of stored call rows (``usage.ingest.rows.CallRow``),
-    in organization id order."""
+    """Per-organization totals of the billed calls among stored call rows
+    (``usage.ingest.rows.CallRow``), in organization id order."""
     cost: dict[int, int] = defaultdict(int)
     ids: dict[int, list[str]] = defaultdict(list)
     for row in rows:
+        if row.is_test:
+            continue
         org = row.organization_id
         cost[org] += row.cost
         ids[org].append(row.request_id)

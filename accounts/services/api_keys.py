@@ -312,9 +312,18 @@ def _audit_params(values: dict) -> dict:
 
 
 def api_key_issue(
-    *, actor: Actor, name: str, sub_account_id: int | None = None, **fields
+    *,
+    actor: Actor,
+    name: str,
+    sub_account_id: int | None = None,
+    test_traffic: bool = False,
+    **fields,
 ) -> tuple[ApiKey, str]:
-    """Create a key; returns it with the raw secret, which is never retrievable again."""
+    """Create a key; returns it with the raw secret, which is never retrievable again.
+
+    ``test_traffic``: a load test's key whose calls are not billed (see
+    ``ApiKey.test_traffic``); only console.capacity passes it, and no form
+    or API field reaches it."""
     _require_key_management(actor)
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
@@ -334,11 +343,14 @@ def api_key_issue(
                 owner=actor.user,
                 public_id=public_id,
                 secret_hash=digest,
+                test_traffic=bool(test_traffic),
                 **values,
             )
             key.ceiling = _ceiling_after(actor, key, values, issued=True)
             key.save(force_insert=True)
             params = _audit_params(values) | {"prefix": key.prefix}
+            if key.test_traffic:
+                params["test_traffic"] = True
             if sub:
                 params["sub_account"] = sub.name
             audit_record(actor=actor, action="api_key.issue", target=key, params=params)

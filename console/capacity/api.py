@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from accounts.facade import OrgViewSet
 from console.capacity import services
-from console.capacity.models import LoadTest, LoadTestStep
+from console.capacity.models import Billing, LoadTest, LoadTestStep
 
 
 class LoadTestStepSerializer(serializers.ModelSerializer):
@@ -37,7 +37,7 @@ class LoadTestSerializer(serializers.ModelSerializer):
         model = LoadTest
         fields = (
             "id", "model", "input_tokens", "output_tokens", "prefix_share", "steps",
-            "step_seconds", "budget", "status", "progress", "current_step", "key_prefix",
+            "step_seconds", "budget", "billing", "status", "progress", "current_step", "key_prefix",
             "knee_step", "knee_concurrency", "error", "created_at", "started_at", "finished_at",
             "results",
         )  # fmt: skip
@@ -66,6 +66,11 @@ class LoadTestInput(serializers.Serializer):
         min_value=services.MIN_STEP_SECONDS, max_value=services.MAX_STEP_SECONDS
     )
     budget = serializers.IntegerField(min_value=1, help_text="micro-units")
+    billing = serializers.ChoiceField(
+        choices=Billing.choices,
+        default=Billing.BILLED,
+        help_text="billed: the calls are billed; test: recorded, not billed",
+    )
 
 
 class LoadTestViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):

@@ -8,7 +8,7 @@ knee detector. Nothing below the console's top imports it.
 from __future__ import annotations
 
 from console.capacity.knee import find_knee
-from console.capacity.models import LoadTest, LoadTestStep, Status
+from console.capacity.models import Billing, LoadTest, LoadTestStep, Status
 from console.capacity.services import (
     get_load_test,
     load_test_cancel,
@@ -17,6 +17,7 @@ from console.capacity.services import (
 )
 
 __all__ = [
+    "Billing",
     "LoadTest",
     "LoadTestStep",
     "Status",

@@ -6,6 +6,7 @@ from django import forms
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
+from console.capacity.models import Billing
 from console.capacity.services import DEFAULT_STEPS, MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from console.money import parse_amount
 from usage.facade import CatalogModel
@@ -44,7 +45,18 @@ class LoadTestForm(forms.Form):
         min_value=0,
         max_digits=14,
         decimal_places=6,
-        help_text=_("The test's key stops at this spend; its calls are billed like any other."),
+        help_text=_("The test's key stops at this spend, billed or not."),
+    )
+    billing = forms.ChoiceField(
+        label=_("Billing"),
+        choices=Billing.choices,
+        initial=Billing.BILLED,
+        required=False,  # not given: billed, as before the choice existed
+        widget=forms.RadioSelect,
+        help_text=_(
+            "Billed: the test's calls are billed like any other. Test: they are recorded and "
+            "their cost reported, but they are on no invoice and paid from no prepaid balance."
+        ),
     )
 
     def __init__(self, *args, currency: str = "", **kwargs):
@@ -65,6 +77,9 @@ class LoadTestForm(forms.Form):
         if not steps:
             raise forms.ValidationError(_("Give at least one step."))
         return steps
+
+    def clean_billing(self) -> str:
+        return self.cleaned_data.get("billing") or Billing.BILLED
 
     def clean_budget(self) -> int:
         micro = parse_amount(self.cleaned_data["budget"])

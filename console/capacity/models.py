@@ -18,6 +18,16 @@ class Status(models.TextChoices):
 ACTIVE = (Status.QUEUED, Status.RUNNING)
 
 
+class Billing(models.TextChoices):
+    """Whether the run's calls are billed like any other, or marked as a test:
+    recorded and rated (the run reports its cost) but on no invoice and
+    debited from no prepaid balance (the run's key is issued with
+    ``test_traffic``). The budget holds either way."""
+
+    BILLED = "billed", pgettext_lazy("load test billing", "Billed")
+    TEST = "test", pgettext_lazy("load test billing", "Test, not billed")
+
+
 class LoadTest(models.Model):
     """One run: what it drives (model, prompt profile, steps) and where it is."""
 
@@ -34,6 +44,7 @@ class LoadTest(models.Model):
     steps = models.JSONField()  # concurrent clients per step, in order
     step_seconds = models.PositiveIntegerField()
     budget = models.BigIntegerField()  # micro-units of the organization's currency
+    billing = models.CharField(max_length=8, choices=Billing.choices, default=Billing.BILLED)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     cancel_requested = models.BooleanField(default=False)
     api_key_id = models.BigIntegerField(null=True, blank=True)

@@ -2,7 +2,8 @@
 
 ``run_load_test(id)`` runs in a Celery worker of the ``CAPACITY_QUEUE``
 queue (``tasks.py``), or directly in tests. It issues a gateway key for the
-run (lifetime spend cap = the run's budget, only the run's model), drives the
+run (lifetime spend cap = the run's budget, only the run's model; marked
+``test_traffic`` when the run is a test not billed), drives the
 gateway at ``CAPACITY_GATEWAY_URL`` with ``gateway_bridge.loadgen`` one step
 after another, stores each step's figures, marks the knee, and revokes the
 key whatever happens. A watcher thread reads the cancel flag every
@@ -21,7 +22,7 @@ from django.utils import timezone as tz
 
 from accounts.facade import Actor, api_key_issue, api_key_revoke
 from console.capacity.knee import find_knee
-from console.capacity.models import LoadTest, LoadTestStep, Status
+from console.capacity.models import Billing, LoadTest, LoadTestStep, Status
 from console.capacity.profile import bodies
 from gateway_bridge.facade import run_load
 
@@ -103,6 +104,7 @@ def run_load_test(load_test_id: int) -> None:
             name=f"load test #{test.pk}",
             spend_cap_lifetime=test.budget,
             allowed_models=[test.model],
+            test_traffic=test.billing == Billing.TEST,
         )
         test.api_key_id, test.key_prefix = key.pk, key.prefix
         test.save(update_fields=["api_key_id", "key_prefix"])

@@ -21,7 +21,7 @@ from accounts.facade import (
     api_key_revoke,
     audit_record,
 )
-from console.capacity.models import ACTIVE, LoadTest, Status
+from console.capacity.models import ACTIVE, Billing, LoadTest, Status
 from console.celery import registered_task
 from usage.facade import CatalogModel
 
@@ -92,15 +92,20 @@ def load_test_start(
     steps: list[int],
     step_seconds: int,
     budget: int,
+    billing: str = Billing.BILLED,
     enqueue: bool = True,
 ) -> LoadTest:
-    """Queue a load test; refused while the organization runs its limit of them."""
+    """Queue a load test; refused while the organization runs its limit of them.
+    ``billing``: ``Billing.BILLED`` (its calls billed like any other) or
+    ``Billing.TEST`` (marked as a test: recorded, not billed)."""
     actor.require(Perm.ORG_MANAGE)
     check_plan(steps, step_seconds)
     if not CatalogModel.objects.filter(name=model, enabled=True, kind="chat").exists():
         raise ValidationFailed.from_fields({"model": _("Choose an enabled chat model.")})
     if budget <= 0:
         raise ValidationFailed.from_fields({"budget": _("Give the test a budget above zero.")})
+    if billing not in Billing.values:
+        raise ValidationFailed.from_fields({"billing": _("Choose billed or test.")})
     if not 0 <= prefix_share <= 100:
         raise ValidationFailed.from_fields(
             {"prefix_share": _("The shared prefix is between 0 and 100 %.")}
@@ -127,12 +132,18 @@ def load_test_start(
             steps=list(steps),
             step_seconds=step_seconds,
             budget=budget,
+            billing=billing,
         )
         audit_record(
             actor=actor,
             action="load_test.start",
             target=test,
-            params={"model": model, "steps": list(steps), "step_seconds": step_seconds},
+            params={
+                "model": model,
+                "steps": list(steps),
+                "step_seconds": step_seconds,
+                "billing": billing,
+            },
         )
         if enqueue:
             transaction.on_commit(

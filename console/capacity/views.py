@@ -34,6 +34,7 @@ def _start(request, form: LoadTestForm):
             steps=data["steps"],
             step_seconds=data["step_seconds"],
             budget=data["budget"],
+            billing=data["billing"],
         )
     except DomainError as exc:
         apply_errors(form, exc)

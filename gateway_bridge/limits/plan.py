@@ -51,7 +51,8 @@ def periods(tz_name: str, now: datetime) -> dict[str, tuple[datetime, datetime, 
 
 
 def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
-    """Buckets (key caps, sub-account caps, prepaid balance) and rate rules
+    """Buckets (key caps, sub-account caps, prepaid balance but for a
+    load-test key not billed) and rate rules
     (key, sub-account, organization) for ``auth`` (an ``AuthenticatedKey``)
     at ``now``; only the levels with a limit set."""
     per = periods(auth.timezone, now)
@@ -86,7 +87,9 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
                     currency=auth.currency,
                 )
             )
-    if auth.billing_mode == "prepaid":
+    # A load-test key marked "not billed" spends no prepaid balance (its own
+    # caps, the test's budget, still hold).
+    if auth.billing_mode == "prepaid" and not auth.test_traffic:
         caps.append(
             CapBucket(
                 code=PREPAID_CODE,

@@ -98,4 +98,5 @@ def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
         upstream_currency=upstream_currency,
         end_user=call.end_user,
         tags=call.tags,
+        is_test=auth.test_traffic,
     )

@@ -2,7 +2,8 @@
 and the billing profile, without writing anything (drafts, refreshes,
 finalization and the running month's preview all use this).
 
-Usage lines: the period's priced calls grouped by the price row they were
+Usage lines: the period's billed calls (load-test calls marked "not billed"
+left out: ``CallRecord.objects.billed()``) grouped by the price row they were
 rated with; for each group, one line per token class with tokens as the
 quantity, the effective price per million tokens, and the group's exact
 cost split across the classes by ``invoicing.money.allocate``. So the usage
@@ -64,7 +65,8 @@ class Computed:
 
 def usage_groups(organization_id: int, start: datetime, end: datetime, currency: str):
     return (
-        CallRecord.objects.filter(
+        CallRecord.objects.billed()
+        .filter(
             organization_id=organization_id,
             started_at__gte=start,
             started_at__lt=end,

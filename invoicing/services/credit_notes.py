@@ -472,7 +472,7 @@ def _incident_lines(
     status_max: int,
     model: str | None,
 ) -> list[tuple]:
-    calls = CallRecord.objects.filter(
+    calls = CallRecord.objects.billed().filter(
         organization_id=invoice.organization_id,
         currency=invoice.currency,
         started_at__gte=max(start, invoice.period_start),

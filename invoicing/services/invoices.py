@@ -458,9 +458,9 @@ def run_period_due(now=None) -> str | None:
 def _billable(org: Organization, period: str) -> bool:
     start, end = period_bounds(period, org.timezone)
     return (
-        CallRecord.objects.filter(
-            organization_id=org.pk, started_at__gte=start, started_at__lt=end
-        ).exists()
+        CallRecord.objects.billed()
+        .filter(organization_id=org.pk, started_at__gte=start, started_at__lt=end)
+        .exists()
         or Adjustment.objects.filter(
             organization_id=org.pk, billed_reference="", created_at__lt=end
         ).exists()

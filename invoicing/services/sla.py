@@ -220,12 +220,16 @@ def current_period(organization: Organization, now: datetime | None = None) -> s
 def failed_calls(organization_id: int, start: datetime, end: datetime):
     """The month's calls failed by the platform or an upstream (the ones the
     figures count as failed), oldest first."""
-    return usage.CallRecord.objects.filter(
-        organization_id=organization_id,
-        started_at__gte=start,
-        started_at__lt=end,
-        status_code__gte=500,
-    ).order_by("started_at", "request_id")
+    return (
+        usage.CallRecord.objects.billed()
+        .filter(
+            organization_id=organization_id,
+            started_at__gte=start,
+            started_at__lt=end,
+            status_code__gte=500,
+        )
+        .order_by("started_at", "request_id")
+    )
 
 
 def month_invoice(organization_id: int, period: str) -> Invoice | None:

@@ -223,3 +223,26 @@ def test_stored_hash_is_keyed_hmac_of_the_whole_key(admin_actor):
     key.refresh_from_db()
     assert key.secret_hash == keys.keyed_hash(raw)
     assert len(key.secret_hash) == 64
+
+
+def test_only_the_issuing_service_marks_a_key_as_load_test_traffic(client, admin, admin_actor):
+    """The flag is set at issue by the load test (``test_traffic``), reaches
+    the gateway's view of the key, is shown read-only, and neither the key
+    form nor the API can set or change it."""
+    key, raw = issue_key(admin_actor, "load test #1", test_traffic=True)
+    assert key.test_traffic and api_key_authenticate(raw).test_traffic is True
+    plain, raw_plain = issue_key(admin_actor, "plain")
+    assert api_key_authenticate(raw_plain).test_traffic is False
+    client.force_login(admin.user)
+    api = client.post(
+        "/api/v1/keys/", {"name": "sneaky", "test_traffic": True}, content_type="application/json"
+    )
+    assert api.status_code == 201 and api.json()["test_traffic"] is False
+    assert ApiKey.objects.get(name="sneaky").test_traffic is False
+    client.post(f"/keys/{plain.pk}/", {"name": "plain", "priority": "normal", "test_traffic": "on"})
+    plain.refresh_from_db()
+    assert plain.test_traffic is False
+    assert client.get(f"/api/v1/keys/{key.pk}/").json()["test_traffic"] is True
+    page = client.get(f"/keys/{key.pk}/").content.decode()
+    assert "Load test key — calls not billed" in page
+    assert "Load test key" not in client.get(f"/keys/{plain.pk}/").content.decode()

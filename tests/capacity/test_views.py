@@ -279,6 +279,7 @@ def test_the_api_starts_reads_and_cancels_a_test(client, owner):
         ({"budget": 0}, "budget"),
         ({"model": "no-such-model"}, "model"),
         ({"steps": [1] * 10, "step_seconds": 120}, "step_seconds"),  # 1200 s > 600 s
+        ({"billing": "free"}, "billing"),
     ],
 )
 def test_the_api_answers_bad_input_with_field_errors(client, owner, change, field):
@@ -302,3 +303,36 @@ def test_the_api_keeps_tests_to_their_organization_and_roles(client, owner, view
     assert c.post(API, API_BODY, content_type="application/json").status_code == 403
     test.refresh_from_db()
     assert not test.cancel_requested
+
+
+def test_an_owner_may_mark_a_test_as_not_billed_and_its_pages_say_so(client, owner):
+    c = _client(client, owner)
+    with mock.patch("console.capacity.services.registered_task"):
+        response = c.post(reverse("capacity:list"), {**FORM, "billing": "test"})
+    test = LoadTest.objects.get()
+    assert response.status_code == 302
+    assert test.billing == "test"
+    page = c.get(response["Location"]).content.decode()
+    assert 'data-billing="test"' in page and "not billed" in page
+    assert "Test, not billed" in c.get(reverse("capacity:list")).content.decode()
+    form = c.get(reverse("capacity:list")).content.decode()
+    assert 'name="billing" value="billed"' in form and 'name="billing" value="test"' in form
+
+
+def test_a_test_started_without_a_billing_choice_is_billed(client, owner):
+    c = _client(client, owner)
+    with mock.patch("console.capacity.services.registered_task"):
+        c.post(reverse("capacity:list"), FORM)
+        created = c.post(API, {**API_BODY, "steps": [2]}, content_type="application/json")
+    assert LoadTest.objects.get().billing == "billed"
+    assert created.status_code == 409  # the first still runs; its billing was the default
+
+
+def test_the_api_starts_a_test_marked_as_not_billed(client, owner):
+    with mock.patch("console.capacity.services.registered_task"):
+        created = _client(client, owner).post(
+            API, {**API_BODY, "billing": "test"}, content_type="application/json"
+        )
+    assert created.status_code == 201
+    assert created.json()["billing"] == "test"
+    assert LoadTest.objects.get().billing == "test"

@@ -137,7 +137,9 @@ def test_the_gateway_fills_exactly_the_contracts_fields():
 
 def _call_state(**overrides) -> SimpleNamespace:
     """The per-call state the gateway's stages leave behind, by hand."""
-    auth = SimpleNamespace(organization_id=3, sub_account_id=None, key_id=9, priority="high")
+    auth = SimpleNamespace(
+        organization_id=3, sub_account_id=None, key_id=9, priority="high", test_traffic=False
+    )
     state = {
         "request_id": "req_0123456789ab00000001",
         "started": datetime(2025, 3, 4, 10, 15, tzinfo=UTC).timestamp(),
@@ -292,7 +294,7 @@ def test_the_vendors_charge_round_trips_through_the_wire_into_the_call_record():
         organization=org, name="k", public_id="tmargin00001", secret_hash="0" * 64
     )
     auth = SimpleNamespace(organization_id=org.pk, sub_account_id=None, key_id=key.pk,
-                           priority="normal")  # fmt: skip
+                           priority="normal", test_traffic=False)  # fmt: skip
     eur = CostPrice("EUR", 1_000_000, 100_000, 1_250_000, 4_000_000)
     state = _call_state(
         entry=SimpleNamespace(auth=auth),
@@ -311,3 +313,15 @@ def test_the_vendors_charge_round_trips_through_the_wire_into_the_call_record():
     assert record.credential_id == 7
     assert record.upstream_cost == rate((1234, 5678, 9, 321), eur, PPM) == 3_097
     assert record.upstream_currency == "EUR" and record.currency == "EUR"
+
+
+def test_a_load_test_keys_call_is_marked_as_test():
+    """A key issued for a load test marked "not billed" (``test_traffic``)
+    makes events that say ``is_test``; every other key's say not."""
+    auth = SimpleNamespace(
+        organization_id=3, sub_account_id=None, key_id=9, priority="normal", test_traffic=True
+    )
+    event = stage.usage_event(_call_state(entry=SimpleNamespace(auth=auth)), 0.5, 0.01)
+    assert event.is_test is True
+    assert parse(to_wire(event)).is_test is True
+    assert stage.usage_event(_call_state(), 0.5, 0.01).is_test is False

@@ -77,6 +77,7 @@ def event(
         "upstream_currency": "",
         "end_user": "",
         "tags": {},
+        "is_test": False,
         "version": SCHEMA_VERSION,
     }
     data.update(overrides)

@@ -136,7 +136,8 @@ def test_an_event_written_before_the_cost_fields_reads_as_having_no_cost():
 def test_the_cost_fields_come_all_together_or_not_at_all():
     d = good(credential_id=3, upstream_cost=12, upstream_currency="EUR")
     d = {k: v for k, v in d.items() if k not in ("end_user", "tags")}
-    assert parse(d)[-5:-2] == (3, 12, "EUR")
+    parsed = parse(d)
+    assert (parsed.credential_id, parsed.upstream_cost, parsed.upstream_currency) == (3, 12, "EUR")
     del d["upstream_cost"], d["upstream_currency"]
     with pytest.raises(InvalidEvent, match=r"missing field\(s\): upstream_cost, upstream_cur"):
         parse(d)
@@ -243,3 +244,19 @@ def test_the_fast_path_accepts_exactly_what_the_rule_by_rule_check_accepts():
         for value in ODD_VALUES:
             d = good(**{name: value})
             assert _outcome(parse, d, latest) == _outcome(_parse_checked, d, latest), (name, value)
+
+
+def test_a_load_test_call_says_so_and_an_event_without_the_flag_is_billed():
+    """``is_test`` (load-test calls not billed) is a group of its own: an event
+    from a gateway older than it, with or without the other added groups,
+    reads as a billed call."""
+    assert parse(good(is_test=True)).is_test is True
+    assert UsageEvent.from_dict(good(is_test=True)).to_dict()["is_test"] is True
+    d = good(end_user="u-1", tags={"team": "x"})
+    del d["is_test"]
+    parsed = parse(d)
+    assert (parsed.is_test, parsed.end_user, parsed.tags) == (False, "u-1", {"team": "x"})
+    oldest = {k: v for k, v in good().items() if k not in ADDED_FIELDS}
+    assert parse(oldest).is_test is False
+    with pytest.raises(InvalidEvent, match="is_test must be a boolean, not int"):
+        parse(good(is_test=1))

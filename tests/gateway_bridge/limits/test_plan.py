@@ -117,3 +117,13 @@ def test_a_dst_day_is_23_hours_long():
 def test_an_unknown_timezone_falls_back_to_utc():
     caps, _ = plan(auth(timezone="Mars/Olympus"), datetime(2026, 12, 2, 23, 0, tzinfo=UTC))
     assert caps[0].key == "{o:3}cap:k:42:d:2026-12-02"
+
+
+def test_a_load_test_key_not_billed_spends_no_prepaid_balance_but_keeps_its_caps():
+    now = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
+    caps, _ = plan(
+        auth(billing_mode="prepaid", sub_account_id=None, key_caps=(None, None, 5_000),
+             test_traffic=True),
+        now,
+    )  # fmt: skip
+    assert [(c.code, c.limit) for c in caps] == [("key_lifetime_cap_exceeded", 5_000)]
