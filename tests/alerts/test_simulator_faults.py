@@ -7,11 +7,8 @@ resolves."""
 
 from __future__ import annotations
 
-import http.client
-import json
 from datetime import timedelta
 from decimal import Decimal
-from urllib.parse import urlsplit
 
 import pytest
 from django.utils import timezone
@@ -23,42 +20,16 @@ from console.alerts.services import evaluate
 from tests.factories import MembershipFactory, OrganizationFactory, issue_key
 from tests.gateway_bridge.harness import running_gateway
 from tests.inference_node.factories import NodeFactory
-from tests.inference_node.server_helpers import node_process
-from usage.ingest import ingest_events
+from tests.simulator_faults import TOKEN, drive, faults, simulator
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-TOKEN = "alerts-sim-token"
-CHAT = {"model": "sim-chat-small", "messages": [{"role": "user", "content": "Hello there"}]}
 
 
 @pytest.fixture(scope="module")
 def sim():
     """A simulator of this module's own: its faults reach no other test."""
-    with node_process("--profile", "instant", "--token", TOKEN, via="module") as node:
+    with simulator() as node:
         yield node
-
-
-def _request(base_url, method, path, body=None, headers=None):
-    parts = urlsplit(base_url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
-    try:
-        conn.request(method, path, body=json.dumps(body) if body else None, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
-def faults(sim, **fields):
-    status, body = _request(
-        sim.base_url,
-        "POST",
-        "/admin/faults",
-        fields,
-        {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-    )
-    assert status == 200, body
 
 
 @pytest.fixture
@@ -81,24 +52,6 @@ def setup(sim, settings, tmp_path, catalog):
         yield org, raw, node
     finally:
         faults(sim, fault_500_rate=0.0, spike_rate=0.0)
-
-
-def drive(gw, raw, n) -> list[int]:
-    """``n`` chat calls through the gateway; the events it emitted are ingested."""
-    before = gw.emitter.emitted
-    statuses = [
-        _request(
-            gw.url,
-            "POST",
-            "/v1/chat/completions",
-            CHAT,
-            {"Authorization": f"Bearer {raw}", "Content-Type": "application/json"},
-        )[0]
-        for _ in range(n)
-    ]
-    events = gw.emitter.wait_for(before + n)[before:]
-    ingest_events(events)
-    return statuses
 
 
 def test_the_simulators_500s_fire_an_error_rate_alert_that_resolves_once_cleared(
