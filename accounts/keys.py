@@ -94,6 +94,8 @@ class AuthenticatedKey:
     # Cost attribution: the tag keys every call must carry in
     # ``x-gateway-tags``, the key's and its sub-account's together.
     required_tag_keys: tuple[str, ...] = ()
+    # A staff load test's key: every call goes to this inference node only.
+    pinned_node_id: int | None = None
 
     def model_allowed(self, model: str) -> bool:
         # Each level in turn (not all() over a generator: this runs on every call).
@@ -184,4 +186,5 @@ def authenticated_view(key, *, grace_ends_at: datetime | None = None) -> Authent
                 [*(key.required_tag_keys or ()), *((sub.required_tag_keys or ()) if sub else ())]
             )
         ),
+        pinned_node_id=key.pinned_node_id,
     )

@@ -260,6 +260,11 @@ class ApiKey(Limits):
     # is reused, in seconds; 0 = off (the default).
     response_cache_seconds = models.PositiveIntegerField(default=0)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
+    # Platform staff's load tests of one channel: the gateway sends every call
+    # of this key to this inference_node Node (its id; no foreign key, as
+    # accounts sits below inference_node) and nowhere else. Set only when the
+    # key is issued (``api_key_issue(pinned_node_id=...)``), never by a form.
+    pinned_node_id = models.PositiveIntegerField(null=True, blank=True, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=8, choices=ApiKeyStatus.choices, default=ApiKeyStatus.ACTIVE

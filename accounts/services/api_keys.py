@@ -312,10 +312,26 @@ def _audit_params(values: dict) -> dict:
 
 
 def api_key_issue(
-    *, actor: Actor, name: str, sub_account_id: int | None = None, **fields
+    *,
+    actor: Actor,
+    name: str,
+    sub_account_id: int | None = None,
+    pinned_node_id: int | None = None,
+    **fields,
 ) -> tuple[ApiKey, str]:
-    """Create a key; returns it with the raw secret, which is never retrievable again."""
+    """Create a key; returns it with the raw secret, which is never retrievable again.
+
+    ``pinned_node_id`` (platform staff only, for a load test of one channel)
+    pins every call of the key to that inference node: no other node, no
+    fallback model. It is no key field: no form or API can set or change it.
+    The caller checks that the node exists (accounts cannot see nodes)."""
     _require_key_management(actor)
+    if pinned_node_id is not None:
+        user = actor.user
+        if not (user.is_active and user.is_staff):
+            raise PermissionDenied(_("Only platform staff may pin a key to a node."))
+        if not isinstance(pinned_node_id, int) or pinned_node_id <= 0:
+            raise ValidationFailed.from_fields({"pinned_node_id": _("Give a node's id.")})
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
         raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
@@ -334,11 +350,14 @@ def api_key_issue(
                 owner=actor.user,
                 public_id=public_id,
                 secret_hash=digest,
+                pinned_node_id=pinned_node_id,
                 **values,
             )
             key.ceiling = _ceiling_after(actor, key, values, issued=True)
             key.save(force_insert=True)
             params = _audit_params(values) | {"prefix": key.prefix}
+            if pinned_node_id is not None:
+                params["pinned_node_id"] = pinned_node_id
             if sub:
                 params["sub_account"] = sub.name
             audit_record(actor=actor, action="api_key.issue", target=key, params=params)
