@@ -2,9 +2,9 @@
 
 ``run_load_test(id)`` runs in a Celery worker of the ``CAPACITY_QUEUE``
 queue (``tasks.py``), or directly in tests. It issues a gateway key for the
-run (lifetime spend cap = the run's budget, only the run's model), drives the
-gateway at ``CAPACITY_GATEWAY_URL`` with ``gateway_bridge.loadgen`` one step
-after another, stores each step's figures, marks the knee, and revokes the
+run (lifetime spend cap = the run's budget, only the run's model, pinned to
+the run's node when platform staff chose one), drives the gateway at
+``CAPACITY_GATEWAY_URL`` with ``gateway_bridge.loadgen`` one step after another, stores each step's figures, marks the knee, and revokes the
 key whatever happens. A watcher thread reads the cancel flag every
 ``CANCEL_POLL_SECONDS`` and the generator, which asks it every quarter of a
 second, aborts its open requests: a cancel stops the load within a second.
@@ -103,6 +103,7 @@ def run_load_test(load_test_id: int) -> None:
             name=f"load test #{test.pk}",
             spend_cap_lifetime=test.budget,
             allowed_models=[test.model],
+            pinned_node_id=test.pinned_node_id,
         )
         test.api_key_id, test.key_prefix = key.pk, key.prefix
         test.save(update_fields=["api_key_id", "key_prefix"])
