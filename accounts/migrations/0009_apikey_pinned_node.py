@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0008_required_tag_keys'),
+        ("accounts", "0008_required_tag_keys"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='pinned_node_id',
+            model_name="apikey",
+            name="pinned_node_id",
             field=models.PositiveIntegerField(blank=True, editable=False, null=True),
         ),
     ]

@@ -39,9 +39,9 @@ class LoadTestSerializer(serializers.ModelSerializer):
         model = LoadTest
         fields = (
             "id", "model", "input_tokens", "output_tokens", "prefix_share", "steps",
-            "step_seconds", "budget", "node", "node_name", "status", "progress", "current_step", "key_prefix",
-            "knee_step", "knee_concurrency", "error", "created_at", "started_at", "finished_at",
-            "results",
+            "step_seconds", "budget", "node", "node_name", "status", "progress", "current_step",
+            "key_prefix", "knee_step", "knee_concurrency", "error", "created_at", "started_at",
+            "finished_at", "results",
         )  # fmt: skip
 
     def get_progress(self, obj) -> int:

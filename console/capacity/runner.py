@@ -4,8 +4,9 @@
 queue (``tasks.py``), or directly in tests. It issues a gateway key for the
 run (lifetime spend cap = the run's budget, only the run's model, pinned to
 the run's node when platform staff chose one), drives the gateway at
-``CAPACITY_GATEWAY_URL`` with ``gateway_bridge.loadgen`` one step after another, stores each step's figures, marks the knee, and revokes the
-key whatever happens. A watcher thread reads the cancel flag every
+``CAPACITY_GATEWAY_URL`` with ``gateway_bridge.loadgen`` one step after
+another, stores each step's figures, marks the knee, and revokes the key
+whatever happens. A watcher thread reads the cancel flag every
 ``CANCEL_POLL_SECONDS`` and the generator, which asks it every quarter of a
 second, aborts its open requests: a cancel stops the load within a second.
 """

@@ -48,9 +48,7 @@ def load_test_list(request):
     may_run = request.actor.can(Perm.ORG_MANAGE)
     currency = request.actor.organization.currency
     nodes = services.pinnable_nodes(request.actor) if services.is_staff(request.actor) else None
-    form = (
-        LoadTestForm(request.POST or None, currency=currency, nodes=nodes) if may_run else None
-    )
+    form = LoadTestForm(request.POST or None, currency=currency, nodes=nodes) if may_run else None
     if request.method == "POST":
         if not may_run:
             return render(request, "403.html", status=403)

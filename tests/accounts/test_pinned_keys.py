@@ -65,9 +65,10 @@ def test_the_key_forms_cannot_set_or_clear_a_pin(client, staff_owner, actor_for)
     pinned.refresh_from_db()
     assert (pinned.name, pinned.pinned_node_id) == ("load-renamed", 7)
     # An unpinned key's page says nothing of pinning.
-    assert "Pinned to node" not in client.get(
-        reverse("accounts:api_key_detail", args=[created.pk])
-    ).content.decode()
+    assert (
+        "Pinned to node"
+        not in client.get(reverse("accounts:api_key_detail", args=[created.pk])).content.decode()
+    )
 
 
 def test_the_api_cannot_pin_a_key(client, staff_owner, actor_for):

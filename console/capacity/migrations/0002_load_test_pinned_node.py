@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('capacity', '0001_load_tests'),
+        ("capacity", "0001_load_tests"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='loadtest',
-            name='pinned_node_id',
+            model_name="loadtest",
+            name="pinned_node_id",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='loadtest',
-            name='pinned_node_name',
+            model_name="loadtest",
+            name="pinned_node_name",
             field=models.CharField(blank=True, max_length=120),
         ),
     ]
