@@ -14,6 +14,7 @@ import pytest
 from accounts.services import api_key_issue
 from inference_node.models import NodeStatus
 from tests.gateway_bridge.conftest import NODE_TOKEN, register_node
+from tests.gateway_bridge.vendor_fixtures import KEY_B, KEY_C, channel
 from tests.inference_node.factories import NodeFactory
 
 CHAT = {"model": "sim-chat-small", "messages": [{"role": "user", "content": "Hello"}]}
@@ -113,3 +114,27 @@ def test_a_key_pinned_to_a_disabled_node_gets_no_other_node(staff, start_gateway
     # An ordinary key is served by the other node.
     status, _ = post(gw, "/v1/chat/completions", {"authorization": f"Bearer {staff.raw}"}, CHAT)
     assert status == 200
+
+
+def test_a_key_pinned_to_a_backup_vendor_channel_uses_that_channel_and_its_keys(
+    staff, start_gateway, vendor
+):
+    primary = channel(vendor.base_url, "anthropic", "sim-claude", "claude-sim", name="primary")
+    backup = channel(
+        vendor.base_url, "anthropic", "sim-claude", "claude-sim", keys=(KEY_B, KEY_C), tier=1,
+        name="backup",
+    )  # fmt: skip
+    backup_credentials = set(backup.credentials.values_list("pk", flat=True))
+    gw = start_gateway()
+    ask = {"model": "sim-claude", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+    # An ordinary key gets the primary tier; the pinned one only the backup channel.
+    status, _ = post(gw, "/v1/messages", {"x-api-key": staff.raw, "anthropic-version": "1"}, ask)
+    assert status == 200
+    raw = pinned_key(staff, backup.id)
+    for _ in range(6):
+        status, _ = post(gw, "/v1/messages", {"x-api-key": raw, "anthropic-version": "1"}, ask)
+        assert status == 200
+    events = gw.emitter.wait_for(7)
+    assert events[0]["node_id"] == primary.id
+    assert {e["node_id"] for e in events[1:]} == {backup.id}
+    assert {e["credential_id"] for e in events[1:]} <= backup_credentials
