@@ -97,6 +97,8 @@ class AuthenticatedKey:
     # A load-test key whose calls are not billed (``ApiKey.test_traffic``):
     # its events say ``is_test`` and its calls reserve on no prepaid balance.
     test_traffic: bool = False
+    # A staff load test's key: every call goes to this inference node only.
+    pinned_node_id: int | None = None
 
     def model_allowed(self, model: str) -> bool:
         # Each level in turn (not all() over a generator: this runs on every call).
@@ -188,4 +190,5 @@ def authenticated_view(key, *, grace_ends_at: datetime | None = None) -> Authent
             )
         ),
         test_traffic=key.test_traffic,
+        pinned_node_id=key.pinned_node_id,
     )

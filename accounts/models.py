@@ -265,6 +265,11 @@ class ApiKey(Limits):
     # balance. Set only when the key is issued (``api_key_issue``'s
     # ``test_traffic``, by console.capacity), never through the key form.
     test_traffic = models.BooleanField(default=False)
+    # Platform staff's load tests of one channel: the gateway sends every call
+    # of this key to this inference_node Node (its id; no foreign key, as
+    # accounts sits below inference_node) and nowhere else. Set only when the
+    # key is issued (``api_key_issue(pinned_node_id=...)``), never by a form.
+    pinned_node_id = models.PositiveIntegerField(null=True, blank=True, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=8, choices=ApiKeyStatus.choices, default=ApiKeyStatus.ACTIVE

@@ -317,14 +317,26 @@ def api_key_issue(
     name: str,
     sub_account_id: int | None = None,
     test_traffic: bool = False,
+    pinned_node_id: int | None = None,
     **fields,
 ) -> tuple[ApiKey, str]:
     """Create a key; returns it with the raw secret, which is never retrievable again.
 
     ``test_traffic``: a load test's key whose calls are not billed (see
     ``ApiKey.test_traffic``); only console.capacity passes it, and no form
-    or API field reaches it."""
+    or API field reaches it.
+
+    ``pinned_node_id`` (platform staff only, for a load test of one channel)
+    pins every call of the key to that inference node: no other node, no
+    fallback model. It is no key field: no form or API can set or change it.
+    The caller checks that the node exists (accounts cannot see nodes)."""
     _require_key_management(actor)
+    if pinned_node_id is not None:
+        user = actor.user
+        if not (user.is_active and user.is_staff):
+            raise PermissionDenied(_("Only platform staff may pin a key to a node."))
+        if not isinstance(pinned_node_id, int) or pinned_node_id <= 0:
+            raise ValidationFailed.from_fields({"pinned_node_id": _("Give a node's id.")})
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
         raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
@@ -344,6 +356,7 @@ def api_key_issue(
                 public_id=public_id,
                 secret_hash=digest,
                 test_traffic=bool(test_traffic),
+                pinned_node_id=pinned_node_id,
                 **values,
             )
             key.ceiling = _ceiling_after(actor, key, values, issued=True)
@@ -351,6 +364,8 @@ def api_key_issue(
             params = _audit_params(values) | {"prefix": key.prefix}
             if key.test_traffic:
                 params["test_traffic"] = True
+            if pinned_node_id is not None:
+                params["pinned_node_id"] = pinned_node_id
             if sub:
                 params["sub_account"] = sub.name
             audit_record(actor=actor, action="api_key.issue", target=key, params=params)

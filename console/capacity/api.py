@@ -32,14 +32,16 @@ class LoadTestSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField()
     knee_concurrency = serializers.SerializerMethodField()
     results = LoadTestStepSerializer(many=True, read_only=True)
+    node = serializers.IntegerField(source="pinned_node_id", read_only=True, allow_null=True)
+    node_name = serializers.CharField(source="pinned_node_name", read_only=True)
 
     class Meta:
         model = LoadTest
         fields = (
             "id", "model", "input_tokens", "output_tokens", "prefix_share", "steps",
-            "step_seconds", "budget", "billing", "status", "progress", "current_step", "key_prefix",
-            "knee_step", "knee_concurrency", "error", "created_at", "started_at", "finished_at",
-            "results",
+            "step_seconds", "budget", "billing", "node", "node_name", "status", "progress",
+            "current_step", "key_prefix", "knee_step", "knee_concurrency", "error", "created_at",
+            "started_at", "finished_at", "results",
         )  # fmt: skip
 
     def get_progress(self, obj) -> int:
@@ -70,6 +72,12 @@ class LoadTestInput(serializers.Serializer):
         choices=Billing.choices,
         default=Billing.BILLED,
         help_text="billed: the calls are billed; test: recorded, not billed",
+    )
+    node = serializers.IntegerField(
+        min_value=1,
+        allow_null=True,
+        default=None,
+        help_text="platform staff only: drive this node alone (the run's key is pinned to it)",
     )
 
 

@@ -59,8 +59,26 @@ class LoadTestForm(forms.Form):
         ),
     )
 
-    def __init__(self, *args, currency: str = "", **kwargs):
+    # Platform staff only: a select of nodes (see __init__); for everyone else a
+    # hidden field, so a value sent anyway reaches the service, which refuses it.
+    node = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args, currency: str = "", nodes=None, **kwargs):
+        """``nodes``: the nodes platform staff may pin the test to (None: not staff)."""
         super().__init__(*args, **kwargs)
+        if nodes is not None:
+            self.fields["node"] = forms.TypedChoiceField(
+                label=_("Node (platform staff)"),
+                required=False,
+                coerce=int,
+                empty_value=None,
+                choices=[("", _("Any node (normal routing)"))]
+                + [(n.pk, f"#{n.pk} {n.name}") for n in nodes],
+                help_text=_(
+                    "Drive this node alone: the test's key is pinned to it, with no other "
+                    "node and no fallback model."
+                ),
+            )
         if currency:
             self.fields["budget"].label = _("Budget (%(currency)s)") % {"currency": currency}
         names = CatalogModel.objects.filter(enabled=True, kind="chat").values_list(

@@ -45,6 +45,10 @@ class LoadTest(models.Model):
     step_seconds = models.PositiveIntegerField()
     budget = models.BigIntegerField()  # micro-units of the organization's currency
     billing = models.CharField(max_length=8, choices=Billing.choices, default=Billing.BILLED)
+    # Platform staff may drive one node (a channel) only: the run's key is
+    # pinned to it (``ApiKey.pinned_node_id``); its name as it was at the start.
+    pinned_node_id = models.PositiveIntegerField(null=True, blank=True)
+    pinned_node_name = models.CharField(max_length=120, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     cancel_requested = models.BooleanField(default=False)
     api_key_id = models.BigIntegerField(null=True, blank=True)

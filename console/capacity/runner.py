@@ -3,10 +3,11 @@
 ``run_load_test(id)`` runs in a Celery worker of the ``CAPACITY_QUEUE``
 queue (``tasks.py``), or directly in tests. It issues a gateway key for the
 run (lifetime spend cap = the run's budget, only the run's model; marked
-``test_traffic`` when the run is a test not billed), drives the
-gateway at ``CAPACITY_GATEWAY_URL`` with ``gateway_bridge.loadgen`` one step
-after another, stores each step's figures, marks the knee, and revokes the
-key whatever happens. A watcher thread reads the cancel flag every
+``test_traffic`` when the run is a test not billed; pinned to the run's node
+when platform staff chose one), drives the gateway at
+``CAPACITY_GATEWAY_URL`` with ``gateway_bridge.loadgen`` one step after
+another, stores each step's figures, marks the knee, and revokes the key
+whatever happens. A watcher thread reads the cancel flag every
 ``CANCEL_POLL_SECONDS`` and the generator, which asks it every quarter of a
 second, aborts its open requests: a cancel stops the load within a second.
 """
@@ -105,6 +106,7 @@ def run_load_test(load_test_id: int) -> None:
             spend_cap_lifetime=test.budget,
             allowed_models=[test.model],
             test_traffic=test.billing == Billing.TEST,
+            pinned_node_id=test.pinned_node_id,
         )
         test.api_key_id, test.key_prefix = key.pk, key.prefix
         test.save(update_fields=["api_key_id", "key_prefix"])

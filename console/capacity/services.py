@@ -23,6 +23,7 @@ from accounts.facade import (
 )
 from console.capacity.models import ACTIVE, Billing, LoadTest, Status
 from console.celery import registered_task
+from inference_node.facade import NodeModel, nodes_own_and_shared
 from usage.facade import CatalogModel
 
 DEFAULT_STEPS = (50, 100, 200, 400)
@@ -82,6 +83,34 @@ def _expire_stale(actor: Actor) -> None:
                     api_key_revoke(actor=actor, key_id=test.api_key_id)
 
 
+def is_staff(actor: Actor) -> bool:
+    """Platform staff (``user.is_staff``), who may pin a test to one node."""
+    user = actor.user
+    return bool(user is not None and user.is_active and user.is_staff)
+
+
+def pinnable_nodes(actor: Actor):
+    """The nodes staff may pin a test of this organization to: the shared
+    ones and the organization's own (the ones its calls may be routed to)."""
+    return nodes_own_and_shared(actor.organization_id).order_by("name", "pk")
+
+
+def _pinned_node(actor: Actor, node_id: int, model: str):
+    """The node a staff test drives alone (ValidationFailed on ``node``)."""
+    if not is_staff(actor):
+        raise ValidationFailed.from_fields(
+            {"node": _("Only platform staff may run a load test against one node.")}
+        )
+    node = pinnable_nodes(actor).filter(pk=node_id).first()
+    if node is None:
+        raise ValidationFailed.from_fields({"node": _("No such node.")})
+    if not NodeModel.objects.filter(node=node, public_name=model).exists():
+        raise ValidationFailed.from_fields(
+            {"node": _("This node does not serve %(model)s.") % {"model": model}}
+        )
+    return node
+
+
 def load_test_start(
     *,
     actor: Actor,
@@ -93,15 +122,20 @@ def load_test_start(
     step_seconds: int,
     budget: int,
     billing: str = Billing.BILLED,
+    node: int | None = None,
     enqueue: bool = True,
 ) -> LoadTest:
     """Queue a load test; refused while the organization runs its limit of them.
+
     ``billing``: ``Billing.BILLED`` (its calls billed like any other) or
-    ``Billing.TEST`` (marked as a test: recorded, not billed)."""
+    ``Billing.TEST`` (marked as a test: recorded, not billed). ``node``
+    (platform staff only): drive that node alone; the run's key is pinned to
+    it, so no call goes to another node or a fallback model."""
     actor.require(Perm.ORG_MANAGE)
     check_plan(steps, step_seconds)
     if not CatalogModel.objects.filter(name=model, enabled=True, kind="chat").exists():
         raise ValidationFailed.from_fields({"model": _("Choose an enabled chat model.")})
+    pinned = _pinned_node(actor, node, model) if node is not None else None
     if budget <= 0:
         raise ValidationFailed.from_fields({"budget": _("Give the test a budget above zero.")})
     if billing not in Billing.values:
@@ -133,18 +167,18 @@ def load_test_start(
             step_seconds=step_seconds,
             budget=budget,
             billing=billing,
+            pinned_node_id=pinned.pk if pinned else None,
+            pinned_node_name=pinned.name if pinned else "",
         )
-        audit_record(
-            actor=actor,
-            action="load_test.start",
-            target=test,
-            params={
-                "model": model,
-                "steps": list(steps),
-                "step_seconds": step_seconds,
-                "billing": billing,
-            },
-        )
+        params = {
+            "model": model,
+            "steps": list(steps),
+            "step_seconds": step_seconds,
+            "billing": billing,
+        }
+        if pinned:
+            params["node"] = pinned.pk
+        audit_record(actor=actor, action="load_test.start", target=test, params=params)
         if enqueue:
             transaction.on_commit(
                 lambda: registered_task(TASK).apply_async(

@@ -35,6 +35,7 @@ def _start(request, form: LoadTestForm):
             step_seconds=data["step_seconds"],
             budget=data["budget"],
             billing=data["billing"],
+            node=data.get("node"),
         )
     except DomainError as exc:
         apply_errors(form, exc)
@@ -47,7 +48,8 @@ def _start(request, form: LoadTestForm):
 def load_test_list(request):
     may_run = request.actor.can(Perm.ORG_MANAGE)
     currency = request.actor.organization.currency
-    form = LoadTestForm(request.POST or None, currency=currency) if may_run else None
+    nodes = services.pinnable_nodes(request.actor) if services.is_staff(request.actor) else None
+    form = LoadTestForm(request.POST or None, currency=currency, nodes=nodes) if may_run else None
     if request.method == "POST":
         if not may_run:
             return render(request, "403.html", status=403)

@@ -87,6 +87,8 @@ def chain(gw: Gateway, call: Call, req: CallRequest):
             "or choose a model that takes images.",
             param="messages",
         )
+    if auth.pinned_node_id is not None:
+        return pinned_chain(call, req, snapshot)
     names = [req.model]
     if info is not None:
         names += [m for m in info.fallbacks if m != req.model and auth.model_allowed(m)]
@@ -110,6 +112,30 @@ def chain(gw: Gateway, call: Call, req: CallRequest):
         f"No healthy node can serve '{req.model}' right now; retry shortly.",
         headers=[("retry-after", "1")],
     )
+
+
+def pinned_refusal(node_id: int) -> GatewayError:
+    """The 503 of a pinned key's call its node cannot take (down, circuit
+    open, not serving the model): no other node or model is tried."""
+    return GatewayError(
+        OVERLOADED,
+        "pinned_node_unavailable",
+        f"The key is pinned to node {node_id}, which cannot serve this call "
+        "(it does not serve this model, is down or its circuit is open); "
+        "a pinned key uses no other node.",
+        headers=[("retry-after", "5")],
+    )
+
+
+def pinned_chain(call: Call, req: CallRequest, snapshot):
+    """A pinned key's one candidate: its node, if the node routes ``req.model``
+    now (a vendor channel with its credentials); no fallback model."""
+    pinned = call.entry.auth.pinned_node_id
+    nodes = snapshot.for_model(req.model, call.entry.auth.organization_id) if snapshot else ()
+    nodes = tuple(n for n in nodes if n.node_id == pinned)
+    if not nodes:
+        raise pinned_refusal(pinned)
+    return [(req.model, nodes)]
 
 
 def budget(gw: Gateway, req: CallRequest, nodes) -> int:

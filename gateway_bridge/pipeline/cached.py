@@ -29,9 +29,13 @@ _HIT = (b"x-gateway-cache", b"hit")
 async def lookup(gw: Gateway, call: Call, req: CallRequest, headers: dict):
     """(cache key, ttl, cached entry or None) for this call; (None, 0, None)
     when the call may not use the cache (only a deterministic call may)."""
-    if not req.deterministic or req.endpoint in admit.EMBEDDING_ENDPOINTS:
-        return None, 0, None
     auth = call.entry.auth
+    if (
+        not req.deterministic
+        or req.endpoint in admit.EMBEDDING_ENDPOINTS
+        or auth.pinned_node_id is not None  # a pinned key measures its node: every call goes there
+    ):
+        return None, 0, None
     ttl = response_cache.request_ttl(headers, auth.response_cache_seconds)
     if not ttl:
         return None, 0, None

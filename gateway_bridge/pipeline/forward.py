@@ -34,6 +34,11 @@ every tier), the next model of the fallback chain is tried. A 4xx from the
 channel is the client's error and is not retried. Once bytes reached the
 client there is no retry. Every try's outcome feeds the channel's and the
 credential's circuit breakers.
+
+A key pinned to a node (``ApiKey.pinned_node_id``, a staff load test of one
+channel) has that node as its only candidate (``admit.pinned_chain``): its
+retries go to the same node, with no fallback model; when its circuit is
+open the call is a 503 naming the node.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from django.conf import settings
 
 from gateway_bridge import answers
 from gateway_bridge.keypool import retry_after_seconds
-from gateway_bridge.pipeline import native, relay
+from gateway_bridge.pipeline import admit, native, relay
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
 from gateway_bridge.protocols.base import (
     OVERLOADED,
@@ -161,6 +166,9 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
                 usable=usable,
             )
         except NoCandidates:
+            pinned = auth.pinned_node_id
+            if pinned is not None:  # a pinned key's one node: its circuit is open
+                raise last_error or admit.pinned_refusal(pinned) from None
             link += 1
             if link < len(chain):
                 exclude.clear()
