@@ -148,10 +148,29 @@ def caps(scenario: Scenario) -> dict:
     return {"ok": ok and prepaid_ok, "limits": rows}
 
 
-def server_errors(results: list[Result]) -> dict:
+def server_errors(results: list[Result], excused=()) -> dict:
     """No 5xx reached a client (before a stream started): three nodes, and at most
-    one was broken or dead at a time, so a healthy node always existed."""
-    bad = [r for r in results if r.status >= 500 and not r.started]
+    one was broken or dead at a time, so a healthy node always existed.
+
+    ``excused``: ``[start, end, code]`` windows (wall clock) in which a 503 with
+    that code is a refusal, not an error: while the Redis primary fails over,
+    the limits store cannot admit, and the gateway refuses (503
+    ``limits_unavailable``, a call record of its own) rather than let spend run
+    unchecked. The code is read from the call's record (Anthropic's body says
+    only ``overloaded_error``, with its 529). Counted as ``refused_during_faults``."""
+
+    failing = [r for r in results if r.status >= 500 and not r.started]
+    in_window = {
+        r.request_id: c for r in failing for s, e, c in excused if r.request_id and s <= r.t0 <= e
+    }
+    stored = dict(
+        CallRecord.objects.filter(request_id__in=list(in_window)).values_list(
+            "request_id", "error_type"
+        )
+    )
+    excuse = {rid for rid, code in in_window.items() if stored.get(rid) == code}
+    bad = [r for r in failing if r.request_id not in excuse]
+    refused = len(failing) - len(bad)
     codes: dict[str, int] = {}
     for r in bad:
         codes[f"{r.status} {r.code}"] = codes.get(f"{r.status} {r.code}", 0) + 1
@@ -164,6 +183,7 @@ def server_errors(results: list[Result]) -> dict:
         "ok": not bad,
         "count": len(bad),
         "by_code": codes,
+        "refused_during_faults": refused,
         "samples": samples,
         "broken_streams": broken_streams,
     }
