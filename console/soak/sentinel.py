@@ -119,10 +119,8 @@ class SentinelSet:
 
     def _sentinels_ready(self) -> bool:
         for port in self.sentinels:
-            raw = _ask(port, "SENTINEL", "MASTER", SERVICE)
-            fields = dict(zip(raw[::2], raw[1::2], strict=False))
-            fields = {k.decode(): v.decode() for k, v in fields.items()}
-            if fields.get("num-slaves") != "1" or fields.get("num-other-sentinels") != "2":
+            fields = _ask(port, "SENTINEL", "MASTER", SERVICE)  # a dict of bytes (redis-py)
+            if fields.get(b"num-slaves") != b"1" or fields.get(b"num-other-sentinels") != b"2":
                 return False
         return True
 
