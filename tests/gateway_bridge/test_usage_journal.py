@@ -100,10 +100,26 @@ def test_delivered_batches_retire_their_journal_files(tmp_path):
 
 def test_a_line_cut_short_by_the_crash_is_skipped(tmp_path):
     path = tmp_path / "usage-0.journal.1.1"
-    path.write_bytes(b'{"request_id":"a"}\n{"request_id":"b"}\n{"request_id":"c')
+    path.write_bytes(b"""{"request_id":"a"}\n{"request_id":"b"}\n{"request_id":"c\0\0""")
     spool = Spool(tmp_path / "usage-0.spool")
     assert journals.adopt(tmp_path / "usage-0", spool) == 2
     batches: list[list[dict]] = []
     spool.replay(batches.append)
     assert batches == [[{"request_id": "a"}, {"request_id": "b"}]]
     assert not path.exists()
+
+
+def test_a_full_file_is_replaced_on_the_spot_and_nothing_is_lost(tmp_path, monkeypatch):
+    monkeypatch.setattr(journals, "FILE_BYTES", 64)  # two or three events a file
+    journal = journals.Journal(tmp_path / "usage-0")
+    for n in range(20):
+        journal.write({"request_id": f"r{n:02d}"})
+    files = journals.leftovers(tmp_path / "usage-0")
+    assert len(files) > 5
+    recovered = [e["request_id"] for p in files for e in journals.read(p)]
+    assert recovered == [f"r{n:02d}" for n in range(20)]  # the process died here: all on disk
+    journal.rotate(20)
+    journal.retire(20)  # all delivered: every full file goes, the new one is empty
+    assert [journals.read(p) for p in journals.leftovers(tmp_path / "usage-0")] == [[]]
+    journal.close()
+    assert not journals.leftovers(tmp_path / "usage-0")
