@@ -4,10 +4,9 @@ a primary, a replica and three sentinels (quorum 2), started from the
 ports from ``DATA_PORTS`` and ``SENTINEL_PORTS``.
 
 The fault (``kill_primary``): SIGKILL the current primary, wait until the
-sentinels promote the replica, then start the killed server again with its
-own arguments; the sentinels reconfigure it as the new primary's replica.
-It is started again at once: the limits store counts an admission only once
-a replica holds it, so until the set has a replica again every call is
+sentinels promote the replica, then start the killed server again at once,
+``--replicaof`` the new primary: the limits store counts an admission only
+once a replica holds it, so until the set has a replica again every call is
 refused (503 ``limits_unavailable``), never admitted unreplicated."""
 
 from __future__ import annotations
@@ -143,8 +142,9 @@ class SentinelSet:
         self.servers[old].kill()
         wait_for("the sentinels to promote the replica", lambda: self.current_primary() == other)
         promoted = time.monotonic() - t0
-        self.servers[old].start()
-        self.servers[old].wait_port(30)
+        # Back as the new primary's replica from its first second (what its
+        # configuration would say after a failover; the sentinels agree).
+        self._start(old, "--replicaof", "127.0.0.1", str(other))
         wait_for("the old primary back as a replica", lambda: self.replica_linked(old), 60)
         self.primary, self.replica = other, old
         return {

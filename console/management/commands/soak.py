@@ -3,18 +3,29 @@ faults, then proof that nothing was lost, nothing overspent, and every
 micro-unit reconciles. Prints one JSON report; exits 1 when a check fails.
 
 Needs PostgreSQL (``DATABASE_URL``) and Redis (``REDIS_URL``) running; it
-checks both first. It starts, on loopback: a private Redis as the Celery
-broker (or, with ``--broker-url amqp://...``, a relay to that RabbitMQ, which
-the broker fault stops instead of the server), three simulator nodes
-(realistic profile), two gateway processes (clients alternate between them),
-two Celery workers and beat. Traffic comes
-in steps of concurrent clients (50, 100, 200, 400 by default), while these
-faults happen, at fixed shares of the run:
+checks both first. With ``--redis sentinel`` it needs no Redis of the
+caller's: it starts its own primary, replica and three sentinels from
+``redis-server`` (``console.soak.sentinel``, in its work directory) and every
+process, itself included, uses ``REDIS_URL=redis+sentinel://...``. It starts,
+on loopback: a private Redis as the Celery broker (or, with ``--broker-url
+amqp://...``, a relay to that RabbitMQ, which the broker fault stops instead
+of the server), three simulator nodes (realistic profile), two gateway
+processes (clients alternate between them), two Celery workers and beat.
+Traffic comes in steps of concurrent clients (50, 100, 200, 400 by default),
+while these faults happen, at fixed shares of the run:
 
     10 %  node 2 answers every call with a 500 (until 35 %): its circuit opens
     20 %  node 3 is killed (SIGKILL); restarted at 30 %
     40 %  the broker (or the relay) is stopped for 30 s (15 s in runs under 2 minutes)
+    45 %  (--redis sentinel) the Redis primary is killed (SIGKILL); the sentinels
+          promote the replica and the killed one comes back as its replica. Calls
+          meanwhile are refused, 503 limits_unavailable (recorded; not server
+          errors, not lost); no admission is counted before a replica holds it
     55 %  worker 1 is killed with SIGKILL (mid-batch under this load); restarted
+    60 %  gateway 2 is killed with SIGKILL, restarted 2 s later on the same port and
+          spool directory: the usage events it held in memory come back from its
+          journal (gateway_bridge.journal), so the records check still finds every
+          answered call
     65 %  PostgreSQL is restarted (fast mode: every connection cut)
     75 %  a key in use is revoked; both gateways are probed until they refuse it
     85 %  a burst of 100 concurrent calls against a nearly exhausted cap
@@ -148,12 +159,10 @@ class Command(BaseCommand):
     @staticmethod
     def _use_redis(url: str) -> None:
         """This process talks to the soak's Redis too: the scenario clears limit
-        keys there, a revocation is published there."""
-        from gateway_bridge import notify
-
+        keys there, a revocation is published there. Called before anything
+        was published (the publisher opens its client on first use)."""
         settings.REDIS_URL = url
         settings.GATEWAY_LIMITS_STORE = "redis"
-        notify._redis = None  # the publisher's client, for this URL
 
     @staticmethod
     def _check_broker(url: str) -> None:
@@ -438,7 +447,7 @@ class Command(BaseCommand):
             out["redis_failover"] = failover
             # Calls admitted against the store while it fails over are refused
             # (503 limits_unavailable, recorded): refused, not lost, not errors.
-            out["excused"] = [[killed, time.time() + 2.0, "limits_unavailable"]]
+            out["excused"] = [[killed, time.time() + 5.0, "limits_unavailable"]]
             note("Redis failed over; the old primary is a replica", **failover)
 
         await until(at(0.55))
