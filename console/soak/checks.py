@@ -19,8 +19,26 @@ from usage.facade import CallRecord, Grain, Rollup
 UNRECORDED = {401}
 
 
-def expected_ids(results: list[Result]) -> set[str]:
-    return {r.request_id for r in results if r.request_id and r.status not in UNRECORDED}
+def cut_by_kill(results: list[Result], killed: dict | None) -> set[str]:
+    """Calls whose answer the gateway's SIGKILL cut off: on the killed gateway,
+    under way at the kill, the status line received but the rest lost to a
+    transport error (a stream broken, a body never sent). The call never
+    finished, so no event was made; the client holds no answer to be billed for.
+    ``killed``: ``{"gateway": index, "at": wall clock}``."""
+    if not killed:
+        return set()
+    g, at = killed["gateway"], killed["at"]
+    return {
+        r.request_id
+        for r in results
+        if r.gateway == g and r.request_id and r.status == 200
+        and r.code.startswith("transport:") and r.t0 <= at <= r.t1 + 1.0
+    }  # fmt: skip
+
+
+def expected_ids(results: list[Result], killed: dict | None = None) -> set[str]:
+    want = {r.request_id for r in results if r.request_id and r.status not in UNRECORDED}
+    return want - cut_by_kill(results, killed)
 
 
 def _stored_ids(scenario: Scenario) -> set[str]:
@@ -30,9 +48,11 @@ def _stored_ids(scenario: Scenario) -> set[str]:
     )
 
 
-def wait_drained(scenario: Scenario, results: list[Result], timeout: float) -> dict:
+def wait_drained(
+    scenario: Scenario, results: list[Result], timeout: float, killed: dict | None = None
+) -> dict:
     """Poll until every answered call has its record (or ``timeout``)."""
-    want = expected_ids(results)
+    want = expected_ids(results, killed)
     t0 = time.monotonic()
     missing = want
     while True:
@@ -47,10 +67,12 @@ def wait_drained(scenario: Scenario, results: list[Result], timeout: float) -> d
     return {"seconds": round(time.monotonic() - t0, 1), "missing": len(missing)}
 
 
-def records(scenario: Scenario, results: list[Result]) -> dict:
-    """Every answered call has exactly one record; no record without a call."""
+def records(scenario: Scenario, results: list[Result], killed: dict | None = None) -> dict:
+    """Every answered call has exactly one record; no record without a call.
+    Answers the gateway kill cut off are counted apart (``cut_by_the_gateway_kill``)."""
 
-    want = expected_ids(results)
+    want = expected_ids(results, killed)
+    cut = cut_by_kill(results, killed)
     seen = {r.request_id for r in results if r.request_id}
     stored = _stored_ids(scenario)
     org_ids = [o.id for o in scenario.orgs.values()]
@@ -73,6 +95,8 @@ def records(scenario: Scenario, results: list[Result]) -> dict:
         "records_without_a_call": len(unknown),
         "duplicates": duplicates,
         "transport_errors": transport,
+        "cut_by_the_gateway_kill": len(cut),
+        "cut_with_a_record": len(cut & stored),
     }
 
 

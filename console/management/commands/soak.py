@@ -240,9 +240,10 @@ class Command(BaseCommand):
             report["processes_died"] = died
             self.log("waiting for the pipeline to drain")
             results = report.pop("_results")
-            report["drain"] = checks.wait_drained(scenario, results, opts["drain_timeout"])
+            killed = report["faults"].get("gateway_killed")
+            report["drain"] = checks.wait_drained(scenario, results, opts["drain_timeout"], killed)
             report["checks"] = {
-                "records": checks.records(scenario, results),
+                "records": checks.records(scenario, results, killed),
                 "money": checks.money(scenario),
                 "caps": checks.caps(scenario),
                 "server_errors": checks.server_errors(
@@ -460,6 +461,7 @@ class Command(BaseCommand):
         await until(at(0.60))
         last = len(cluster.gateways) - 1
         await asyncio.to_thread(cluster.kill_gateway, last)
+        out["gateway_killed"] = {"gateway": last, "at": time.time()}  # once it is dead
         note(f"gateway-{last + 1} killed (SIGKILL)")
         await asyncio.sleep(2.0)
         await asyncio.to_thread(cluster.restart_gateway, last)
