@@ -448,7 +448,8 @@ class Command(BaseCommand):
             out["redis_failover"] = failover
             # Calls admitted against the store while it fails over are refused
             # (503 limits_unavailable, recorded): refused, not lost, not errors.
-            out["excused"] = [[killed, time.time() + 5.0, "limits_unavailable"]]
+            # (From a second before the kill: a call under way then meets it.)
+            out["excused"] = [[killed - 1.0, time.time() + 5.0, "limits_unavailable"]]
             note("Redis failed over; the old primary is a replica", **failover)
 
         await until(at(0.55))
