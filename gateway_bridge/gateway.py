@@ -504,9 +504,16 @@ class Gateway:
                 self, call, req, chain, receive, send, ckey, cache_ttl
             )
             price = prices.get(served_model)
-        finally:
+        except BaseException:
             if reserved:
                 await admit.settle(self, call, price)
+            raise
+        if reserved:
+            # The answer is out: its usage event goes to the emitter (and its
+            # journal) before the settle's round trip to the limits store, so
+            # a process killed during that round trip still has it on disk.
+            self._emit(call)
+            await admit.settle(self, call, price)
 
     # --- the usage event and metrics ----------------------------------------
 
@@ -525,9 +532,19 @@ class Gateway:
             overhead,
             metrics.model_label(call.model, self.state.catalog),
         )
-        if call.record and call.entry is not None:
-            self.emitter.emit(usage_event(call, elapsed, overhead))
+        if not call.emitted:
+            self._emit(call, elapsed, overhead)
         access_log.finish(call, elapsed, overhead)  # the access line, the span's end
+
+    def _emit(self, call: Call, elapsed: float | None = None, overhead: float | None = None):
+        """The call's usage event to the emitter, once (a recorded call only)."""
+        if not call.record or call.entry is None or call.emitted:
+            return
+        if elapsed is None:
+            elapsed = time.perf_counter() - call.t0
+            overhead = max(0.0, elapsed - (call.upstream_s or 0.0) - call.queue_s)
+        call.emitted = True
+        self.emitter.emit(usage_event(call, elapsed, overhead))
 
     async def host_metrics(self) -> str:
         """Prometheus text for the whole host: every live process sharing

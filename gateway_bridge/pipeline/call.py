@@ -56,6 +56,7 @@ class Call:
         "client_ip",
         "cost_price",
         "credential_id",
+        "emitted",
         "endpoint",
         "entry",
         "error_type",
@@ -113,6 +114,7 @@ class Call:
         self.cache_status = "miss"
         self.headers_out: list[tuple[bytes, bytes]] = []
         self.record = True
+        self.emitted = False  # its usage event handed to the emitter (once)
 
 
 class Disconnected(Exception):
