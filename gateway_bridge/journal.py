@@ -1,7 +1,8 @@
 """The usage journal: every finished call's event on disk the moment the
-gateway hands it to the emitter, so events still waiting in the emitter's
-memory (batched for up to ``GATEWAY_EMIT_MAX_DELAY``) survive a SIGKILL of
-the gateway process.
+gateway hands it to the emitter (for a call with a reservation: once its
+answer is out, before the settle's round trip to the limits store), so
+events still waiting in the emitter's memory (batched for up to
+``GATEWAY_EMIT_MAX_DELAY``) survive a SIGKILL of the gateway process.
 
 ``Journal.write`` copies one JSON line (the event's wire form) into the
 current file, mapped shared (``mmap``): no system call, no fsync, and the GIL
@@ -13,13 +14,13 @@ the machine's (power loss, a kernel panic): that would need an fsync per
 call. Each file is ``FILE_BYTES`` long, zero-filled past its last line; a
 full one is replaced on the spot.
 
-Files: ``<spool dir>/<slot>.journal.<pid>.<n>`` next to the slot's spool
+Files: ``<spool dir>/usage-<slot>.journal.<pid>.<n>`` next to the slot's spool
 (``usage-<slot>.spool``), owned by the process holding the slot's lock. The
 emitter's thread ``rotate``s to a new file after it delivers a batch (sent,
 or written to the durable spool) and ``retire``s a file once every event
-queued before its rotation is delivered: deleted, its descriptor closed a
-few seconds later (an ``emit`` that read the old file just before the
-rotation may still write to it; its event was delivered already).
+queued before its rotation is delivered: deleted, its mapping closed a few
+seconds later (an ``emit`` that read the old file just before the rotation
+may still write to it; its event was delivered already).
 
 Recovery (``adopt``): the next process to take the slot's lock (a restarted
 gateway), or any gateway starting while a slot's lock is free, moves the
