@@ -476,6 +476,9 @@ if GATEWAY_LIMITS_STORE == "redis" and not REDIS_URL:
 GATEWAY_EMIT_MAX_BATCH = config.env_int("GATEWAY_EMIT_MAX_BATCH", 500, minimum=1)
 GATEWAY_EMIT_MAX_DELAY = config.env_float("GATEWAY_EMIT_MAX_DELAY", 0.25, minimum=0.001)
 GATEWAY_SPOOL_DIR = Path(config.env_str("GATEWAY_SPOOL_DIR") or VAR_DIR / "spool")
+# Each finished call's usage event also appended to a journal file in the
+# spool directory (one write, no fsync): a killed gateway's queued events survive.
+GATEWAY_USAGE_JOURNAL = config.env_bool("GATEWAY_USAGE_JOURNAL", True)
 # Response cache entries kept in process when there is no Redis.
 GATEWAY_RESPONSE_CACHE_ENTRIES = config.env_int("GATEWAY_RESPONSE_CACHE_ENTRIES", 10_000, minimum=0)
 # Responses API: how long a stored response (store: true) can be retrieved and

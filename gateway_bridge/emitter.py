@@ -13,6 +13,11 @@ before any live batch is sent. Ingest is idempotent and keyed by
 spool bounded once the broker is back, and it means a broker outage costs
 one failed publish per interval, not one per batch.
 
+Crash safety: with a ``journal`` (``gateway_bridge.journal``), ``emit`` also
+appends the event to a per-process file with one unbuffered write, and the
+thread retires those files as batches are delivered; a SIGKILLed process's
+queued events are recovered from them by the next process on its spool slot.
+
 Encoding: the queue holds ``usage.facade.UsageEvent`` objects as the gateway
 built them; a batch is encoded once, when it is published, by orjson
 (dataclasses and datetimes natively), as the body of a standard JSON Celery
@@ -163,6 +168,7 @@ class UsageEmitter:
         max_batch: int = 500,
         max_delay: float = 0.25,
         replay_interval: float = 2.0,
+        journal=None,
     ):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
@@ -177,7 +183,9 @@ class UsageEmitter:
         self.spooled_batches = 0
         self.replayed_batches = 0
         self.dropped_batches = 0
+        self.journal = journal  # gateway_bridge.journal.Journal, or None
         self._drained = 0
+        self._delivered = 0  # events sent or spooled (journal files retire by it)
         self._queue: deque[UsageEvent] = deque()
         self._wake = threading.Event()
         self._closing = False
@@ -194,6 +202,10 @@ class UsageEmitter:
         q = self._queue
         q.append(event)
         n = len(q)
+        # After the append: a file the thread retires holds only events it
+        # has delivered (see _tick); a line written late is a harmless duplicate.
+        if self.journal is not None:
+            self.journal.write(event)
         # Wake the thread when a batch starts (to time it) or fills.
         if n == 1 or n >= self.max_batch:
             self._wake.set()
@@ -215,6 +227,8 @@ class UsageEmitter:
         finished = not self._thread.is_alive()
         if finished and isinstance(self.send, CelerySend):
             self.send.close()
+        if finished and self.journal is not None:
+            self.journal.close()  # everything went to the broker or the spool
         return finished
 
     # --- the background thread -----------------------------------------
@@ -258,8 +272,14 @@ class UsageEmitter:
             batch = [q.popleft() for _ in range(n)]
             self._drained += n
             self._deliver(batch)
+            self._delivered += n
             flushed += 1
             due = False  # a partial batch only once per wake-up
+        if self.journal is not None:
+            if flushed:
+                # Every event queued until now is in the files before this one.
+                self.journal.rotate(self._drained + len(q))
+            self.journal.retire(self._delivered)
         if self.spool_pending and time.monotonic() >= self._next_replay:
             self._replay()
         return flushed

@@ -77,23 +77,46 @@ logger = logging.getLogger(__name__)
 METRICS_PUBLISH_SECONDS = 1.0
 
 
+def _lock_slot(directory: Path, slot: int) -> int | None:
+    fd = os.open(directory / f"usage-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _open_spool():
-    """This process's spool: the first free slot of GATEWAY_SPOOL_DIR (a lock
-    file per slot), so a restarted process takes over (and replays) the spool
-    a dead one left."""
+    """This process's spool and usage journal: the first free slot of
+    GATEWAY_SPOOL_DIR (a lock file per slot), so a restarted process takes
+    over (and replays) the spool a dead one left. With the journal on, the
+    journal files a dead process left, on this slot or on any other slot
+    whose lock is free, are moved into this spool first."""
+    from gateway_bridge import journal
     from gateway_bridge.spool import Spool
 
     directory = Path(settings.GATEWAY_SPOOL_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     for slot in range(1024):
-        lock_path = directory / f"usage-{slot}.lock"
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = _lock_slot(directory, slot)
+        if fd is None:
             continue
-        return Spool(directory / f"usage-{slot}.spool"), fd
+        spool = Spool(directory / f"usage-{slot}.spool")
+        if not settings.GATEWAY_USAGE_JOURNAL:
+            return spool, fd, None
+        journal.adopt(directory / f"usage-{slot}", spool)
+        for lock in sorted(directory.glob("usage-*.lock")):
+            other = lock.name[len("usage-") : -len(".lock")]
+            if not other.isdigit() or int(other) == slot:
+                continue
+            other_fd = _lock_slot(directory, int(other))
+            if other_fd is not None:  # no live owner: its journal is orphaned
+                try:
+                    journal.adopt(directory / f"usage-{other}", spool)
+                finally:
+                    os.close(other_fd)
+        return spool, fd, journal.Journal(directory / f"usage-{slot}")
     raise RuntimeError(f"no free spool slot in {directory}")
 
 
@@ -194,12 +217,13 @@ class Gateway:
         if self._emitter is None:
             from gateway_bridge.emitter import UsageEmitter
 
-            spool, self._spool_lock_fd = _open_spool()
+            spool, self._spool_lock_fd, journal = _open_spool()
             self._emitter = UsageEmitter(
                 None,
                 spool,
                 max_batch=settings.GATEWAY_EMIT_MAX_BATCH,
                 max_delay=settings.GATEWAY_EMIT_MAX_DELAY,
+                journal=journal,
             )
         return self._emitter
 
@@ -482,9 +506,16 @@ class Gateway:
                 self, call, req, chain, receive, send, ckey, cache_ttl
             )
             price = prices.get(served_model)
-        finally:
+        except BaseException:
             if reserved:
                 await admit.settle(self, call, price)
+            raise
+        if reserved:
+            # The answer is out: its usage event goes to the emitter (and its
+            # journal) before the settle's round trip to the limits store, so
+            # a process killed during that round trip still has it on disk.
+            self._emit(call)
+            await admit.settle(self, call, price)
 
     # --- the usage event and metrics ----------------------------------------
 
@@ -503,9 +534,19 @@ class Gateway:
             overhead,
             metrics.model_label(call.model, self.state.catalog),
         )
-        if call.record and call.entry is not None:
-            self.emitter.emit(usage_event(call, elapsed, overhead))
+        if not call.emitted:
+            self._emit(call, elapsed, overhead)
         access_log.finish(call, elapsed, overhead)  # the access line, the span's end
+
+    def _emit(self, call: Call, elapsed: float | None = None, overhead: float | None = None):
+        """The call's usage event to the emitter, once (a recorded call only)."""
+        if not call.record or call.entry is None or call.emitted:
+            return
+        if elapsed is None:
+            elapsed = time.perf_counter() - call.t0
+            overhead = max(0.0, elapsed - (call.upstream_s or 0.0) - call.queue_s)
+        call.emitted = True
+        self.emitter.emit(usage_event(call, elapsed, overhead))
 
     async def host_metrics(self) -> str:
         """Prometheus text for the whole host: every live process sharing

@@ -19,8 +19,26 @@ from usage.facade import CallRecord, Grain, Rollup
 UNRECORDED = {401}
 
 
-def expected_ids(results: list[Result]) -> set[str]:
-    return {r.request_id for r in results if r.request_id and r.status not in UNRECORDED}
+def cut_by_kill(results: list[Result], killed: dict | None) -> set[str]:
+    """Calls whose answer the gateway's SIGKILL cut off: on the killed gateway,
+    under way at the kill, the status line received but the rest lost to a
+    transport error (a stream broken, a body never sent). The call never
+    finished, so no event was made; the client holds no answer to be billed for.
+    ``killed``: ``{"gateway": index, "at": wall clock}``."""
+    if not killed:
+        return set()
+    g, at = killed["gateway"], killed["at"]
+    return {
+        r.request_id
+        for r in results
+        if r.gateway == g and r.request_id and r.status == 200
+        and r.code.startswith("transport:") and r.t0 <= at <= r.t1 + 1.0
+    }  # fmt: skip
+
+
+def expected_ids(results: list[Result], killed: dict | None = None) -> set[str]:
+    want = {r.request_id for r in results if r.request_id and r.status not in UNRECORDED}
+    return want - cut_by_kill(results, killed)
 
 
 def _stored_ids(scenario: Scenario) -> set[str]:
@@ -30,9 +48,11 @@ def _stored_ids(scenario: Scenario) -> set[str]:
     )
 
 
-def wait_drained(scenario: Scenario, results: list[Result], timeout: float) -> dict:
+def wait_drained(
+    scenario: Scenario, results: list[Result], timeout: float, killed: dict | None = None
+) -> dict:
     """Poll until every answered call has its record (or ``timeout``)."""
-    want = expected_ids(results)
+    want = expected_ids(results, killed)
     t0 = time.monotonic()
     missing = want
     while True:
@@ -47,10 +67,12 @@ def wait_drained(scenario: Scenario, results: list[Result], timeout: float) -> d
     return {"seconds": round(time.monotonic() - t0, 1), "missing": len(missing)}
 
 
-def records(scenario: Scenario, results: list[Result]) -> dict:
-    """Every answered call has exactly one record; no record without a call."""
+def records(scenario: Scenario, results: list[Result], killed: dict | None = None) -> dict:
+    """Every answered call has exactly one record; no record without a call.
+    Answers the gateway kill cut off are counted apart (``cut_by_the_gateway_kill``)."""
 
-    want = expected_ids(results)
+    want = expected_ids(results, killed)
+    cut = cut_by_kill(results, killed)
     seen = {r.request_id for r in results if r.request_id}
     stored = _stored_ids(scenario)
     org_ids = [o.id for o in scenario.orgs.values()]
@@ -73,6 +95,8 @@ def records(scenario: Scenario, results: list[Result]) -> dict:
         "records_without_a_call": len(unknown),
         "duplicates": duplicates,
         "transport_errors": transport,
+        "cut_by_the_gateway_kill": len(cut),
+        "cut_with_a_record": len(cut & stored),
     }
 
 
@@ -155,10 +179,29 @@ def caps(scenario: Scenario) -> dict:
     return {"ok": ok and prepaid_ok, "limits": rows}
 
 
-def server_errors(results: list[Result]) -> dict:
+def server_errors(results: list[Result], excused=()) -> dict:
     """No 5xx reached a client (before a stream started): three nodes, and at most
-    one was broken or dead at a time, so a healthy node always existed."""
-    bad = [r for r in results if r.status >= 500 and not r.started]
+    one was broken or dead at a time, so a healthy node always existed.
+
+    ``excused``: ``[start, end, code]`` windows (wall clock) in which a 503 with
+    that code is a refusal, not an error: while the Redis primary fails over,
+    the limits store cannot admit, and the gateway refuses (503
+    ``limits_unavailable``, a call record of its own) rather than let spend run
+    unchecked. The code is read from the call's record (Anthropic's body says
+    only ``overloaded_error``, with its 529). Counted as ``refused_during_faults``."""
+
+    failing = [r for r in results if r.status >= 500 and not r.started]
+    in_window = {
+        r.request_id: c for r in failing for s, e, c in excused if r.request_id and s <= r.t0 <= e
+    }
+    stored = dict(
+        CallRecord.objects.filter(request_id__in=list(in_window)).values_list(
+            "request_id", "error_type"
+        )
+    )
+    excuse = {rid for rid, code in in_window.items() if stored.get(rid) == code}
+    bad = [r for r in failing if r.request_id not in excuse]
+    refused = len(failing) - len(bad)
     codes: dict[str, int] = {}
     for r in bad:
         codes[f"{r.status} {r.code}"] = codes.get(f"{r.status} {r.code}", 0) + 1
@@ -171,6 +214,7 @@ def server_errors(results: list[Result]) -> dict:
         "ok": not bad,
         "count": len(bad),
         "by_code": codes,
+        "refused_during_faults": refused,
         "samples": samples,
         "broken_streams": broken_streams,
     }

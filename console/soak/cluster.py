@@ -123,6 +123,9 @@ class Cluster:
     workers: list[Proc] = field(default_factory=list)
     beat: Proc | None = None
     broker: Proc | None = None
+    # ``--redis sentinel``: the soak's own Sentinel set (console.soak.sentinel),
+    # whose URL is ``redis_url``; None: the single Redis the caller gave.
+    redis: object | None = None
     # A broker the soak shares (RabbitMQ: amqp://...) instead of its private
     # Redis: the processes reach it through a relay (console.soak.relay), and
     # the broker fault stops the relay, never the server.
@@ -280,10 +283,14 @@ class Cluster:
             if proc is not None:
                 with contextlib.suppress(Exception):
                     proc.stop()
+        if self.redis is not None:
+            self.redis.stop()
 
     def dead(self) -> list[str]:
         """Children that died on their own (a fault's victims are restarted)."""
         procs = (*self.gateways, *self.workers, *self.nodes, self.beat, self.broker)
+        if self.redis is not None:
+            procs += tuple(self.redis.running())
         return [p.name for p in procs if p is not None and not p.running()]
 
     # --- faults ----------------------------------------------------------------
@@ -317,6 +324,18 @@ class Cluster:
 
     def restart_worker(self, i: int) -> None:
         self.workers[i].start()
+
+    def kill_gateway(self, i: int) -> None:
+        """SIGKILL a gateway process: no shutdown, its in-memory state lost."""
+        self.gateways[i].kill()
+
+    def restart_gateway(self, i: int) -> None:
+        """The same process again (same port, same spool directory)."""
+        self.gateways[i].start()
+        self.gateways[i].wait_port()
+
+    def kill_redis_primary(self) -> dict:
+        return self.redis.kill_primary()
 
     def metrics(self, i: int) -> str:
         request = urllib.request.Request(  # noqa: S310 - our own gateway on loopback

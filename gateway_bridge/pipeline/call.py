@@ -59,6 +59,7 @@ class Call:
         "client_ip",
         "cost_price",
         "credential_id",
+        "emitted",
         "end_user",
         "endpoint",
         "entry",
@@ -123,6 +124,7 @@ class Call:
         self.tags = NO_TAGS
         self.headers_out: list[tuple[bytes, bytes]] = []
         self.record = True
+        self.emitted = False  # its usage event handed to the emitter (once)
 
 
 class Disconnected(Exception):

@@ -3,18 +3,29 @@ faults, then proof that nothing was lost, nothing overspent, and every
 micro-unit reconciles. Prints one JSON report; exits 1 when a check fails.
 
 Needs PostgreSQL (``DATABASE_URL``) and Redis (``REDIS_URL``) running; it
-checks both first. It starts, on loopback: a private Redis as the Celery
-broker (or, with ``--broker-url amqp://...``, a relay to that RabbitMQ, which
-the broker fault stops instead of the server), three simulator nodes
-(realistic profile), two gateway processes (clients alternate between them),
-two Celery workers and beat. Traffic comes
-in steps of concurrent clients (50, 100, 200, 400 by default), while these
-faults happen, at fixed shares of the run:
+checks both first. With ``--redis sentinel`` it needs no Redis of the
+caller's: it starts its own primary, replica and three sentinels from
+``redis-server`` (``console.soak.sentinel``, in its work directory) and every
+process, itself included, uses ``REDIS_URL=redis+sentinel://...``. It starts,
+on loopback: a private Redis as the Celery broker (or, with ``--broker-url
+amqp://...``, a relay to that RabbitMQ, which the broker fault stops instead
+of the server), three simulator nodes (realistic profile), two gateway
+processes (clients alternate between them), two Celery workers and beat.
+Traffic comes in steps of concurrent clients (50, 100, 200, 400 by default),
+while these faults happen, at fixed shares of the run:
 
     10 %  node 2 answers every call with a 500 (until 35 %): its circuit opens
     20 %  node 3 is killed (SIGKILL); restarted at 30 %
     40 %  the broker (or the relay) is stopped for 30 s (15 s in runs under 2 minutes)
+    45 %  (--redis sentinel) the Redis primary is killed (SIGKILL); the sentinels
+          promote the replica and the killed one comes back as its replica. Calls
+          meanwhile are refused, 503 limits_unavailable (recorded; not server
+          errors, not lost); no admission is counted before a replica holds it
     55 %  worker 1 is killed with SIGKILL (mid-batch under this load); restarted
+    60 %  gateway 2 is killed with SIGKILL, restarted 2 s later on the same port and
+          spool directory: the usage events it held in memory come back from its
+          journal (gateway_bridge.journal), so the records check still finds every
+          answered call
     65 %  PostgreSQL is restarted (fast mode: every connection cut)
     75 %  a key in use is revoked; both gateways are probed until they refuse it
     85 %  a burst of 100 concurrent calls against a nearly exhausted cap
@@ -53,6 +64,7 @@ from console import redis_url as redis_urls
 from console.soak import checks
 from console.soak import scenario as scenarios
 from console.soak.cluster import Cluster, local_postgres_cluster, restart_postgres
+from console.soak.sentinel import SentinelSet
 from console.soak.traffic import Traffic
 
 PROBE_MODEL = "soak-probe-no-such-model"  # answered without a node: a fast probe
@@ -91,6 +103,13 @@ class Command(BaseCommand):
             "amqp://guest:guest@127.0.0.1:5672/soak (a vhost of its own): the soak's "
             "processes reach it through a relay, and the broker fault stops the relay",
         )
+        parser.add_argument(
+            "--redis",
+            choices=("single", "sentinel"),
+            default="single",
+            help="single: the Redis at REDIS_URL; sentinel: the soak's own primary, replica "
+            "and three sentinels (redis-server), whose primary is killed mid-run",
+        )
         parser.add_argument("--prepaid-balance", type=int, default=None, help="micro-units")
         parser.add_argument("--keep", action="store_true", help="keep the work directory")
         parser.add_argument("--out", help="also write the report to this file")
@@ -117,24 +136,33 @@ class Command(BaseCommand):
 
     # --- preconditions ---------------------------------------------------------
 
-    def _check_services(self) -> tuple[str, str]:
+    def _check_services(self, own_redis: bool) -> tuple[str, str]:
         if connection.vendor != "postgresql":
             raise CommandError("the soak needs PostgreSQL: set DATABASE_URL=postgres://...")
-        if not settings.REDIS_URL:
+        if not settings.REDIS_URL and not own_redis:
             raise CommandError("the soak needs Redis: set REDIS_URL=redis://...")
         try:
             connection.ensure_connection()
         except Exception as exc:
             raise CommandError(f"PostgreSQL is not reachable: {exc}") from exc
 
-        try:
-            redis_urls.sync_client(settings.REDIS_URL, socket_connect_timeout=2).ping()
-        except Exception as exc:
-            raise CommandError(f"Redis is not reachable at REDIS_URL: {exc}") from exc
+        if not own_redis:
+            try:
+                redis_urls.sync_client(settings.REDIS_URL, socket_connect_timeout=2).ping()
+            except Exception as exc:
+                raise CommandError(f"Redis is not reachable at REDIS_URL: {exc}") from exc
         db = settings.DATABASES["default"]
         auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
         url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
         return url, settings.REDIS_URL
+
+    @staticmethod
+    def _use_redis(url: str) -> None:
+        """This process talks to the soak's Redis too: the scenario clears limit
+        keys there, a revocation is published there. Called before anything
+        was published (the publisher opens its client on first use)."""
+        settings.REDIS_URL = url
+        settings.GATEWAY_LIMITS_STORE = "redis"
 
     @staticmethod
     def _check_broker(url: str) -> None:
@@ -159,16 +187,29 @@ class Command(BaseCommand):
         if not steps or min(steps) < 1:
             raise CommandError("--steps needs positive numbers, e.g. 50,100,200,400")
         seconds = max(20.0, opts["minutes"] * 60)
-        database_url, redis_url = self._check_services()
+        own_redis = opts["redis"] == "sentinel"
+        database_url, redis_url = self._check_services(own_redis)
         call_command("migrate", verbosity=0)
         pg = None if opts["no_postgres_restart"] else local_postgres_cluster(database_url)
         workdir = Path(tempfile.mkdtemp(prefix="soak-"))
         broker_url = opts["broker_url"]
         if broker_url:
             self._check_broker(broker_url)
+        sentinels = None
+        if own_redis:
+            sentinels = SentinelSet(workdir)
+            self.log(f"starting a Redis primary, replica and 3 sentinels ({sentinels.url})")
+            try:
+                sentinels.start()
+            except Exception:
+                sentinels.stop()
+                raise
+            redis_url = sentinels.url
+            self._use_redis(redis_url)
         cluster = Cluster(
             workdir, database_url, redis_url, log=self.log, external_broker_url=broker_url
         )
+        cluster.redis = sentinels
         # Every normal client may hold a connection to each gateway, plus the probes.
         cluster.max_connections_per_address = max(600, max(steps) + 200)
         self.hostile = None
@@ -199,12 +240,15 @@ class Command(BaseCommand):
             report["processes_died"] = died
             self.log("waiting for the pipeline to drain")
             results = report.pop("_results")
-            report["drain"] = checks.wait_drained(scenario, results, opts["drain_timeout"])
+            killed = report["faults"].get("gateway_killed")
+            report["drain"] = checks.wait_drained(scenario, results, opts["drain_timeout"], killed)
             report["checks"] = {
-                "records": checks.records(scenario, results),
+                "records": checks.records(scenario, results, killed),
                 "money": checks.money(scenario),
                 "caps": checks.caps(scenario),
-                "server_errors": checks.server_errors(results),
+                "server_errors": checks.server_errors(
+                    results, excused=report["faults"].get("excused", [])
+                ),
                 "disconnects": checks.disconnects(scenario, results),
                 "burst": checks.burst(scenario, results),
                 "revocation": checks.revocation(
@@ -272,6 +316,7 @@ class Command(BaseCommand):
             "nodes": len(cluster.nodes),
             "workers": len(cluster.workers),
             "broker": urlsplit(cluster.broker_url).scheme,
+            "redis": "sentinel" if cluster.redis is not None else "single",
             "steps": checks.steps(traffic.results, windows),
             "faults": faults,
             "calls": len(traffic.results),
@@ -395,12 +440,33 @@ class Command(BaseCommand):
         await asyncio.to_thread(cluster.start_broker)
         note("broker started", spooled=out["spooled_batches_during_outage"])
 
+        if cluster.redis is not None:
+            await until(at(0.45))
+            killed = time.time()
+            note("Redis primary killed (SIGKILL)")
+            failover = await asyncio.to_thread(cluster.kill_redis_primary)
+            out["redis_failover"] = failover
+            # Calls admitted against the store while it fails over are refused
+            # (503 limits_unavailable, recorded): refused, not lost, not errors.
+            # (From a second before the kill: a call under way then meets it.)
+            out["excused"] = [[killed - 1.0, time.time() + 5.0, "limits_unavailable"]]
+            note("Redis failed over; the old primary is a replica", **failover)
+
         await until(at(0.55))
         await asyncio.to_thread(cluster.kill_worker, 0)
         note("worker-1 killed (SIGKILL)")
         await asyncio.sleep(2.0)
         await asyncio.to_thread(cluster.restart_worker, 0)
         note("worker-1 restarted")
+
+        await until(at(0.60))
+        last = len(cluster.gateways) - 1
+        await asyncio.to_thread(cluster.kill_gateway, last)
+        out["gateway_killed"] = {"gateway": last, "at": time.time()}  # once it is dead
+        note(f"gateway-{last + 1} killed (SIGKILL)")
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(cluster.restart_gateway, last)
+        note(f"gateway-{last + 1} restarted")
 
         await until(at(0.65))
         if pg is None:
