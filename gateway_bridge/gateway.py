@@ -237,6 +237,11 @@ class Gateway:
                 return
             await self.state.start()
             self.state.on_message_hooks.append(self._on_message)
+            # Connected (and, on Sentinel, the primary found) before the first
+            # call, not by it under its 0.25 s per-command deadline.
+            warm = getattr(self.limits.store, "warm", None)
+            if warm is not None:
+                await warm()
             self.emitter  # noqa: B018 - open the spool now, replaying what a previous run left
             self._open_metrics_dir()
             self._started = True

@@ -28,6 +28,8 @@ store is given a ``clock`` (tests)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 
@@ -45,6 +47,8 @@ from gateway_bridge.limits.base import (
     rate_refusal,
 )
 from gateway_bridge.limits.memory import RECORD_GRACE_MS
+
+logger = logging.getLogger(__name__)
 
 RECORD_PREFIX = "lim:res:"
 
@@ -474,6 +478,27 @@ class RedisLimitStore:
     async def peek(self, key: str) -> tuple[int, int] | None:
         used, reserved, present = await self._purge(keys=[key, z_key(key)], args=[self._now_arg()])
         return (int(used), int(reserved)) if int(present) else None
+
+    async def warm(self, *, attempts: int = 10, pause: float = 0.2) -> bool:
+        """Connect before the first call needs it (the gateway's start-up): on
+        Sentinel that also asks the sentinels for the primary. A fresh process
+        under load may miss the per-command deadline a few times, so this tries
+        ``attempts`` times; it never raises (the calls answer 503 then, as they
+        would anyway). True once Redis answered."""
+        ping = getattr(self.client, "execute", None)
+        for attempt in range(attempts):
+            try:
+                if ping is not None:
+                    await ping("PING")
+                else:
+                    await self.client.ping()
+                return True
+            except Exception as exc:  # reported once, below
+                if attempt == attempts - 1:
+                    logger.warning("limits store: Redis did not answer at start-up: %s", exc)
+                    return False
+                await asyncio.sleep(pause)
+        return False
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -340,10 +340,21 @@ class SentinelClient:
         self.db, self.username, self.password = db, username, password
         self.timeout = timeout
         self._client: RespClient | None = None
+        self._finding: asyncio.Lock | None = None
 
     async def _primary(self) -> RespClient:
         if self._client is not None:
             return self._client
+        # One search at a time: the calls that meet a cold or failed-over client
+        # wait for the one asking the sentinels, not each ask (and connect) anew.
+        if self._finding is None:
+            self._finding = asyncio.Lock()
+        async with self._finding:
+            if self._client is not None:
+                return self._client
+            return await self._find_primary()
+
+    async def _find_primary(self) -> RespClient:
         errors = []
         for host, port in self.sentinels:
             probe = RespClient(host, port, timeout=self.timeout or 2.0)

@@ -151,6 +151,48 @@ def test_an_admission_no_replica_holds_is_refused_as_unavailable(own_sentinel_se
         asyncio.run(admit("b"))
 
 
+def test_a_cold_store_finds_the_primary_once_and_warms_before_the_first_call(sentinel_set):
+    """A restarted gateway meets its first calls all at once: they wait for one
+    search of the sentinels (not one each), and the gateway's start-up has
+    already connected (``warm``), so no first call spends its 0.25 s deadline
+    finding the primary."""
+    from gateway_bridge.limits import RedisLimitStore
+    from gateway_bridge.limits.resp import SentinelClient
+
+    *_, url = sentinel_set
+    searches = 0
+    find = SentinelClient._find_primary
+
+    async def counted(self):
+        nonlocal searches
+        searches += 1
+        return await find(self)
+
+    async def cold_burst():
+        store = RedisLimitStore.from_url(url, timeout=0.5)
+        try:
+            SentinelClient._find_primary = counted
+            answers = await asyncio.gather(*(store.client.execute("PING") for _ in range(50)))
+        finally:
+            SentinelClient._find_primary = find
+            await store.close()
+        return answers
+
+    assert asyncio.run(cold_burst()) == ["PONG"] * 50
+    assert searches == 1
+
+    async def warmed():
+        store = RedisLimitStore.from_url(url, timeout=0.5)
+        try:
+            assert store.client._client is None
+            assert await store.warm() is True
+            return store.client._client is not None
+        finally:
+            await store.close()
+
+    assert asyncio.run(warmed())
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
