@@ -51,6 +51,12 @@ def csrf_world(db):
         "credit_note": 1,
         "manual_refund": 1,
         "ledger_entry": 1,
+        "load_test": 1,
+        "alert_rule": 1,
+        "alert_incident": 1,
+        "webhook_destination": 1,
+        "webhook_delivery": 1,
+        "webhook_event": 1,
         "bogus_token": "not-a-token",
     }
     from types import SimpleNamespace

@@ -59,6 +59,7 @@ EXACT_PAGES = (
     "usage:calls_tail",
     "usage:call_detail",
     "usage:models",
+    "analytics:marketplace",  # prices per million tokens, beside the list price
     "analytics:margin",
     "inference_node:node_detail",  # cost prices per million tokens
 )
