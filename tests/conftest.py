@@ -51,6 +51,24 @@ def live_server(request, collected_static):
     server.stop()
 
 
+def pytest_collection_modifyitems(config, items):
+    """CI runs the suite twice: on PostgreSQL and Redis, then embedded (SQLite,
+    the filesystem broker, local caches). Its second pass sets
+    ``CONSOLE_TEST_PASS=embedded-delta`` and runs only what can differ there:
+    the browser tests (the UI in Chromium, the same pages either way) and the
+    ``engine_independent`` ones (their own Redis servers, PDF rendering) are
+    left out. A plain ``python -m pytest`` runs everything."""
+    if os.environ.get("CONSOLE_TEST_PASS") != "embedded-delta":
+        return
+    keep, drop = [], []
+    for item in items:
+        same = item.get_closest_marker("browser") or item.get_closest_marker("engine_independent")
+        (drop if same else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -> None:
     """A ``replica`` alias mirroring ``default`` (its own connection to the test

@@ -13,6 +13,9 @@ from console.soak import checks
 from console.soak.sentinel import SentinelSet
 from console.soak.traffic import Result
 
+# Its own Redis servers: the same whatever the suite is given (CI runs it once).
+pytestmark = pytest.mark.engine_independent
+
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 def test_the_primary_killed_fails_over_and_comes_back_as_a_replica(tmp_path):

@@ -23,6 +23,9 @@ from tests.gateway_bridge.redis_servers import (
     wait_for,
 )
 
+# Its own Redis servers: the same whatever the suite is given (CI runs it once).
+pytestmark = pytest.mark.engine_independent
+
 WORST = 1_000
 UNAVAILABLE = (ConnectionError, TimeoutError, OSError, RespError)
 
