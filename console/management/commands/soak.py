@@ -22,11 +22,12 @@ while these faults happen, at fixed shares of the run:
           meanwhile are refused, 503 limits_unavailable (recorded; not server
           errors, not lost); no admission is counted before a replica holds it
     55 %  worker 1 is killed with SIGKILL (mid-batch under this load); restarted
-    60 %  gateway 2 is killed with SIGKILL, restarted 2 s later on the same port and
-          spool directory: the usage events it held in memory come back from its
-          journal (gateway_bridge.journal), so the records check still finds every
+    60 %  PostgreSQL is restarted (fast mode: every connection cut)
+    65 %  gateway 2 is killed with SIGKILL, restarted 2 s later on the same port and
+          spool directory (once PostgreSQL is back: a restarted gateway knows no key
+          yet): the usage events it held in memory come back from its journal
+          (gateway_bridge.journal), so the records check still finds every
           answered call
-    65 %  PostgreSQL is restarted (fast mode: every connection cut)
     75 %  a key in use is revoked; both gateways are probed until they refuse it
     85 %  a burst of 100 concurrent calls against a nearly exhausted cap
     all   5 % of streamed calls hang up after the first event
@@ -460,15 +461,6 @@ class Command(BaseCommand):
         note("worker-1 restarted")
 
         await until(at(0.60))
-        last = len(cluster.gateways) - 1
-        await asyncio.to_thread(cluster.kill_gateway, last)
-        out["gateway_killed"] = {"gateway": last, "at": time.time()}  # once it is dead
-        note(f"gateway-{last + 1} killed (SIGKILL)")
-        await asyncio.sleep(2.0)
-        await asyncio.to_thread(cluster.restart_gateway, last)
-        note(f"gateway-{last + 1} restarted")
-
-        await until(at(0.65))
         if pg is None:
             out["postgres_restart"] = "skipped (not a local Debian cluster, or disabled)"
             note("PostgreSQL restart skipped")
@@ -476,6 +468,17 @@ class Command(BaseCommand):
             took = await asyncio.to_thread(restart_postgres, pg)
             out["postgres_restart_seconds"] = round(took, 2)
             note(f"PostgreSQL restarted in {took:.1f} s")
+
+        # After the PostgreSQL restart, not during it: a restarted gateway knows no
+        # key yet, and while the database is down it could only answer 503.
+        await until(at(0.65))
+        last = len(cluster.gateways) - 1
+        await asyncio.to_thread(cluster.kill_gateway, last)
+        out["gateway_killed"] = {"gateway": last, "at": time.time()}  # once it is dead
+        note(f"gateway-{last + 1} killed (SIGKILL)")
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(cluster.restart_gateway, last)
+        note(f"gateway-{last + 1} restarted")
 
         await until(at(0.75))
         await self.revoke(traffic, scenario, out)
