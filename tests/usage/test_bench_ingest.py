@@ -1,6 +1,7 @@
 """``manage.py bench_ingest`` on a few events: it ingests them with the
 ledger debit, proves a redelivery changes nothing and, on PostgreSQL,
-measures the bare COPY floor in the same run."""
+measures in the same run the bare COPY floor and the COPY into a table with
+the call table's indexes."""
 
 from __future__ import annotations
 
@@ -48,6 +49,15 @@ def test_ingests_debits_the_ledger_and_reports_the_floor_on_postgresql():
     floor = report["floor_copy_events_per_second"]
     assert floor > 0
     assert report["share_of_floor"] == pytest.approx(report["events_per_second"] / floor, abs=1e-3)
+    indexed = report["indexed_copy_events_per_second"]
+    assert indexed > 0
+    assert report["indexed_copy_share_of_floor"] == pytest.approx(indexed / floor, abs=1e-3)
+    assert report["share_of_indexed_copy"] == pytest.approx(
+        report["events_per_second"] / indexed, abs=1e-3
+    )
+    # The server runs on this machine in the tests: its CPU per event is read.
+    assert report["database_cpu_us_per_event"] >= 0
+    assert report["worker_cpu_us_per_event"] > 0
     with connection.cursor() as cur:
         cur.execute("SELECT to_regclass(%s)", [FLOOR_TABLE])
         assert cur.fetchone()[0] is None  # dropped after the measurement

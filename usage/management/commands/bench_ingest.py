@@ -11,12 +11,18 @@ stored, read back as COPY text, copied again batch by batch (one COPY and
 one commit per batch, the same batch size) into a plain logged table with
 the call table's columns and no index, constraint or default
 (``CREATE TABLE … AS … WITH NO DATA``: the call table's durability, none of
-its upkeep). The JSON reports both rates and ingest's share of the floor."""
+its upkeep). Then the same rows again into a table with the call table's
+indexes (its primary key and the call-log indexes) and nothing more: what
+storing the calls costs before any rating, rollup or ledger work, the
+ceiling of any ingest that keeps those indexes. The JSON reports the three
+rates, ingest's share of each COPY, and (one worker, a server on this
+machine) the CPU the worker and the database server spent per event."""
 
 from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 import threading
 import time
@@ -105,38 +111,77 @@ def _tag(events: list[dict]) -> None:
         )
 
 
-def _copy_floor(org_id: int, batch: int) -> tuple[int, float]:
-    """The bare COPY floor: the organization's stored call rows, as COPY
-    text, copied again into an unindexed table one batch per transaction.
-    Returns (rows, seconds); only the COPYs and their commits are timed."""
+def _stored_chunks(org_id: int, batch: int) -> list[bytes]:
+    """The organization's stored call rows as COPY text, ``batch`` rows a chunk."""
     cols = ", ".join(COPY_COLUMNS)
     connection.ensure_connection()
     raw = connection.connection
-    with raw.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
-        # Not TEMP (temporary tables are unlogged): logged, like the call table.
-        cur.execute(f"CREATE TABLE {FLOOR_TABLE} AS SELECT {cols} FROM usage_call WITH NO DATA")
-        data = bytearray()
-        with cur.copy(
+    data = bytearray()
+    with (
+        raw.cursor() as cur,
+        cur.copy(
             f"COPY (SELECT {cols} FROM usage_call WHERE organization_id = {int(org_id)}) TO STDOUT"
-        ) as copy:
-            for chunk in copy:
-                data += chunk
+        ) as copy,
+    ):
+        for chunk in copy:
+            data += chunk
     raw.commit()
     lines = bytes(data).splitlines(keepends=True)
-    chunks = [b"".join(lines[i : i + batch]) for i in range(0, len(lines), batch)]
+    return [b"".join(lines[i : i + batch]) for i in range(0, len(lines), batch)]
+
+
+def _timed_copy(chunks: list[bytes], create: str) -> float:
+    """Seconds to COPY ``chunks`` into a table made by ``create``, one COPY
+    and one commit per chunk (only those are timed); the table is dropped."""
+    cols = ", ".join(COPY_COLUMNS)
+    raw = connection.connection
+    with raw.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        cur.execute(create)
+    raw.commit()
     try:
         began = time.perf_counter()
         for chunk in chunks:
             with raw.cursor() as cur, cur.copy(f"COPY {FLOOR_TABLE} ({cols}) FROM STDIN") as copy:
                 copy.write(chunk)
             raw.commit()
-        seconds = time.perf_counter() - began
+        return time.perf_counter() - began
     finally:
         with raw.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
         raw.commit()
-    return len(lines), seconds
+
+
+def _copy_floors(org_id: int, batch: int) -> tuple[int, float, float]:
+    """The bare COPY floor and the indexed COPY: the organization's stored
+    call rows, as COPY text, copied again one batch per transaction into an
+    unindexed table, then into one with the call table's indexes (and
+    nothing else ingest does). Returns (rows, floor seconds, indexed seconds)."""
+    cols = ", ".join(COPY_COLUMNS)
+    chunks = _stored_chunks(org_id, batch)
+    rows = sum(chunk.count(b"\n") for chunk in chunks)
+    # Not TEMP (temporary tables are unlogged): logged, like the call table.
+    bare = _timed_copy(
+        chunks, f"CREATE TABLE {FLOOR_TABLE} AS SELECT {cols} FROM usage_call WITH NO DATA"
+    )
+    # The call table's columns, defaults, checks and indexes (its primary
+    # key and the three call-log indexes), as one plain table.
+    indexed = _timed_copy(chunks, f"CREATE TABLE {FLOOR_TABLE} (LIKE usage_call INCLUDING ALL)")
+    return rows, bare, indexed
+
+
+def _backend_cpu() -> float | None:
+    """CPU seconds the database server process behind this connection has
+    used, when the server runs on this machine (Linux); else ``None``."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cost_of(org_id: int, request_ids: list[str]) -> int:
@@ -265,11 +310,16 @@ class Command(BaseCommand):
 
             profiler = cProfile.Profile()
             profiler.enable()
+        # The database's CPU is read off this connection's server process:
+        # with one worker it is the one doing the ingest.
+        one_backend = workers == 1 and connection.vendor == "postgresql"
+        db_cpu_began = _backend_cpu() if one_backend else None
         began = time.perf_counter()
         cpu_began = time.process_time()
         accepted = _run(batches, workers)
         seconds = time.perf_counter() - began
         cpu_seconds = time.process_time() - cpu_began
+        db_cpu = None if db_cpu_began is None else _backend_cpu() - db_cpu_began
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile)
@@ -301,14 +351,28 @@ class Command(BaseCommand):
             "tagged": tagged,
         }
         if connection.vendor == "postgresql":
-            rows, floor_seconds = _copy_floor(org.pk, batch)
+            rows, floor_seconds, indexed_seconds = _copy_floors(org.pk, batch)
             floor = rows / floor_seconds
+            indexed = rows / indexed_seconds
+            rate = total / seconds
+            if db_cpu is not None:
+                # What the server spent per event, beside the worker's own.
+                report["database_cpu_seconds"] = round(db_cpu, 3)
+                report["database_cpu_us_per_event"] = round(db_cpu / total * 1e6, 2)
+                report["worker_cpu_us_per_event"] = round(cpu_seconds / total * 1e6, 2)
             report |= {
                 "floor_copy_rows": rows,
                 "floor_copy_seconds": round(floor_seconds, 3),
                 "floor_copy_events_per_second": round(floor),
                 "floor_copy_table": "logged, no indexes or constraints",
-                "share_of_floor": round(total / seconds / floor, 3),
+                "share_of_floor": round(rate / floor, 3),
+                # The same COPY into a table with the call table's indexes:
+                # what storing the calls alone costs, before any rating,
+                # rollup or ledger work.
+                "indexed_copy_seconds": round(indexed_seconds, 3),
+                "indexed_copy_events_per_second": round(indexed),
+                "indexed_copy_share_of_floor": round(indexed / floor, 3),
+                "share_of_indexed_copy": round(rate / indexed, 3),
             }
         self.stdout.write(json.dumps(report))
         if double_counted or debited != cost_timed:
