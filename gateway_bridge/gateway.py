@@ -440,6 +440,7 @@ class Gateway:
             return
         where = route.resolve(path, headers, scope.get("query_string") or b"", method)
         call = Call(where.protocol, where.endpoint, headers.get("traceparent"))
+        send = self._recording(call, send)
         self.metrics.in_flight += 1
         try:
             if method != where.method:
@@ -516,9 +517,11 @@ class Gateway:
                 await admit.settle(self, call, price)
             raise
         if reserved:
-            # The answer is out: its usage event goes to the emitter (and its
-            # journal) before the settle's round trip to the limits store, so
-            # a process killed during that round trip still has it on disk.
+            # The event went to the emitter (and its journal) with the answer's
+            # last bytes (``_recording``); when no last bytes went out (the
+            # client left), it goes now, before the settle's round trip to the
+            # limits store, so a process killed during that round trip still
+            # has it on disk.
             self._emit(call)
             await admit.settle(self, call, price)
 
@@ -542,6 +545,24 @@ class Gateway:
         if not call.emitted:
             self._emit(call, elapsed, overhead)
         access_log.finish(call, elapsed, overhead)  # the access line, the span's end
+
+    def _recording(self, call: Call, send):
+        """``send``, handing the call's usage event to the emitter (and its
+        journal) just before the answer's last bytes: a process killed once
+        the client may have its whole answer still has the event on disk.
+        By then the call's status, tokens and cost are final."""
+        emit = self._emit
+
+        async def send_recorded(message) -> None:
+            if (
+                not call.emitted
+                and message["type"] == "http.response.body"
+                and not message.get("more_body")
+            ):
+                emit(call)
+            await send(message)
+
+        return send_recorded
 
     def _emit(self, call: Call, elapsed: float | None = None, overhead: float | None = None):
         """The call's usage event to the emitter, once (a recorded call only)."""

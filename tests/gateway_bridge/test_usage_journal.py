@@ -1,7 +1,8 @@
 """The usage journal (gateway_bridge.journal): a gateway process SIGKILLed
 while its answered calls' events wait in the emitter's memory loses none of
 them: the next process on its spool slot recovers them, and ingest stores
-each once."""
+each once. The event is handed over before the answer's last bytes, so no
+kill after the client has its answer can lose it."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
+import pytest
+
 from gateway_bridge import journal as journals
 from gateway_bridge.emitter import UsageEmitter
 from gateway_bridge.gateway import _open_spool
 from gateway_bridge.spool import Spool
 from tests.gateway_bridge.harness import gateway_process
+from tests.gateway_bridge.test_gateway_openai import client
 from usage.ingest import ingest_events
 from usage.models import CallRecord
 
@@ -68,6 +73,32 @@ def test_a_sigkilled_gateways_answered_calls_are_ingested_once_after_restart(
     )
     assert sorted(stored) == sorted(ids)
     assert not journals.leftovers(spool_dir / "usage-0")
+
+
+def test_the_event_is_handed_over_before_the_answers_last_bytes(gw, tenant, monkeypatch):
+    """Whatever the answer (whole, streamed, an error), the usage event is in
+    the emitter (and so in the journal) when its last bytes go to the server:
+    a SIGKILL once the client can have the answer finds the event on disk."""
+    events_at_last_bytes: list[int] = []
+    original = gw.gateway.handle
+
+    async def handle(scope, receive, send):
+        async def watched(message):
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                events_at_last_bytes.append(len(gw.emitter.events))
+            await send(message)
+
+        await original(scope, receive, watched)
+
+    monkeypatch.setattr(gw.gateway, "handle", handle)
+    c = client(gw, tenant.raw)
+    c.chat.completions.create(**BODY)
+    for _ in c.chat.completions.create(**BODY, stream=True):
+        pass
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(**{**BODY, "model": "no-such-model"})
+    assert events_at_last_bytes == [1, 2, 3]
+    assert [e["status_code"] for e in gw.emitter.events] == [200, 200, 404]
 
 
 def test_delivered_batches_retire_their_journal_files(tmp_path):
