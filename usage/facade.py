@@ -43,8 +43,13 @@ What is published, by topic:
 * cost attribution (``usage.attribution_rules``): the ``x-gateway-tags`` parser
   (``parse_tags_header``), ``clean_end_user``, ``missing_required``, their
   limits and ``AttributionError``;
-* ``seed_catalog``, the default models and list prices.
 * ``seed_catalog``, the default models and list prices;
+* the call table's month partitions on PostgreSQL, for the soak's
+  maintenance under load: ``ensure_call_partitions`` (what beat runs daily),
+  ``drop_call_partitions_before`` (retention), ``drop_empty_call_partitions_after``,
+  ``call_partitions`` (each a ``CallPartition``), ``call_partition_name``,
+  ``call_rows_by_partition``, and the month arithmetic they take
+  (``month_start``, ``add_months``);
 * ``window_stats`` (a ``WindowStats``): calls, 5xx and p99 latency and TTFT of
   a model, node or organization over the last minutes, for the alert rules.
 """
@@ -91,6 +96,14 @@ from usage.models import (
     RerateRun,
     Rollup,
 )
+from usage.partitions import Partition as CallPartition
+from usage.partitions import add_months, month_start
+from usage.partitions import drop_empty_partitions_after as drop_empty_call_partitions_after
+from usage.partitions import drop_partitions_before as drop_call_partitions_before
+from usage.partitions import ensure_partitions as ensure_call_partitions
+from usage.partitions import partition_name as call_partition_name
+from usage.partitions import partitions as call_partitions
+from usage.partitions import rows_by_partition as call_rows_by_partition
 from usage.performance import (
     DEGRADED_BELOW,
     DOWN_BELOW,
@@ -134,6 +147,7 @@ __all__ = [
     "Attribution",
     "AttributionError",
     "AttributionGroup",
+    "CallPartition",
     "CallRecord",
     "CatalogModel",
     "ChannelFigures",
@@ -158,21 +172,29 @@ __all__ = [
     "TokenCounts",
     "UsageEvent",
     "WindowStats",
+    "add_months",
     "attribution",
     "cache_savings",
+    "call_partition_name",
+    "call_partitions",
+    "call_rows_by_partition",
     "channel_performance",
     "clean_end_user",
     "csv_text",
     "daily_status",
     "discount_for",
     "discount_ppm_for",
+    "drop_call_partitions_before",
+    "drop_empty_call_partitions_after",
     "encode",
+    "ensure_call_partitions",
     "list_prices",
     "margin_basis_points",
     "margin_report",
     "missing_required",
     "model_performance",
     "model_price_list",
+    "month_start",
     "parse_tags_header",
     "rate",
     "seed_catalog",

@@ -207,6 +207,41 @@ def drop_partitions_before(cutoff: datetime, table: str = TABLE) -> int:
     return dropped
 
 
+def drop_empty_partitions_after(month: datetime, table: str = TABLE) -> list[str]:
+    """Drop the month partitions that start after ``month`` and hold no row
+    (months made ahead that are not wanted now, ``USAGE_PARTITION_MONTHS_AHEAD``
+    lowered); the names dropped. A partition with rows is kept."""
+    if not is_partitioned(table):
+        return []
+    dropped = []
+    after = month_start(month)
+    for part in partitions(table):
+        if part.start is None or part.start <= after:
+            continue
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+            cur.execute(f'SELECT EXISTS (SELECT 1 FROM "{part.name}")')
+            if cur.fetchone()[0]:
+                continue
+            cur.execute(f'DROP TABLE "{part.name}"')
+        dropped.append(part.name)
+    return dropped
+
+
+def rows_by_partition(organization_ids, table: str = TABLE) -> dict[str, int]:
+    """How many of these organizations' call records each partition holds
+    (partitions holding none are left out)."""
+    if not is_partitioned(table):
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            f'SELECT tableoid::regclass::text, count(*) FROM "{table}" '
+            "WHERE organization_id = ANY(%s) GROUP BY 1",
+            [list(organization_ids)],
+        )
+        return {name.strip('"'): n for name, n in cur.fetchall()}
+
+
 def default_rows(table: str = TABLE) -> int:
     """Rows in the default partition: calls whose month has no partition
     (a clock far off, or history older than the conversion)."""

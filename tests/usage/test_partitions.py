@@ -274,3 +274,36 @@ def test_a_partition_a_reader_holds_is_not_waited_for_its_rows_go_by_delete(
     finally:
         with connection.cursor() as cur:
             cur.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+
+def test_empty_months_ahead_are_dropped_and_a_month_with_calls_is_kept(settings, catalog, key):
+    current = partitions.month_start(datetime.now(UTC))
+    partitions.ensure_partitions(months_ahead=3)
+    settings.USAGE_MAX_FUTURE_SKEW_SECONDS = 95 * 24 * 3600
+    in_two = partitions.add_months(current, 2)
+    e = event(key, started_at=in_two + timedelta(hours=1))
+    assert ingest_events([e]).accepted == 1
+
+    dropped = partitions.drop_empty_partitions_after(current)
+    assert dropped == [
+        partitions.partition_name(partitions.add_months(current, 1)),
+        partitions.partition_name(partitions.add_months(current, 3)),
+    ]
+    names = [p.name for p in partitions.partitions()]
+    assert partitions.partition_name(current) in names
+    assert where(e["request_id"]) == partitions.partition_name(in_two)
+
+
+def test_rows_by_partition_counts_an_organizations_calls_per_month(catalog, org, key):
+    now = datetime.now(UTC)
+    last_month = partitions.add_months(partitions.month_start(now), -1)
+    partitions.ensure_partitions(first=last_month)
+    ingest_events(
+        [event(key, started_at=last_month + timedelta(days=1))]
+        + [event(key, started_at=now - timedelta(minutes=i + 1)) for i in range(2)]
+    )
+    assert partitions.rows_by_partition([org.pk]) == {
+        partitions.partition_name(last_month): 1,
+        partitions.partition_name(partitions.month_start(now)): 2,
+    }
+    assert partitions.rows_by_partition([org.pk + 10_000]) == {}

@@ -21,6 +21,9 @@ while these faults happen, at fixed shares of the run:
           promote the replica and the killed one comes back as its replica. Calls
           meanwhile are refused, 503 limits_unavailable (recorded; not server
           errors, not lost); no admission is counted before a replica holds it
+    50 %  the call table's partition maintenance runs under the load: the months
+          ahead created (the daily task) and an old month dropped (retention),
+          each taking the table's lock (console.soak.partitions)
     55 %  worker 1 is killed with SIGKILL (mid-batch under this load); restarted
     60 %  PostgreSQL is restarted (fast mode: every connection cut)
     65 %  gateway 2 is killed with SIGKILL, restarted 2 s later on the same port and
@@ -63,6 +66,7 @@ from django.db import connection, connections, transaction
 from accounts.facade import api_key_revoke
 from console import redis_url as redis_urls
 from console.soak import checks
+from console.soak import partitions as call_partitions
 from console.soak import scenario as scenarios
 from console.soak.cluster import Cluster, local_postgres_cluster, restart_postgres
 from console.soak.sentinel import SentinelSet
@@ -234,6 +238,7 @@ class Command(BaseCommand):
 
             cluster.start(before_gateways=make_scenario)
             scenario = made["scenario"]
+            self.partition_plan = call_partitions.prepare()
             self.log(f"scenario {scenario.run}: 3 organizations, {len(scenario.keys)} keys")
             connections.close_all()
             report = asyncio.run(self.drive(cluster, scenario, steps, seconds, pg))
@@ -259,6 +264,9 @@ class Command(BaseCommand):
                     report["faults"].get("revocation_seconds", {}),
                 ),
             }
+            report["checks"]["partitions"] = call_partitions.check(
+                scenario, report["faults"].get("partitions")
+            )
             if "hostile" in report:
                 report["checks"]["hostile"] = checks.hostile(report["hostile"])
             ok = all(c["ok"] for c in report["checks"].values()) and not died
@@ -452,6 +460,13 @@ class Command(BaseCommand):
             # (From a second before the kill: a call under way then meets it.)
             out["excused"] = [[killed - 1.0, time.time() + 5.0, "limits_unavailable"]]
             note("Redis failed over; the old primary is a replica", **failover)
+
+        await until(at(0.50))
+        try:
+            out["partitions"] = await _db(call_partitions.maintain, self.partition_plan)
+        except Exception as exc:  # the check reports it; the run goes on
+            out["partitions"] = {"error": repr(exc)}
+        note("call partitions maintained under load", **out["partitions"])
 
         await until(at(0.55))
         await asyncio.to_thread(cluster.kill_worker, 0)
