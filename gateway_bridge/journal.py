@@ -1,8 +1,8 @@
 """The usage journal: every finished call's event on disk the moment the
-gateway hands it to the emitter (for a call with a reservation: once its
-answer is out, before the settle's round trip to the limits store), so
-events still waiting in the emitter's memory (batched for up to
-``GATEWAY_EMIT_MAX_DELAY``) survive a SIGKILL of the gateway process.
+gateway hands it to the emitter (just before the answer's last bytes go to
+the connection: ``Gateway._recording``), so events still waiting in the
+emitter's memory (batched for up to ``GATEWAY_EMIT_MAX_DELAY``) survive a
+SIGKILL of the gateway process, even one right after the answer.
 
 ``Journal.write`` copies one JSON line (the event's wire form) into the
 current file, mapped shared (``mmap``): no system call, no fsync, and the GIL
