@@ -156,7 +156,7 @@ def _lines(rows: list[dict], column: str, labels: dict) -> list[MarginLine]:
     return lines
 
 
-def _node_labels(ids) -> dict:
+def node_labels(ids) -> dict:
     """Channel or node names by id (0: local answers), deleted ones said so."""
     named = dict(Node.objects.filter(pk__in=[i for i in ids if i]).values_list("pk", "name"))
     labels = {i: named.get(i) or _("node #%(id)s (deleted)") % {"id": i} for i in ids if i}
@@ -216,7 +216,7 @@ def margin_report(*, start: datetime, end: datetime) -> MarginReport:
         end=end,
         totals=_totals(by_org),
         by_model=_lines(model_rows, "model", {}),
-        by_channel=_lines(node_rows, "node_id", _node_labels({r["node_id"] for r in node_rows})),
+        by_channel=_lines(node_rows, "node_id", node_labels({r["node_id"] for r in node_rows})),
         by_organization=by_org,
         days=_days(start, end),
     )

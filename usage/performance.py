@@ -34,7 +34,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from usage.analytics import encoded_quantiles
-from usage.margin import _node_labels
+from usage.margin import node_labels
 from usage.models import Grain, Rollup
 
 HOUR = timedelta(hours=1)
@@ -183,7 +183,7 @@ def channel_performance(
     ).values_list("node_id", *_COLUMNS)
     for node_id, *values in rows.iterator(chunk_size=2000):
         accs[node_id].add(*values)
-    labels = _node_labels(list(accs))
+    labels = node_labels(list(accs))
     out = [ChannelFigures(n, labels[n], acc.figures()) for n, acc in accs.items()]
     out.sort(key=lambda c: (-c.figures.calls, c.label))
     return out
