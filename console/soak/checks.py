@@ -20,10 +20,13 @@ UNRECORDED = {401}
 
 
 def cut_by_kill(results: list[Result], killed: dict | None) -> set[str]:
-    """Calls whose answer the gateway's SIGKILL cut off: on the killed gateway,
-    under way at the kill, the status line received but the rest lost to a
-    transport error (a stream broken, a body never sent). The call never
-    finished, so no event was made; the client holds no answer to be billed for.
+    """Calls the gateway's SIGKILL cut off before the gateway finished them, on
+    the killed gateway: under way at the kill, the status line received but the
+    rest lost to a transport error (a stream broken, a body never sent); or a
+    stream the client hung up on in the last second before the kill, which the
+    gateway was still winding down (the hang-up reaches its event loop, the
+    node's stream is cancelled, the partial answer is billed, then its event is
+    made). No event was made for either; the client holds no whole answer.
     ``killed``: ``{"gateway": index, "at": wall clock}``."""
     if not killed:
         return set()
@@ -31,8 +34,8 @@ def cut_by_kill(results: list[Result], killed: dict | None) -> set[str]:
     return {
         r.request_id
         for r in results
-        if r.gateway == g and r.request_id and r.status == 200
-        and r.code.startswith("transport:") and r.t0 <= at <= r.t1 + 1.0
+        if r.gateway == g and r.request_id and r.status == 200 and r.t0 <= at <= r.t1 + 1.0
+        and (r.code.startswith("transport:") or r.disconnected)
     }  # fmt: skip
 
 
@@ -86,12 +89,30 @@ def records(scenario: Scenario, results: list[Result], killed: dict | None = Non
     missing = sorted(want - stored)
     unknown = sorted(stored - seen)
     transport = sum(1 for r in results if r.status == 0)
+    sample = set(missing[:5])
+    by_id = {r.request_id: r for r in results if r.request_id in sample}
+    at = killed["at"] if killed else None
     return {
         "ok": not missing and not unknown and not duplicates,
         "answered_calls": len(want),
         "call_records": len(stored),
         "missing": len(missing),
         "missing_sample": missing[:5],
+        # What the client saw of each, its times against the gateway kill's.
+        "missing_detail": [
+            {
+                "request_id": rid,
+                "gateway": by_id[rid].gateway,
+                "status": by_id[rid].status,
+                "code": by_id[rid].code,
+                "stream": by_id[rid].stream,
+                "hung_up": by_id[rid].disconnected,
+                "seconds_from_kill": None
+                if at is None
+                else [round(by_id[rid].t0 - at, 3), round(by_id[rid].t1 - at, 3)],
+            }
+            for rid in missing[:5]
+        ],
         "records_without_a_call": len(unknown),
         "duplicates": duplicates,
         "transport_errors": transport,

@@ -44,9 +44,9 @@ def test_the_primary_killed_fails_over_and_comes_back_as_a_replica(tmp_path):
     assert not any(p.running() for p in sentinels.running())
 
 
-def _result(rid, gateway, status, code, t0, t1):
+def _result(rid, gateway, status, code, t0, t1, disconnected=False):
     r = Result(rid, "k", "a", "openai", True, status, t0, t1, code=code)
-    r.gateway = gateway
+    r.gateway, r.disconnected = gateway, disconnected
     return r
 
 
@@ -58,9 +58,16 @@ def test_only_answers_the_gateway_kill_cut_off_are_not_expected_to_have_a_record
         _result("finished-before", 1, 200, "", 98.0, 99.5),
         _result("broken-earlier", 1, 200, "transport:ClientPayloadError", 50.0, 51.0),
         _result("refused", 1, 503, "limits_unavailable", 99.0, 99.1),
+        # Streams the client hung up on: the one just before the kill was still
+        # being wound down by the gateway; the earlier one, and the one on the
+        # other gateway, were billed.
+        _result("hung-up", 1, 200, "", 99.4, 99.6, disconnected=True),
+        _result("hung-up-earlier", 1, 200, "", 90.0, 90.5, disconnected=True),
+        _result("hung-up-elsewhere", 0, 200, "", 99.4, 99.6, disconnected=True),
     ]
-    assert checks.cut_by_kill(results, killed) == {"cut"}
+    assert checks.cut_by_kill(results, killed) == {"cut", "hung-up"}
     assert checks.expected_ids(results, killed) == {
-        "other-gateway", "finished-before", "broken-earlier", "refused"
+        "other-gateway", "finished-before", "broken-earlier", "refused",
+        "hung-up-earlier", "hung-up-elsewhere",
     }  # fmt: skip
     assert "cut" in checks.expected_ids(results)  # without a kill, every answer counts
