@@ -30,6 +30,7 @@ from accounts.serializers import (
     SubAccountSerializer,
     SubAccountUpdate,
 )
+from console.crypto import no_store
 
 
 class IsOrgMember(permissions.BasePermission):
@@ -77,7 +78,7 @@ class ApiKeyViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         data["sub_account_id"] = data.pop("sub_account", None)
         key, raw = services.api_key_issue(actor=self.actor, **data)
         key.key = raw
-        return Response(ApiKeyCreated(key).data, status=status.HTTP_201_CREATED)
+        return no_store(Response(ApiKeyCreated(key).data, status=status.HTTP_201_CREATED))
 
     @extend_schema(request=ApiKeyUpdate, responses=ApiKeySerializer)
     def partial_update(self, request, pk=None):
@@ -93,7 +94,7 @@ class ApiKeyViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         data = self._input(RotateInput, request.data)
         key, raw = services.api_key_rotate(actor=self.actor, key_id=key.pk, **data)
         key.key = raw or None  # None: kept for the key's owner (the permission matrix)
-        return Response(ApiKeyCreated(key).data)
+        return no_store(Response(ApiKeyCreated(key).data))
 
     @extend_schema(request=None, responses=ApiKeyCreated)
     @action(detail=True, methods=["post"], url_path="secret")
@@ -104,7 +105,7 @@ class ApiKeyViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         raw = services.api_key_collect_secret(actor=self.actor, key_id=key.pk)
         key.refresh_from_db()
         key.key = raw or None
-        return Response(ApiKeyCreated(key).data)
+        return no_store(Response(ApiKeyCreated(key).data))
 
     @extend_schema(request=None, responses=ApiKeySerializer)
     @action(detail=True, methods=["post"])

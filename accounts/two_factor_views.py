@@ -16,6 +16,7 @@ from accounts.errors import DomainError
 from accounts.middleware import client_ip
 from accounts.models import Role, User
 from accounts.signin_views import _wait_message
+from console.crypto import no_store
 
 
 @require_http_methods(["GET", "POST"])
@@ -89,12 +90,16 @@ def settings_page(request):
             return redirect("accounts:two_factor")
         else:
             context["codes"] = two_factor.issue_recovery_codes(user)
-    return render(
+    context = _page(request, context)
+    response = render(
         request,
         "accounts/two_factor_settings.html",
-        _page(request, context),
+        context,
         status=400 if context["error"] else 200,
     )
+    # The setup key (and its QR code) and new recovery codes are never stored; the
+    # page of a user who has it on, without new codes, is ordinary.
+    return no_store(response) if context["codes"] or not context["enabled"] else response
 
 
 def _page(request, context: dict) -> dict:

@@ -30,6 +30,7 @@ from accounts.forms import (
 from accounts.middleware import SESSION_KEY
 from accounts.models import ApiKeyStatus, Membership, Role, User, role_noun
 from accounts.permissions import Perm, can_view_keys, has_perm
+from console.crypto import no_store
 from console.money import amount_input, micro_to_decimal
 
 
@@ -151,9 +152,8 @@ def member_list(request):
         "role_choices": RoleForm.base_fields["role"].choices,
     }
     response = render(request, "accounts/members.html", context)
-    if invite_link:
-        response["Cache-Control"] = "no-store"  # the one page that shows the link
-    return response
+    # The one answer that shows the link is never stored; the page otherwise is ordinary.
+    return no_store(response) if invite_link else response
 
 
 def _run_action(request, action, success, redirect_to: str):
@@ -438,7 +438,9 @@ def api_key_create(request):
             template = (
                 "accounts/_api_key_secret.html" if request.htmx else "accounts/api_key_secret.html"
             )
-            return render(request, template, {"key": key, "raw_key": raw, "created": True})
+            return no_store(
+                render(request, template, {"key": key, "raw_key": raw, "created": True})
+            )
     return render(request, template, {"form": form})
 
 
@@ -507,8 +509,12 @@ def api_key_rotate(request, key_id: int):
             _flash_error(request, exc)
             return redirect("accounts:api_key_detail", key.pk)
         # ``raw`` is "" when the permission matrix keeps the secret for the owner.
-        return render(
-            request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
+        return no_store(
+            render(
+                request,
+                "accounts/api_key_secret.html",
+                {"key": key, "raw_key": raw, "rotated": True},
+            )
         )
     return render(request, "accounts/api_key_rotate.html", {"key": key, "form": form})
 
@@ -525,8 +531,10 @@ def api_key_collect_secret(request, key_id: int):
     if not raw:
         messages.error(request, _("There is no new secret waiting for you on this key."))
         return redirect("accounts:api_key_detail", key.pk)
-    return render(
-        request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
+    return no_store(
+        render(
+            request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
+        )
     )
 
 
@@ -589,8 +597,10 @@ def access_tokens(request):
                 apply_errors(form, exc)
             else:
                 form = TokenForm()
-    return render(
+    response = render(
         request,
         "accounts/access_tokens.html",
         {"tokens": selectors.access_token_list(actor=actor), "form": form, "raw_token": raw},
     )
+    # The answer that shows a new token is never stored; the list otherwise is ordinary.
+    return no_store(response) if raw else response

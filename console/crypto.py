@@ -17,12 +17,21 @@ bad key neither stops the processes that load secrets nor erases them.
 
 ``hint`` is all that may ever be shown of a secret (its last four characters,
 when it is long enough that they reveal little).
+
+``no_store`` marks the one answer that does show a secret whole, once (a new or
+rotated gateway key, a personal access token, a webhook signing secret, the
+two-factor key and recovery codes, an invitation link), and any other answer
+no cache may keep (private downloads: CSV exports, PDFs; the readiness probe):
+``Cache-Control: no-store``, so neither the browser (its disk cache, its back
+button) nor a proxy keeps a copy. Every such view calls it; no view writes the
+header itself.
 """
 
 from __future__ import annotations
 
 import logging
 from functools import lru_cache
+from typing import TypeVar
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
@@ -107,6 +116,16 @@ def hint(secret: str) -> str:
     if not secret:
         return ""
     return f"…{secret[-4:]}" if len(secret) >= 12 else "set"
+
+
+_Response = TypeVar("_Response")
+
+
+def no_store(response: _Response) -> _Response:
+    """``Cache-Control: no-store`` on ``response`` (Django's or DRF's), which is
+    returned: for an answer that shows a secret once, or that no cache may keep."""
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 class SealedTextField(models.TextField):

@@ -15,6 +15,7 @@ from accounts.facade import (
     org_view,
 )
 from console import probes
+from console.crypto import no_store
 
 
 @org_view(Perm.ORG_VIEW)
@@ -46,5 +47,4 @@ async def readyz(request):
     answer in time, 503 naming the one that does not (console.probes)."""
     status, body = await probes.readiness()
     response = JsonResponse(body, status=status)
-    response["Cache-Control"] = "no-store"
-    return response
+    return no_store(response)

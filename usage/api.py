@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.facade import IsOrgMember, Perm, ValidationFailed
+from console.crypto import no_store
 from console.db_router import on_replica, replica_reads
 from usage import logs
 from usage.attribution import BY_END_USER, BY_TAG, attribution
@@ -116,8 +117,7 @@ class CallApiView(APIView):
             org_slug=self.actor.organization.slug, filters=filters, now=timezone.now()
         )
         response["Content-Disposition"] = f'attachment; filename="{name}"'
-        response["Cache-Control"] = "no-store"
-        return response
+        return no_store(response)
 
     def handle_exception(self, exc):
         # Errors are JSON even when the CSV was asked for.

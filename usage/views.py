@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from accounts.facade import NotFound, Perm, org_view
+from console.crypto import no_store
 from console.db_router import on_replica, replica_reads
 from console.money import exact_places
 from usage import catalog, logs
@@ -126,8 +127,7 @@ def call_export(request):
         org_slug=request.actor.organization.slug, filters=filters, now=timezone.now()
     )
     response["Content-Disposition"] = f'attachment; filename="{name}"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return no_store(response)
 
 
 @require_GET

@@ -40,6 +40,7 @@ from console.analytics.chart import figure, line, money_axis
 from console.analytics.csv_labels import MARGIN_CSV_LABELS
 from console.analytics.forms import MAX_RANGE, RANGES
 from console.analytics.views import _json_for_script, _tabs
+from console.crypto import no_store
 from console.csv_header import header_line
 from console.money import format_exact, micro_to_decimal
 from usage.facade import MarginLine, MarginReport, csv_text, margin_report
@@ -246,8 +247,7 @@ def _csv_response(report: MarginReport, request) -> HttpResponse:
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     span = f"{report.start:%Y%m%d%H}-{report.end:%Y%m%d%H}"
     response["Content-Disposition"] = f'attachment; filename="margin-{span}.csv"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return no_store(response)
 
 
 def _report(request) -> tuple[MarginForm, MarginReport | None]:

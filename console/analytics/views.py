@@ -30,6 +30,7 @@ from console.analytics.chart import Chart, mark_partial
 from console.analytics.csv_labels import CSV_LABELS
 from console.analytics.forms import CACHE_COMPARE, COMPARE, AnalyticsForm
 from console.analytics.query import Query
+from console.crypto import no_store
 from console.csv_header import header_line
 from console.db_router import replica_reads
 from usage.facade import CatalogModel, tag_keys
@@ -314,8 +315,7 @@ def _csv_response(chart: Chart, request) -> HttpResponse:
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
     slug = request.actor.organization.slug
     response["Content-Disposition"] = f'attachment; filename="{slug}-{chart.name}-{stamp}.csv"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return no_store(response)
 
 
 def _chart_view(name: str):

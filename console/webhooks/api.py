@@ -10,6 +10,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from accounts.facade import OrgViewSet
+from console.crypto import no_store
 from console.webhooks import selectors, services
 from console.webhooks.models import Delivery, DeliveryStatus, Destination, OutboundEvent
 from console.webhooks.serializers import (
@@ -37,7 +38,7 @@ class DestinationViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModel
     def create(self, request):
         data = self._input(DestinationInput, request.data)
         destination, secret = services.destination_create(actor=self.actor, **data)
-        return Response(_created(destination, secret), status=status.HTTP_201_CREATED)
+        return no_store(Response(_created(destination, secret), status=status.HTTP_201_CREATED))
 
     @extend_schema(request=DestinationUpdate, responses=DestinationSerializer)
     def partial_update(self, request, pk=None):
@@ -59,7 +60,7 @@ class DestinationViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModel
         destination, secret = services.destination_rotate_secret(
             actor=self.actor, destination_id=self.get_object().pk
         )
-        return Response(_created(destination, secret))
+        return no_store(Response(_created(destination, secret)))
 
     @extend_schema(request=None, responses=DeliverySerializer)
     @action(detail=True, methods=["post"])

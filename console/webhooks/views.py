@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts.facade import DomainError, NotFound, Perm, apply_errors, org_view
+from console.crypto import no_store
 from console.webhooks import selectors, services
 from console.webhooks.forms import DeliveryFilterForm, DestinationForm, event_choices
 from console.webhooks.models import DestinationKind
@@ -42,10 +43,13 @@ def destination_list(request):
 
 
 def _secret_page(request, destination, secret: str, *, rotated: bool):
-    return render(
-        request,
-        "webhooks/secret.html",
-        {"destination": destination, "secret": secret, "rotated": rotated},
+    """The one page that shows the signing secret: never stored."""
+    return no_store(
+        render(
+            request,
+            "webhooks/secret.html",
+            {"destination": destination, "secret": secret, "rotated": rotated},
+        )
     )
 
 

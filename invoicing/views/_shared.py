@@ -11,6 +11,7 @@ from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 
 from accounts.facade import NotFound, Perm
+from console.crypto import no_store
 from invoicing import selectors, stripe_adapter
 from invoicing.money import from_minor
 from invoicing.stripe_adapter import StripeError
@@ -44,8 +45,7 @@ def redirect_to_detail(invoice):
 def pdf_response(data: bytes, filename: str) -> HttpResponse:
     response = HttpResponse(data, content_type="application/pdf")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return no_store(response)
 
 
 def stripe_enabled() -> bool:

@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from accounts.facade import org_view
+from console.crypto import no_store
 from console.db_router import on_replica
 from invoicing import exports
 from invoicing.forms import (
@@ -53,8 +54,7 @@ def export_view(name: str):
             export=export, org_slug=actor.organization.slug, filters=filters
         )
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
-        response["Cache-Control"] = "no-store"
-        return response
+        return no_store(response)
 
     view.__name__ = f"export_{name.replace('-', '_')}"
     return view

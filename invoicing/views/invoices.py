@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy, gettext_noop
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, apply_errors, org_view
+from console.crypto import no_store
 from console.money import format_amount
 from invoicing import exports, lists, selectors, services
 from invoicing.forms import (
@@ -442,8 +443,7 @@ def _breakdown_csv(request, invoice, breakdown) -> HttpResponse:
     name = invoice.number or f"draft-{invoice.period}-{invoice.pk}"
     choice = breakdown.choice.replace(":", "-")
     response["Content-Disposition"] = f'attachment; filename="{name}-usage-by-{choice}.csv"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return no_store(response)
 
 
 @require_GET

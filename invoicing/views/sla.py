@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, ValidationFailed, org_view
 from console import timezones
+from console.crypto import no_store
 from console.csv_header import header_line
 from invoicing.models import SlaMonth, SlaStatus, SlaTarget
 from invoicing.models.sla import percent_text
@@ -195,8 +196,7 @@ def sla_failed_calls(request):
         )
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{org.slug}-sla-failed-{period}.csv"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return no_store(response)
 
 
 def _back(period: str):

@@ -75,11 +75,15 @@ def test_the_invitation_link_is_shown_once_with_a_copy_button(client, org, admin
     assert "<script>" not in html and "onclick" not in html  # the CSP forbids inline script
     token = link.group(1).rstrip("/").rsplit("/", 1)[1]
     assert Invitation.objects.filter(organization=org, email="new@example.com").exists()
+    # The one answer that shows the link is never stored by the browser or a proxy.
+    assert response["Cache-Control"] == "no-store"
 
     # The link works...
     assert client.get(link.group(1)).status_code == 200
     # ...and is not shown again, to the inviter or anyone else.
     again = client.get(reverse("accounts:members")).content.decode()
     assert token not in again and 'id="invite-link"' not in again
+    # Without the link, the members page is an ordinary one.
+    assert "no-store" not in client.get(reverse("accounts:members")).get("Cache-Control", "")
     client.force_login(finance.user)
     assert token not in client.get(reverse("accounts:members")).content.decode()

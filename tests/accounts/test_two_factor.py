@@ -228,3 +228,21 @@ def test_an_owner_can_require_two_factor_of_every_member(client):
     # Nor can a member turn theirs off while it is required.
     assert other.post(url, {"action": "disable", "code": "x"}).status_code == 400
     assert two_factor.is_enabled(member)
+
+
+def test_the_setup_key_and_recovery_codes_are_never_stored_the_plain_settings_page_is(client, user):
+    client.force_login(user)
+    url = reverse("accounts:two_factor")
+    setup = client.get(url)
+    assert 'data-testid="totp-secret"' in setup.content.decode()
+    assert setup["Cache-Control"] == "no-store"
+    turned_on = client.post(url, {"action": "confirm", "code": _code(user)})
+    assert 'data-testid="recovery-codes"' in turned_on.content.decode()
+    assert turned_on["Cache-Control"] == "no-store"
+    # On, with no new codes: nothing secret on the page, an ordinary answer.
+    plain = client.get(url)
+    assert 'data-testid="totp-secret"' not in plain.content.decode()
+    assert "no-store" not in plain.get("Cache-Control", "")
+    new_codes = client.post(url, {"action": "regenerate", "code": _code(user, steps_ahead=1)})
+    assert 'data-testid="recovery-codes"' in new_codes.content.decode()
+    assert new_codes["Cache-Control"] == "no-store"

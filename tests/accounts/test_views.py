@@ -306,3 +306,68 @@ def test_personal_access_token_authenticates_api_in_its_org(client, world):
     names = [k["name"] for k in response.json()["results"]]
     assert "key-b" in names and "key-a" not in names
     assert client.get("/api/v1/keys/", HTTP_AUTHORIZATION="Bearer pat_bogus").status_code == 401
+
+
+# --- answers that show a secret once are never stored ------------------------------
+
+
+def _never_stored(response) -> bool:
+    return response.get("Cache-Control") == "no-store"
+
+
+def test_the_new_key_page_and_its_htmx_partial_are_never_stored(client, world):
+    c = _client(client, world["a"]["members"]["owner"])
+    url = reverse("accounts:api_key_create")
+    page = c.post(url, {"name": "page-key", "priority": "normal"})
+    assert 'id="raw-key"' in page.content.decode() and _never_stored(page)
+    partial = c.post(url, {"name": "htmx-key", "priority": "normal"}, HTTP_HX_REQUEST="true")
+    body = partial.content.decode()
+    assert 'id="raw-key"' in body and "<html" not in body and _never_stored(partial)
+    # The form, the key list and a key's page show no secret: ordinary pages.
+    key = ApiKey.objects.get(name="page-key")
+    for ordinary in (
+        c.get(url),
+        c.get(url, HTTP_HX_REQUEST="true"),
+        c.get(reverse("accounts:api_keys")),
+        c.get(reverse("accounts:api_key_detail", args=[key.pk])),
+    ):
+        assert ordinary.status_code == 200 and not _never_stored(ordinary)
+
+
+def test_the_rotated_and_the_collected_secret_pages_are_never_stored(client, world):
+    owner = world["a"]["members"]["owner"]
+    key = world["a"]["key"]
+    c = _client(client, owner)
+    rotated = c.post(reverse("accounts:api_key_rotate", args=[key.pk]), {"grace_seconds": "0"})
+    assert 'id="raw-key"' in rotated.content.decode() and _never_stored(rotated)
+    assert not _never_stored(c.get(reverse("accounts:api_key_rotate", args=[key.pk])))
+    # An admin rotates the owner's key: the owner collects the new secret, once.
+    admin = world["a"]["members"]["admin"]
+    _client(client, admin).post(
+        reverse("accounts:api_key_rotate", args=[key.pk]), {"grace_seconds": "0"}
+    )
+    c = _client(client, owner)
+    collected = c.post(reverse("accounts:api_key_collect_secret", args=[key.pk]))
+    assert 'id="raw-key"' in collected.content.decode() and _never_stored(collected)
+
+
+def test_api_answers_with_a_key_secret_are_never_stored_and_reads_are_ordinary(client, world):
+    c = _client(client, world["a"]["members"]["owner"])
+    created = c.post("/api/v1/keys/", {"name": "api-secret"}, content_type="application/json")
+    assert created.status_code == 201 and created.json()["key"] and _never_stored(created)
+    pk = created.json()["id"]
+    rotated = c.post(f"/api/v1/keys/{pk}/rotate/", {}, content_type="application/json")
+    assert rotated.status_code == 200 and rotated.json()["key"] and _never_stored(rotated)
+    collected = c.post(f"/api/v1/keys/{pk}/secret/")
+    assert collected.status_code == 200 and _never_stored(collected)
+    for ordinary in (c.get("/api/v1/keys/"), c.get(f"/api/v1/keys/{pk}/")):
+        assert ordinary.status_code == 200 and not _never_stored(ordinary)
+
+
+def test_a_new_access_token_is_never_stored_and_the_token_list_is_ordinary(client, world):
+    c = _client(client, world["a"]["members"]["owner"])
+    url = reverse("accounts:access_tokens")
+    created = c.post(url, {"name": "ci-secret", "scope": "read", "expires": "30"})
+    assert 'id="raw-token"' in created.content.decode() and _never_stored(created)
+    listed = c.get(url)
+    assert 'id="raw-token"' not in listed.content.decode() and not _never_stored(listed)

@@ -158,6 +158,57 @@ def test_the_console_create_page_shows_the_secret_once(client, world, receiver):
     assert destination.secret not in c.get(reverse("webhooks:destinations")).content.decode()
 
 
+def _never_stored(response) -> bool:
+    return response.get("Cache-Control") == "no-store"
+
+
+def test_the_signing_secret_pages_are_never_stored_the_destination_pages_are_ordinary(
+    client, world, receiver
+):
+    c = _login(client, world["a"]["members"][Role.OWNER])
+    created = c.post(
+        reverse("webhooks:destination_create"),
+        {
+            "name": "Kept",
+            "kind": "webhook",
+            "url": receiver.url,
+            "events": ["all"],
+            "language": "en",
+        },
+    )
+    destination = Destination.objects.get(name="Kept")
+    assert destination.secret in created.content.decode() and _never_stored(created)
+    rotated = c.post(reverse("webhooks:destination_rotate", args=[destination.pk]))
+    destination.refresh_from_db()
+    assert destination.secret in rotated.content.decode() and _never_stored(rotated)
+    for ordinary in (
+        c.get(reverse("webhooks:destinations")),
+        c.get(reverse("webhooks:destination_create")),
+        c.get(reverse("webhooks:destination_edit", args=[destination.pk])),
+    ):
+        assert ordinary.status_code == 200 and not _never_stored(ordinary)
+
+
+def test_api_answers_with_a_signing_secret_are_never_stored_reads_are_ordinary(
+    client, world, receiver
+):
+    c = _login(client, world["a"]["members"][Role.ADMIN])
+    created = c.post(
+        "/api/v1/webhooks/destinations/",
+        {"name": "Api", "kind": "webhook", "url": receiver.url, "events": ["all"]},
+        content_type="application/json",
+    )
+    assert created.status_code == 201 and created.json()["secret"] and _never_stored(created)
+    pk = created.json()["id"]
+    rotated = c.post(f"/api/v1/webhooks/destinations/{pk}/rotate-secret/")
+    assert rotated.status_code == 200 and rotated.json()["secret"] and _never_stored(rotated)
+    for ordinary in (
+        c.get("/api/v1/webhooks/destinations/"),
+        c.get(f"/api/v1/webhooks/destinations/{pk}/"),
+    ):
+        assert ordinary.status_code == 200 and not _never_stored(ordinary)
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
