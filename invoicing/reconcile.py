@@ -84,9 +84,9 @@ def reconcile(period: str) -> dict:
     for org in Organization.objects.order_by("pk"):
         start, end = period_bounds(period, org.timezone)
         has = (
-            CallRecord.objects.filter(
-                organization_id=org.pk, started_at__gte=start, started_at__lt=end
-            ).exists()
+            CallRecord.objects.billed()
+            .filter(organization_id=org.pk, started_at__gte=start, started_at__lt=end)
+            .exists()
             or Invoice.objects.filter(Q(organization=org) & Q(period=period)).exists()
             or LedgerEntry.objects.filter(organization=org).exists()
         )

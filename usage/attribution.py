@@ -5,10 +5,11 @@ their tags, or by their end user (what the caller says the call was for;
 Whole UTC hours are read from the attribution rollups
 (``usage.models.AttributionRollup``, kept by ingest in the transaction that
 stores the calls); a range edge that cuts an hour, and any narrowing to some
-keys (a developer sees only their own), is read from the call records. The
-calls without the tag key (or without an end user) make one more group,
-``value`` None: the organization's total (its ORG-grain rollup) less the
-groups. So the groups always sum to the range's total, to the micro-unit.
+keys (a developer sees only their own), is read from the billed call records
+(load-test calls marked "not billed" are in neither: the groups are what the
+invoice bills). The calls without the tag key (or without an end user) make
+one more group, ``value`` None: the organization's total (its ORG-grain
+rollup) less the groups. So the groups always sum to the range's total, to the micro-unit.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def attribution(
             g = groups[value] = AttributionGroup(value)
         g.add(sums)
 
-    calls = CallRecord.objects.filter(organization_id=organization_id)
+    # Billed calls only, as in the attribution rollups (``usage.ingest``).
+    calls = CallRecord.objects.billed().filter(organization_id=organization_id)
     if currency:
         calls = calls.filter(currency=currency)
     if where or currency:

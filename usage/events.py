@@ -39,7 +39,10 @@ Load tests (added to version 1, a group of its own): ``is_test`` is True for
 a call made with a load-test key its owner marked "not billed"
 (``ApiKey.test_traffic``, set only by ``console.capacity``). The call is
 rated and stored like any other (its ``cost`` is what the load test
-reports), but nothing billed counts it (``usage.models.CallRecord.billed``).
+reports, the call log shows it marked "test"), but nothing billed counts
+it: no invoice, no prepaid debit (``usage.models.CallRecord.billed``), and
+ingest adds it to no rollup nor attribution rollup, so spend analytics, cap
+seeding, alerts, performance figures, the SLA and margin leave it out too.
 An event without it reads as a billed call.
 
 Validation is plain Python on purpose: it runs 50,000 times a second in the

@@ -17,9 +17,11 @@ What is published, by topic:
   receivers (``OrgUsageTotals``);
 * what a key or sub-account spent per period, for the gateway's cap seeding
   (``spend_by_period`` with ``SPEND_BY_KEY`` / ``SPEND_BY_SUB_ACCOUNT``);
-* the models other apps read: call records and hourly rollups (with their
-  ``Grain``), the catalogue and its prices, and what re-rating leaves for
-  invoicing (``Adjustment``, ``RerateRun``, ``PeriodClose``);
+* the models other apps read: call records (``CallRecord.objects.billed()``
+  for money: load-test calls marked "not billed" left out) and hourly
+  rollups (with their ``Grain``; billed calls only), the catalogue and its
+  prices, and what re-rating leaves for invoicing (``Adjustment``,
+  ``RerateRun``, ``PeriodClose``);
 * the rollup reads the analytics pages draw (``series`` into a ``Series``,
   ``cache_savings``; ``unserved_models``, the names called that are no
   model), the keys a caller may see in call logs

@@ -105,8 +105,11 @@ class CallQuerySet(models.QuerySet):
     def billed(self):
         """The calls an organization pays for: all but load-test calls marked
         "not billed" (``is_test``). Invoices, their reconciliation, incident
-        credits and re-rating read calls through this; the prepaid ledger is
-        debited from ingest's totals, which leave them out too."""
+        credits, the SLA and re-rating read calls through this; the prepaid
+        ledger is debited from ingest's totals, and the rollups and
+        attribution rollups are sums of these calls only (ingest adds no test
+        call to them), so whatever reads a rollup plus the call records of a
+        partial hour reads the edge through this too."""
         return self.filter(is_test=False)
 
 
@@ -156,8 +159,9 @@ class CallRecord(models.Model):
     end_user = models.CharField(max_length=128, blank=True, default="", db_default="")
     tags = models.JSONField(default=dict, blank=True, db_default=models.Value("{}"))
     # Made with a load-test key marked "not billed": rated (``cost`` is what
-    # the test reports) but on no invoice and debited from no balance
-    # (``CallQuerySet.billed``). Added later, hence db_default.
+    # the test reports) but on no invoice, debited from no balance and in no
+    # rollup nor attribution rollup (``CallQuerySet.billed``). Added later,
+    # hence db_default.
     is_test = models.BooleanField(default=False, db_default=False)
     currency = models.CharField(max_length=3)
     # What the organization is charged for the call (its revenue to us).
@@ -202,9 +206,11 @@ class Grain(models.TextChoices):
 
 
 class Rollup(models.Model):
-    """Sums of an hour of calls at one grain. Each call adds to one row of each
-    grain, in the same transaction that stores it, so a row always equals the
-    sum of its records. Histograms are ``usage.sketch`` encodings."""
+    """Sums of an hour of billed calls at one grain. Each billed call adds to
+    one row of each grain, in the same transaction that stores it, so a row
+    always equals the sum of its billed records (``CallQuerySet.billed``: a
+    load-test call marked "not billed" adds to none). Histograms are
+    ``usage.sketch`` encodings."""
 
     organization_id = models.BigIntegerField()
     grain = models.CharField(max_length=8, choices=Grain.choices)
@@ -308,7 +314,8 @@ class AttributionRollup(models.Model):
     ``value`` the end user, ``tag_key`` ""). A call adds to one row per tag
     it carries and one for its end user (none when it has neither), in the
     ingest transaction that stores it, so a row always equals the sum of its
-    call records. The calls without a tag key (or an end user) are the
+    billed call records (a load-test call marked "not billed" adds to none).
+    The calls without a tag key (or an end user) are the
     organization's rollup less these rows."""
 
     organization_id = models.BigIntegerField()

@@ -9,7 +9,9 @@ names an organization, a key or a sub-account.
 The figures, over the rollup hours of a window (``24h``, ``7d``, ``30d``:
 the hour now running and the whole hours before it, 24, 168 or 720 hours):
 
-* calls: every call recorded for the model;
+* calls: every billed call recorded for the model (the rollups hold no
+  load-test call marked "not billed": a load test at its knee is not the
+  model's performance);
 * TTFT p50 / p99 and latency p50 / p99 / p99.9 (ms): quantiles of the merged
   sketches (``usage.sketch``: within 1 % relative error);
 * output tokens per second, p50: of the per-call ``output tokens ÷ generation

@@ -5,7 +5,10 @@ they count in are corrected by the difference in the same transaction.
 Calls inside a closed period are never edited; each gets an ``Adjustment``
 for the difference between its new cost and what was billed so far (its
 cost plus earlier adjustments), so running the same re-rate twice adds
-nothing the second time. Work goes in chunks of calls, one transaction each.
+nothing the second time. Load-test calls marked "not billed" (``is_test``)
+are in no rollup and on no invoice: outside a closed period their record
+gets its new cost and no rollup changes; inside one they get no adjustment.
+Work goes in chunks of calls, one transaction each.
 """
 
 from __future__ import annotations
@@ -269,12 +272,15 @@ def _rerate_chunk(chunk, book, terms, periods, run, summary, per_org, dry_run) -
         summary.cost_delta += delta
         stats[0] += 1
         stats[2] += delta
-        for cell in _cells(call):
-            d = deltas[cell]
-            d[0] += delta
-            d[1] += unpriced
-        for cell in _attribution_cells(call):
-            attributed[cell] += delta
+        # A load-test call marked "not billed" is in no rollup (``usage.ingest``):
+        # its record is re-rated (the test's cost), no rollup cell changes.
+        if not call.is_test:
+            for cell in _cells(call):
+                d = deltas[cell]
+                d[0] += delta
+                d[1] += unpriced
+            for cell in _attribution_cells(call):
+                attributed[cell] += delta
         call.cost, call.price_id, call.priced = new_cost, new_price_id, priced
         changed.append(call)
     if dry_run:

@@ -5,8 +5,10 @@ never on the gateway's path.
 
 The whole UTC hours inside the window come from the hourly rollups (their
 counters and merged ``usage.sketch`` histograms); the partial hours at its
-edges from the call records, added to the same histograms, so a five-minute
-window is five minutes of calls, not the hour around them.
+edges from the billed call records (``CallRecord.objects.billed()``: like
+the rollups, no load-test call marked "not billed"), added to the same
+histograms, so a five-minute window is five minutes of calls, not the hour
+around them, and counts the same calls as a window of whole hours.
 """
 
 from __future__ import annotations
@@ -84,7 +86,11 @@ def window_stats(
         )
     latency = merge_encoded(lat_blobs)
     ttft = merge_encoded(ttft_blobs)
-    records = CallRecord.objects.filter(edges, organization_id=organization_id, **dims).order_by()
+    records = (
+        CallRecord.objects.billed()
+        .filter(edges, organization_id=organization_id, **dims)
+        .order_by()
+    )
     for status, lat_us, ttft_us in records.values_list("status_code", "latency_us", "ttft_us"):
         calls += 1
         errors += status >= 500

@@ -7,6 +7,9 @@ own failure, a queue timeout) is failed; a client error (4xx: a bad request,
 a rate limit, a spend cap) is the client's and counts as served. In parts
 per million, integers throughout: the month misses its target when
 ``served * 1_000_000 < target_ppm * calls``. A month without calls meets it.
+Calls are billed calls: the rollups hold no load-test call marked "not
+billed" (``is_test``), and ``failed_calls`` lists none, so a load test
+driven past its knee costs no credit.
 
 **Failure budget**: the failed calls the target allows for the calls so far,
 ``calls * (1_000_000 - target_ppm) // 1_000_000``, and what is left of it.

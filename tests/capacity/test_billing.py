@@ -21,7 +21,9 @@ from invoicing.selectors import prepaid_balance
 from invoicing.services import invoice_draft, ledger_entry_create
 from invoicing.services._common import period_of
 from usage.ingest import ingest_events
-from usage.models import CallRecord
+from usage.models import CallRecord, Grain, Rollup
+from usage.spend import KEY as SPEND_BY_KEY
+from usage.spend import spend_by_period_many
 
 USD = 1_000_000
 
@@ -72,6 +74,18 @@ def test_a_test_run_is_recorded_but_not_billed_and_a_billed_run_is(lab, client):
     assert invoice.usage_amount == billed_cost
     assert sum(ln.amount for ln in invoice.lines.filter(kind="usage")) == billed_cost
     assert invoice.calls == billed_calls.count()
+    # The spend analytics agree with the invoice (the rollups hold the billed
+    # run only), while the test run's key still spent its cost: its budget.
+    org_rows = Rollup.objects.filter(organization_id=lab.org.pk, grain=Grain.ORG)
+    assert org_rows.aggregate(s=Sum("cost"))["s"] == billed_cost
+    spent = spend_by_period_many(
+        organization_id=lab.org.pk, grain=SPEND_BY_KEY, periods={},
+        idents=[test_run.api_key_id, billed_run.api_key_id],
+    )  # fmt: skip
+    assert (spent[test_run.api_key_id]["life"], spent[billed_run.api_key_id]["life"]) == (
+        test_cost,
+        billed_cost,
+    )
 
     # The call log marks the test run's calls "test", and only those.
     client.force_login(lab.owner.user)

@@ -45,9 +45,9 @@ def synthetic(key, n: int = 60, start: datetime = T0) -> list[dict]:
 
 
 def brute_force(org_id: int, start: datetime, end: datetime, by: str, key: str = "") -> dict:
-    """Cost and calls per group, straight from the call records."""
+    """Cost and calls per group, straight from the billed call records."""
     sums: dict = defaultdict(lambda: [0, 0])
-    for c in CallRecord.objects.filter(
+    for c in CallRecord.objects.billed().filter(
         organization_id=org_id, started_at__gte=start, started_at__lt=end
     ):
         value = (c.tags.get(key) if by == BY_TAG else c.end_user) or None

@@ -1,5 +1,5 @@
 """Ingest: idempotent, never drops an event silently, rates once, and keeps
-every rollup equal to the sum of its call records."""
+every rollup equal to the sum of its billed call records."""
 
 from __future__ import annotations
 

@@ -1,9 +1,17 @@
 """Ingesting usage events: validate, refuse what cannot be stored (into dead
 letters, never silently), skip request ids already stored, rate each call
-once, insert the calls in bulk and add exactly the newly inserted ones to
-the hourly rollups (and the attribution rollups, per tag value and end
-user) in the same transaction, so a rollup row always equals the sum of its
-call records and a redelivered batch changes nothing.
+once, insert the calls in bulk and add exactly the newly inserted billed
+ones to the hourly rollups (and the attribution rollups, per tag value and
+end user) in the same transaction, so a rollup row always equals the sum of
+its billed call records (``CallRecord.objects.billed()``) and a redelivered
+batch changes nothing.
+
+Load-test calls marked "not billed" (``is_test``) are stored as call records
+like any other (the load test reads them: its cost, the call log) but add
+nothing to the rollups or the attribution rollups, and debit no balance: the
+spend analytics, cap seeding, alerts, performance figures, SLA and margin,
+which read the rollups, agree with the invoice. The batch is filtered once,
+before summing, and only when one of its rows is a test call.
 
 Events are read through the usage contract (``usage.events.parse``) into
 named rows (``usage.ingest.rows.CallRow``). Once the calls are stored, the
@@ -16,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from django.db import connection, transaction
 from django.utils import timezone as tz
@@ -34,6 +42,7 @@ from usage.rating import discount_for, rate
 from usage.totals import org_totals
 
 _claim = itemgetter("organization_id", "api_key_id", "sub_account_id", "model")
+_is_test = attrgetter("is_test")
 DEADLOCK_ATTEMPTS = 5
 logger = logging.getLogger(__name__)
 
@@ -235,14 +244,16 @@ def _ingest_postgresql(raw_events: list) -> IngestResult:
         rows, hours = batch.rows, batch.hours
         # Sum the rollups while the server finishes the COPY; redo the sums
         # only when some calls turn out to be stored already.
-        arrays = pg.RollupArrays(all_grains(sum_calls(rows, hours)), batch.currencies)
+        billed, billed_hours = _billed(rows, hours)
+        arrays = pg.RollupArrays(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
         inserted = stream.result()
         if inserted is not None:
             rows, hours = _only(rows, hours, inserted)
-            arrays = pg.RollupArrays(all_grains(sum_calls(rows, hours)), batch.currencies)
+            billed, billed_hours = _billed(rows, hours)
+            arrays = pg.RollupArrays(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
         if rows:
             pg.apply_rollups(arrays, batch.currencies)
-            pg.apply_attribution(sum_attribution(rows, hours), batch.currencies)
+            pg.apply_attribution(sum_attribution(billed, billed_hours), batch.currencies)
             pg.touch_keys(_last_used(rows))
             _calls_ingested(rows)
         if batch.dead:
@@ -262,8 +273,9 @@ def _ingest_generic(raw_events: list) -> IngestResult:
             if inserted is not None:
                 rows, hours = _only(rows, hours, inserted)
             if rows:
-                generic.apply_rollups(all_grains(sum_calls(rows, hours)), batch.currencies)
-                generic.apply_attribution(sum_attribution(rows, hours), batch.currencies)
+                billed, billed_hours = _billed(rows, hours)
+                generic.apply_rollups(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
+                generic.apply_attribution(sum_attribution(billed, billed_hours), batch.currencies)
                 generic.touch_keys(_last_used(rows))
                 _calls_ingested(rows)
         if batch.dead:
@@ -279,6 +291,16 @@ def _calls_ingested(rows: list[CallRow]) -> None:
 
 def _only(rows: list[CallRow], hours: list, inserted: set[str]) -> tuple[list, list]:
     keep = [i for i, row in enumerate(rows) if row.request_id in inserted]
+    return [rows[i] for i in keep], [hours[i] for i in keep]
+
+
+def _billed(rows: list[CallRow], hours: list) -> tuple[list, list]:
+    """The rows (and their hours) the rollups add: all but load-test calls
+    marked "not billed". The common batch has none: one scan at C speed, and
+    the same lists back."""
+    if True not in map(_is_test, rows):
+        return rows, hours
+    keep = [i for i, row in enumerate(rows) if not row.is_test]
     return [rows[i] for i in keep], [hours[i] for i in keep]
 
 

@@ -163,3 +163,22 @@ def test_limits_seed_missing_buckets_from_the_database_and_admit(org):
     assert [getattr(r, "code", None) for r in results if isinstance(r, Exception)] == [
         "key_daily_cap_exceeded"
     ]
+
+
+def test_a_load_test_key_is_seeded_with_its_own_calls_and_its_sub_account_with_billed_ones(org):
+    # A load test marked "not billed" ran in a sub-account next to a billed key.
+    team = SubAccountFactory(organization=org, name="team-a", spend_cap_lifetime=10**9)
+    load = make_key(org, "load", team, spend_cap_lifetime=10**9, test_traffic=True)
+    billed = make_key(org, "billed", team)
+    t = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+    ingest_events([event(load, started_at=t, is_test=True) for _ in range(3)])
+    calls_at(billed, t)
+    test_cost = sum(CallRecord.objects.filter(api_key_id=load.pk).values_list("cost", flat=True))
+    billed_cost = CallRecord.objects.get(api_key_id=billed.pk).cost
+
+    values = seed_values(view(load), NOW)
+
+    # The key's lifetime cap is the load test's budget: its calls count after a re-seed ...
+    assert values[f"{{o:{org.pk}}}cap:k:{load.pk}:life"] == test_cost > 0
+    # ... while the sub-account's spend is what its invoice bills.
+    assert values[f"{{o:{org.pk}}}cap:s:{team.pk}:life"] == billed_cost
