@@ -51,7 +51,7 @@ def periods(tz_name: str, now: datetime) -> dict[str, tuple[datetime, datetime, 
 
 
 def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
-    """Buckets (key caps, sub-account caps, prepaid balance but for a
+    """Buckets (key caps; sub-account caps and the prepaid balance but for a
     load-test key not billed) and rate rules
     (key, sub-account, organization) for ``auth`` (an ``AuthenticatedKey``)
     at ``now``; only the levels with a limit set."""
@@ -59,7 +59,10 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
     tag = org_tag(auth.organization_id)
     caps: list[CapBucket] = []
     levels = [("key", "k", auth.key_id, auth.key_caps)]
-    if auth.sub_account_id is not None:
+    # A load-test key marked "not billed" spends its own caps (the test's
+    # budget), not its sub-account's: its calls are on no invoice and in no
+    # rollup, so the sub-account's spend (and its caps' seeding) leaves them out.
+    if auth.sub_account_id is not None and not auth.test_traffic:
         levels.append(("sub_account", "s", auth.sub_account_id, auth.sub_account_caps))
     for scope, letter, ident, (daily, monthly, lifetime) in levels:
         for period, name, limit in (("d", "daily", daily), ("m", "monthly", monthly)):
@@ -87,8 +90,7 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
                     currency=auth.currency,
                 )
             )
-    # A load-test key marked "not billed" spends no prepaid balance (its own
-    # caps, the test's budget, still hold).
+    # Nor does it spend the prepaid balance.
     if auth.billing_mode == "prepaid" and not auth.test_traffic:
         caps.append(
             CapBucket(

@@ -127,3 +127,15 @@ def test_a_load_test_key_not_billed_spends_no_prepaid_balance_but_keeps_its_caps
         now,
     )  # fmt: skip
     assert [(c.code, c.limit) for c in caps] == [("key_lifetime_cap_exceeded", 5_000)]
+
+
+def test_a_load_test_key_not_billed_spends_no_sub_account_cap():
+    now = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
+    team = {"sub_account_id": 9, "sub_account_caps": (1_000, None, None)}
+    billed, _ = plan(auth(**team, key_caps=(None, None, 5_000)), now)
+    assert [c.code for c in billed] == [
+        "key_lifetime_cap_exceeded",
+        "sub_account_daily_cap_exceeded",
+    ]
+    load, _ = plan(auth(**team, key_caps=(None, None, 5_000), test_traffic=True), now)
+    assert [c.code for c in load] == ["key_lifetime_cap_exceeded"]

@@ -178,7 +178,10 @@ def test_a_load_test_key_is_seeded_with_its_own_calls_and_its_sub_account_with_b
 
     values = seed_values(view(load), NOW)
 
-    # The key's lifetime cap is the load test's budget: its calls count after a re-seed ...
+    # The key's lifetime cap is the load test's budget: its calls count after a
+    # re-seed; it spends no sub-account cap at all ...
     assert values[f"{{o:{org.pk}}}cap:k:{load.pk}:life"] == test_cost > 0
+    assert f"{{o:{org.pk}}}cap:s:{team.pk}:life" not in values
     # ... while the sub-account's spend is what its invoice bills.
-    assert values[f"{{o:{org.pk}}}cap:s:{team.pk}:life"] == billed_cost
+    team_values = seed_values(view(billed), NOW)
+    assert team_values[f"{{o:{org.pk}}}cap:s:{team.pk}:life"] == billed_cost
