@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import statistics
 import time
+import zoneinfo
+from datetime import UTC
 
 from django.db import close_old_connections
 from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncDay, TruncMonth
 
 from console.soak.scenario import Scenario
 from console.soak.traffic import MAX_TOKENS, Result
@@ -167,24 +170,62 @@ def money(scenario: Scenario) -> dict:
     return {"ok": ok, "organizations": out}
 
 
+_PERIOD_OF = {
+    "spend_cap_daily": TruncDay,
+    "spend_cap_monthly": TruncMonth,
+    "spend_cap_lifetime": None,
+}
+
+
+def _most_in_a_period(calls, field: str, zone) -> int:
+    """The most ``calls`` spent within one period of cap ``field`` (a day or
+    a month in the organization's time zone, or all time): a run that
+    crosses midnight starts a daily cap afresh, as the gateway does."""
+    trunc = _PERIOD_OF[field]
+    if trunc is None:
+        return calls.aggregate(s=Sum("cost"))["s"] or 0
+    per = calls.annotate(p=trunc("started_at", tzinfo=zone)).values("p").annotate(s=Sum("cost"))
+    return max((row["s"] or 0 for row in per.order_by()), default=0)
+
+
+def _zone(org):
+    try:
+        return zoneinfo.ZoneInfo(org.timezone or "UTC")
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return UTC
+
+
 def caps(scenario: Scenario) -> dict:
-    """No spend cap and no prepaid balance was exceeded."""
+    """No spend cap and no prepaid balance was exceeded: for each cap, the
+    most spent in any one of its periods (day, month in the organization's
+    time zone, or lifetime) is at most the cap."""
 
     rows, ok = [], True
     for key in scenario.keys.values():
         if not key.caps:
             continue
-        spent = CallRecord.objects.filter(api_key_id=key.key_id).aggregate(s=Sum("cost"))["s"] or 0
-        cap = min(key.caps.values())
-        rows.append({"key": key.label, "spent": spent, "cap": cap, "ok": spent <= cap})
-        ok = ok and spent <= cap
+        calls = CallRecord.objects.filter(api_key_id=key.key_id)
+        zone = _zone(scenario.orgs[key.org])
+        for field, cap in key.caps.items():
+            spent = _most_in_a_period(calls, field, zone)
+            rows.append(
+                {"key": key.label, "cap_field": field, "spent": spent, "cap": cap,
+                 "ok": spent <= cap}
+            )  # fmt: skip
+            ok = ok and spent <= cap
     for label, sub in scenario.subs.items():
-        cap = sub.spend_cap_daily or sub.spend_cap_monthly or sub.spend_cap_lifetime
-        if not cap:
-            continue
-        spent = CallRecord.objects.filter(sub_account_id=sub.id).aggregate(s=Sum("cost"))["s"] or 0
-        rows.append({"sub_account": label, "spent": spent, "cap": cap, "ok": spent <= cap})
-        ok = ok and spent <= cap
+        calls = CallRecord.objects.filter(sub_account_id=sub.id)
+        zone = _zone(next(o for o in scenario.orgs.values() if o.id == sub.organization_id))
+        for field in _PERIOD_OF:
+            cap = getattr(sub, field)
+            if not cap:
+                continue
+            spent = _most_in_a_period(calls, field, zone)
+            rows.append(
+                {"sub_account": label, "cap_field": field, "spent": spent, "cap": cap,
+                 "ok": spent <= cap}
+            )  # fmt: skip
+            ok = ok and spent <= cap
     b = scenario.orgs["b"]
     spent = CallRecord.objects.filter(organization_id=b.id).aggregate(s=Sum("cost"))["s"] or 0
     balance = LedgerEntry.objects.filter(organization_id=b.id).aggregate(s=Sum("amount"))["s"] or 0
