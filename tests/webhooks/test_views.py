@@ -140,18 +140,17 @@ def test_the_signing_secret_is_shown_once_and_never_in_lists_or_reads(client, wo
     assert result["status"] == "succeeded" and receiver.requests[-1]["verified"]
 
 
+def _create(c, receiver, name: str):
+    """The console's new-destination form, posted: a signed webhook to ``receiver``."""
+    return c.post(
+        reverse("webhooks:destination_create"),
+        {"name": name, "kind": "webhook", "url": receiver.url, "events": ["all"], "language": "en"},
+    )
+
+
 def test_the_console_create_page_shows_the_secret_once(client, world, receiver):
     c = _login(client, world["a"]["members"][Role.OWNER])
-    response = c.post(
-        reverse("webhooks:destination_create"),
-        {
-            "name": "Mine",
-            "kind": "webhook",
-            "url": receiver.url,
-            "events": ["all"],
-            "language": "en",
-        },
-    )
+    response = _create(c, receiver, "Mine")
     destination = Destination.objects.get(name="Mine")
     assert response.status_code == 200
     assert destination.secret in response.content.decode()
@@ -166,16 +165,7 @@ def test_the_signing_secret_pages_are_never_stored_the_destination_pages_are_ord
     client, world, receiver
 ):
     c = _login(client, world["a"]["members"][Role.OWNER])
-    created = c.post(
-        reverse("webhooks:destination_create"),
-        {
-            "name": "Kept",
-            "kind": "webhook",
-            "url": receiver.url,
-            "events": ["all"],
-            "language": "en",
-        },
-    )
+    created = _create(c, receiver, "Kept")
     destination = Destination.objects.get(name="Kept")
     assert destination.secret in created.content.decode() and _never_stored(created)
     rotated = c.post(reverse("webhooks:destination_rotate", args=[destination.pk]))
