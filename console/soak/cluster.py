@@ -345,6 +345,42 @@ class Cluster:
         with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310
             return resp.read().decode()
 
+    def series(self, i: int, *names: str) -> dict[str, float] | None:
+        """The named series of gateway ``i``'s ``/metrics``, each summed over its
+        labels; ``None`` when the gateway does not answer."""
+        try:
+            text = self.metrics(i)
+        except OSError:
+            return None
+        sums = dict.fromkeys(names, 0.0)
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in sums:
+                sums[name] += float(line.rsplit(" ", 1)[1])
+        return sums
+
+    def key_invalidation(self, i: int) -> tuple[float, float]:
+        """Gateway ``i``'s key changes heard, and when it heard the last (its clock)."""
+        got = self.series(
+            i, "gateway_key_invalidations_total", "gateway_last_key_invalidation_timestamp_seconds"
+        )
+        return (0.0, 0.0) if got is None else tuple(got.values())
+
+    def circuit_openings(self) -> dict[str, int | None]:
+        """Circuit openings per gateway (``None``: it did not answer)."""
+        name = "gateway_circuit_openings_total"
+        out = {}
+        for i in range(len(self.gateways)):
+            got = self.series(i, name)
+            out[f"gateway-{i + 1}"] = None if got is None else int(got[name])
+        return out
+
+    def spooled_batches(self) -> int:
+        """Usage batches waiting in the gateways' spools, all gateways together."""
+        name = "gateway_spool_batches"
+        found = (self.series(i, name) for i in range(len(self.gateways)))
+        return int(sum(got[name] for got in found if got is not None))
+
 
 def local_postgres_cluster(database_url: str) -> tuple[str, str] | None:
     """(version, name) of the Debian PostgreSQL cluster serving ``database_url``

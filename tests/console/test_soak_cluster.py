@@ -73,3 +73,30 @@ def test_the_relay_forwards_and_cuts_every_connection_when_stopped(tmp_path):
         relay.stop()
         server.shutdown()
         server.server_close()
+
+
+SCRAPE = """# HELP gateway_circuit_openings_total Times a node's circuit opened.
+gateway_key_invalidations_total 3
+gateway_last_key_invalidation_timestamp_seconds 1796427084.5
+gateway_circuit_openings_total{node="a"} 2
+gateway_circuit_openings_total{node="b"} 1
+gateway_spool_batches 4
+"""
+
+
+def test_the_gateways_metrics_are_read_per_gateway_and_a_silent_one_is_said_so(
+    tmp_path, monkeypatch
+):
+    cluster = Cluster(tmp_path, "postgres://db", "redis://r")
+    cluster.gateways = [object(), object()]
+
+    def metrics(i: int) -> str:
+        if i == 1:
+            raise OSError("connection refused")  # gateway 2 is down
+        return SCRAPE
+
+    monkeypatch.setattr(cluster, "metrics", metrics)
+    assert cluster.key_invalidation(0) == (3.0, 1796427084.5)
+    assert cluster.key_invalidation(1) == (0.0, 0.0)
+    assert cluster.circuit_openings() == {"gateway-1": 3, "gateway-2": None}
+    assert cluster.spooled_batches() == 4

@@ -435,7 +435,7 @@ class Command(BaseCommand):
         await asyncio.to_thread(cluster.restart_node, 2)
         note("node-3 restarted")
         await until(at(0.35))
-        openings = await asyncio.to_thread(self._circuit_openings, cluster)
+        openings = await asyncio.to_thread(cluster.circuit_openings)
         out["circuit_openings_by_gateway"] = openings
         await asyncio.to_thread(cluster.node_faults, 1, fault_500_rate=0.0)
         note("node-2 healthy again", circuit_openings=openings)
@@ -444,7 +444,7 @@ class Command(BaseCommand):
         await asyncio.to_thread(cluster.stop_broker)
         note(f"broker stopped for {outage:.0f} s")
         await asyncio.sleep(min(5.0, outage / 2))
-        out["spooled_batches_during_outage"] = await asyncio.to_thread(self._spooled, cluster)
+        out["spooled_batches_during_outage"] = await asyncio.to_thread(cluster.spooled_batches)
         await asyncio.sleep(max(0.0, outage - min(5.0, outage / 2)))
         await asyncio.to_thread(cluster.start_broker)
         note("broker started", spooled=out["spooled_batches_during_outage"])
@@ -518,7 +518,7 @@ class Command(BaseCommand):
         probe = scenarios.KeySpec(key.label, key.org, key.raw, key.key_id, model=PROBE_MODEL)
         n = len(traffic.gateway_urls)
         cluster = self._cluster
-        before = await asyncio.to_thread(lambda: [self._invalidation(cluster, i) for i in range(n)])
+        before = await asyncio.to_thread(lambda: [cluster.key_invalidation(i) for i in range(n)])
         committed: list[float] = []
 
         def revoke() -> None:
@@ -544,7 +544,7 @@ class Command(BaseCommand):
 
         async def heard(gw: int) -> float | None:
             while time.time() - revoked_at < 15:
-                count, ts = await asyncio.to_thread(self._invalidation, cluster, gw)
+                count, ts = await asyncio.to_thread(cluster.key_invalidation, gw)
                 if count > before[gw][0]:
                     return round(max(0.0, ts - revoked_at), 3)
                 await asyncio.sleep(0.05)
@@ -557,46 +557,3 @@ class Command(BaseCommand):
             name: (s if s is not None else 999.0) for name, s in zip(names, seen, strict=True)
         }
         out["first_refusal_seconds"] = dict(zip(names, first, strict=True))
-
-    @staticmethod
-    def _invalidation(cluster: Cluster, i: int) -> tuple[float, float]:
-        count = ts = 0.0
-        try:
-            text = cluster.metrics(i)
-        except OSError:
-            return count, ts
-        for line in text.splitlines():
-            if line.startswith("gateway_key_invalidations_total "):
-                count = float(line.rsplit(" ", 1)[1])
-            elif line.startswith("gateway_last_key_invalidation_timestamp_seconds "):
-                ts = float(line.rsplit(" ", 1)[1])
-        return count, ts
-
-    @staticmethod
-    def _circuit_openings(cluster: Cluster) -> dict:
-        out = {}
-        for i in range(len(cluster.gateways)):
-            try:
-                text = cluster.metrics(i)
-            except OSError:
-                out[f"gateway-{i + 1}"] = None
-                continue
-            total = 0.0
-            for line in text.splitlines():
-                if line.startswith("gateway_circuit_openings_total"):
-                    total += float(line.rsplit(" ", 1)[1])
-            out[f"gateway-{i + 1}"] = int(total)
-        return out
-
-    @staticmethod
-    def _spooled(cluster: Cluster) -> int:
-        total = 0.0
-        for i in range(len(cluster.gateways)):
-            try:
-                text = cluster.metrics(i)
-            except OSError:
-                continue
-            for line in text.splitlines():
-                if line.startswith("gateway_spool_batches"):
-                    total += float(line.rsplit(" ", 1)[1])
-        return int(total)
