@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from accounts import password_reset, signin_views, two_factor_views, views
+from accounts import key_views, password_reset, signin_views, two_factor_views, views
 
 app_name = "accounts"
 
@@ -39,12 +39,14 @@ urlpatterns = [
     path("invite/<str:token>/", views.invitation_accept, name="invitation_accept"),
     path("sub-accounts/", views.sub_account_list, name="sub_accounts"),
     path("sub-accounts/<int:sub_account_id>/", views.sub_account_detail, name="sub_account_detail"),
-    path("keys/", views.api_key_list, name="api_keys"),
-    path("keys/new/", views.api_key_create, name="api_key_create"),
-    path("keys/<int:key_id>/", views.api_key_detail, name="api_key_detail"),
-    path("keys/<int:key_id>/rotate/", views.api_key_rotate, name="api_key_rotate"),
-    path("keys/<int:key_id>/secret/", views.api_key_collect_secret, name="api_key_collect_secret"),
-    path("keys/<int:key_id>/revoke/", views.api_key_revoke, name="api_key_revoke"),
+    path("keys/", key_views.api_key_list, name="api_keys"),
+    path("keys/new/", key_views.api_key_create, name="api_key_create"),
+    path("keys/<int:key_id>/", key_views.api_key_detail, name="api_key_detail"),
+    path("keys/<int:key_id>/rotate/", key_views.api_key_rotate, name="api_key_rotate"),
+    path(
+        "keys/<int:key_id>/secret/", key_views.api_key_collect_secret, name="api_key_collect_secret"
+    ),
+    path("keys/<int:key_id>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),
     path("audit/", views.audit_log, name="audit"),
     path("tokens/", views.access_tokens, name="access_tokens"),
 ]

@@ -17,24 +17,21 @@ from accounts.decorators import apply_errors, org_view
 from accounts.errors import DomainError, NotFound
 from accounts.forms import (
     AcceptNewUserForm,
-    ApiKeyEditForm,
-    ApiKeyForm,
     InviteForm,
     MemberRemoveForm,
     OrganizationForm,
     RoleForm,
-    RotateForm,
     SubAccountForm,
     TokenForm,
 )
 from accounts.middleware import SESSION_KEY
-from accounts.models import ApiKeyStatus, Membership, Role, User, role_noun
+from accounts.models import Membership, Role, User, role_noun
 from accounts.permissions import Perm, can_view_keys, has_perm
 from console.crypto import no_store
 from console.money import amount_input, micro_to_decimal
 
 
-def _page(request, qs, per_page=50):
+def page_of(request, qs, per_page=50):
     return Paginator(qs, per_page).get_page(request.GET.get("page"))
 
 
@@ -46,7 +43,7 @@ def _object_id(value) -> int | None:
     return number if 0 < number < 2**63 else None
 
 
-def _flash_error(request, exc: DomainError) -> None:
+def flash_error(request, exc: DomainError) -> None:
     messages.error(request, exc.message)
 
 
@@ -165,7 +162,7 @@ def _run_action(request, action, success, redirect_to: str):
     except NotFound as exc:
         raise Http404(exc.message) from exc
     except DomainError as exc:
-        _flash_error(request, exc)
+        flash_error(request, exc)
     else:
         messages.success(request, success(result) if callable(success) else success)
     return redirect(redirect_to)
@@ -296,7 +293,7 @@ def invitation_accept(request, token: str):
 # --- sub-accounts ------------------------------------------------------------
 
 
-def _limits_initial(obj) -> dict:
+def limits_initial(obj) -> dict:
     initial = {
         "allowed_models": list(obj.allowed_models or []),
         "required_tag_keys": ", ".join(obj.required_tag_keys or []),
@@ -347,7 +344,7 @@ def sub_account_detail(request, sub_account_id: int):
         raise Http404 from None
     form = SubAccountForm(
         request.POST or None,
-        initial={"name": sub.name, "status": sub.status, **_limits_initial(sub)},
+        initial={"name": sub.name, "status": sub.status, **limits_initial(sub)},
         model_names=selectors.model_choices(actor=actor),
     )
     if request.method == "POST":
@@ -390,176 +387,6 @@ def sub_account_detail(request, sub_account_id: int):
     )
 
 
-# --- API keys ------------------------------------------------------------------
-
-KEY_PERMS = (Perm.KEYS_VIEW_ALL, Perm.KEYS_MANAGE_OWN)
-
-
-@org_view(*KEY_PERMS, any_of=True)
-def api_key_list(request):
-    actor = request.actor
-    status = request.GET.get("status") or None
-    if status not in (None, *ApiKeyStatus.values):
-        status = None
-    keys = selectors.api_key_list(actor=actor, status=status)
-    page = _page(request, keys)
-    spend = selectors.api_key_spend(actor=actor, keys=page.object_list)
-    for key in page.object_list:
-        key.spend_bars = spend.get(key.pk, ())
-    filters = [(None, _("all")), *((s, s) for s in ApiKeyStatus.values)]
-    return render(
-        request,
-        "accounts/api_keys.html",
-        {"page": page, "status": status, "filters": filters},
-    )
-
-
-def _key_form(request, data=None):
-    actor = request.actor
-    return ApiKeyForm(
-        data,
-        sub_accounts=selectors.sub_accounts_for_key_form(actor=actor),
-        tz_name=actor.organization.timezone,
-        model_names=selectors.model_choices(actor=actor),
-    )
-
-
-@org_view(Perm.KEYS_MANAGE_OWN)
-def api_key_create(request):
-    actor = request.actor
-    form = _key_form(request, request.POST or None)
-    template = "accounts/_api_key_form.html" if request.htmx else "accounts/api_key_new.html"
-    if request.method == "POST" and form.is_valid():
-        try:
-            key, raw = services.api_key_issue(actor=actor, **form.service_kwargs())
-        except DomainError as exc:
-            apply_errors(form, exc)
-        else:
-            template = (
-                "accounts/_api_key_secret.html" if request.htmx else "accounts/api_key_secret.html"
-            )
-            return no_store(
-                render(request, template, {"key": key, "raw_key": raw, "created": True})
-            )
-    return render(request, template, {"form": form})
-
-
-@org_view(*KEY_PERMS, any_of=True)
-def api_key_detail(request, key_id: int):
-    actor = request.actor
-    try:
-        key = services.get_api_key(actor, key_id, for_change=False)
-    except DomainError:
-        raise Http404 from None
-    may_change = actor.can(Perm.KEYS_MANAGE_ALL) or (
-        actor.can(Perm.KEYS_MANAGE_OWN) and key.owner_id == actor.user.pk
-    )
-    initial = {
-        "name": key.name,
-        "ip_allowlist": "\n".join(key.ip_allowlist),
-        "priority": key.priority,
-        "expires_at": key.expires_at,
-        **_limits_initial(key),
-    }
-    form = ApiKeyEditForm(
-        request.POST or None,
-        initial=initial,
-        tz_name=actor.organization.timezone,
-        model_names=selectors.model_choices(actor=actor, sub_account=key.sub_account),
-    )
-    if request.method == "POST":
-        if not may_change:
-            return render(
-                request, "403.html", {"reason": _("Your role cannot change this key.")}, status=403
-            )
-        if form.is_valid():
-            try:
-                services.api_key_update(actor=actor, key_id=key.pk, **form.service_kwargs())
-            except DomainError as exc:
-                apply_errors(form, exc)
-            else:
-                messages.success(request, _("Key saved."))
-                return redirect("accounts:api_key_detail", key.pk)
-    return render(
-        request,
-        "accounts/api_key_detail.html",
-        {
-            "key": key,
-            "form": form,
-            "may_change": may_change,
-            "rotate_form": RotateForm(),
-            "secret_waiting": bool(key.pending_secret) and key.owner_id == actor.user.pk,
-            "spend_bars": selectors.api_key_spend(actor=actor, keys=[key]).get(key.pk, ()),
-        },
-    )
-
-
-@org_view(Perm.KEYS_MANAGE_OWN)
-def api_key_rotate(request, key_id: int):
-    actor = request.actor
-    try:
-        key = services.get_api_key(actor, key_id)
-    except DomainError:
-        raise Http404 from None
-    form = RotateForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            key, raw = services.api_key_rotate(actor=actor, key_id=key.pk, **form.cleaned_data)
-        except DomainError as exc:
-            _flash_error(request, exc)
-            return redirect("accounts:api_key_detail", key.pk)
-        # ``raw`` is "" when the permission matrix keeps the secret for the owner.
-        return no_store(
-            render(
-                request,
-                "accounts/api_key_secret.html",
-                {"key": key, "raw_key": raw, "rotated": True},
-            )
-        )
-    return render(request, "accounts/api_key_rotate.html", {"key": key, "form": form})
-
-
-@require_POST
-@org_view(Perm.KEYS_MANAGE_OWN)
-def api_key_collect_secret(request, key_id: int):
-    """The key's owner collects, once, the new secret someone else's rotation made."""
-    try:
-        raw = services.api_key_collect_secret(actor=request.actor, key_id=key_id)
-        key = services.get_api_key(request.actor, key_id, for_change=False)
-    except DomainError:
-        raise Http404 from None
-    if not raw:
-        messages.error(request, _("There is no new secret waiting for you on this key."))
-        return redirect("accounts:api_key_detail", key.pk)
-    return no_store(
-        render(
-            request, "accounts/api_key_secret.html", {"key": key, "raw_key": raw, "rotated": True}
-        )
-    )
-
-
-@org_view(Perm.KEYS_MANAGE_OWN)
-def api_key_revoke(request, key_id: int):
-    actor = request.actor
-    try:
-        key = services.get_api_key(actor, key_id)
-    except DomainError:
-        raise Http404 from None
-    if request.method == "POST":
-        try:
-            services.api_key_revoke(actor=actor, key_id=key.pk)
-        except DomainError as exc:
-            _flash_error(request, exc)
-        else:
-            messages.success(
-                request,
-                _("Key '%(name)s' (%(prefix)s…) revoked.")
-                % {"name": key.name, "prefix": key.prefix},
-            )
-        return redirect("accounts:api_keys")
-    return render(request, "accounts/api_key_revoke.html", {"key": key})
-
-
 # --- audit log and access tokens ---------------------------------------------------
 
 
@@ -570,7 +397,7 @@ def audit_log(request):
     return render(
         request,
         "accounts/audit.html",
-        {"page": _page(request, events.select_related("actor")), "action": action},
+        {"page": page_of(request, events.select_related("actor")), "action": action},
     )
 
 
@@ -584,7 +411,7 @@ def access_tokens(request):
             try:
                 services.personal_access_token_revoke(actor=actor, token_id=request.POST["revoke"])
             except DomainError as exc:
-                _flash_error(request, exc)
+                flash_error(request, exc)
             else:
                 messages.success(request, _("Token revoked."))
             return redirect("accounts:access_tokens")
