@@ -79,20 +79,28 @@ SKIP = {
 class _Text(HTMLParser):
     """The visible text of a page, plus what a person sees in attributes
     (form values, confirmations, titles); scripts and styles apart (their
-    JSON is checked as a chart)."""
+    JSON is checked as a chart). A secret shown to be copied (an element
+    marked ``data-secret``: the two-factor key, recovery codes) is random
+    text, not a figure: left out (its "72E6" is no scientific notation)."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self.scripts: list[str] = []
         self._skip = 0
+        self._skipping: list[str] = []  # the tags whose content is left out, innermost last
         self._script = False
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag in ("script", "style"):
+        if tag in ("script", "style") or "data-secret" in a:
             self._skip += 1
             self._script = tag == "script"
+            self._skipping.append(tag)
+            return
+        if self._skipping and tag == self._skipping[-1]:
+            self._skip += 1  # the same tag nested inside a skipped one
+            self._skipping.append(tag)
             return
         if tag == "input" and a.get("type") == "hidden":
             return
@@ -101,7 +109,8 @@ class _Text(HTMLParser):
                 self.parts.append(a[name])
 
     def handle_endtag(self, tag):
-        if tag in ("script", "style") and self._skip:
+        if self._skipping and tag == self._skipping[-1]:
+            self._skipping.pop()
             self._skip -= 1
             self._script = False
 
