@@ -11,6 +11,12 @@ end-user body field through here, and ingest validates the usage event's
   the keys a key or sub-account requires, re-exported here); a value is 1 to
   ``MAX_TAG_VALUE`` (128) printable characters; a key given twice is an error.
 * End user: at most ``MAX_END_USER`` (128) printable characters; "" means none.
+  A longer id is never refused (clients send what their vendor accepts: Claude
+  Code's ``metadata.user_id`` is a ~150-character JSON string): it is kept as
+  its first ``MAX_END_USER - 17`` characters, ``~`` and the first 16 hex digits
+  of the whole id's SHA-256 (``shorten_end_user``), so the same id is always
+  recorded the same and two long ids that share a beginning stay apart. A
+  control character becomes U+FFFD.
 
 The value and end-user lengths are the usage contract's (``usage.events``,
 whose ``tags_problem`` is ingest's check); what this module accepts, ingest
@@ -22,6 +28,8 @@ protocol).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from accounts.facade import MAX_TAG_KEY, MAX_TAGS, TAG_KEY_RE
 from usage.events import MAX_END_USER, MAX_TAG_VALUE
@@ -98,8 +106,21 @@ def parse_tags_header(raw: str, *, source: str = TAGS_HEADER) -> dict[str, str]:
     return tags
 
 
+def shorten_end_user(value: str) -> str:
+    """``value`` fitted to ``MAX_END_USER``: as it is when it fits, else its
+    beginning, ``~`` and 16 hex digits of its SHA-256 (exactly ``MAX_END_USER``
+    characters)."""
+    if len(value) <= MAX_END_USER:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return value[: MAX_END_USER - 17] + "~" + digest
+
+
 def clean_end_user(value: object, *, source: str = END_USER_HEADER) -> str:
-    """An end-user id as recorded: ``value`` itself ("" for None or "")."""
+    """An end-user id as recorded: ``value`` itself ("" for None or ""), its
+    control characters replaced by U+FFFD and a long one shortened
+    (``shorten_end_user``). Only a value that is not a string is refused: the
+    vendors refuse it too."""
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -108,17 +129,9 @@ def clean_end_user(value: object, *, source: str = END_USER_HEADER) -> str:
             source=source,
             code="invalid_end_user",
         )
-    if len(value) > MAX_END_USER:
-        raise AttributionError(
-            f"{source} is {len(value)} characters long; at most {MAX_END_USER} are allowed.",
-            source=source,
-            code="invalid_end_user",
-        )
     if not value.isprintable():
-        raise AttributionError(
-            f"{source} contains control characters.", source=source, code="invalid_end_user"
-        )
-    return value
+        value = "".join(c if c.isprintable() else "\ufffd" for c in value)
+    return shorten_end_user(value)
 
 
 def missing_required(tags: dict[str, str], required: tuple[str, ...]) -> list[str]:
@@ -137,4 +150,5 @@ __all__ = [
     "clean_end_user",
     "missing_required",
     "parse_tags_header",
+    "shorten_end_user",
 ]

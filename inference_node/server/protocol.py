@@ -26,6 +26,7 @@ from console.tokens import content_text, template_messages
 
 from . import output_options
 from .errors import ApiError, invalid
+from .text import SCRIPTED_ARGUMENTS
 
 MAX_N = 16
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -325,9 +326,43 @@ def _named(functions: list[dict], text: str) -> list[dict]:
     return [fn for _, fn in sorted(found, key=lambda item: item[0])]
 
 
+_SCRIPT_LINE = re.compile(r"^[ \t]*sim-tool:[ \t]*([A-Za-z0-9_.:-]+)[ \t]+(\{.*\})[ \t]*$", re.M)
+
+
+def _script(messages: list[dict], functions: list[dict]) -> ToolPlan | None:
+    """The plan of a scripted task (module docstring), or None when no user
+    message holds ``sim-tool:`` lines. The step is the number of answers with
+    tool calls since the user message that holds the script."""
+    for at in range(len(messages) - 1, -1, -1):
+        if messages[at]["role"] == "user":
+            found = _SCRIPT_LINE.findall(content_text(messages[at].get("content")))
+            if found:
+                break
+    else:
+        return None
+    offered = {fn["name"]: fn for fn in functions}
+    steps = []
+    for name, arguments in found:
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            continue
+        if name in offered and isinstance(parsed, dict):
+            steps.append({**offered[name], SCRIPTED_ARGUMENTS: parsed})
+    done = sum(1 for m in messages[at + 1 :] if m["role"] == "assistant" and m.get("tool_calls"))
+    plan = ToolPlan(words="", results=_tool_results(messages))
+    if done < len(steps):
+        plan.call = steps[done]
+    return plan
+
+
 def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     choice = _tool_choice(body, functions)
     _opt_bool(body, "parallel_tool_calls")
+    if choice != "none" and not isinstance(choice, dict):
+        scripted = _script(messages, functions)
+        if scripted is not None:
+            return scripted
     parallel = body.get("parallel_tool_calls") is not False
     user_text = next(
         (content_text(m.get("content")) for m in reversed(messages) if m["role"] == "user"), ""

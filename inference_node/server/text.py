@@ -195,6 +195,11 @@ _STOP_WORDS = frozenset(WORDS)
 MAX_SCHEMA_DEPTH = 8
 
 
+# The key of a function definition that carries a scripted step's arguments
+# (``protocol._script``): ``generate_tool_call`` uses them as they are.
+SCRIPTED_ARGUMENTS = "sim_scripted_arguments"
+
+
 def generate_tool_call(
     prompt_ids: list[int],
     function: dict,
@@ -212,8 +217,9 @@ def generate_tool_call(
     rng = random.Random(prompt_seed(prompt_ids, seed, index) ^ 0x7001)  # noqa: S311
     call_id = "call_" + "".join(rng.choice(_ID_CHARS) for _ in range(24))
     schema = function.get("parameters") or {"type": "object", "properties": {}}
-    builder = _ArgumentBuilder(rng, schema, words)
-    arguments = builder.value(schema, 0)
+    arguments = function.get(SCRIPTED_ARGUMENTS)
+    if arguments is None:
+        arguments = _ArgumentBuilder(rng, schema, words).value(schema, 0)
     if not isinstance(arguments, dict):
         arguments = {}
     text = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)

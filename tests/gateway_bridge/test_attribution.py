@@ -9,6 +9,7 @@ and nothing is charged."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from datetime import UTC, datetime
 
@@ -194,7 +195,6 @@ def test_tags_over_the_limits_are_a_400_in_the_callers_protocol_before_anything_
         ({"x-gateway-tags": ELEVEN_TAGS}, "x-gateway-tags has 11 tags; at most 10"),
         ({"x-gateway-tags": "team"}, "x-gateway-tags: 'team' is not a key:value pair"),
         ({"x-gateway-tags": "team:" + "v" * 129}, "the value of tag 'team' must be 1 to 128"),
-        ({"x-gateway-end-user": "u" * 129}, "x-gateway-end-user is 129 characters long"),
     ):
         path, body, all_headers = refusal(raw, headers)
         status, answer = post(vendor_gw.url, path, json.dumps(body).encode(), all_headers)
@@ -204,26 +204,44 @@ def test_tags_over_the_limits_are_a_400_in_the_callers_protocol_before_anything_
     assert captured(vendor) == []
     spent, reserved = vendor_gw.call(lambda: vendor_gw.gateway.limits.store.snapshot(today.key))
     assert (spent, reserved) == (0, 0)
-    records = stored(vendor_gw, 4)
+    records = stored(vendor_gw, 3)
     assert {(r.status_code, r.cost, r.input_tokens, r.output_tokens) for r in records} == {
         (400, 0, 0, 0)
     }
 
 
-def test_an_over_long_body_end_user_is_a_400_naming_the_field(vendor, vendor_gw, tenant):
+def test_an_over_long_end_user_is_served_recorded_shortened_and_sent_as_sent(
+    vendor, vendor_gw, tenant
+):
+    # Claude Code's metadata.user_id: a JSON string of device, account and session ids
+    claude_code_user = json.dumps(
+        {"device_id": "d" * 64, "account_uuid": "", "session_id": "5" * 36}
+    )
+    assert len(claude_code_user) > 128
     client = openai_client(vendor_gw, tenant.raw)
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(
-            model="sim-gpt", messages=HELLO, max_tokens=8, user="u" * 129
-        )
-    assert refused.value.body["param"] == "user"
-    assert refused.value.body["message"].startswith("user is 129 characters long")
-    with pytest.raises(anthropic.BadRequestError) as refused_too:
-        anthropic_client(vendor_gw, tenant.raw).messages.create(
-            model="sim-claude", max_tokens=8, messages=HELLO, metadata={"user_id": "u" * 200}
-        )
-    assert "metadata.user_id is 200 characters long" in refused_too.value.body["error"]["message"]
-    assert captured(vendor) == []
+    chat = client.chat.completions.create(
+        model="sim-gpt", messages=HELLO, max_tokens=8, user="u" * 129
+    )
+    assert chat.choices[0].message.content
+    assert sent_body(vendor)["user"] == "u" * 129
+    message = anthropic_client(vendor_gw, tenant.raw).messages.create(
+        model="sim-claude", max_tokens=8, messages=HELLO, metadata={"user_id": claude_code_user}
+    )
+    assert message.content
+    assert sent_body(vendor)["metadata"]["user_id"] == claude_code_user
+    header_user = "h" * 300
+    client.chat.completions.create(
+        model="sim-gpt",
+        messages=HELLO,
+        max_tokens=8,
+        extra_headers={"x-gateway-end-user": header_user},
+    )
+    recorded = [r.end_user for r in stored(vendor_gw, 3)]
+    # Then each is its beginning, "~" and 16 hex digits of its SHA-256: 128 characters
+    for record, sent in zip(recorded, ("u" * 129, claude_code_user, header_user), strict=True):
+        digest = hashlib.sha256(sent.encode()).hexdigest()[:16]
+        assert record == sent[:111] + "~" + digest
+        assert len(record) == 128
 
 
 def test_a_required_tag_missing_is_a_400_naming_it_and_the_header_present_it_is_served(

@@ -3,6 +3,7 @@ native ones. See the package docstring for the mapping and what is lost."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import orjson
@@ -54,10 +55,19 @@ def _blocked(obj: dict) -> bool:
     return isinstance(feedback, dict) and feedback.get("blockReason") not in _NO_REASON
 
 
+def new_call_ids() -> str:
+    """The id prefix of one answer's function calls that carry no id of their
+    own (Gemini's often do not): ``call_<12 random hex>_`` then the call's
+    position. Unique per answer, so a conversation's later calls never reuse
+    an earlier call's id (a client keyed on ids, as Claude Code is, would take
+    the second ``call_0`` for the first one answered again)."""
+    return f"call_{secrets.token_hex(6)}_"
+
+
 class _Parts:
     """One candidate's parts read as OpenAI fields."""
 
-    def __init__(self, candidate: dict, first_call: int) -> None:
+    def __init__(self, candidate: dict, first_call: int, call_ids: str) -> None:
         self.text: list[str] = []
         self.thoughts: list[str] = []
         self.calls: list[dict] = []
@@ -76,7 +86,7 @@ class _Parts:
                 own = ID_CHARS.sub("", call["id"]) if isinstance(call.get("id"), str) else ""
                 self.calls.append(
                     {
-                        "id": own or f"call_{first_call + len(self.calls)}",
+                        "id": own or f"{call_ids}{first_call + len(self.calls)}",
                         "type": "function",
                         "function": {"name": name, "arguments": orjson.dumps(args).decode()},
                     }
@@ -139,12 +149,13 @@ def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
         return _embeddings(obj, model)
     usage = from_gemini(obj.get("usageMetadata"))
     candidates = obj.get("candidates")
+    call_ids = new_call_ids()
     choices = []
     if isinstance(candidates, list) and candidates:
         for position, candidate in enumerate(candidates):
             if not isinstance(candidate, dict):
                 raise invalid_answer("The Gemini API sent a candidate that is not an object.")
-            parts = _Parts(candidate, 0)
+            parts = _Parts(candidate, 0, call_ids)
             message: dict[str, Any] = {
                 "role": "assistant",
                 "content": "".join(parts.text) if parts.text or not parts.calls else None,
@@ -193,6 +204,7 @@ class StreamReader:
         self._calls: dict[int, int] = {}  # candidate → tool calls sent
         self._open: set[int] = set()  # candidates seen without a finish reason yet
         self._blocked = False
+        self._call_ids = new_call_ids()
 
     @property
     def usage(self) -> TokenUsage | None:
@@ -234,7 +246,7 @@ class StreamReader:
                 raise invalid_answer("The Gemini API streamed a candidate that is not an object.")
             index = _index(candidate, position)
             sent = self._calls.get(index, 0)
-            parts = _Parts(candidate, sent)
+            parts = _Parts(candidate, sent, self._call_ids)
             delta: dict[str, Any] = {}
             if index not in self._started:
                 self._started.add(index)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 
 import pytest
 
@@ -83,14 +84,17 @@ def test_function_calls_become_tool_calls():
     [choice] = chat["choices"]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["content"] is None
-    assert choice["message"]["tool_calls"] == [
+    calls = choice["message"]["tool_calls"]
+    prefix = calls[0]["id"][: -len("0")]
+    assert re.fullmatch(r"call_[0-9a-f]{12}_", prefix)
+    assert calls == [
         {
-            "id": "call_0",
+            "id": prefix + "0",
             "type": "function",
             "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
         },
         {
-            "id": "call_1",
+            "id": prefix + "1",
             "type": "function",
             "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
         },
@@ -196,13 +200,23 @@ def test_a_streamed_function_call_is_one_complete_tool_call_chunk():
     event = answer([{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}])
     content, finish = reader.feed(None, event)
     [call] = content["choices"][0]["delta"]["tool_calls"]
+    assert re.fullmatch(r"call_[0-9a-f]{12}_0", call.pop("id"))
     assert call == {
         "index": 0,
-        "id": "call_0",
         "type": "function",
         "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
     }
     assert finish["choices"][0]["finish_reason"] == "tool_calls" and reader.finished
+
+
+def test_the_calls_of_two_answers_never_share_an_id():
+    # Gemini's calls carry no id; a client keyed on ids (Claude Code) took a later
+    # answer's "call_0" for the earlier call answered again
+    event = answer([{"functionCall": {"name": "Read", "args": {"file_path": "/a"}}}])
+    first, _ = gemini.StreamReader("m").feed(None, event)
+    second, _ = gemini.StreamReader("m").feed(None, event)
+    ids = {c["choices"][0]["delta"]["tool_calls"][0]["id"] for c in (first, second)}
+    assert len(ids) == 2
 
 
 def test_a_stream_blocked_at_the_prompt_ends_content_filtered():
