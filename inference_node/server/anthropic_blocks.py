@@ -6,9 +6,10 @@ Blocks accepted: ``text``, ``image`` (``base64``, ``url`` and ``file``
 sources), ``document`` (base64 PDF, ``text``, ``content``, ``url``, ``file``),
 ``tool_use``, ``tool_result`` (text, images, documents inside), and
 ``thinking`` / ``redacted_thinking`` in assistant turns (dropped from the
-prompt, as Anthropic drops them from earlier turns). Roles are ``user`` or
-``assistant``; consecutive turns of one role are accepted, as the API now
-merges them; every ``tool_use`` must be answered by a ``tool_result`` in the
+prompt, as Anthropic drops them from earlier turns). Roles are ``user``,
+``assistant`` or ``system`` (a system message anywhere in the conversation,
+as the API now takes one: text, applying from there on); consecutive turns of
+one role are accepted, as the API now merges them; every ``tool_use`` must be answered by a ``tool_result`` in the
 next user turn.
 
 Rendering (what the tokens are counted from): the system prompt first, tool
@@ -269,8 +270,14 @@ class Reader:
                 if key not in message:
                     raise bad(f"{path}.{key}", "Field required")
             role, content = message["role"], message["content"]
+            if role == "system":
+                if expected and strict:
+                    raise _missing_results(index - 1, expected)
+                self.prefixes.mix("<system>")
+                out.append({"role": "system", "content": self.system(content, f"{path}.content")})
+                continue
             if role not in ("user", "assistant"):
-                raise bad(f"{path}.role", "Input should be 'user' or 'assistant'")
+                raise bad(f"{path}.role", "Input should be 'user', 'assistant' or 'system'")
             if not isinstance(content, str | list):
                 raise bad(f"{path}.content", "Input should be a valid list")
             if content in ("", []) and strict and not (role == "assistant" and index == last):
@@ -293,17 +300,17 @@ class Reader:
             raise _missing_results(last, expected)
         return out
 
-    def system(self, value: object) -> str:
+    def system(self, value: object, path: str = "system") -> str:
         if isinstance(value, str):
             if value:
-                self.mark({"type": "text", "text": value}, "system")
+                self.mark({"type": "text", "text": value}, path)
             return value
         texts = []
-        for i, raw in enumerate(array(value, "system")):
-            block, kind = self.block(raw, f"system.{i}")
+        for i, raw in enumerate(array(value, path)):
+            block, kind = self.block(raw, f"{path}.{i}")
             if kind != "text":
-                raise bad(f"system.{i}.type", "Input should be 'text'")
-            texts.append(self.text(block, f"system.{i}"))
+                raise bad(f"{path}.{i}.type", "Input should be 'text'")
+            texts.append(self.text(block, f"{path}.{i}"))
         return "\n".join(texts)
 
     def tools(self, value: object) -> list[dict]:

@@ -18,6 +18,10 @@
   out of the pivot and recorded as untranslatable ("<path>: <kind> content
   blocks").
 * A final assistant message is a prefill (``continue_final_message``).
+* A ``system`` message (the API takes one anywhere in ``messages`` now; it
+  applies from there on, and Claude Code 2.1 sends its environment that way)
+  becomes a system message of the pivot at the same place; its content is a
+  string or text blocks, as the top-level ``system`` is.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from gateway_bridge.protocols.anthropic.request import (
     is_empty,
     missing_results,
     string,
+    system_text,
     text_block,
     unknown_block,
     untranslatable_block,
@@ -209,13 +214,15 @@ def messages(value: object, skipped: list[str]) -> tuple[list[dict], bool]:
                 raise bad(f"{path}.{key}", "Field required")
         role, content = message["role"], message["content"]
         if role == "system":
-            raise bad(
-                f"{path}.role",
-                'Unexpected role "system". The Messages API accepts a top-level `system` '
-                'parameter, not "system" as an input message role.',
-            )
+            if expected:
+                raise missing_results(index - 1, expected)
+            text = system_text(content, f"{path}.content")
+            if not text:
+                raise bad(f"{path}.content", "system messages must have non-empty content")
+            out.append({"role": "system", "content": text})
+            continue
         if role not in ("user", "assistant"):
-            raise bad(f"{path}.role", "Input should be 'user' or 'assistant'")
+            raise bad(f"{path}.role", "Input should be 'user', 'assistant' or 'system'")
         if not isinstance(content, str | list):
             raise bad(f"{path}.content", "Input should be a valid list")
         if is_empty(content) and not (role == "assistant" and index == last):

@@ -140,15 +140,17 @@ def untranslatable_block(path: str, kind: str) -> str:
     return f"{path}: {kind} content blocks"
 
 
-def system_text(value: object) -> str:
+def system_text(value: object, path: str = "system") -> str:
+    """The text of a system prompt: the top-level ``system`` or the content of
+    a ``system`` message (``path`` names it in errors)."""
     if isinstance(value, str):
         return value
     parts = []
-    for i, block in enumerate(array(value, "system")):
-        block, kind = block_type(block, f"system.{i}")
+    for i, block in enumerate(array(value, path)):
+        block, kind = block_type(block, f"{path}.{i}")
         if kind != "text":
-            raise bad(f"system.{i}.type", "Input should be 'text'")
-        parts.append(text_block(block, f"system.{i}"))
+            raise bad(f"{path}.{i}.type", "Input should be 'text'")
+        parts.append(text_block(block, f"{path}.{i}"))
     return "\n".join(parts)
 
 
