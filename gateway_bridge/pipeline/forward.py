@@ -19,7 +19,10 @@ keypool``) picks the credential by weight. Then, by the channel's kind
 * **translated** — the dialect writes the pivot in the channel's protocol and
   turns its answer back into OpenAI chat objects for the client's adapter.
   What the pivot could not carry (``CallRequest.untranslatable``) is a 400
-  naming it.
+  naming it; what a translation leaves out without changing what is asked
+  (``CallRequest.dropped``: a coding agent's default hosted tools, fields
+  the pivot does not carry) is named in the answer's ``x-gateway-dropped``
+  header.
 
 Failures before anything reached the client: a vendor's 401 / 403 takes that
 credential out of the pool (reported once, to be disabled with an audit
@@ -104,6 +107,18 @@ def _native(req: CallRequest, node, dialect) -> bool:
     if req.protocol != dialect.PROTOCOL:
         return False
     return req.protocol != "openai" or (node.kind == "openai" and req.endpoint in OPENAI_NATIVE)
+
+
+DROPPED_HEADER = b"x-gateway-dropped"
+
+
+def _say_dropped(call: Call, req: CallRequest, native_call: bool) -> None:
+    """The ``x-gateway-dropped`` header of this try's channel: what the
+    translation left out ("; "-separated), none on a native channel."""
+    call.headers_out[:] = [h for h in call.headers_out if h[0] != DROPPED_HEADER]
+    if req.dropped and not native_call:
+        value = "; ".join(req.dropped).encode("ascii", "backslashreplace")
+        call.headers_out.append((DROPPED_HEADER, value))
 
 
 def _request(req: CallRequest, node, dialect, native_call: bool) -> tuple[str, bytes]:
@@ -219,6 +234,8 @@ async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, sen
         except GatewayError:
             lease.release(Outcome.NEUTRAL)
             raise
+        if req.dropped:
+            _say_dropped(call, req, native_call)
         up_headers = [
             ("content-type", "application/json"),
             ("x-request-id", call.request_id),

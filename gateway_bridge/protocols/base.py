@@ -130,6 +130,12 @@ class CallRequest:
     # protocol cannot take, ...): a channel of the client's own protocol takes
     # the call as sent; any other answers 400 naming the first of them.
     untranslatable: tuple[str, ...] = ()
+    # What a translation leaves out without changing what is asked, as
+    # "<path>: <what>" (a coding agent's default hosted tools, fields the
+    # pivot does not carry): a channel of the client's own protocol gets them
+    # as sent; any other is called without them, and the answer names them
+    # in its ``x-gateway-dropped`` header.
+    dropped: tuple[str, ...] = ()
     # Awaited by the relay once the answer is rendered, before its last bytes
     # go out (set by the pipeline: the Responses API stores the answer there,
     # so a client that continues from it at once finds it). None: nothing. A

@@ -9,8 +9,8 @@ sources), ``document`` (base64 PDF, ``text``, ``content``, ``url``, ``file``),
 prompt, as Anthropic drops them from earlier turns). Roles are ``user``,
 ``assistant`` or ``system`` (a system message anywhere in the conversation,
 as the API now takes one: text, applying from there on); consecutive turns of
-one role are accepted, as the API now merges them; every ``tool_use`` must be answered by a ``tool_result`` in the
-next user turn.
+one role are accepted, as the API now merges them; every ``tool_use`` must
+be answered by a ``tool_result`` in the next user turn.
 
 Rendering (what the tokens are counted from): the system prompt first, tool
 results as tool messages, assistant text joined with its ``tool_use`` blocks as

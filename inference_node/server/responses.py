@@ -11,9 +11,10 @@ prefix cache, tool calls drawn from the tools' schemas). The answer is a
 ``response.completed``, each with ``sequence_number``) with the usage in the
 Responses shape (``input_tokens``, ``input_tokens_details.cached_tokens``,
 ``output_tokens``, ``output_tokens_details.reasoning_tokens``). Nothing is
-stored: ``previous_response_id`` is refused, as for a call with ``store``
-false. Tools other than functions are accepted and never called; item types
-other than those above and the client-run tools' calls are refused (400).
+stored: ``previous_response_id`` and ``item_reference`` items are refused,
+as for a call with ``store`` false. Tools other than functions (hosted tools,
+Codex's ``namespace``, client-run tools) and items other than those above are
+accepted and take no part in the answer.
 """
 
 from __future__ import annotations
@@ -28,11 +29,6 @@ from .config import CHAT
 from .http import Response
 from .protocol import ApiError
 from .text import generate, generate_tool_call, results_lead
-
-_ITEM_TYPES = (
-    "message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
-    "custom_tool_call_output", "local_shell_call", "local_shell_call_output",
-)  # fmt: skip
 
 
 def _text(content, param: str) -> str:
@@ -86,7 +82,9 @@ def chat_body(body: dict) -> dict:
             messages.append(
                 {"role": "tool", "tool_call_id": item.get("call_id"), "content": output}
             )
-        elif kind not in _ITEM_TYPES:
+        elif not isinstance(kind, str) or kind == "item_reference":
+            # nothing is stored here to refer to; every other item of the API
+            # (hosted tools' calls, client-run tools' calls, compaction) is taken
             raise protocol.invalid(f"{param}.type", f"Invalid value: '{kind}'.", "invalid_value")
     chat: dict = {"model": body.get("model"), "messages": messages}
     tools = []

@@ -25,18 +25,18 @@ def client(gw, raw) -> openai.OpenAI:
     ("fields", "param", "code"),
     [
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "invalid_value"),
-        ({"input": [{"type": "computer_call_output", "call_id": "c"}]}, "input[0].type", "invalid_value"),
+        ({"input": [{"type": "computer_call_output", "call_id": "c"}]}, "input[0]", "unsupported"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", "invalid_value"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id", "missing_required_parameter"),
         ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "string"}}]}, "tools[0].parameters", "invalid_function_parameters"),
         ({"tools": [{"type": "function", "name": "f", "parameters": {"properties": []}}]}, "tools[0].parameters", "invalid_function_parameters"),
         ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name", "invalid_value"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "unsupported_value"),
+        ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools[0]", "unsupported"),
+        ({"tools": [FUNCTION], "tool_choice": {"type": "web_search"}}, "tool_choice", "unsupported"),
         ({"tools": [FUNCTION], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice", "invalid_value"),
         ({"reasoning": {"effort": "extreme"}}, "reasoning.effort", "invalid_value"),
         ({"max_output_tokens": 0}, "max_output_tokens", "integer_below_min_value"),
         ({"background": True}, "background", "unsupported_parameter"),
-        ({"frobnicate": 1}, "frobnicate", "unknown_parameter"),
         ({"input": []}, "input", "empty_array"),
     ],
 )  # fmt: skip
@@ -48,6 +48,32 @@ def test_bad_requests_get_openai_errors(gw, tenant, fields, param, code):
     error = refused.value.body
     assert refused.value.status_code == 400
     assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error")
+
+
+def test_a_coding_agents_default_tools_and_unknown_fields_are_dropped_and_named(gw, tenant):
+    # Codex sends its hosted web search and a namespace of sub-agent functions
+    # with every turn; a self-hosted node cannot run them
+    codex_tools = [
+        FUNCTION,
+        {"type": "namespace", "name": "multi_agent_v1", "tools": [FUNCTION]},
+        {"type": "web_search", "external_web_access": False},
+    ]
+    raw = client(gw, tenant.raw).responses.with_raw_response.create(
+        model="sim-chat-small",
+        input="Hello",
+        tools=codex_tools,
+        extra_body={"frobnicate": 1},
+    )
+    assert raw.http_response.status_code == 200
+    assert raw.parse().output  # the node's answer: a call of the function
+    assert raw.headers["x-gateway-dropped"] == (
+        "frobnicate: a field the translation does not carry; "
+        "tools[1]: the 'namespace' tool; tools[2]: the 'web_search' tool"
+    )
+    plain = client(gw, tenant.raw).responses.with_raw_response.create(
+        model="sim-chat-small", input="Hello", tools=[FUNCTION]
+    )
+    assert "x-gateway-dropped" not in plain.headers
 
 
 def test_unknown_previous_response_and_wrong_method(gw, tenant):

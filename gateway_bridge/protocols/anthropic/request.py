@@ -2,9 +2,12 @@
 a Pydantic-style ``"<path>: <problem>"`` message with ``param`` set to the
 dotted path.
 
-Top-level fields are strict, like Anthropic (``"xyz: Extra inputs are not
-permitted"``); inside content blocks unknown keys (``cache_control``,
-``citations``) are accepted. ``image`` and ``document`` blocks are checked
+A top-level field this module does not know (the API grows; Anthropic
+itself says ``"xyz: Extra inputs are not permitted"`` only for what it does not
+know) reaches a channel that speaks Anthropic as sent and is left out of a
+translation, named in ``CallRequest.dropped`` (the answer's
+``x-gateway-dropped`` header); inside content blocks unknown keys
+(``cache_control``, ``citations``) are accepted. ``image`` and ``document`` blocks are checked
 here and translated (``protocols.anthropic.media``). What the OpenAI pivot
 cannot carry — the server-tool and MCP blocks, ``search_result`` and
 ``container_upload`` blocks, and the ``container``, ``mcp_servers`` and
@@ -227,10 +230,11 @@ def clears_thinking_only(value: object) -> bool:
 
 
 def check_head(
-    body: object, *, require_max_tokens: bool, untranslatable: list[str]
+    body: object, *, require_max_tokens: bool, untranslatable: list[str], dropped: list[str]
 ) -> tuple[dict, str, int | None]:
     """The body's top-level fields, its model and ``max_tokens``: (body, model,
-    max_tokens); the fields the pivot cannot carry go to ``untranslatable``."""
+    max_tokens); the fields the pivot cannot carry go to ``untranslatable``,
+    those this module does not know to ``dropped``."""
     body = json_object(body)
     for key in body:
         if key == "context_management" and clears_thinking_only(body[key]):
@@ -238,7 +242,7 @@ def check_head(
         if key in UNTRANSLATABLE_FIELDS:
             untranslatable.append(f"{key}: the {key} field")
         elif key not in FIELDS:
-            raise bad(key, "Extra inputs are not permitted")
+            dropped.append(f"{key}: a field the translation does not carry")
     if "model" not in body:
         raise bad("model", "Field required")
     model = string(body["model"], "model")

@@ -153,6 +153,7 @@ class Facts(NamedTuple):
     names: list[str]  # tool names
     temperature: float | None
     untranslatable: tuple[str, ...]  # what the pivot cannot carry, "<path>: <what>"
+    dropped: tuple[str, ...]  # what a translation leaves out, "<path>: <what>"
 
 
 def _server_tools_only_choice(out: dict, tools: list[dict]) -> None:
@@ -168,8 +169,9 @@ def _server_tools_only_choice(out: dict, tools: list[dict]) -> None:
 def _parse(body: object, *, require_max_tokens: bool) -> tuple[dict, Facts]:
     """Validate and translate; returns (OpenAI body, facts for the CallRequest)."""
     skipped: list[str] = []
+    dropped: list[str] = []
     body, model, max_tokens = check_head(
-        body, require_max_tokens=require_max_tokens, untranslatable=skipped
+        body, require_max_tokens=require_max_tokens, untranslatable=skipped, dropped=dropped
     )
     messages, prefill = translate_messages(body.get("messages"), skipped)
     system = body.get("system")
@@ -219,7 +221,16 @@ def _parse(body: object, *, require_max_tokens: bool) -> tuple[dict, Facts]:
         out["add_generation_prompt"] = False
     estimate, prefix = chat_prompt(messages, tools)
     facts = Facts(
-        model, stream, max_tokens, estimate, prefix, stops, names, temperature, tuple(skipped)
+        model,
+        stream,
+        max_tokens,
+        estimate,
+        prefix,
+        stops,
+        names,
+        temperature,
+        tuple(skipped),
+        tuple(dropped),
     )
     return out, facts
 
@@ -250,6 +261,7 @@ def parse_messages(body: object, headers: dict[str, str]) -> CallRequest:
         extra=extra,
         client_body=body,
         untranslatable=facts.untranslatable,
+        dropped=facts.dropped,
     )
 
 

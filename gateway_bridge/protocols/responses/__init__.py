@@ -13,7 +13,6 @@ Django, no clock.
 """
 
 from gateway_bridge.protocols.responses.answer import ResponsesResponse
-from gateway_bridge.protocols.responses.items import ITEM_TYPES
 from gateway_bridge.protocols.responses.request import END_USER_FIELD
 from gateway_bridge.protocols.responses.translate import (
     ENDPOINT,
@@ -26,7 +25,6 @@ from gateway_bridge.protocols.responses.translate import (
 __all__ = [
     "ENDPOINT",
     "END_USER_FIELD",
-    "ITEM_TYPES",
     "ResponsesResponse",
     "continue_from",
     "conversation",

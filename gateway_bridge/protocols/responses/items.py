@@ -17,11 +17,12 @@ The items a client sends (and the gateway stores for ``previous_response_id``):
   drops earlier thinking blocks.
 
 Items of tools the client runs (``custom_tool_call``, ``local_shell_call``,
-... and their outputs) are not the pivot's: they are recorded as
-untranslatable, and only a channel of the OpenAI API takes the call (as
-sent). Any other type is a 400 naming the item — ``item_reference`` too: it
-names an item stored at the vendor, under the channel's account, not the
-caller's. Pure: no I/O.
+... and their outputs), of hosted tools (``web_search_call``) and any type
+this module does not know (the API grows) are not the pivot's: they are
+recorded as untranslatable, and only a channel of the OpenAI API takes the
+call (as sent). ``item_reference`` is a 400 naming the item: it names an item
+stored at the vendor, under the channel's account, not the caller's. Pure:
+no I/O.
 """
 
 from __future__ import annotations
@@ -31,14 +32,8 @@ from typing import Any
 from gateway_bridge.protocols.base import invalid
 from gateway_bridge.protocols.openai.fields import bad_value, listing, missing, type_error
 
-ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
-# Items of tools the client runs itself (Codex's freeform ``apply_patch``, its
-# shell): not the pivot's, so only a channel of the OpenAI API takes them, as sent.
-CLIENT_TOOL_ITEMS = frozenset({
-    "custom_tool_call", "custom_tool_call_output", "local_shell_call",
-    "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call",
-    "apply_patch_call_output",
-})  # fmt: skip
+# Items stored at the vendor under the channel's account: refused whatever the channel.
+VENDOR_STORED_ITEMS = frozenset({"item_reference"})
 ROLES = ("user", "assistant", "system", "developer")
 _PIVOT_ROLES = {"developer": "system"}
 _ASSISTANT_PARTS = ("output_text", "refusal")
@@ -162,16 +157,18 @@ def to_messages(items: list, param: str = "input", skipped: list | None = None) 
             messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
         elif kind == "reasoning":
             continue
-        elif kind in CLIENT_TOOL_ITEMS:
-            if skipped is not None:
-                skipped.append(f"{where}: the '{kind}' item")
         elif kind is None:
             raise missing(f"{where}.type")
-        else:
+        elif not isinstance(kind, str):
+            raise type_error(f"{where}.type", "string", kind)
+        elif kind in VENDOR_STORED_ITEMS:
             raise bad_value(
                 f"{where}.type",
-                f"Invalid value: '{kind}'. Supported values are: {listing(ITEM_TYPES)}.",
+                f"Invalid value: '{kind}'. Items stored at the vendor cannot be referenced "
+                "through this gateway; send the item itself or use previous_response_id.",
             )
+        elif skipped is not None:
+            skipped.append(f"{where}: the '{kind}' item")
     return messages
 
 

@@ -2,17 +2,30 @@
 ``code`` as OpenAI's), and the pivot's ``tools``, ``tool_choice``,
 ``reasoning_effort`` and ``response_format`` built from them.
 
-Fields: every documented field is known. Those the gateway has no use for
-(``include``, ``prompt_cache_key``, ``prompt_cache_retention``,
-``metadata``, ``client_metadata``, ``user``, ``safety_identifier``,
-``service_tier``, ``truncation``, ``max_tool_calls``, ``top_logprobs``,
-``stream_options``) are
-checked for type and not forwarded — Codex sends ``include`` and
-``prompt_cache_key`` with every turn. What needs OpenAI's own servers
-(``background``, ``conversation``, ``prompt`` templates, hosted tools such as
-``web_search`` or ``file_search``) is a 400 naming it; an unknown field is
-OpenAI's ``unknown_parameter``. Tools the client runs itself (``custom``,
-``local_shell``, ...) are untranslatable: only an OpenAI API channel takes them.
+The gateway is a tolerant reader: what the published API accepts is never
+refused for being unknown here. It reads what it needs and sorts the rest:
+
+* Fields the gateway has no use for (``include``, ``prompt_cache_key``,
+  ``prompt_cache_retention``, ``metadata``, ``client_metadata``, ``user``,
+  ``safety_identifier``, ``service_tier``, ``truncation``, ``max_tool_calls``,
+  ``top_logprobs``, ``stream_options``) are checked for type and not
+  forwarded to a translated channel — Codex sends ``include`` and
+  ``prompt_cache_key`` with every turn. A field this module does not know
+  (the API grows) goes to a channel of the OpenAI API as sent and is left out
+  of a translation, named in ``CallRequest.dropped`` (the answer's
+  ``x-gateway-dropped`` header).
+* What stores state at the vendor under the channel's account, not the
+  caller's (``background``, ``conversation``, ``prompt`` templates), is a
+  400 naming it, whichever the channel.
+* Tools: functions are the pivot's. The tools a coding agent adds by default
+  that a translation can leave out without changing what is asked
+  (``AGENT_DEFAULT_TOOLS``: Codex's ``web_search`` and its ``namespace`` of
+  sub-agent functions) go to an OpenAI API channel as sent and are dropped,
+  with the header, elsewhere. Every other tool type — tools the client runs
+  itself (``custom``, ``local_shell``, ...), hosted tools (``file_search``,
+  ``mcp``, ``computer_use_preview``, ...), a type this module does not know —
+  is untranslatable: an OpenAI API channel takes it as sent, any other
+  answers 400 naming it (the tool was asked for on purpose).
 """
 
 from __future__ import annotations
@@ -52,12 +65,10 @@ UNSUPPORTED = {
 }
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 SUMMARIES = ("auto", "concise", "detailed")
-TOOL_TYPES = ("function",)
-# Tools the client runs itself (Codex's freeform ``apply_patch``, its shell):
-# not the pivot's, so only a channel of the OpenAI API takes them, as sent.
-# Hosted tools (web_search, file_search, mcp, ...) are refused: their fees are
-# not token usage, and some reach data of the channel's vendor account.
-CLIENT_TOOLS = frozenset({"custom", "local_shell", "shell", "apply_patch"})
+# Tools a coding agent sends by default that a translation drops (with the
+# ``x-gateway-dropped`` header): Codex's hosted web search and its namespace
+# of multi-agent functions. Every other non-function tool is untranslatable.
+AGENT_DEFAULT_TOOLS = frozenset({"web_search", "web_search_preview", "namespace"})
 
 
 def _unsupported(param: str, what: str) -> Exception:
@@ -68,7 +79,8 @@ def _unsupported(param: str, what: str) -> Exception:
     )
 
 
-def check_fields(body: object) -> dict:
+def check_fields(body: object, dropped: list[str]) -> dict:
+    """The body, its known fields checked; the unknown ones named in ``dropped``."""
     body = json_object(body)
     for name, value in body.items():
         if name in USED or name in IGNORED:
@@ -77,7 +89,7 @@ def check_fields(body: object) -> dict:
             if value in (None, False):
                 continue
             raise _unsupported(name, UNSUPPORTED[name])
-        raise invalid(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
+        dropped.append(f"{name}: a field the translation does not carry")
     for name in ("include",):
         value = body.get(name)
         if value is not None and not (
@@ -137,9 +149,10 @@ def _valid_name(name: object) -> bool:
     )
 
 
-def tools(body: dict, skipped: list[str]) -> tuple[list[dict], list[str]]:
+def tools(body: dict, skipped: list[str], dropped: list[str]) -> tuple[list[dict], list[str]]:
     """(pivot tools, their names) of Responses' flat function tools; the
-    client-run tools the pivot cannot carry are named in ``skipped``."""
+    tools a translation drops are named in ``dropped``, those it cannot carry
+    in ``skipped`` (module docstring)."""
     value = body.get("tools")
     if value is None:
         return [], []
@@ -154,18 +167,15 @@ def tools(body: dict, skipped: list[str]) -> tuple[list[dict], list[str]]:
         kind = tool.get("type")
         if kind is None:
             raise missing(f"{param}.type")
-        if kind in CLIENT_TOOLS:
-            skipped.append(f"{param}: the '{kind}' tool")
-            if isinstance(tool.get("name"), str):
-                names.append(tool["name"])
-            continue
-        if kind not in TOOL_TYPES:
-            raise invalid(
-                f"Invalid value: '{kind}'. This gateway supports only function tools "
-                f"(type 'function'), not {kind!r}.",
-                param=f"{param}.type",
-                code="unsupported_value",
+        if not isinstance(kind, str):
+            raise type_error(f"{param}.type", "string", kind)
+        if kind != "function":
+            (dropped if kind in AGENT_DEFAULT_TOOLS else skipped).append(
+                f"{param}: the '{kind}' tool"
             )
+            if kind != "namespace" and isinstance(tool.get("name"), str):
+                names.append(tool["name"])  # a custom tool tool_choice may name
+            continue
         name = tool.get("name")
         if name is None:
             raise missing(f"{param}.name")
@@ -205,16 +215,13 @@ def tool_choice(body: dict, names: list[str], skipped: list[str]) -> object:
         return choice
     if not isinstance(choice, dict):
         raise type_error("tool_choice", "string", choice)
-    if choice.get("type") in CLIENT_TOOLS:
-        skipped.append(f"tool_choice: the '{choice['type']}' tool")
+    kind = choice.get("type")
+    if kind is None:
+        raise missing("tool_choice.type")
+    if kind != "function":
+        # a hosted or client-run tool, or allowed_tools: forcing it is the point
+        skipped.append(f"tool_choice: the '{kind}' tool choice")
         return None
-    if choice.get("type") != "function":
-        raise invalid(
-            f"Invalid value: '{choice.get('type')}'. This gateway supports tool_choice "
-            "'none', 'auto', 'required' or {'type': 'function', 'name': ...}.",
-            param="tool_choice.type",
-            code="unsupported_value",
-        )
     name = choice.get("name")
     if name not in names:
         raise bad_value(

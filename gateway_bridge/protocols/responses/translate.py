@@ -77,7 +77,8 @@ def _echo(body: dict, effort: str | None, instructions: str | None) -> dict[str,
 
 
 def parse_responses(body: object) -> CallRequest:
-    body = request.check_fields(body)
+    dropped: list[str] = []
+    body = request.check_fields(body, dropped)
     model = request.model_of(body)
     if "input" not in body and not body.get("previous_response_id"):
         raise missing("input")
@@ -91,7 +92,7 @@ def parse_responses(body: object) -> CallRequest:
         )
     instructions = string_field(body, "instructions")
     skipped: list[str] = []
-    tools, names = request.tools(body, skipped)
+    tools, names = request.tools(body, skipped, dropped)
     choice = request.tool_choice(body, names, skipped)
     parallel = bool_field(body, "parallel_tool_calls")
     max_output = int_field(body, "max_output_tokens", 1)
@@ -150,6 +151,7 @@ def parse_responses(body: object) -> CallRequest:
             },
         },
         untranslatable=tuple(skipped),
+        dropped=tuple(dropped),
     )
 
 

@@ -33,11 +33,16 @@ BAD_REQUESTS = [
     ({"messages": ["hi"]}, "messages.0", "valid dictionary"),
     ({"messages": [{"content": "hi"}]}, "messages.0.role", "Field required"),
     ({"messages": [{"role": "user"}]}, "messages.0.content", "Field required"),
-    ({"messages": [{"role": "bot", "content": "hi"}]}, "messages.0.role", "'user' or 'assistant'"),
     (
-        {"messages": [{"role": "system", "content": "hi"}]},
+        {"messages": [{"role": "bot", "content": "hi"}]},
         "messages.0.role",
-        "top-level `system` parameter",
+        "'user', 'assistant' or 'system'",
+    ),
+    ({"messages": [USER, {"role": "system", "content": ""}]}, "messages.1.content", "non-empty"),
+    (
+        {"messages": [USER, {"role": "system", "content": [{"type": "image"}]}]},
+        "messages.1.content.0.type",
+        "Input should be 'text'",
     ),
     ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content", "valid list"),
     (
@@ -236,8 +241,6 @@ BAD_REQUESTS = [
     ({"workspace_id": 5}, "workspace_id", "valid string"),
     ({"metadata": "u1"}, "metadata", "valid dictionary"),
     ({"service_tier": "gold"}, "service_tier", "'auto'"),
-    ({"xyz": 1}, "xyz", "xyz: Extra inputs are not permitted"),
-    ({"stop": ["END"]}, "stop", "Extra inputs are not permitted"),
 ]
 
 
@@ -291,6 +294,26 @@ def test_accepted_extras_are_not_forwarded_and_thinking_becomes_an_effort():
     assert set(newer.body) == {"model", "messages", "max_tokens", "reasoning_effort"}
     assert newer.body["reasoning_effort"] == "low"
     assert newer.untranslatable == ()
+
+
+def test_a_system_message_in_the_conversation_stays_in_place():
+    # Claude Code 2.1 sends its environment as a system message after the first
+    # user turn; the API applies one from where it stands
+    environment = {"role": "system", "content": [{"type": "text", "text": "cwd: /repo"}]}
+    call = parse(system="Be brief.", messages=[USER, environment, USER])
+    assert [m["role"] for m in call.body["messages"]] == ["system", "user", "system", "user"]
+    assert call.body["messages"][2] == {"role": "system", "content": "cwd: /repo"}
+    assert call.untranslatable == () and call.dropped == ()
+
+
+def test_an_unknown_top_level_field_is_dropped_from_a_translation_and_named():
+    call = parse(xyz=1, stop=["END"])
+    assert "xyz" not in call.body and "stop" not in call.body
+    assert call.dropped == (
+        "xyz: a field the translation does not carry",
+        "stop: a field the translation does not carry",
+    )
+    assert call.client_body["xyz"] == 1  # a native channel gets it as sent
 
 
 def test_structured_output_format_becomes_response_format():
