@@ -123,7 +123,7 @@ def _answer(req: MessagesRequest, max_tokens: int) -> _Answer:
     if req.json_schema is not None:
         text = generate_json(req.prompt_ids, req.json_schema, words=plan.words, max_tokens=left)
     else:
-        text = generate(req.prompt_ids, max_tokens=left, stop=req.stop, lead=lead)
+        text = generate(req.prompt_ids, max_tokens=left, stop=req.stop, lead=lead, said=plan.say)
     if text.deltas:
         blocks.append(_Block("text", text.deltas, text.completion_tokens))
     if text.stop_sequence is not None:

@@ -55,6 +55,7 @@ def generation_of(req, max_tokens: int, index: int) -> Generation:
         stop=req.stop,
         ignore_eos=req.ignore_eos,
         lead=results_lead(plan.results) if plan.results else "",
+        said=plan.say,
     )
 
 

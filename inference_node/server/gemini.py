@@ -89,7 +89,13 @@ def _text_generation(req: GenerateRequest, left: int, index: int) -> Generation:
         )
     lead = results_lead(req.plan.results) if req.plan.results else ""
     return generate(
-        req.prompt_ids, max_tokens=left, seed=req.seed, index=index, stop=req.stop, lead=lead
+        req.prompt_ids,
+        max_tokens=left,
+        seed=req.seed,
+        index=index,
+        stop=req.stop,
+        lead=lead,
+        said=req.plan.say,
     )
 
 

@@ -108,6 +108,7 @@ class ToolPlan:
     also: list[dict] = field(default_factory=list)
     words: str = ""  # the last user message: where string arguments come from
     results: list[tuple[str | None, str]] = field(default_factory=list)  # (function, result)
+    say: str | None = None  # a scripted answer's exact text (``sim-say:``)
 
 
 def _stop(body: dict) -> tuple[str, ...]:
@@ -326,13 +327,16 @@ def _named(functions: list[dict], text: str) -> list[dict]:
     return [fn for _, fn in sorted(found, key=lambda item: item[0])]
 
 
-_SCRIPT_LINE = re.compile(r"^[ \t]*sim-tool:[ \t]*([A-Za-z0-9_.:-]+)[ \t]+(\{.*\})[ \t]*$", re.M)
+_SCRIPT_LINE = re.compile(
+    r"^[ \t]*sim-(tool|say):[ \t]*(?:([A-Za-z0-9_.:-]+)[ \t]+)?(\{.*\}|\".*\")[ \t]*$", re.M
+)
 
 
-def _script(messages: list[dict], functions: list[dict]) -> ToolPlan | None:
+def _script(messages: list[dict], functions: list[dict], calls: bool) -> ToolPlan | None:
     """The plan of a scripted task (module docstring), or None when no user
-    message holds ``sim-tool:`` lines. The step is the number of answers with
-    tool calls since the user message that holds the script."""
+    message holds ``sim-tool:`` or ``sim-say:`` lines. The step is the number
+    of answers with tool calls since the user message that holds the script;
+    ``calls`` False (``tool_choice`` "none") makes no call."""
     for at in range(len(messages) - 1, -1, -1):
         if messages[at]["role"] == "user":
             found = _SCRIPT_LINE.findall(content_text(messages[at].get("content")))
@@ -341,17 +345,19 @@ def _script(messages: list[dict], functions: list[dict]) -> ToolPlan | None:
     else:
         return None
     offered = {fn["name"]: fn for fn in functions}
-    steps = []
-    for name, arguments in found:
+    steps, said = [], None
+    for kind, name, value in found:
         try:
-            parsed = json.loads(arguments)
+            parsed = json.loads(value)
         except ValueError:
             continue
-        if name in offered and isinstance(parsed, dict):
+        if kind == "say" and isinstance(parsed, str):
+            said = parsed
+        elif kind == "tool" and name in offered and isinstance(parsed, dict):
             steps.append({**offered[name], SCRIPTED_ARGUMENTS: parsed})
     done = sum(1 for m in messages[at + 1 :] if m["role"] == "assistant" and m.get("tool_calls"))
-    plan = ToolPlan(words="", results=_tool_results(messages))
-    if done < len(steps):
+    plan = ToolPlan(words="", results=_tool_results(messages), say=said)
+    if calls and done < len(steps):
         plan.call = steps[done]
     return plan
 
@@ -359,8 +365,8 @@ def _script(messages: list[dict], functions: list[dict]) -> ToolPlan | None:
 def _plan(body: dict, messages: list[dict], functions: list[dict]) -> ToolPlan:
     choice = _tool_choice(body, functions)
     _opt_bool(body, "parallel_tool_calls")
-    if choice != "none" and not isinstance(choice, dict):
-        scripted = _script(messages, functions)
+    if not isinstance(choice, dict):
+        scripted = _script(messages, functions, calls=choice != "none")
         if scripted is not None:
             return scripted
     parallel = body.get("parallel_tool_calls") is not False

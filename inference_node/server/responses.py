@@ -140,7 +140,9 @@ class ResponsesEndpoints:
                 )
             else:
                 lead = results_lead(plan.results) if plan.results else ""
-                gen = generate(req.prompt_ids, max_tokens=max_tokens, seed=req.seed, lead=lead)
+                gen = generate(
+                    req.prompt_ids, max_tokens=max_tokens, seed=req.seed, lead=lead, said=plan.say
+                )
             head = {
                 "id": "resp_" + uuid.uuid4().hex,
                 "object": "response",

@@ -141,10 +141,17 @@ def generate(
     stop: tuple[str, ...] = (),
     ignore_eos: bool = False,
     lead: str = "",
+    said: str | None = None,
 ) -> Generation:
-    """The choice's text for this prompt, starting with ``lead`` when given. Ends at
+    """The choice's text for this prompt, starting with ``lead`` when given, or
+    exactly ``said`` (a scripted answer, ``protocol._script``). Ends at
     ``max_tokens`` ("length"), at a stop string ("stop", the stop text itself left out,
     as vLLM does) or at the natural end ("stop")."""
+    if said is not None:
+        out = pieces(said)
+        if len(out) > max_tokens:
+            return Generation(out[:max_tokens], max_tokens, "length")
+        return Generation(out, len(out), "stop")
     rng = random.Random(prompt_seed(prompt_ids, seed, index))  # noqa: S311 - reproducible text
     natural = natural_tokens(rng)
     start = pieces(lead) if lead else []

@@ -441,8 +441,8 @@ def test_the_model_list_takes_anthropics_shape_when_asked(node, client):
         ({"max_tokens": 5}, "messages: Field required"),
         ({"max_tokens": 5, "messages": [], "top": 1}, "top: Extra inputs are not permitted"),
         (
-            {"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
-            "messages.0.role: Input should be 'user' or 'assistant'",
+            {"max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]},
+            "messages.0.role: Input should be 'user', 'assistant' or 'system'",
         ),
         (
             {
