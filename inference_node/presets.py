@@ -16,6 +16,13 @@ Decisions:
 * Vendors default to the ``models`` health check (a light GET of the model
   list with the channel's first active key); the operator may choose
   ``traffic`` (no probe at all). Only self-hosted servers have ``/health``.
+  The Anthropic-protocol endpoints of Kimi, GLM, DeepSeek and Qwen (the ones
+  their vendors document for Claude Code) document ``POST .../v1/messages``
+  and no model list, so their presets start on ``traffic``: a probe of an
+  undocumented list would take a working channel down.
+* Those endpoints' base URLs (``https://api.moonshot.cn/anthropic`` and so
+  on) are split as the other presets are: the host is the base URL and the
+  path, ending in the ``/v1`` the Anthropic SDKs append, is ``api_path``.
 * Base URLs are the vendors' documented public endpoints; no test ever
   connects to them.
 """
@@ -210,6 +217,93 @@ PRESETS: dict[str, Preset] = {
                 "OpenAI chat under /compatible-mode/v1, Bearer key. Cached tokens are "
                 "usage.prompt_tokens_details.cached_tokens. International accounts use "
                 "https://dashscope-intl.aliyuncs.com."
+            ),
+        ),
+        Preset(
+            key="moonshot-anthropic",
+            label=format_lazy(_("{vendor} (Anthropic protocol)"), vendor=_("Moonshot Kimi")),
+            kind=NodeKind.ANTHROPIC,
+            base_url="https://api.moonshot.cn",
+            api_path="/anthropic/v1",
+            health_check=HealthCheck.TRAFFIC,
+            models=(
+                ExampleModel("kimi-k2.6", "kimi-k2.6", 262_144),
+                ExampleModel("kimi-k2.5", "kimi-k2.5", 262_144, _VISION),
+                ExampleModel("kimi-k2-turbo-preview", "kimi-k2-turbo-preview", 262_144),
+            ),
+            quirks=_(
+                "Anthropic Messages under /anthropic/v1 (what Claude Code calls "
+                "https://api.moonshot.cn/anthropic), the key as x-api-key. Cache reads are "
+                "usage.cache_read_input_tokens (repeated as cached_tokens); in a stream "
+                "message_start may count the whole prompt as input_tokens and message_delta "
+                "carries the cached split. No model list is documented here: judged by "
+                "traffic. Accounts outside mainland China use https://api.moonshot.ai."
+            ),
+        ),
+        Preset(
+            key="zhipu-anthropic",
+            label=format_lazy(_("{vendor} (Anthropic protocol)"), vendor=_("Zhipu GLM")),
+            kind=NodeKind.ANTHROPIC,
+            base_url="https://open.bigmodel.cn",
+            api_path="/api/anthropic/v1",
+            health_check=HealthCheck.TRAFFIC,
+            models=(
+                ExampleModel("glm-4.7", "glm-4.7", 200_000),
+                ExampleModel("glm-4.5-air", "glm-4.5-air", 128_000),
+                ExampleModel("glm-4.5-flash", "glm-4.5-flash", 128_000),
+            ),
+            quirks=_(
+                "Anthropic Messages under /api/anthropic/v1 (what Claude Code calls "
+                "https://open.bigmodel.cn/api/anthropic), the key as x-api-key. Cache reads, "
+                "when reported, are usage.cache_read_input_tokens; send cache_control to get "
+                "them. No model list is documented here: judged by traffic. International "
+                "(Z.ai) accounts use https://api.z.ai."
+            ),
+        ),
+        Preset(
+            key="deepseek-anthropic",
+            label=format_lazy(_("{vendor} (Anthropic protocol)"), vendor="DeepSeek"),
+            kind=NodeKind.ANTHROPIC,
+            base_url="https://api.deepseek.com",
+            api_path="/anthropic/v1",
+            health_check=HealthCheck.TRAFFIC,
+            models=(
+                ExampleModel("deepseek-v4-pro", "deepseek-v4-pro", 1_000_000),
+                ExampleModel("deepseek-v4-flash", "deepseek-v4-flash", 1_000_000),
+            ),
+            quirks=_(
+                "Anthropic Messages under /anthropic/v1 (what Claude Code calls "
+                "https://api.deepseek.com/anthropic), the key as x-api-key. Its automatic "
+                "disk cache reports hits as usage.cache_read_input_tokens, outside "
+                "input_tokens; cache_control is ignored, so there are no cache writes. "
+                "Ignored too: anthropic-beta, anthropic-version, top_k, container, "
+                "mcp_servers, service_tier, thinking.budget_tokens and metadata other than "
+                "user_id. Claude model names are mapped to DeepSeek's own (claude-opus* to "
+                "deepseek-v4-pro): map public names explicitly. No model list is documented "
+                "here: judged by traffic."
+            ),
+        ),
+        Preset(
+            key="dashscope-anthropic",
+            label=_("Alibaba Qwen (DashScope, Anthropic protocol)"),
+            kind=NodeKind.ANTHROPIC,
+            base_url="https://dashscope.aliyuncs.com",
+            api_path="/apps/anthropic/v1",
+            health_check=HealthCheck.TRAFFIC,
+            models=(
+                ExampleModel("qwen3-coder-plus", "qwen3-coder-plus", 1_000_000),
+                ExampleModel("qwen3-max", "qwen3-max", 262_144),
+                ExampleModel("qwen-flash", "qwen-flash", 1_000_000),
+            ),
+            quirks=_(
+                "Anthropic Messages under /apps/anthropic/v1 (what Claude Code calls "
+                "https://dashscope.aliyuncs.com/apps/anthropic), Beijing-region keys as "
+                "x-api-key; Singapore keys use https://dashscope-intl.aliyuncs.com and Coding "
+                "Plan keys their own base URL. Cache reads are usage.cache_read_input_tokens; "
+                "cache_control makes an explicit cache whose writes are "
+                "cache_creation_input_tokens (dearer than input). In a stream message_start "
+                "counts the whole prompt as input_tokens and message_delta carries the cached "
+                "split. No model list is documented here: judged by traffic."
             ),
         ),
         Preset(

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inference_node.models import Credential, HealthCheck, Node, NodeKind, NodeModel
+from inference_node.presets import PRESETS
 from inference_node.selectors import key_pool, missing_models
 from inference_node.services.validation import MAX_CONCURRENCY, MAX_RPM, MAX_TPM, MAX_WEIGHT
 
@@ -223,8 +224,8 @@ class NodeInput(serializers.Serializer):
         max_length=32,
         required=False,
         allow_blank=True,
-        help_text="openai, anthropic, gemini, deepseek, moonshot, zhipu, qwen, openrouter or "
-        "self_hosted: fills kind, base_url, api_path and health_check when not given.",
+        help_text=f"{', '.join(PRESETS)}: fills kind, base_url, api_path and health_check "
+        "when not given.",
     )
     # Text, not an enum: "kind" names other choice sets in this API's schema.
     kind = serializers.CharField(max_length=24, required=False, help_text=KIND_HELP)

@@ -52,7 +52,10 @@ def test_presets_are_consistent():
     vendors = [p for p in presets.PRESETS.values() if p.key != "self_hosted"]
     assert {p.kind for p in vendors} == set(NodeKind.values)
     for p in vendors:
-        assert p.base_url.startswith("https://") and p.health_check == HealthCheck.MODELS
+        assert p.base_url.startswith("https://")
+        # The Anthropic-protocol endpoints of Chinese vendors document no model list.
+        anthropic_endpoint = p.key.endswith("-anthropic")
+        assert p.health_check == (HealthCheck.TRAFFIC if anthropic_endpoint else HealthCheck.MODELS)
         assert p.quirks and p.models and all(m.context_window for m in p.models)
         assert not p.base_url.endswith("/v1")
     assert presets.PRESETS["self_hosted"].health_check == HealthCheck.HEALTH
