@@ -38,8 +38,14 @@ DEMO_ORG_NAME = "Demo Org"
 DEMO_ORG_SLUG = "demo"
 DEMO_KEY_NAME = "Demo key"
 SIMULATOR_NODE_NAME = "simulator-1"
-# The bundled simulator's models: (public name, context window).
-SIMULATOR_MODELS = (("sim-chat-small", 8192), ("sim-chat-large", 32768), ("sim-embed", 8192))
+# The bundled simulator's models: (public name, context window). Both chat models
+# hold a coding agent's first prompt (9k tokens for Codex, 29k for Claude Code):
+# 128k, as the models agents are built for.
+SIMULATOR_MODELS = (
+    ("sim-chat-small", 131_072),
+    ("sim-chat-large", 131_072),
+    ("sim-embed", 8192),
+)
 SIMULATOR_EMBEDDING_MODELS = ("sim-embed",)
 
 
@@ -115,7 +121,9 @@ def ensure_simulator_node(port: int) -> None:
             node.health = NodeHealth.UNKNOWN  # not routable until probed at the new address
             node.save(update_fields=["base_url", "health", "updated_at"])
         for name, context in SIMULATOR_MODELS:
-            NodeModel.objects.get_or_create(
+            # the simulator serves these contexts (up starts it so): an older demo's
+            # smaller ones are brought up to date
+            NodeModel.objects.update_or_create(
                 node=node,
                 public_name=name,
                 defaults={"upstream_name": name, "context_window": context},

@@ -296,6 +296,8 @@ class Command(BaseCommand):
                         str(node_port),
                         "--profile",
                         "realistic",
+                        "--models",
+                        ",".join(f"{name}:{context}" for name, context in SIMULATOR_MODELS),
                     ],
                 )
             if vendor_port:
