@@ -5,12 +5,20 @@ returns camelCase keys), an unknown field is ``Invalid JSON payload received.
 Unknown name "x"``, a wrong type ``Invalid value at 'path' (TYPE_STRING)``, and
 error paths are spelled in snake_case. What the OpenAI pivot cannot carry is
 not refused here: ``translate`` records it (``CallRequest.untranslatable``).
+
+A generateContent request is read tolerantly (``tolerant``): a field this
+module does not know, at any depth (the API grows), is collected instead of
+refused. A Gemini channel gets it as sent; a translation leaves it out and
+names it (``CallRequest.dropped``, the ``x-gateway-dropped`` header).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 from gateway_bridge.protocols.base import GatewayError, invalid
 
@@ -139,9 +147,26 @@ def join(path: str, name: str) -> str:
     return f"{path}.{snake(name)}" if path else snake(name)
 
 
+# The unknown fields of the request being read tolerantly (None: refuse them).
+_UNKNOWN: ContextVar[list[str] | None] = ContextVar("gemini_unknown_fields", default=None)
+
+
+@contextlib.contextmanager
+def tolerant() -> Iterator[list[str]]:
+    """Within: ``fields`` collects the paths of unknown fields into the list
+    yielded and leaves them out, instead of refusing them."""
+    found: list[str] = []
+    token = _UNKNOWN.set(found)
+    try:
+        yield found
+    finally:
+        _UNKNOWN.reset(token)
+
+
 def fields(value: object, path: str, known: set[str]) -> dict:
     """A proto JSON message: a dict whose keys (either spelling) are known;
-    returned with camelCase keys."""
+    returned with camelCase keys (an unknown one is refused, or collected and
+    left out within ``tolerant``)."""
     if not isinstance(value, dict):
         where = f" at '{path}'" if path else ""
         raise invalid(
@@ -153,6 +178,10 @@ def fields(value: object, path: str, known: set[str]) -> dict:
     for key, item in value.items():
         name = camel(key) if isinstance(key, str) else key
         if name not in known:
+            collected = _UNKNOWN.get()
+            if collected is not None:
+                collected.append(join(path, str(key)))
+                continue
             where = f" at '{path}'" if path else ""
             raise invalid(
                 f'Invalid JSON payload received. Unknown name "{key}"{where}: Cannot find field.',

@@ -42,6 +42,7 @@ from gateway_bridge.protocols.gemini.request import (
     model_name,
     part_text,
     string,
+    tolerant,
 )
 from gateway_bridge.protocols.gemini.turns import Turns
 
@@ -115,7 +116,8 @@ def parse_generate(
     path_model: str | None, body: object, *, stream: bool, alt_sse: bool
 ) -> CallRequest:
     """``:generateContent`` / ``:streamGenerateContent`` → a chat completion call."""
-    facts, messages, names, out, lost = _request(body)
+    with tolerant() as unknown:
+        facts, messages, names, out, lost = _request(body)
     model = model_name(path_model, body.get("model") if isinstance(body, dict) else None)
     forward = {"model": model, "messages": messages, **out}
     if stream:
@@ -146,6 +148,7 @@ def parse_generate(
         ),
         extra={"tool_names": names} if names else {},
         untranslatable=tuple(lost),
+        dropped=tuple(f"{path}: a field the translation does not carry" for path in unknown),
     )
 
 
