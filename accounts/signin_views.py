@@ -22,7 +22,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from accounts import throttle, two_factor
-from accounts.middleware import client_ip, supported_language
+from accounts.middleware import supported_language
 from accounts.models import User
 
 
@@ -42,7 +42,7 @@ def _login_attempt(request) -> tuple[throttle.Attempt, int, str]:
         if email
         else None
     )
-    attempt = throttle.attempt_for(request, email, client_ip(request), user_id)
+    attempt = throttle.attempt_for(request, email, throttle.client_address(request), user_id)
     seconds, message = _wait_message(attempt)
     return attempt, seconds, message
 
@@ -77,10 +77,12 @@ def set_language(request):
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login behind ``accounts.throttle``: per account, per address
-    and per known device, each failure past ``LOGIN_MAX_FAILURES`` doubles the
+    """Django's login behind ``accounts.throttle``: per account + address, per
+    address and per known device, each failure past the free ones doubles the
     wait before the next attempt; an attempt made too early is answered 429
-    with the time to wait, without checking the password."""
+    with the time to wait, without checking the password. Failures on the
+    account from everywhere never refuse the right password; they only leave
+    each address one free failure on it."""
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
@@ -101,7 +103,8 @@ class LoginView(auth_views.LoginView):
     def form_valid(self, form):
         user = form.get_user()
         if two_factor.is_enabled(user):
-            # The attempt stays counted until the code step succeeds.
+            # The right password is no failure; the code step is counted on its own.
+            throttle.uncharge(self._attempt)
             two_factor.begin_sign_in(self.request, user, self.get_success_url())
             return redirect("accounts:login_code")
         throttle.succeeded(self._attempt)
@@ -128,6 +131,7 @@ def throttled_login(login_view):
         user = request.user
         if response.status_code == 302 and user.is_authenticated and two_factor.is_enabled(user):
             # The admin's sign-in is no way around the second factor either.
+            throttle.uncharge(attempt)
             backend = request.session.get(BACKEND_SESSION_KEY)
             logout(request)
             user.backend = backend

@@ -13,7 +13,6 @@ from django.views.decorators.http import require_http_methods
 
 from accounts import throttle, two_factor
 from accounts.errors import DomainError
-from accounts.middleware import client_ip
 from accounts.models import Role, User
 from accounts.signin_views import _wait_message
 from console.crypto import no_store
@@ -22,8 +21,10 @@ from console.crypto import no_store
 @require_http_methods(["GET", "POST"])
 def login_code(request):
     """Second step of sign-in: a code from the authenticator app or a
-    recovery code. Wrong codes count against the same throttle counters as
-    wrong passwords (per account, per address, per known device)."""
+    recovery code. Wrong codes count against the same throttle counters, by
+    the same rule, as wrong passwords (``accounts.throttle``: per account +
+    address, per address, per known device; the account's count across
+    addresses never refuses a right code)."""
     pending = two_factor.pending_sign_in(request)
     user = User.objects.filter(pk=pending["user"], is_active=True).first() if pending else None
     if user is None:
@@ -31,7 +32,9 @@ def login_code(request):
         return redirect("accounts:login")
     context = {"error": "", "locked": ""}
     if request.method == "POST":
-        attempt = throttle.attempt_for(request, user.email, client_ip(request), user.pk)
+        attempt = throttle.attempt_for(
+            request, user.email, throttle.client_address(request), user.pk
+        )
         seconds, locked = _wait_message(attempt)
         if seconds > 0:
             response = render(
@@ -41,8 +44,6 @@ def login_code(request):
             return response
         throttle.charge(attempt)
         if two_factor.verify(user, request.POST.get("code", "")):
-            # Uncount this attempt and the password step's.
-            throttle.succeeded(attempt)
             throttle.succeeded(attempt)
             del request.session[two_factor.PENDING_KEY]
             login(request, user, backend=pending["backend"])
