@@ -13,7 +13,8 @@ What is published, by topic:
 * the models other apps hold foreign keys to, filter by or seed (tenants,
   members, sub-accounts, keys) with their choices;
 * the gateway's key check: ``api_key_authenticate``, ``AuthenticatedKey``,
-  ``keyed_hash`` and ``new_secret`` (the stored form of a key);
+  ``checksum_refuses`` (a mistyped key, refused offline), ``keyed_hash`` and
+  ``new_secret`` (the stored form of a key);
 * the cost-attribution tag-key rule (``MAX_TAGS``, ``MAX_TAG_KEY``,
   ``TAG_KEY_RE``, ``is_tag_key``), which keys' and sub-accounts'
   ``required_tag_keys`` follow; ``usage.attribution_rules`` builds on it;
@@ -37,6 +38,7 @@ from accounts.keys import (
     KEY_PREFIX,
     AuthenticatedKey,
     api_key_authenticate,
+    checksum_refuses,
     keyed_hash,
     new_secret,
 )
@@ -114,6 +116,7 @@ __all__ = [
     "audit_record",
     "can_view_keys",
     "changed",
+    "checksum_refuses",
     "clean_unique_name",
     "has_perm",
     "is_tag_key",

@@ -4,13 +4,36 @@ A gateway key looks like ``sk-<10-char id>_<43-char secret>``. Only
 HMAC-SHA256(pepper, whole key) is stored; the id is the visible prefix.
 ``api_key_authenticate`` is the one function that turns a presented key into
 the key's restrictions, in constant time, without revealing whether a prefix
-exists."""
+exists.
+
+Key formats (both are ``sk-`` + 10-char id + ``_`` + 43 characters):
+
+* **Checksummed** (every key issued now; personal access tokens, ``pat_``,
+  are made the same way)::
+
+      sk-<id>_<36 random base62><6-char checksum>V
+
+  The last character, ``V``, marks the format. The checksum is
+  ``key_checksum(<everything before it>)``: the CRC32 of the ASCII text
+  ``sk-<id>_<36 random>``, written as exactly 6 base62 digits
+  (``0-9A-Za-z``, most significant first, zero-padded). It needs no secret:
+  anyone may check it offline, as with GitHub's ``ghp_`` tokens, and its only
+  job is to refuse typos and made-up strings without any lookup or hashing
+  (``checksum_refuses``). The keyed hash remains the authentication.
+* **Legacy** (keys issued before the checksum): the secret is
+  ``secrets.token_urlsafe(32)``, 43 base64url characters encoding 256 bits,
+  so its last character always carries two zero bits: it is one of
+  ``AEIMQUYcgkosw048`` and never ``V``. A legacy key therefore never looks
+  checksummed and keeps the old path (hash, then the database), unchanged.
+
+A future format must end in another character outside ``AEIMQUYcgkosw048``."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,6 +50,16 @@ KEY_PREFIX = "sk-"
 TOKEN_PREFIX = "pat_"  # noqa: S105 - a format prefix, not a secret
 _DUMMY_HASH = "0" * 64
 
+# The checksummed format (see the module docstring).
+BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+SECRET_LEN = 43
+CHECKSUM_LEN = 6
+CHECKSUM_MARK = "V"
+_RANDOM_LEN = SECRET_LEN - CHECKSUM_LEN - len(CHECKSUM_MARK)  # 36 base62: 214 bits
+CHECKSUMMED_KEY_LEN = len(KEY_PREFIX) + KEY_ID_LEN + 1 + SECRET_LEN  # 57
+_TAIL = CHECKSUM_LEN + len(CHECKSUM_MARK)  # the checksum and the mark end the key
+_BASE62_PAIRS = [a + b for a in BASE62 for b in BASE62]  # 00, 01, … zz: 62**2 of them
+
 
 def _new_public_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(KEY_ID_LEN))
@@ -36,10 +69,47 @@ def keyed_hash(raw: str) -> str:
     return hmac.new(settings.API_KEY_PEPPER.encode(), raw.encode(), hashlib.sha256).hexdigest()
 
 
+def key_checksum(text: str) -> str:
+    """The checksum of a key's text before it: CRC32 of ``text`` (ASCII) as
+    exactly ``CHECKSUM_LEN`` base62 digits, most significant first. Pure: the
+    same text always gives the same checksum, with no secret and no I/O.
+    ``text`` that is not ASCII is no key's: ``UnicodeEncodeError``."""
+    # 62**6 > 2**32: six digits always suffice; two at a time (the gateway
+    # runs this on every call that presents a checksummed key).
+    high, low = divmod(zlib.crc32(text.encode("ascii")), 62**4)
+    mid, low = divmod(low, 62**2)
+    return _BASE62_PAIRS[high] + _BASE62_PAIRS[mid] + _BASE62_PAIRS[low]
+
+
+def is_checksummed(raw: object, prefix: str = KEY_PREFIX) -> bool:
+    """Whether ``raw`` claims the checksummed format: the key's length and its
+    last character (``CHECKSUM_MARK``). No legacy key ever does."""
+    return (
+        isinstance(raw, str)
+        and len(raw) == len(prefix) + KEY_ID_LEN + 1 + SECRET_LEN
+        and raw[-1] == CHECKSUM_MARK
+        and raw.startswith(prefix)
+    )
+
+
+def checksum_refuses(raw: object, prefix: str = KEY_PREFIX) -> bool:
+    """True when ``raw`` claims the checksummed format and its checksum is
+    wrong: not a key we issued, refused with no lookup, hashing or cache work.
+    False for a correct checksum and for every key without the mark (legacy
+    keys and garbage take the usual path)."""
+    if not is_checksummed(raw, prefix):
+        return False
+    if not raw.isascii():
+        return True
+    return key_checksum(raw[:-_TAIL]) != raw[-_TAIL:-1]
+
+
 def new_secret(prefix: str) -> tuple[str, str, str]:
-    """Return ``(public_id, raw, hash)`` for a fresh key or token."""
+    """Return ``(public_id, raw, hash)`` for a fresh key or token, in the
+    checksummed format (the module docstring)."""
     public_id = _new_public_id()
-    raw = f"{prefix}{public_id}_{secrets.token_urlsafe(32)}"
+    body = f"{prefix}{public_id}_" + "".join(secrets.choice(BASE62) for _ in range(_RANDOM_LEN))
+    raw = f"{body}{key_checksum(body)}{CHECKSUM_MARK}"
     return public_id, raw, keyed_hash(raw)
 
 
@@ -119,7 +189,12 @@ def api_key_authenticate(raw_key: str, *, now: datetime | None = None) -> Authen
     """Look a presented gateway key up. ``None`` for anything that is not a
     usable key: malformed, unknown, wrong secret, revoked, expired, or whose
     sub-account or organization is suspended. The HMAC is always computed and
-    compared, so an unknown prefix costs the same as a wrong secret."""
+    compared, so an unknown prefix costs the same as a wrong secret. A key
+    whose checksum is wrong (``checksum_refuses``) is refused first, with no
+    query and no hash: only the presented text decides that, so it reveals
+    nothing about which keys exist."""
+    if checksum_refuses(raw_key):
+        return None
     now = now or timezone.now()
     public_id = split_public_id(raw_key, KEY_PREFIX)
     presented = keyed_hash(raw_key if isinstance(raw_key, str) else "")

@@ -9,6 +9,10 @@
 - The client's address is the TCP peer, unless the peer is one of our
   trusted proxies (``GATEWAY_TRUSTED_PROXIES``): then it is the right-most
   ``X-Forwarded-For`` hop that is not a trusted proxy.
+- A key in the checksummed format (``accounts.keys``) whose checksum is wrong
+  (a typo, a made-up string) is refused first, with the same 401 as an
+  unknown key and before any hashing, cache or database work: a flood of
+  random keys shaped like ours costs a CRC each, never a query.
 - The key's IP allowlist and expiry, and the end of a rotated-out secret's
   grace period, are checked on every call (not only when the key is loaded).
 
@@ -20,9 +24,16 @@ from __future__ import annotations
 import time
 from urllib.parse import parse_qs
 
+from accounts.facade import checksum_refuses
 from console import ipnet
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import AUTHENTICATION, PERMISSION, GatewayError
+
+# The one answer for a key that is not usable, whatever the reason (a wrong
+# checksum included): the caller learns no more than "invalid".
+INVALID_KEY_MESSAGE = (
+    "Invalid API key: it is unknown, revoked or expired, or its account is suspended."
+)
 
 
 def trusted_proxies(entries, logger) -> ipnet.Networks:
@@ -98,13 +109,17 @@ async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, header
             "No API key: send it as 'Authorization: Bearer <key>', 'x-api-key' or "
             "'x-goog-api-key'.",
         )
+    if checksum_refuses(raw):
+        # Shaped like a key we issue, but not one: no hash, cache or query.
+        call.record = False
+        raise GatewayError(AUTHENTICATION, "invalid_api_key", INVALID_KEY_MESSAGE)
     entry = await state.key(raw)
     if entry is None:
         call.record = False
         raise GatewayError(
             AUTHENTICATION,
             "invalid_api_key",
-            "Invalid API key: it is unknown, revoked or expired, or its account is suspended.",
+            INVALID_KEY_MESSAGE,
         )
     grace_ends = entry.grace_ends_ts
     if grace_ends is not None and grace_ends <= time.time():
@@ -112,7 +127,7 @@ async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, header
         raise GatewayError(
             AUTHENTICATION,
             "invalid_api_key",
-            "Invalid API key: it is unknown, revoked or expired, or its account is suspended.",
+            INVALID_KEY_MESSAGE,
         )
     call.entry = entry
     ip = call.client_ip = client_ip(trusted, scope, headers) or None
