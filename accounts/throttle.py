@@ -61,7 +61,6 @@ from django.core.cache import cache
 
 from accounts.middleware import client_ip
 from console import ipnet
-from gateway_bridge.pipeline.auth import client_ip as forwarded_client_ip
 
 DEVICE_COOKIE = "console_device"
 DEVICE_SALT = "accounts.login-device"
@@ -126,12 +125,10 @@ def client_address(request) -> str:
     """The address sign-in attempts are counted against: the console's
     ``client_ip`` (the TCP peer) unless that is one of ``GATEWAY_TRUSTED_PROXIES``,
     then the right-most ``X-Forwarded-For`` hop that is not (the gateway's rule,
-    ``gateway_bridge.pipeline.auth.client_ip``)."""
+    ``console.ipnet.forwarded_client``)."""
     peer = client_ip(request) or ""
     trusted = _trusted(tuple(settings.GATEWAY_TRUSTED_PROXIES or ()))
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
-    headers = {"x-forwarded-for": forwarded} if forwarded else {}
-    return forwarded_client_ip(trusted, {"client": (peer, 0)}, headers)
+    return ipnet.forwarded_client(peer, request.META.get("HTTP_X_FORWARDED_FOR"), trusted)
 
 
 @dataclass(frozen=True)

@@ -184,3 +184,19 @@ def validate(entries: Iterable[str] | str, *, max_entries: int | None = None) ->
         )
         raise ValueError(f"{quoted} {noun}.")
     return normalized
+
+
+def forwarded_client(peer: str, forwarded: str | None, trusted: Networks) -> str:
+    """The client's address: ``peer``, or when ``peer`` is one of the
+    ``trusted`` proxies the right-most hop of ``forwarded`` (an
+    ``X-Forwarded-For`` value) that is not one of them. A hop that is not an
+    address makes it ``peer``: the header is not to be believed past it. The
+    one rule the gateway and the console's sign-in throttle share."""
+    if not trusted or peer not in trusted or not forwarded:
+        return peer
+    for hop in reversed([h.strip() for h in forwarded.split(",")]):
+        if not is_address(hop):
+            return peer
+        if hop not in trusted:
+            return hop
+    return peer

@@ -75,18 +75,7 @@ def client_ip(trusted: ipnet.Networks, scope, headers: dict) -> str:
     """The client's address: the peer, or behind trusted proxies the
     right-most forwarded hop that is not one of them ("" when unknown)."""
     peer = (scope.get("client") or ("",))[0] or ""
-    if not trusted or peer not in trusted:
-        return peer
-    forwarded = headers.get("x-forwarded-for")
-    if not forwarded:
-        return peer
-    # Right to left: the first hop that is not one of our proxies is the client.
-    for hop in reversed([h.strip() for h in forwarded.split(",")]):
-        if not ipnet.is_address(hop):
-            return peer
-        if hop not in trusted:
-            return hop
-    return peer
+    return ipnet.forwarded_client(peer, headers.get("x-forwarded-for"), trusted)
 
 
 async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, headers: dict):

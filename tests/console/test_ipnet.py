@@ -112,3 +112,12 @@ def test_validate_names_every_bad_entry_and_bounds_the_count():
 def test_is_address():
     assert ipnet.is_address("127.0.0.1") and ipnet.is_address("::1")
     assert not ipnet.is_address("10.0.0.0/8") and not ipnet.is_address("unknown")
+
+
+def test_the_forwarded_client_is_believed_only_behind_a_trusted_proxy():
+    trusted = ipnet.parse(["10.0.0.0/8"])
+    assert ipnet.forwarded_client("203.0.113.9", "198.51.100.1", trusted) == "203.0.113.9"
+    assert ipnet.forwarded_client("10.0.0.2", "198.51.100.1, 10.0.0.3", trusted) == "198.51.100.1"
+    assert ipnet.forwarded_client("10.0.0.2", "not-an-ip, 10.0.0.3", trusted) == "10.0.0.2"
+    assert ipnet.forwarded_client("10.0.0.2", None, trusted) == "10.0.0.2"
+    assert ipnet.forwarded_client("10.0.0.2", "198.51.100.1", ipnet.parse([])) == "10.0.0.2"
