@@ -19,8 +19,17 @@ console, its API and the gateway alike):
 * **Connections per address** (``CONSOLE_MAX_CONNECTIONS_PER_ADDRESS``, 0:
   no cap): a peer address with that many connections open in this process
   gets a ``503`` and its new connection closed at once, before anything is
-  parsed, so one address cannot take every file descriptor. The peer is the
-  TCP peer: behind a reverse proxy raise it (or cap at the proxy).
+  parsed, so one address cannot take every file descriptor. A peer that is
+  one of ``GATEWAY_TRUSTED_PROXIES`` carries many clients: its connections
+  are not counted by its own address; each request through it is counted,
+  while it is in flight, against the client address it forwards
+  (``console.ipnet.forwarded_client``), and a client over the cap gets the
+  ``503`` (that connection closed) instead of shutting out everyone behind
+  the proxy.
+* **Connections in all** (``CONSOLE_MAX_CONNECTIONS``, 0: no cap): past this
+  many open connections in this process any new one gets the ``503`` and is
+  closed at once, whatever its address, so many addresses together cannot
+  take every file descriptor either.
 
 An answer sent before the request's body has arrived (a ``413``, a refusal
 before the body is read) closes the connection once written: the rest of
@@ -30,9 +39,11 @@ the body is never read.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from console import ipnet
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,8 @@ class ServerLimits:
     body_timeout: float = 30.0
     keepalive_timeout: float = 5.0
     max_per_address: int = 512
+    max_connections: int = 4096
+    trusted_proxies: ipnet.Networks = field(default_factory=ipnet.Networks)
 
     @classmethod
     def from_settings(cls) -> ServerLimits:
@@ -51,6 +64,8 @@ class ServerLimits:
             body_timeout=settings.CONSOLE_BODY_TIMEOUT_SECONDS,
             keepalive_timeout=settings.CONSOLE_KEEPALIVE_TIMEOUT_SECONDS,
             max_per_address=settings.CONSOLE_MAX_CONNECTIONS_PER_ADDRESS,
+            max_connections=settings.CONSOLE_MAX_CONNECTIONS,
+            trusted_proxies=ipnet.parse(settings.GATEWAY_TRUSTED_PROXIES or ()),
         )
 
 
@@ -66,6 +81,9 @@ def _plain(status: str, text: str, extra: str = "") -> bytes:
 TOO_MANY = _plain(
     "503 Service Unavailable", "Too many connections from your address.", "retry-after: 1\r\n"
 )
+FULL = _plain(
+    "503 Service Unavailable", "The server has too many connections open.", "retry-after: 1\r\n"
+)
 HEADER_TIMEOUT = _plain("408 Request Timeout", "The request head did not arrive in time.")
 BODY_TIMEOUT = _plain("408 Request Timeout", "The request body did not arrive in time.")
 
@@ -74,10 +92,14 @@ _IDLE, _HEAD, _BODY = 0, 1, 2
 
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header and body timeouts, the
-    keep-alive timeout from the settings and a per-address connection cap."""
+    keep-alive timeout from the settings, a per-address connection cap and an
+    overall one."""
 
     limits: ServerLimits | None = None  # read from the settings on first use
-    open_by_address: dict[str, int] = {}  # this process's connections, by peer address
+    # This process's connections, by peer address (and, through a trusted
+    # proxy, its requests in flight by forwarded client address); and in all.
+    open_by_address: dict[str, int] = {}
+    open_total = 0
 
     @classmethod
     def current_limits(cls) -> ServerLimits:
@@ -94,27 +116,72 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._address = self.client[0] if self.client else ""
         self._counted = False
         self._refused = False
+        self._forwarded: str | None = None  # the in-flight request's counted client
+        cls = type(self)
+        if limits.max_connections and cls.open_total >= limits.max_connections:
+            self._refuse(FULL)
+            return
+        self._via_proxy = bool(self._address) and self._address in limits.trusted_proxies
         table = self.open_by_address
         held = table.get(self._address, 0)
-        # No peer address (a Unix socket): nothing to tell clients apart by.
-        if limits.max_per_address and self._address and held >= limits.max_per_address:
-            self._refused = True
-            transport.write(TOO_MANY)
-            transport.close()
+        # No peer address (a Unix socket): nothing to tell clients apart by. A
+        # trusted proxy's requests are counted by the client they forward.
+        if (
+            limits.max_per_address
+            and self._address
+            and not self._via_proxy
+            and held >= limits.max_per_address
+        ):
+            self._refuse(TOO_MANY)
             return
-        table[self._address] = held + 1
+        if not self._via_proxy:
+            table[self._address] = held + 1
+        cls.open_total += 1
         self._counted = True
         self._start_head()
 
+    def _refuse(self, answer: bytes) -> None:
+        self._refused = True
+        self.transport.write(answer)
+        self.transport.close()
+
+    def _count_forwarded(self) -> bool:
+        """Through a trusted proxy: count this request against the client it
+        forwards; False (answered 503, closed) when that client is over the cap."""
+        limits = self.current_limits()
+        forwarded = b",".join(v for n, v in self.headers if n == b"x-forwarded-for")
+        client = ipnet.forwarded_client(
+            self._address, forwarded.decode("latin-1") or None, limits.trusted_proxies
+        )
+        held = self.open_by_address.get(client, 0)
+        if limits.max_per_address and held >= limits.max_per_address:
+            self._refuse(TOO_MANY)
+            return False
+        self.open_by_address[client] = held + 1
+        self._forwarded = client
+        return True
+
+    def _release_forwarded(self) -> None:
+        client, self._forwarded = self._forwarded, None
+        if client is not None:
+            left = self.open_by_address.get(client, 1) - 1
+            if left > 0:
+                self.open_by_address[client] = left
+            else:
+                self.open_by_address.pop(client, None)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_guard()
+        self._release_forwarded()
         if self._counted:
             self._counted = False
-            left = self.open_by_address.get(self._address, 1) - 1
-            if left > 0:
-                self.open_by_address[self._address] = left
-            else:
-                self.open_by_address.pop(self._address, None)
+            type(self).open_total -= 1
+            if not self._via_proxy:
+                left = self.open_by_address.get(self._address, 1) - 1
+                if left > 0:
+                    self.open_by_address[self._address] = left
+                else:
+                    self.open_by_address.pop(self._address, None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -128,6 +195,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._cancel_guard()
+        if self._via_proxy:
+            self._release_forwarded()  # a kept-alive connection's earlier request
+            if not self._count_forwarded():
+                return
         self._phase = _BODY
         self._arm(self.current_limits().body_timeout, self._body_timed_out)
         super().on_headers_complete()
@@ -138,6 +209,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        self._release_forwarded()
         cycle = self.cycle
         if cycle is not None and cycle.more_body and not self.transport.is_closing():
             # Answered before the body arrived (413, a refusal): never read the rest.

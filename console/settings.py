@@ -181,13 +181,22 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = config.env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = config.broker_url(CELERY_BROKER_URL)
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed", "control"):
+    # The embedded broker (console.broker_fs): kombu's filesystem transport with
+    # atomic writes (temporary file, fsync, rename) and a quarantine for a
+    # message file it cannot read, installed as kombu's "filesystem" transport
+    # in this process (console.celery does it too), whether the URL was left
+    # unset or set to filesystem:// (the same folders, the same file format).
+    from console import broker_fs
+
+    broker_fs.install()
+    for sub in ("queue", "processed", "control", "quarantine"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "control_folder": str(BROKER_DIR / "control"),
+        "quarantine_folder": str(BROKER_DIR / "quarantine"),
         "store_processed": False,
         "polling_interval": 0.2,
     }
@@ -405,6 +414,8 @@ CONSOLE_KEEPALIVE_TIMEOUT_SECONDS = config.env_float(
 CONSOLE_MAX_CONNECTIONS_PER_ADDRESS = config.env_int(
     "CONSOLE_MAX_CONNECTIONS_PER_ADDRESS", 512, minimum=0
 )
+# Open connections in all, per server process (0: no cap): past it a new one gets 503.
+CONSOLE_MAX_CONNECTIONS = config.env_int("CONSOLE_MAX_CONNECTIONS", 4096, minimum=0)
 # console.body_limit: bodies of non-gateway requests bigger than this get 413 unread.
 CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
 # /readyz (console.probes): seconds each check (database, cache, broker) may take

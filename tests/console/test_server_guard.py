@@ -14,6 +14,7 @@ import time
 import pytest
 import uvicorn
 
+from console import ipnet
 from console.body_limit import BodyLimit
 from console.server import GuardedHttpProtocol, ServerLimits
 
@@ -46,6 +47,7 @@ def serving(app, **limits):
     """``app`` behind uvicorn with the guarded protocol (these limits) on a free port."""
     protocol = type("TestProtocol", (GuardedHttpProtocol,), {"limits": ServerLimits(**limits)})
     protocol.open_by_address = {}
+    protocol.open_total = 0
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -83,6 +85,16 @@ def first_answer(s: socket.socket) -> bytes:
         assert chunk, out
         out += chunk
     return out
+
+
+def first_answer_body(s: socket.socket) -> bytes:
+    """The body of ``echo_app``'s one answer (the number of body bytes it read)."""
+    out = b""
+    while b"\r\n\r\n" not in out or not out.split(b"\r\n\r\n", 1)[1]:
+        chunk = s.recv(65536)
+        assert chunk, out
+        out += chunk
+    return out.split(b"\r\n\r\n", 1)[1]
 
 
 def read_all(s: socket.socket, timeout: float = 5.0) -> tuple[bytes, float]:
@@ -199,6 +211,62 @@ def test_one_address_cannot_hold_more_connections_than_the_cap():
         again = connect(port, "127.0.0.2")
         again.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert first_answer(again).startswith(b"HTTP/1.1 200")
+
+
+def test_many_addresses_together_cannot_hold_more_connections_than_the_overall_cap():
+    with serving(echo_app, header_timeout=30, max_per_address=0, max_connections=3) as (
+        port,
+        protocol,
+    ):
+        held = [connect(port, f"127.0.0.{n}") for n in (2, 3, 4)]
+        for s in held:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # half a head, held
+        extra = connect(port, "127.0.0.5")
+        out, took = read_all(extra)
+        assert out.startswith(b"HTTP/1.1 503") and b"too many connections open" in out
+        assert took < 1.0
+        held.pop().close()
+        deadline = time.monotonic() + 5
+        while protocol.open_total >= 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        again = connect(port, "127.0.0.5")
+        again.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert first_answer(again).startswith(b"HTTP/1.1 200")
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_cap():
+    proxy, cap = "127.0.0.9", 2
+    limits = {"header_timeout": 30, "max_per_address": cap}
+    with serving(echo_app, **limits, trusted_proxies=ipnet.parse([proxy])) as (port, _):
+
+        def in_flight(client: str) -> socket.socket:
+            s = connect(port, proxy)
+            s.sendall(
+                b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n"
+                + f"X-Forwarded-For: {client}\r\n\r\n12345".encode()  # half the body
+            )
+            return s
+
+        # The proxy holds more connections than the per-address cap: not capped by its address
+        held = [in_flight("198.51.100.7") for _ in range(cap)]
+        held += [in_flight("198.51.100.8") for _ in range(cap)]
+        time.sleep(0.2)
+        # A third request of one client is refused; a client behind the same proxy is served
+        out, _ = read_all(in_flight("198.51.100.7"))
+        assert out.startswith(b"HTTP/1.1 503") and b"from your address" in out
+        other = connect(port, proxy)
+        other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.9\r\n\r\n")
+        assert first_answer(other).startswith(b"HTTP/1.1 200")
+        # A forged header from an untrusted peer counts against that peer
+        direct = connect(port, "127.0.0.3")
+        direct.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.7\r\n\r\n")
+        assert first_answer(direct).startswith(b"HTTP/1.1 200")
+        # A finished request frees its client's place
+        held[0].sendall(b"67890")
+        assert first_answer_body(held[0]) == b"10"
+        out = in_flight("198.51.100.7")
+        out.sendall(b"67890")
+        assert first_answer_body(out) == b"10"
 
 
 # --- the byte limit on console bodies -------------------------------------------------
