@@ -1,6 +1,9 @@
 """The Celery application. Broker and options come from Django settings
 (``CELERY_*``); with no broker configured it is kombu's filesystem transport
-under ``var/broker`` — a real broker that needs no server process.
+under ``var/broker`` — a real broker that needs no server process — made safe
+by ``console.broker_fs`` (atomic writes, a quarantine for a bad message file),
+installed here as kombu's ``filesystem`` transport for every process that uses
+this app: the worker, beat, and the gateway's usage emitter.
 
 Services enqueue work by task name (``registered_task("invoicing.collect_invoice")
 .delay(...)``), never by importing their app's ``tasks`` module: tasks import
@@ -17,9 +20,13 @@ import time
 
 from celery import Celery, signals
 
-from console import logs
+from console import broker_fs, logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+# Before any connection resolves the "filesystem" transport (console.settings
+# does it too, for a process that opens a kombu connection without this app).
+broker_fs.install()
 
 app = Celery("console")
 app.config_from_object("django.conf:settings", namespace="CELERY")
