@@ -46,7 +46,7 @@ from console.management.readiness import (
     probe_until_healthy,
     wait_for_port,
 )
-from console.processes import ChildDied, Supervisor
+from console.processes import ChildDied, CrashLoop, Supervisor
 from console.server import server_args
 from console.staticassets import collect_static
 
@@ -333,6 +333,9 @@ class Command(BaseCommand):
                 sup.watch()
             name = {2: "SIGINT", 15: "SIGTERM"}.get(sup.stop_requested, sup.stop_requested)
             self.say(f"Got {name}; stopping.")
+        except CrashLoop as exc:
+            self.stderr.write(f"up: {exc.report()}")
+            code = 1
         except (ChildDied, TimeoutError, RuntimeError, OSError) as exc:
             self.stderr.write(f"up: {exc}; stopping the others.")
             code = 1
