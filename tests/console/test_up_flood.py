@@ -1,5 +1,6 @@
 """The embedded default survives a flood: ``manage.py up`` (SQLite, the filesystem
-broker) under 60 s of random keys and 3.5 MB bodies, its worker SIGKILLed once
+broker) under 60 s of random keys, 3.5 MB bodies and slow clients (half a request
+head, held), its worker SIGKILLed once
 in the middle, still serves afterwards with every process up, and loses or
 doubles nothing: every call of the demo key that got an answer with a record is
 in the call log once, and the calls' costs equal the invoice preview."""
@@ -12,6 +13,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import string
 import subprocess
 import sys
@@ -46,7 +48,7 @@ class Flood:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.demo_calls: list[tuple[str, int]] = []  # (request id, status)
-        self.counts = {"random": 0, "big": 0, "demo": 0, "transport_errors": 0}
+        self.counts = {"random": 0, "big": 0, "demo": 0, "slow": 0, "transport_errors": 0}
 
     def _post(self, conn, path: str, body: bytes, key: str):
         conn.request(
@@ -82,6 +84,18 @@ class Flood:
             time.sleep(pause)
         conn.close()
 
+    def _slow(self) -> None:
+        """Half a request head, held until the server gives up on it."""
+        while not self.stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=30) as s:
+                    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+                    s.recv(1024)  # the header timeout's 408, or the close
+            except OSError:
+                pass
+            with self.lock:
+                self.counts["slow"] += 1
+
     def start(self) -> list[threading.Thread]:
         hello = json.dumps(
             {"model": "sim-chat-small", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
@@ -97,6 +111,7 @@ class Flood:
         makers += [("big", lambda: (self.key, big, 0.0))] * 2
         makers += [("demo", lambda: (self.key, hello, 0.05))]
         threads = [threading.Thread(target=self._loop, args=m, daemon=True) for m in makers]
+        threads += [threading.Thread(target=self._slow, daemon=True) for _ in range(4)]
         for thread in threads:
             thread.start()
         return threads
