@@ -152,7 +152,9 @@ class MemberViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     @extend_schema(request=RoleInput, responses=MemberSerializer)
     def partial_update(self, request, pk=None):
         target = self.get_object()
-        data = self._input(RoleInput, request.data)
+        data = self._input(RoleInput, request.data, partial=True)
+        if not data:  # a PATCH that changes nothing
+            return Response(MemberSerializer(target).data)
         m = services.membership_change_role(actor=self.actor, membership_id=target.pk, **data)
         return Response(MemberSerializer(m).data)
 

@@ -14,6 +14,28 @@ from accounts.models import (
     SubAccount,
     SubAccountStatus,
 )
+from accounts.services.api_keys import MAX_GRACE
+
+
+class _TextOnly:
+    """Text as the schema says (``type: string``): DRF's own CharField turns a
+    number into text, so ``{"name": 5}`` would pass as the name "5"."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class TextField(_TextOnly, serializers.CharField):
+    pass
+
+
+class PatternField(_TextOnly, serializers.RegexField):
+    pass
+
+
+MAX_GRACE_SECONDS = int(MAX_GRACE.total_seconds())
 
 LIMIT_FIELDS = (
     "allowed_models",
@@ -72,11 +94,11 @@ class _LimitsInput(serializers.Serializer):
     # The bounds are the services' (accounts.validators), stated here so that
     # the schema says them too; the services still check.
     allowed_models = serializers.ListField(
-        child=serializers.RegexField(validators.MODEL_NAME_RE.pattern, max_length=128),
+        child=PatternField(validators.MODEL_NAME_RE.pattern, max_length=128),
         required=False,
     )
     required_tag_keys = serializers.ListField(
-        child=serializers.RegexField(validators.TAG_KEY_RE.pattern),
+        child=PatternField(validators.TAG_KEY_RE.pattern),
         required=False,
         max_length=validators.MAX_TAGS,
         help_text="tag keys every call must carry in the x-gateway-tags header",
@@ -89,10 +111,10 @@ class _LimitsInput(serializers.Serializer):
 
 
 class ApiKeyInput(_LimitsInput):
-    name = serializers.CharField(max_length=120)
+    name = TextField(max_length=120)
     sub_account = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     ip_allowlist = serializers.ListField(
-        child=serializers.CharField(max_length=64),
+        child=TextField(max_length=64),
         required=False,
         max_length=validators.MAX_ALLOWLIST_ENTRIES,
         help_text="IPv4/IPv6 addresses and CIDR ranges",
@@ -102,7 +124,7 @@ class ApiKeyInput(_LimitsInput):
 
 
 class ApiKeyUpdate(ApiKeyInput):
-    name = serializers.CharField(max_length=120, required=False)
+    name = TextField(max_length=120, required=False)
     sub_account = None
 
 
@@ -121,7 +143,10 @@ class ApiKeyCreated(ApiKeySerializer):
 
 
 class RotateInput(serializers.Serializer):
-    grace_seconds = serializers.IntegerField(required=False, default=0)
+    # The service's bound (at most 30 days), stated here so the schema says it.
+    grace_seconds = serializers.IntegerField(
+        required=False, default=0, min_value=0, max_value=MAX_GRACE_SECONDS
+    )
 
 
 class SubAccountSerializer(serializers.ModelSerializer):
@@ -134,11 +159,11 @@ class SubAccountSerializer(serializers.ModelSerializer):
 
 
 class SubAccountInput(_LimitsInput):
-    name = serializers.CharField(max_length=120)
+    name = TextField(max_length=120)
 
 
 class SubAccountUpdate(_LimitsInput):
-    name = serializers.CharField(max_length=120, required=False)
+    name = TextField(max_length=120, required=False)
     status = serializers.ChoiceField(choices=SubAccountStatus.choices, required=False)
     members = serializers.ListField(child=serializers.IntegerField(), required=False)
 

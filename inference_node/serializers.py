@@ -26,6 +26,12 @@ COST_OUTPUT = (
 
 
 class NodeModelSerializer(serializers.ModelSerializer):
+    # On a shared node every cost field is null (``NodeSerializer.get_models``):
+    # the platform's cost price is not the tenants' business.
+    cost_currency = serializers.CharField(
+        read_only=True, allow_null=True, help_text="Null on a shared node."
+    )
+
     class Meta:
         model = NodeModel
         fields = (

@@ -27,13 +27,17 @@ from usage.serializers import AttributionSerializer, CallPageSerializer, CallRec
 
 # Each parameter's schema states what the filter form accepts (usage.forms).
 _ID = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+_NO_NUL = r"^[^\u0000]*$"
 FILTER_PARAMETERS = [
     OpenApiParameter("from", OpenApiTypes.DATETIME, description="Calls started at or after"),
     OpenApiParameter("to", OpenApiTypes.DATETIME, description="Calls started before"),
     OpenApiParameter("range", str, enum=["1h", "24h", "7d", "30d"], description="Quick range"),
     OpenApiParameter("key", _ID, description="API key id"),
     OpenApiParameter("sub_account", _ID, description="Sub-account id"),
-    OpenApiParameter("model", {"type": "string", "maxLength": 128}, description="Model name"),
+    # No NUL character: the form refuses one in any text (Django's rule for every field).
+    OpenApiParameter(
+        "model", {"type": "string", "maxLength": 128, "pattern": _NO_NUL}, description="Model name"
+    ),
     OpenApiParameter("node", _ID, description="Inference node id"),
     OpenApiParameter(
         "status",
@@ -62,7 +66,9 @@ FILTER_PARAMETERS = [
         description="key:value; calls carrying this tag. Repeat for calls carrying all of them",
     ),
     OpenApiParameter(
-        "end_user", {"type": "string", "maxLength": 128}, description="Calls for this end user"
+        "end_user",
+        {"type": "string", "maxLength": 128, "pattern": _NO_NUL},
+        description="Calls for this end user",
     ),
 ]
 _CURSOR = {"type": "string", "maxLength": 400}

@@ -9,6 +9,7 @@ rule is valid the same way on either side; errors are in the
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
 from rest_framework.response import Response
@@ -154,10 +155,31 @@ class AlertRuleViewSet(
         services.rule_delete(actor=self.actor, rule=instance)
 
 
+_MAX_ID = 2**63 - 1
+
+
+def _incident_filters(query) -> dict:
+    """``?state=`` and ``?rule=`` as the schema states them: a state other
+    than open or resolved, or a rule that is not a whole number, is a 400
+    naming the parameter (not silently no filter); an empty value is none."""
+    errors: dict[str, list[str]] = {}
+    state = query.get("state") or None  # an empty value is no filter
+    if state is not None and state not in ("open", "resolved"):
+        errors["state"] = [_('Use "open" or "resolved".')]
+    rule = query.get("rule") or None
+    if rule is not None and not (rule.isascii() and rule.isdigit() and 1 <= int(rule) <= _MAX_ID):
+        errors["rule"] = [_("An alert rule id: a whole number from 1.")]
+    if errors:
+        raise ValidationFailed.from_fields(errors)
+    return {"state": state, "rule": int(rule) if rule is not None else None}
+
+
 @extend_schema(
     parameters=[
         OpenApiParameter("state", str, enum=["open", "resolved"], required=False),
-        OpenApiParameter("rule", int, required=False),
+        OpenApiParameter(
+            "rule", {"type": "integer", "minimum": 1, "maximum": _MAX_ID}, required=False
+        ),
     ]
 )
 class IncidentViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -166,11 +188,10 @@ class IncidentViewSet(OrgViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
     pagination_class = FiredCursorPagination
 
     def get_queryset(self):
-        state = self.request.query_params.get("state")
+        filters = _incident_filters(self.request.query_params)
         qs = services.incident_list(
-            actor=self.actor, open_only={"open": True, "resolved": False}.get(state)
+            actor=self.actor, open_only={"open": True, "resolved": False}.get(filters["state"])
         )
-        rule = self.request.query_params.get("rule", "")
-        if rule.isdigit():
-            qs = qs.filter(rule_id=int(rule))
+        if filters["rule"] is not None:
+            qs = qs.filter(rule_id=filters["rule"])
         return qs
