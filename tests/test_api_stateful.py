@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.db import transaction
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 from schemathesis.config import GenerationConfig
@@ -40,6 +41,15 @@ def test_linked_calls_get_the_answers_the_schema_describes(owner_token):  # noqa
     statuses: list[int] = []
 
     class Machine(SCHEMA.as_state_machine()):
+        # Each scenario starts from the same data (a savepoint rolled back at its
+        # end): links draw from earlier answers, and Hypothesis needs a scenario
+        # replayed to draw the same way.
+        def setup(self):
+            self._savepoint = transaction.savepoint()
+
+        def teardown(self):
+            transaction.savepoint_rollback(self._savepoint)
+
         def get_call_kwargs(self, case):
             return {"headers": headers}
 
