@@ -334,7 +334,13 @@ class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
         start, end = data.get("from"), data.get("to")
         if "from" not in self.errors and "to" not in self.errors:
             end = data["to"] = end or timezone.now()
-            start = data["from"] = start or end - DEFAULT_ATTRIBUTION_RANGE
+            if start is None:
+                try:
+                    start = end - DEFAULT_ATTRIBUTION_RANGE
+                except OverflowError:  # an end in year 1 has no 30 days before it
+                    self.add_error("to", _("The end of the time range is too early."))
+                    return data
+            data["from"] = start
         if start is not None and end is not None:
             if start >= end:
                 self.add_error("to", _("The end of the time range must be after its start."))

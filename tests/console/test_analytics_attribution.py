@@ -171,6 +171,15 @@ def test_bad_api_parameters_are_400_naming_the_field(client, tagged, params, fie
     assert field in json.dumps(response.json())
 
 
+def test_an_end_in_year_one_with_no_start_is_a_400_not_a_500(client, tagged):
+    # found by schemathesis: the default start (30 days before the end) overflowed
+    a, _b = tagged
+    client.force_login(a.members[Role.OWNER].user)
+    response = client.get(API, {"to": "0001-01-01T00:00:00Z", "by": "end_user"})
+    assert response.status_code == 400
+    assert "too early" in json.dumps(response.json())
+
+
 def test_without_a_choice_the_chart_names_the_tag_keys_in_use(client, tagged):
     a, _b = tagged
     client.force_login(a.members[Role.OWNER].user)
