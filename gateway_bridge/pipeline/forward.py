@@ -58,6 +58,7 @@ from gateway_bridge import answers
 from gateway_bridge.keypool import retry_after_seconds
 from gateway_bridge.pipeline import admit, native, relay
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
+from gateway_bridge.pipeline.model_name import rewrite_model
 from gateway_bridge.protocols.base import (
     OVERLOADED,
     RATE_LIMIT,
@@ -134,7 +135,7 @@ def _request(req: CallRequest, node, dialect, native_call: bool) -> tuple[str, b
         )
     if native_call:
         body = req.client_body or {}
-        payload = native.rewrite_model(req.raw, body, upstream) if "model" in body else req.raw
+        payload = rewrite_model(req.raw, body, upstream) if "model" in body else req.raw
         path = dialect.native_path(req.endpoint, upstream, req.stream, req.query)
     elif dialect.PROTOCOL == "openai":
         req.body["model"] = upstream

@@ -26,7 +26,7 @@ import pytest
 from google import genai
 from google.genai import types
 
-from gateway_bridge.pipeline.native import ModelRewriter, model_rewriter, rename_answer
+from gateway_bridge.pipeline.model_name import ModelRewriter, model_rewriter, rename_answer
 from inference_node.models import NodeModel
 from tests.gateway_bridge.vendor_fixtures import captured, channel, demo_channels
 
