@@ -145,8 +145,22 @@ class SentinelSet:
         # Back as the new primary's replica from its first second (what its
         # configuration would say after a failover; the sentinels agree).
         self._start(old, "--replicaof", "127.0.0.1", str(other))
-        wait_for("the old primary back as a replica", lambda: self.replica_linked(old), 60)
-        self.primary, self.replica = other, old
+        # Whole again: one of the two replicating from the other, the sentinels'
+        # primary. Under load the sentinels may fail over once more (the new
+        # primary busy with the full resync misses their pings) and promote the
+        # old one back: that is a whole set too.
+        roles: list[tuple[int, int]] = []
+
+        def whole() -> bool:
+            primary = self.current_primary()
+            for replica in (old, other):
+                if replica != primary and primary in (old, other) and self.replica_linked(replica):
+                    roles[:] = [(primary, replica)]
+                    return True
+            return False
+
+        wait_for("the old primary back in the set as a replica", whole, 60)
+        self.primary, self.replica = roles[0]
         return {
             "killed_port": old,
             "failover_seconds": round(promoted, 2),
