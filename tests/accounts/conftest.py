@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from accounts import throttle
 from accounts.models import ApiKey, AuditEvent, Invitation, Membership, SubAccount
 from tests.factories import SubAccountFactory
 
@@ -59,3 +60,18 @@ class Snapshot:
 
     def unchanged(self):
         return self.take() == self.counts
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The sign-in throttle's clock, standing still until a test moves it."""
+
+    class Clock:
+        now = 1_800_000_000.0
+
+        def advance(self, seconds: float) -> None:
+            self.now += seconds
+
+    c = Clock()
+    monkeypatch.setattr(throttle, "_now", lambda: c.now)
+    return c

@@ -19,19 +19,6 @@ pytestmark = pytest.mark.django_db
 HOME = "198.51.100.7"
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    """The throttle's clock, moved by hand."""
-
-    class Clock:
-        now = 1_800_000_000.0
-
-        def advance(self, seconds: float) -> None:
-            self.now += seconds
-
-    c = Clock()
-    monkeypatch.setattr(throttle, "_now", lambda: c.now)
-    return c
 
 
 @pytest.fixture

@@ -38,18 +38,9 @@ def limits(settings):
 
 
 @pytest.fixture(autouse=True)
-def clock(monkeypatch):
-    """The throttle's clock, standing still unless moved."""
-
-    class Clock:
-        now = 1_800_000_000.0
-
-        def advance(self, seconds: float) -> None:
-            self.now += seconds
-
-    c = Clock()
-    monkeypatch.setattr(throttle, "_now", lambda: c.now)
-    return c
+def _standing_clock(clock):
+    """The throttle's clock (tests/accounts/conftest.py), standing still unless moved."""
+    return clock
 
 
 @pytest.fixture
