@@ -30,7 +30,7 @@ from accounts.serializers import (
     SubAccountSerializer,
     SubAccountUpdate,
 )
-from console.crypto import no_store
+from console.kernel.crypto import no_store
 
 
 class IsOrgMember(permissions.BasePermission):

@@ -13,12 +13,12 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts import validators
 from accounts.models import Priority, Role, SubAccountStatus, TokenScope
-from console import timezones
-from console.money import parse_amount
+from console.kernel import timezones
+from console.kernel.money import parse_amount
 
 
 def _amount_error(value, message: str) -> str:
-    """``console.money.parse_amount``'s complaint, in the page's language."""
+    """``console.kernel.money.parse_amount``'s complaint, in the page's language."""
     if "six decimal places" in message:
         return gettext("Amounts have at most six decimal places.")
     if "finite" in message:

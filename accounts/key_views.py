@@ -1,7 +1,7 @@
 """Console pages for gateway API keys: the list, issuing a key (its secret
 shown once), a key's page and its edits, rotating, collecting a secret
 someone else's rotation made, and revoking. Pages that show a secret are
-never stored (``console.crypto.no_store``)."""
+never stored (``console.kernel.crypto.no_store``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from accounts.forms import ApiKeyEditForm, ApiKeyForm, RotateForm
 from accounts.models import ApiKeyStatus
 from accounts.permissions import Perm
 from accounts.views import flash_error, limits_initial, page_of
-from console.crypto import no_store
+from console.kernel.crypto import no_store
 
 KEY_PERMS = (Perm.KEYS_VIEW_ALL, Perm.KEYS_MANAGE_OWN)
 

@@ -42,7 +42,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import ApiKey, ApiKeyStatus, SubAccountStatus
-from console import ipnet
+from console.kernel import ipnet
 
 _ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
 KEY_ID_LEN = 10

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 
-from console.crypto import SealedTextField
+from console.kernel.crypto import SealedTextField
 
 
 class UserManager(BaseUserManager):
@@ -263,7 +263,7 @@ class ApiKey(Limits):
     # A load test's own key whose owner chose "not billed": its calls are
     # recorded and rated, but on no invoice and debited from no prepaid
     # balance. Set only when the key is issued (``api_key_issue``'s
-    # ``test_traffic``, by console.capacity), never through the key form.
+    # ``test_traffic``, by console.features.capacity), never through the key form.
     test_traffic = models.BooleanField(default=False)
     # Platform staff's load tests of one channel: the gateway sends every call
     # of this key to this inference_node Node (its id; no foreign key, as

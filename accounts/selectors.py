@@ -22,8 +22,8 @@ from accounts.models import (
     SubAccount,
 )
 from accounts.permissions import Perm, can_view_keys
-from console import hooks
-from console.timezones import day_and_month
+from console.kernel import hooks
+from console.kernel.timezones import day_and_month
 
 
 def memberships_for_user(user) -> QuerySet[Membership]:

@@ -1,5 +1,5 @@
 """Celery tasks of the accounts app: thin calls into services. Tasks import
-services; services enqueue a task by its name (``console.celery.registered_task``)
+services; services enqueue a task by its name (``console.kernel.celery.registered_task``)
 and never import this module."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 
 from accounts.models import Invitation, User, role_noun
 from accounts.services import api_keys_expire_due
-from console import crypto
+from console.kernel import crypto
 
 
 @shared_task(
@@ -24,7 +24,7 @@ from console import crypto
 )
 def send_invitation_email(invitation_id: int, sealed_token: str) -> None:
     """E-mail the invitation link. ``sealed_token`` is the one-time token sealed
-    with ``console.crypto.seal`` (a task queued before sealing began carries it
+    with ``console.kernel.crypto.seal`` (a task queued before sealing began carries it
     in clear; both work)."""
     raw_token = crypto.unseal(sealed_token) if crypto.is_sealed(sealed_token) else sealed_token
     invitation = (

@@ -60,7 +60,7 @@ from django.core import signing
 from django.core.cache import cache
 
 from accounts.middleware import client_ip
-from console import ipnet
+from console.kernel import ipnet
 
 DEVICE_COOKIE = "console_device"
 DEVICE_SALT = "accounts.login-device"
@@ -125,7 +125,7 @@ def client_address(request) -> str:
     """The address sign-in attempts are counted against: the console's
     ``client_ip`` (the TCP peer) unless that is one of ``GATEWAY_TRUSTED_PROXIES``,
     then the right-most ``X-Forwarded-For`` hop that is not (the gateway's rule,
-    ``console.ipnet.forwarded_client``)."""
+    ``console.kernel.ipnet.forwarded_client``)."""
     peer = client_ip(request) or ""
     trusted = _trusted(tuple(settings.GATEWAY_TRUSTED_PROXIES or ()))
     return ipnet.forwarded_client(peer, request.META.get("HTTP_X_FORWARDED_FOR"), trusted)

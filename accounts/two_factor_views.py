@@ -15,7 +15,7 @@ from accounts import throttle, two_factor
 from accounts.errors import DomainError
 from accounts.models import Role, User
 from accounts.signin_views import _wait_message
-from console.crypto import no_store
+from console.kernel.crypto import no_store
 
 
 @require_http_methods(["GET", "POST"])

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from console import ipnet
+from console.kernel import ipnet
 
 # Caps above this (one billion currency units, in micro-units) are a typo.
 MAX_SPEND_CAP = 10**15
@@ -25,7 +25,7 @@ MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 def normalize_ip_allowlist(entries: list[str] | str) -> list[str]:
     """Parse IPv4/IPv6 addresses and CIDR ranges; return them normalized
     (``10.0.0.7/8`` → ``10.0.0.0/8``, single addresses as /32 or /128),
-    de-duplicated, in input order (``console.ipnet.validate``). The problems
+    de-duplicated, in input order (``console.kernel.ipnet.validate``). The problems
     a person can fix are worded here, in the page's language."""
     items = ipnet.split(entries) if isinstance(entries, str) else list(entries)
     if len(items) > MAX_ALLOWLIST_ENTRIES:

@@ -27,8 +27,8 @@ from accounts.forms import (
 from accounts.middleware import SESSION_KEY
 from accounts.models import Membership, Role, User, role_noun
 from accounts.permissions import Perm, can_view_keys, has_perm
-from console.crypto import no_store
-from console.money import amount_input, micro_to_decimal
+from console.kernel.crypto import no_store
+from console.kernel.money import amount_input, micro_to_decimal
 
 
 def page_of(request, qs, per_page=50):

@@ -23,7 +23,7 @@ console, its API and the gateway alike):
   one of ``GATEWAY_TRUSTED_PROXIES`` carries many clients: its connections
   are not counted by its own address; each request through it is counted,
   while it is in flight, against the client address it forwards
-  (``console.ipnet.forwarded_client``), and a client over the cap gets the
+  (``console.kernel.ipnet.forwarded_client``), and a client over the cap gets the
   ``503`` (that connection closed) instead of shutting out everyone behind
   the proxy.
 * **Connections in all** (``CONSOLE_MAX_CONNECTIONS``, 0: no cap): past this
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from console import ipnet
+from console.kernel import ipnet
 
 
 @dataclass(frozen=True)

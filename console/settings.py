@@ -1,5 +1,5 @@
 """Django settings. Everything configurable comes from the environment through
-``console.config``; with no environment at all the product runs embedded
+``console.kernel.config``; with no environment at all the product runs embedded
 (SQLite in ``var/``, a filesystem Celery broker, in-process caches)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console import config, logs
+from console.kernel import config, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(config.env_str("CONSOLE_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -33,7 +33,7 @@ if PRODUCTION:
 SECRET_KEY = SECRET_KEY or config.read_or_create_secret(VAR_DIR / "secret_key")
 # The pepper keys the HMAC of every API key secret. Changing it invalidates all keys.
 API_KEY_PEPPER = API_KEY_PEPPER or config.read_or_create_secret(VAR_DIR / "api_key_pepper")
-# Fernet keys that seal vendor credentials and node tokens at rest (console.crypto):
+# Fernet keys that seal vendor credentials and node tokens at rest (console.kernel.crypto):
 # the first seals, every one opens (rotation: new key first, `manage.py reseal_secrets`).
 CONSOLE_SECRET_KEYS = config.env_list("CONSOLE_SECRET_KEYS", [])
 if PRODUCTION and not CONSOLE_SECRET_KEYS:
@@ -67,10 +67,10 @@ INSTALLED_APPS = [
     "invoicing",
     "gateway_bridge",
     # --- outbound webhooks and chat destinations (issue 21)
-    "console.webhooks",
-    "console.capacity",
-    # --- alert rules (issue 21): evaluated by beat every minute (console.alerts)
-    "console.alerts",
+    "console.features.webhooks",
+    "console.features.capacity",
+    # --- alert rules (issue 21): evaluated by beat every minute (console.features.alerts)
+    "console.features.alerts",
     # --- two-factor sign-in (issue 19): django-otp's TOTP devices (accounts.two_factor)
     "django_otp",
     "django_otp.plugins.otp_totp",
@@ -78,12 +78,12 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # /healthz and /readyz, answered before the HTTPS redirect and the ALLOWED_HOSTS
-    # check: probes come by IP over plain HTTP (console.probes), and stay out of the
+    # check: probes come by IP over plain HTTP (console.kernel.probes), and stay out of the
     # access log.
-    "console.probes.ProbeMiddleware",
+    "console.kernel.probes.ProbeMiddleware",
     # One access-log line per request, with its request id (issue 20): this early, so
     # it times the whole stack and sees every answer, redirects included.
-    "console.request_log.RequestLogMiddleware",
+    "console.kernel.request_log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "console.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -142,7 +142,7 @@ else:
 # exports' chunked reads) would outlive the transaction that owns its server
 # connection: read in chunks client-side instead.
 DATABASE_TRANSACTION_POOLING = config.env_bool("DATABASE_TRANSACTION_POOLING", False)
-# A read replica for the call logs, analytics and exports (console.db_router).
+# A read replica for the call logs, analytics and exports (console.kernel.db_router).
 DATABASE_REPLICA_URL = config.env_str("DATABASE_REPLICA_URL")
 if DATABASE_REPLICA_URL:
     if not DATABASE_URL:
@@ -158,7 +158,7 @@ if DATABASE_REPLICA_URL:
 for _database in DATABASES.values():
     if _database["ENGINE"] == "django.db.backends.postgresql" and DATABASE_TRANSACTION_POOLING:
         _database["DISABLE_SERVER_SIDE_CURSORS"] = True
-DATABASE_ROUTERS = ["console.db_router.ReplicaRouter"]
+DATABASE_ROUTERS = ["console.kernel.db_router.ReplicaRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- caches and broker ----------------------------------------------------
@@ -168,8 +168,8 @@ if REDIS_URL:
     CACHES = {
         "default": {
             # Django's RedisCache for one Redis; Sentinel and Cluster URLs through
-            # console.redis_url's clients (console.redis_cache).
-            "BACKEND": "console.redis_cache.RedisCache",
+            # console.kernel.redis_url's clients (console.kernel.redis_cache).
+            "BACKEND": "console.kernel.redis_cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": config.env_str("CACHE_KEY_PREFIX", "console"),
         }
@@ -181,12 +181,12 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = config.env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = config.broker_url(CELERY_BROKER_URL)
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    # The embedded broker (console.broker_fs): kombu's filesystem transport with
+    # The embedded broker (console.kernel.broker_fs): kombu's filesystem transport with
     # atomic writes (temporary file, fsync, rename) and a quarantine for a
     # message file it cannot read, installed as kombu's "filesystem" transport
-    # in this process (console.celery does it too), whether the URL was left
+    # in this process (console.kernel.celery does it too), whether the URL was left
     # unset or set to filesystem:// (the same folders, the same file format).
-    from console import broker_fs
+    from console.kernel import broker_fs
 
     broker_fs.install()
     for sub in ("queue", "processed", "control", "quarantine"):
@@ -237,9 +237,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Exactly one beat per deployment: its scheduler takes a lock first and a second beat
-# refuses to start (console.beat_lock: a PostgreSQL advisory lock, or a file lock in
+# refuses to start (console.kernel.beat_lock: a PostgreSQL advisory lock, or a file lock in
 # VAR_DIR with SQLite). false: no lock (a transaction-pooling PgBouncer in front).
-CELERY_BEAT_SCHEDULER = "console.beat_lock:LockedScheduler"
+CELERY_BEAT_SCHEDULER = "console.kernel.beat_lock:LockedScheduler"
 CONSOLE_BEAT_LOCK = config.env_bool("CONSOLE_BEAT_LOCK", True)
 CELERY_BEAT_SCHEDULE: dict = {
     "accounts-expire-keys": {"task": "accounts.expire_keys", "schedule": 60.0},
@@ -247,7 +247,7 @@ CELERY_BEAT_SCHEDULE: dict = {
     "usage-ensure-call-partitions": {"task": "usage.ensure_call_partitions", "schedule": 86400.0},
 }
 
-# --- capacity planning (stepped load tests, console.capacity) -------------
+# --- capacity planning (stepped load tests, console.features.capacity) -------------
 # Where a load test sends its calls: the gateway over loopback (the same base URL
 # the README's snippets use), and the Celery queue its job runs on (a worker of
 # its own: a test holds its worker for minutes, which would starve ingest).
@@ -352,7 +352,7 @@ CELERY_BEAT_SCHEDULE["invoicing-sla-evaluate"] = {
 }
 
 # --- alerts ---------------------------------------------------------------
-# Every enabled alert rule is evaluated once a minute (console.alerts.services.evaluate).
+# Every enabled alert rule is evaluated once a minute (console.features.alerts.services.evaluate).
 CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
     "task": "alerts.evaluate",
     "schedule": 60.0,
@@ -378,7 +378,7 @@ CELERY_BEAT_SCHEDULE["inference-node-probe"] = {
     "options": {"expires": float(NODE_PROBE_INTERVAL_SECONDS)},
 }
 
-# --- outbound webhooks (issue 21: console.webhooks) ---------------------------
+# --- outbound webhooks (issue 21: console.features.webhooks) ---------------------------
 # One POST to a destination: seconds to connect, and for the whole exchange.
 WEBHOOK_CONNECT_TIMEOUT_SECONDS = config.env_float(
     "WEBHOOK_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1
@@ -418,12 +418,12 @@ CONSOLE_MAX_CONNECTIONS_PER_ADDRESS = config.env_int(
 CONSOLE_MAX_CONNECTIONS = config.env_int("CONSOLE_MAX_CONNECTIONS", 4096, minimum=0)
 # console.body_limit: bodies of non-gateway requests bigger than this get 413 unread.
 CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
-# /readyz (console.probes): seconds each check (database, cache, broker) may take
+# /readyz (console.kernel.probes): seconds each check (database, cache, broker) may take
 # before it counts as failed.
 CONSOLE_READYZ_TIMEOUT_SECONDS = config.env_float(
     "CONSOLE_READYZ_TIMEOUT_SECONDS", 2.0, minimum=0.1
 )
-# The public pages (console.analytics.marketplace), no sign-in: off answers 404. The
+# The public pages (console.features.analytics.marketplace), no sign-in: off answers 404. The
 # marketplace shows models, list prices and platform-wide figures; the status page each
 # model's up / degraded / down state now and per day. Off by default: publishing them
 # (model names, outages) is the operator's decision. The marketplace's platform-wide
@@ -617,7 +617,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "console.pagination.CreatedCursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "console.kernel.pagination.CreatedCursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "console.api_errors.exception_handler",
@@ -634,10 +634,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "SubAccountStatusEnum": "accounts.models.SubAccountStatus",
         "NodeStatusEnum": "inference_node.models.NodeStatus",
-        "WebhookDestinationKindEnum": "console.webhooks.models.DestinationKind",
-        "LoadTestStatusEnum": "console.capacity.models.Status",
-        "AlertKindEnum": "console.alerts.models.Kind",
-        "AlertScopeEnum": "console.alerts.models.Scope",
+        "WebhookDestinationKindEnum": "console.features.webhooks.models.DestinationKind",
+        "LoadTestStatusEnum": "console.features.capacity.models.Status",
+        "AlertKindEnum": "console.features.alerts.models.Kind",
+        "AlertScopeEnum": "console.features.alerts.models.Scope",
     },
     # --- API schema conformance (issue 19): the error answers of every operation
     "POSTPROCESSING_HOOKS": [
@@ -674,7 +674,7 @@ if PRODUCTION:
 # LOG_FORMAT: "json" (one JSON object a line, for a log pipeline) or "plain"
 # (for a person at a terminal). Default: json with CONSOLE_PRODUCTION, plain
 # otherwise (`manage.py up` on a laptop). The same handlers serve the web, the
-# gateway and Celery (console.logs). ACCESS_LOG=false silences the per-request
+# gateway and Celery (console.kernel.logs). ACCESS_LOG=false silences the per-request
 # lines (console.access, gateway_bridge.access) and leaves the rest.
 LOG_FORMAT = config.env_str("LOG_FORMAT", "json" if PRODUCTION else "plain").lower()
 if LOG_FORMAT not in ("json", "plain"):
@@ -683,7 +683,7 @@ LOG_LEVEL = config.env_str("LOG_LEVEL", "INFO").upper()
 ACCESS_LOG = config.env_bool("ACCESS_LOG", True)
 LOGGING = logs.logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL, access_log=ACCESS_LOG)
 # Error reporting: with SENTRY_DSN set and sentry-sdk installed, errors go to
-# Sentry (Django and Celery integrations, no personal data); console.observability.
+# Sentry (Django and Celery integrations, no personal data); console.kernel.observability.
 SENTRY_DSN = config.env_str("SENTRY_DSN")
 SENTRY_ENVIRONMENT = config.env_str("SENTRY_ENVIRONMENT", "production" if PRODUCTION else "local")
 SENTRY_TRACES_SAMPLE_RATE = config.env_float("SENTRY_TRACES_SAMPLE_RATE", 0.0, minimum=0.0)

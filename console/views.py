@@ -1,5 +1,5 @@
 """The console shell: the overview page, and the liveness and readiness
-probes (``/healthz``, ``/readyz``: console.probes)."""
+probes (``/healthz``, ``/readyz``: console.kernel.probes)."""
 
 from django.http import JsonResponse
 from django.shortcuts import render
@@ -14,8 +14,8 @@ from accounts.facade import (
     can_view_keys,
     org_view,
 )
-from console import probes
-from console.crypto import no_store
+from console.kernel import probes
+from console.kernel.crypto import no_store
 
 
 @org_view(Perm.ORG_VIEW)
@@ -44,7 +44,7 @@ def health(request):
 
 async def readyz(request):
     """Readiness: 200 when the database, the shared cache and the broker
-    answer in time, 503 naming the one that does not (console.probes)."""
+    answer in time, 503 naming the one that does not (console.kernel.probes)."""
     status, body = await probes.readiness()
     response = JsonResponse(body, status=status)
     return no_store(response)

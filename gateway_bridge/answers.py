@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import orjson
 
-from console.tokens import count_tokens
+from console.kernel.tokens import count_tokens
 from gateway_bridge.protocols.base import (
     INVALID_REQUEST,
     NOT_FOUND,

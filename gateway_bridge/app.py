@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 
-from console.logs import offload
+from console.kernel.logs import offload
 
 logger = logging.getLogger(__name__)
 _heap_frozen = False

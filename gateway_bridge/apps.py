@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 def _balance_changed(*, organization_id: int, delta: int) -> None:
-    """``console.hooks.BALANCE_CHANGED``: a prepaid balance moved (not by
+    """``console.kernel.hooks.BALANCE_CHANGED``: a prepaid balance moved (not by
     usage) and committed; credit the gateways' limit counters. Imported here:
     the limits read usage's models, which an AppConfig module may not import."""
     from gateway_bridge.limits import credit_balance
@@ -15,7 +15,7 @@ class GatewayBridgeConfig(AppConfig):
     verbose_name = "Gateway bridge"
 
     def ready(self) -> None:
-        from console import hooks
+        from console.kernel import hooks
         from gateway_bridge import notify
 
         notify.connect_signals()

@@ -54,7 +54,7 @@ class TtlStore:
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._redis = None
         if settings.REDIS_URL:
-            from console import redis_url
+            from console.kernel import redis_url
 
             # A stalled Redis costs a lookup at most this (then it is a miss), never a hang.
             self._redis = redis_url.async_client(

@@ -89,7 +89,7 @@ class CelerySend:
         self._conn = None
 
     def _url(self) -> str:
-        from console.celery import app
+        from console.kernel.celery import app
 
         return self.broker_url or app.conf.broker_write_url or app.conf.broker_url or ""
 
@@ -100,7 +100,7 @@ class CelerySend:
 
     def _connection(self):
         if self._conn is None:
-            from console.celery import app
+            from console.kernel.celery import app
 
             # The configured broker's options, unless told another broker.
             options = dict(app.conf.broker_transport_options or {}) if not self.broker_url else {}
@@ -126,7 +126,7 @@ class CelerySend:
         return self._conn
 
     def __call__(self, batch: list) -> None:
-        from console.celery import app
+        from console.kernel.celery import app
 
         extra = {}
         if self.confirms:

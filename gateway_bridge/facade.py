@@ -5,16 +5,11 @@ Other apps import from here and nowhere else in ``gateway_bridge`` (the
 ``gateway_bridge`` modules import each other directly, never this module.
 No app imports the gateway: only the console's ASGI entry point mounts it
 (``Router``), and the gateway hears of changes it caches through its own
-signal handlers (``notify``) and ``console.hooks``.
-
-``run_load`` is the closed-loop load generator (``loadgen``): the console's
-capacity planning (``console.capacity``) drives the gateway with it over HTTP,
-as ``bench_gateway`` does.
+signal handlers (``notify``) and ``console.kernel.hooks``.
 """
 
 from __future__ import annotations
 
 from gateway_bridge.app import Router
-from gateway_bridge.loadgen import run_load
 
-__all__ = ["Router", "run_load"]
+__all__ = ["Router"]

@@ -40,7 +40,7 @@ from accounts.facade import (
     api_key_authenticate,
     keyed_hash,
 )
-from console import ipnet
+from console.kernel import ipnet
 from gateway_bridge import notify
 from gateway_bridge.negative_cache import NegativeCache
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError

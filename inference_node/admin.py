@@ -5,7 +5,7 @@ Secrets are write-only here too: the node token and each API key of a pool
 are password inputs that never render the stored value; an empty field keeps
 it (a new key must be given). Lists show a key's hint only. Cost prices are
 typed as decimal money per million tokens and stored as integer micro-units
-(``console.money.parse_amount``)."""
+(``console.kernel.money.parse_amount``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from django import forms
 from django.contrib import admin
 from django.db import transaction
 
-from console.crypto import hint
-from console.money import micro_to_decimal, parse_amount
+from console.kernel.crypto import hint
+from console.kernel.money import micro_to_decimal, parse_amount
 from inference_node.models import Credential, Node, NodeModel, NodeStatus
 from inference_node.selectors import invalidate_routing_snapshot
 from inference_node.services import clean_api_path, clean_base_url

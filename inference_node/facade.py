@@ -3,8 +3,8 @@
 Other apps import from here and nowhere else in ``inference_node`` (the
 ``[tool.importlinter]`` contracts in pyproject.toml hold them to it). Inside
 ``inference_node`` modules import each other directly, never this module.
-The simulator, ``inference_node.server``, is not published at all: it is a
-separate program (``python -m inference_node.server``) that imports no app.
+The simulator, ``tooling.simulator``, is not published at all: it is a
+separate program (``python -m tooling.simulator``) that imports no app.
 
 Published: the node models with their choices (other apps filter calls and
 credits by node and seed the simulator node); ``nodes_own_and_shared``, the
@@ -25,7 +25,7 @@ connect time too (``is_public_address``, ``why_not_public``,
 ``refuse_internal_host``: DNS can change after a node was saved; a
 ``RoutableNode`` with ``public_only`` is reached at checked addresses only).
 The same rules for any other tenant-given URL this deployment sends to (the
-outbound webhooks of ``console.webhooks``): ``guarded`` (whether the rule
+outbound webhooks of ``console.features.webhooks``): ``guarded`` (whether the rule
 applies under ``NODE_ALLOW_PRIVATE_URLS``), ``literal_refusal`` (an IP
 literal host) and ``PublicOnlyResolver`` (aiohttp's resolver that raises
 ``PrivateAddressRefused`` for a name resolving to a non-public address).

@@ -5,7 +5,7 @@ The models field takes one model per line, ``public=upstream:context`` and
 then optional ``name=value`` settings: ``tier``, ``weight``, and the cost
 price per million tokens as decimal money (``currency``, ``input``,
 ``cache_read``, ``cache_write``, ``output``), converted to integer
-micro-units here with ``console.money.parse_amount`` (never a float).
+micro-units here with ``console.kernel.money.parse_amount`` (never a float).
 Secrets (the node token, API keys) are password inputs, never rendered back.
 """
 
@@ -18,7 +18,7 @@ from django import forms
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from console.money import micro_to_decimal, parse_amount
+from console.kernel.money import micro_to_decimal, parse_amount
 from inference_node.models import HealthCheck, Node, NodeKind
 from inference_node.presets import preset_choices
 

@@ -11,7 +11,7 @@ or to none: a shared platform channel, managed by the platform's staff and
 usable by every organization.
 
 Secrets (the node token, every credential) are sealed at rest
-(``console.crypto.SealedTextField``) and never shown back beyond a hint.
+(``console.kernel.crypto.SealedTextField``) and never shown back beyond a hint.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
-from console.crypto import SealedTextField, hint
+from console.kernel.crypto import SealedTextField, hint
 
 
 class NodeKind(models.TextChoices):

@@ -15,7 +15,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from django.utils.translation import gettext as _
 
 from accounts.facade import Actor, NotFound, Perm, PermissionDenied
-from console.crypto import Unreadable
+from console.kernel.crypto import Unreadable
 from inference_node.addresses import guarded
 from inference_node.models import (
     Credential,

@@ -6,9 +6,9 @@ class InvoicingConfig(AppConfig):
     verbose_name = "Invoicing"
 
     def ready(self) -> None:
-        # Cross-app reactions (console.hooks): usage ingest's totals debit the
+        # Cross-app reactions (console.kernel.hooks): usage ingest's totals debit the
         # prepaid ledger; the gateway asks for the prepaid balance.
-        from console import hooks
+        from console.kernel import hooks
         from invoicing.selectors import prepaid_balance
         from invoicing.services.ledger import ledger_usage_debit
 

@@ -3,7 +3,7 @@ ledger entries of one organization, filtered by period and status.
 
 UTF-8 with a byte-order mark (so spreadsheets read it as UTF-8) and a header
 row: the stable column keys, or for a console download in another language
-their labels (``console.csv_header``; the ``*_LABELS`` tables next to the
+their labels (``console.kernel.csv_header``; the ``*_LABELS`` tables next to the
 columns). Amounts are currency units with the currency's decimals, converted by
 ``invoicing.money`` in integers and ``Decimal`` (never a float): micro-unit
 amounts with ``micro_to_currency`` (half away from zero, the invoice's rule),
@@ -24,8 +24,8 @@ from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
-from console.csv_header import header_line
-from console.money import format_exact, micro_to_decimal
+from console.kernel.csv_header import header_line
+from console.kernel.money import format_exact, micro_to_decimal
 from invoicing import selectors
 from invoicing.models import InvoiceLine, InvoiceStatus, LedgerKind, PaymentStatus
 from invoicing.money import micro_to_currency, minor_to_decimal
@@ -450,7 +450,7 @@ class BreakdownRow:
     calls: int
     tokens: int
     amount: int  # micro-units of the invoice's currency
-    amount_text: str = ""  # to the micro-unit, for people (``console.money.format_exact``)
+    amount_text: str = ""  # to the micro-unit, for people (``console.kernel.money.format_exact``)
 
 
 @dataclass

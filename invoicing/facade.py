@@ -5,7 +5,7 @@ Other apps import from here and nowhere else in ``invoicing`` (the
 ``invoicing`` modules import each other directly, never this module. Only the
 console's top (analytics pages, the soak, commands) imports it: no app below
 invoicing does, and the gateway learns of balance changes through
-``console.hooks``.
+``console.kernel.hooks``.
 
 Published: the prepaid ledger (``LedgerEntry``, ``LedgerKind``,
 ``ledger_entry_create``, ``prepaid_balance``), the invoice preview the soak

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
 
-from console.money import (
+from console.kernel.money import (
     MICRO,
     amount_input,
     format_amount,
@@ -88,7 +88,7 @@ def parse_minor(text, currency: str, *, label: str = "amount") -> int:
 
 
 def _amount_error(text: str) -> str:
-    """Why ``console.money.parse_amount`` refused ``text``, in the reader's
+    """Why ``console.kernel.money.parse_amount`` refused ``text``, in the reader's
     language (its own ``ValueError`` texts are English)."""
     try:
         value = Decimal(text.replace(",", "").replace("_", ""))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from console.money import format_exact, format_minor, minor_units
+from console.kernel.money import format_exact, format_minor, minor_units
 
 PPM = 1_000_000
 
@@ -59,7 +59,7 @@ def micro_to_currency(micro: int, currency: str) -> Decimal:
 
 def minor_text(minor: int, currency: str) -> str:
     """For messages: ``468`` USD cents → ``"4.68 USD"``
-    (``console.money.format_minor``: one formatter for money)."""
+    (``console.kernel.money.format_minor``: one formatter for money)."""
     return format_minor(minor, currency)
 
 
@@ -67,7 +67,7 @@ def micro_text(micro: int, currency: str) -> str:
     """For messages: micro-units in the currency, with its decimals, and more
     only when the amount needs them to be exact (``5407911`` USD →
     ``"5.407911 USD"``, ``5410000`` → ``"5.41 USD"``): a limit rounded to
-    cents would refuse the very amount it names (``console.money.format_exact``)."""
+    cents would refuse the very amount it names (``console.kernel.money.format_exact``)."""
     return format_exact(micro, currency)
 
 

@@ -1,5 +1,5 @@
 """Celery tasks: thin calls into the services. Tasks import services;
-services enqueue a task by its name (``console.celery.registered_task``) and
+services enqueue a task by its name (``console.kernel.celery.registered_task``) and
 never import this module."""
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def test_beat_runs_once_with_the_locking_scheduler():
     for args in (procfile()["beat"], exec_start(UNITS["beat"])):
         assert args[1:] == ["-A", "console", "beat", "-l", "info"]
         assert "-S" not in args and "--scheduler" not in args  # the lock is the scheduler's
-    assert settings.CELERY_BEAT_SCHEDULER == "console.beat_lock:LockedScheduler"
+    assert settings.CELERY_BEAT_SCHEDULER == "console.kernel.beat_lock:LockedScheduler"
     assert unit(UNITS["beat"])["Service"]["Restart"] == "always"  # a standby keeps trying
 
 
@@ -114,10 +114,10 @@ def test_the_web_flags_are_uvicorn_s(source):
 
 @pytest.mark.parametrize("source", ["Procfile", "unit"])
 def test_the_node_flags_are_the_simulator_s(source):
-    from inference_node.server.config import add_node_arguments
+    from tooling.simulator.config import add_node_arguments
 
     args = procfile()["node"] if source == "Procfile" else exec_start(UNITS["node"])
-    assert args[1:3] == ["-m", "inference_node.server"]
+    assert args[1:3] == ["-m", "tooling.simulator"]
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_node_arguments(parser)
     options = parser.parse_args(concrete(args[3:]))

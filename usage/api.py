@@ -18,8 +18,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.facade import IsOrgMember, Perm, ValidationFailed
-from console.crypto import no_store
-from console.db_router import on_replica, replica_reads
+from console.kernel.crypto import no_store
+from console.kernel.db_router import on_replica, replica_reads
 from usage import logs
 from usage.attribution import BY_END_USER, BY_TAG, attribution
 from usage.forms import MAX_LATENCY_MS, AttributionQueryForm, CallFilterForm

@@ -11,7 +11,7 @@ class UsageConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save
 
         from accounts.facade import ApiKey, Organization
-        from console import hooks
+        from console.kernel import hooks
         from usage.catalog import catalogue_entries
         from usage.ingest.directory import invalidate_directory
         from usage.models import Price

@@ -148,7 +148,7 @@ def unpriced_unknown_models(*, actor: Actor, at: datetime | None = None) -> list
 
 
 class CatalogueEntry(NamedTuple):
-    """One catalogue model, as ``console.hooks.MODEL_CATALOGUE`` answers it."""
+    """One catalogue model, as ``console.kernel.hooks.MODEL_CATALOGUE`` answers it."""
 
     name: str
     display_name: str

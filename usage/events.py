@@ -37,7 +37,7 @@ them, or without the cost fields, still reads (each group with its defaults).
 
 Load tests (added to version 1, a group of its own): ``is_test`` is True for
 a call made with a load-test key its owner marked "not billed"
-(``ApiKey.test_traffic``, set only by ``console.capacity``). The call is
+(``ApiKey.test_traffic``, set only by ``console.features.capacity``). The call is
 rated and stored like any other (its ``cost`` is what the load test
 reports, the call log shows it marked "test"), but nothing billed counts
 it: no invoice, no prepaid debit (``usage.models.CallRecord.billed``), and

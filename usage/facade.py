@@ -13,7 +13,7 @@ What is published, by topic:
   ``PriceBook`` of every price row in memory;
 * the usage contract: the event the gateway builds and the emitter encodes
   (``UsageEvent``, ``encode``, ``to_wire``, ``SCHEMA_VERSION``, ``ENDPOINTS``),
-  and the per-organization totals ingest hands to ``console.hooks.CALLS_INGESTED``
+  and the per-organization totals ingest hands to ``console.kernel.hooks.CALLS_INGESTED``
   receivers (``OrgUsageTotals``);
 * what a key or sub-account spent per period, for the gateway's cap seeding
   (``spend_by_period`` with ``SPEND_BY_KEY`` / ``SPEND_BY_SUB_ACCOUNT``);

@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from accounts.facade import Actor, SubAccount
-from console import timezones
+from console.kernel import timezones
 from inference_node.facade import nodes_own_and_shared
 from usage import logs
 from usage.events import MAX_END_USER, MAX_TAG_VALUE, MAX_TAGS

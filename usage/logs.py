@@ -24,8 +24,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
 from accounts.facade import Actor, ApiKey, NotFound, Perm, PermissionDenied, SubAccount
-from console.csv_header import header_line
-from console.money import micro_to_decimal
+from console.kernel.csv_header import header_line
+from console.kernel.money import micro_to_decimal
 from inference_node.facade import nodes_own_and_shared
 from usage.models import CallRecord, CatalogModel, Grain, Rollup
 
@@ -382,7 +382,7 @@ CSV_COLUMNS = (
     "upstream_ms", "overhead_ms", "queue_ms", "cache_status", "client_ip", "end_user", "tags",
 )  # fmt: skip
 # The header row for people reading the console in another language
-# (``console.csv_header``); scripts and the API keep the keys above.
+# (``console.kernel.csv_header``); scripts and the API keep the keys above.
 CSV_LABELS = {
     "request_id": pgettext_lazy("CSV header", "Request ID"),
     "started_at": pgettext_lazy("CSV header", "Started at"),
@@ -492,7 +492,7 @@ def csv_lines(
     """The export as lines of text: a byte-order mark and the header first
     (so Excel reads UTF-8), then one line per call, produced lazily. The
     header row is the keys, or for a console download (``request``) in
-    another language its labels (``console.csv_header``), made now, while
+    another language its labels (``console.kernel.csv_header``), made now, while
     the request's language is active."""
     header = header_line(CSV_COLUMNS, CSV_LABELS, request=request)
     return _csv_body(header, actor=actor, filters=filters, tzinfo=tzinfo, chunk_size=chunk_size)

@@ -22,7 +22,7 @@ Decisions:
   periods (``Adjustment``) and credit notes are invoicing's, not here.
 * The margin share is integer math: basis points of revenue, half away from
   zero (``margin_basis_points``); pages format it, and money through
-  ``console.money``.
+  ``console.kernel.money``.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def spend_by_period_many(
 def key_spend(
     *, organization_id: int, key_ids: list[int], periods: dict[str, tuple[datetime, datetime]]
 ) -> dict[int, dict[str, int]]:
-    """What each key spent per period (the ``console.hooks.KEY_SPEND`` provider)."""
+    """What each key spent per period (the ``console.kernel.hooks.KEY_SPEND`` provider)."""
     return spend_by_period_many(
         organization_id=organization_id, grain=KEY, idents=key_ids, periods=periods
     )

@@ -6,7 +6,7 @@ import psycopg
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from console import tracing
+from console.kernel import tracing
 from usage import ingest, partitions, retention
 
 # Django's wrappers, and psycopg's own for the raw COPY cursor of the ingest
@@ -31,7 +31,7 @@ TRANSIENT_DB_ERRORS = (
     max_retries=10,
 )
 def ingest_batch(events: list[dict]) -> dict:
-    # A span when OpenTelemetry is configured (console.observability); else nothing.
+    # A span when OpenTelemetry is configured (console.kernel.observability); else nothing.
     with tracing.span("usage.ingest", {"usage.batch_size": len(events)}) as span:
         result = ingest.ingest_events(events)
         if span is not None:

@@ -1,6 +1,6 @@
 """What ingest tells other apps about the calls it has just stored.
 
-Ingest fires ``console.hooks.CALLS_INGESTED`` inside its transaction with
+Ingest fires ``console.kernel.hooks.CALLS_INGESTED`` inside its transaction with
 ``totals``: one ``OrgUsageTotals`` per organization with newly stored calls
 (a redelivered call is not new and is in no total), load-test calls marked
 "not billed" (``is_test``) left out: they debit no balance. Receivers (invoicing's

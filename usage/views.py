@@ -10,9 +10,9 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from accounts.facade import NotFound, Perm, org_view
-from console.crypto import no_store
-from console.db_router import on_replica, replica_reads
-from console.money import exact_places
+from console.kernel.crypto import no_store
+from console.kernel.db_router import on_replica, replica_reads
+from console.kernel.money import exact_places
 from usage import catalog, logs
 from usage.forms import CallFilterForm
 

@@ -1,6 +1,6 @@
 """What one model, node or organization's calls did over a recent window of
 minutes (5 minutes to a day): calls, server errors and the p99 of latency and
-time to first token, for the alert rules (``console.alerts``), read by beat,
+time to first token, for the alert rules (``console.features.alerts``), read by beat,
 never on the gateway's path.
 
 The whole UTC hours inside the window come from the hourly rollups (their

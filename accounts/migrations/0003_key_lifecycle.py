@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-import console.crypto
+import console.kernel.crypto
 
 
 class Migration(migrations.Migration):
@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="apikey",
             name="pending_secret",
-            field=console.crypto.SealedTextField(blank=True, default=""),
+            field=console.kernel.crypto.SealedTextField(blank=True, default=""),
         ),
         migrations.AddField(
             model_name="organization",

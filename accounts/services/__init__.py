@@ -2,7 +2,7 @@
 the actor's permission, runs in one transaction and writes the audit trail.
 Other apps reach the ones they need through ``accounts.facade``. A service that
 hands work to Celery enqueues the task by its name
-(``console.celery.registered_task``): ``accounts.tasks`` imports services,
+(``console.kernel.celery.registered_task``): ``accounts.tasks`` imports services,
 never the reverse."""
 
 from accounts.services.api_keys import (

@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from accounts import validators
 from accounts.errors import ValidationFailed
-from console import hooks
+from console.kernel import hooks
 
 CAP_FIELDS = ("spend_cap_daily", "spend_cap_monthly", "spend_cap_lifetime")
 RATE_FIELDS = ("rpm_limit", "tpm_limit")
@@ -146,7 +146,7 @@ def clean_limits(
 
 def _not_in_catalogue(models: list[str]) -> list[str]:
     """The names in ``models`` the model catalogue does not have (usage answers
-    ``console.hooks.MODEL_CATALOGUE``); none when no app provides it."""
+    ``console.kernel.hooks.MODEL_CATALOGUE``); none when no app provides it."""
     if not models:
         return []
     try:

@@ -47,7 +47,7 @@ from accounts.services._common import (
     changed,
     clean_limits,
 )
-from console.money import format_exact
+from console.kernel.money import format_exact
 
 KEY_FIELDS = (*LIMIT_FIELDS, "name", "ip_allowlist", "priority", "expires_at")
 # The limits a key manager's setting makes a ceiling for the key's owner.
@@ -323,7 +323,7 @@ def api_key_issue(
     """Create a key; returns it with the raw secret, which is never retrievable again.
 
     ``test_traffic``: a load test's key whose calls are not billed (see
-    ``ApiKey.test_traffic``); only console.capacity passes it, and no form
+    ``ApiKey.test_traffic``); only console.features.capacity passes it, and no form
     or API field reaches it.
 
     ``pinned_node_id`` (platform staff only, for a load test of one channel)

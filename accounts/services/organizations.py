@@ -33,9 +33,9 @@ from accounts.models import (
 from accounts.permissions import Perm, can_assign_role
 from accounts.services._common import FieldErrors, changed
 from accounts.services.api_keys import KeyDisposal, member_keys_dispose
-from console import crypto
-from console.celery import registered_task
-from console.money import CURRENCY_CODES
+from console.kernel import crypto
+from console.kernel.celery import registered_task
+from console.kernel.money import CURRENCY_CODES
 
 # An invitation's state as a sentence names it (``Invitation.status`` codes).
 _INVITATION_STATES = {

@@ -1,10 +1,10 @@
-"""Money in templates, through ``console.money`` (the one formatter):
+"""Money in templates, through ``console.kernel.money`` (the one formatter):
 ``{% money micro currency %}``, ``{{ ppm|rate }}``,
 ``{% for label, text in event.params|money_params:currency %}``."""
 
 from django import template
 
-from console.money import format_amount, format_rate, param_texts
+from console.kernel.money import format_amount, format_rate, param_texts
 
 register = template.Library()
 

@@ -1,4 +1,4 @@
-"""Times on pages, one rule (``console.timezones``): in the current
+"""Times on pages, one rule (``console.kernel.timezones``): in the current
 organization's zone, the zone named in the column header.
 
 ``{% time_heading %}`` → "Time (Europe/Berlin)"; ``{% time_heading "Day" %}``
@@ -11,7 +11,7 @@ from datetime import datetime
 
 from django import template
 
-from console import timezones
+from console.kernel import timezones
 
 register = template.Library()
 

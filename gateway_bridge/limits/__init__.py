@@ -50,7 +50,7 @@ def build_store() -> LimitStore:
 
 def credit_balance(organization_id: int, delta: int) -> None:
     """A prepaid balance moved for a reason other than usage (sync; the
-    gateway's ``console.hooks.BALANCE_CHANGED`` receiver, after the ledger
+    gateway's ``console.kernel.hooks.BALANCE_CHANGED`` receiver, after the ledger
     entry committed). With Redis the shared bucket
     is credited once, here; with the in-process store, every gateway in this
     process credits its own (``apply_local_credit``). A bucket not seeded yet
@@ -60,7 +60,7 @@ def credit_balance(organization_id: int, delta: int) -> None:
     if not delta:
         return
     if settings.GATEWAY_LIMITS_STORE == "redis":
-        from console import redis_url
+        from console.kernel import redis_url
         from gateway_bridge.limits.redis_store import CREDIT
 
         client = redis_url.sync_client(settings.REDIS_URL, socket_timeout=2)

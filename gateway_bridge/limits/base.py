@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from console.money import format_exact
+from console.kernel.money import format_exact
 from gateway_bridge.protocols.base import PAYMENT_REQUIRED, RATE_LIMIT, GatewayError
 
 PREPAID_CODE = "prepaid_balance_exhausted"
@@ -173,7 +173,7 @@ _PERIOD = {"daily": "daily", "monthly": "monthly", "lifetime": "lifetime"}
 
 def _money(micro: int, currency: str) -> str:
     # Exact (a cap rounded to cents would refuse the very amount it names),
-    # in console.money's one format.
+    # in console.kernel.money's one format.
     # With no currency known (an old bucket), the number alone ("XXX": no currency).
     return format_exact(micro, currency or "XXX").removesuffix(" XXX")
 

@@ -6,7 +6,7 @@ import math
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from console.timezones import day_and_month
+from console.kernel.timezones import day_and_month
 from gateway_bridge.limits.base import PREPAID_CODE, CapBucket, RateRule
 
 # A period's bucket outlives the period by this much, so a call admitted just
@@ -39,7 +39,7 @@ def periods(tz_name: str, now: datetime) -> dict[str, tuple[datetime, datetime, 
     """The current day and month in the organization's timezone:
     ``{"d": (start, end, "2026-12-02"), "m": (start, end, "2026-12")}``, start
     and end aware datetimes (end exclusive); the bounds are
-    ``console.timezones.day_and_month``'s, which the console's spend bars use too."""
+    ``console.kernel.timezones.day_and_month``'s, which the console's spend bars use too."""
     bounds = day_and_month(tz_name, now)
     day_start, day_end = bounds["d"]
     month_start, month_end = bounds["m"]

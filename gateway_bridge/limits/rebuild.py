@@ -7,14 +7,14 @@ reports a bucket missing (``BucketsMissing``), then ``store.seed`` each key
 What a key and its sub-account spent per period comes from usage
 (``usage.facade.spend_by_period``, over the periods in the organization's
 timezone); the prepaid balance from whichever app provides
-``console.hooks.PREPAID_BALANCE`` (invoicing, from its ledger), so the
+``console.kernel.hooks.PREPAID_BALANCE`` (invoicing, from its ledger), so the
 gateway imports no billing code."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from console import hooks
+from console.kernel import hooks
 from gateway_bridge.limits.base import PREPAID_CODE
 from gateway_bridge.limits.plan import org_tag, periods, plan
 from usage.facade import SPEND_BY_KEY, SPEND_BY_SUB_ACCOUNT, spend_by_period

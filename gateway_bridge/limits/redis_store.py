@@ -325,7 +325,7 @@ class RedisLimitStore:
         replicas: int | None = None,
         **kwargs,
     ) -> RedisLimitStore:
-        """A store with its own connection. ``url``: any ``console.redis_url``
+        """A store with its own connection. ``url``: any ``console.kernel.redis_url``
         form. ``client="resp"`` (the default): the pipelined client
         (``limits.resp``), several times cheaper per call than redis-py, on one
         Redis (``redis://``), on the Sentinel-managed primary
@@ -339,7 +339,7 @@ class RedisLimitStore:
         ``limits_unavailable``. ``replicas``: how many replicas must hold an
         admission or settle before it counts on Sentinel and Cluster (default
         1; the pipelined clients only); ignored on one Redis."""
-        from console import redis_url
+        from console.kernel import redis_url
 
         target = redis_url.parse(url)
         if client == "resp" and target.highly_available:

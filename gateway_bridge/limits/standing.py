@@ -19,7 +19,7 @@ Where the numbers come from, and why:
   ingested one (``source`` says which).
 * The prepaid balance reads the organization's balance counter (limit 0,
   ``used = -balance``), seeded from the ledger through
-  ``console.hooks.PREPAID_BALANCE``; ``held`` is reserved by calls in flight.
+  ``console.kernel.hooks.PREPAID_BALANCE``; ``held`` is reserved by calls in flight.
 
 Periods are the caps' own: the day and month in the organization's timezone.
 """

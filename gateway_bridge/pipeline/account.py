@@ -23,7 +23,7 @@ Each answers only for the key that calls (authenticated like any call: an
 unknown, revoked or expired key gets the usual 401) and records no usage
 event. The numbers are the ones the caps enforce (``limits.standing``);
 they are read off the event loop. Money leaves as exact JSON numbers
-converted once, by ``console.money``.
+converted once, by ``console.kernel.money``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from console.money import micro_to_decimal
+from console.kernel.money import micro_to_decimal
 from gateway_bridge.limits import in_db_thread
 from gateway_bridge.limits.plan import org_zone
 from gateway_bridge.limits.standing import KEY, Standing, key_spend_between, standing

@@ -4,7 +4,7 @@
   asked model, then its catalogue fallbacks the key may use) has nodes.
 - The output budget: what the client asked for, else the configured default,
   bounded by the context window (the prompt estimate comes from the
-  protocol adapter, one rule for every protocol: ``console.tokens``).
+  protocol adapter, one rule for every protocol: ``console.kernel.tokens``).
 - The worst case over the chain, priced by ``usage.rating`` with its one
   discount rule (``discount_for``: a negotiated price pays full, a list price
   gets the organization's discount), as ingest rates the call afterwards.

@@ -16,7 +16,7 @@
 - The key's IP allowlist and expiry, and the end of a rotated-out secret's
   grace period, are checked on every call (not only when the key is loaded).
 
-Networks (trusted proxies, allowlists) are parsed once, by ``console.ipnet``.
+Networks (trusted proxies, allowlists) are parsed once, by ``console.kernel.ipnet``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from urllib.parse import parse_qs
 
 from accounts.facade import checksum_refuses
-from console import ipnet
+from console.kernel import ipnet
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import AUTHENTICATION, PERMISSION, GatewayError
 

@@ -5,7 +5,7 @@ stages raise to each other.
 key and the client's address; body and admit: model, stream, the end user
 and tags; forward and relay: node, usage, timings) and is what the usage
 event is built from at the end. Request ids are unique across processes
-without a system call per call; trace and span ids (``console.tracing``)
+without a system call per call; trace and span ids (``console.kernel.tracing``)
 need none either.
 """
 
@@ -16,7 +16,7 @@ import os
 import secrets
 import time
 
-from console.tracing import Trace, start_span
+from console.kernel.tracing import Trace, start_span
 from gateway_bridge.protocols.base import GatewayError
 from gateway_bridge.usage_mapping import TokenUsage
 
@@ -90,7 +90,7 @@ class Call:
         # one; sent on to every upstream try (forward) and in the access line.
         self.trace = Trace.incoming(traceparent)
         # The "gateway.call" OpenTelemetry span: None unless an SDK is set
-        # (console.tracing); ended with the call (access_log.finish).
+        # (console.kernel.tracing); ended with the call (access_log.finish).
         self.span = start_span("gateway.call", self.trace)
         self.t0 = time.perf_counter()
         self.started = time.time()

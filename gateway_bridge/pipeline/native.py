@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from console.tokens import count_tokens
+from console.kernel.tokens import count_tokens
 from gateway_bridge import answers
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
 from gateway_bridge.pipeline.model_name import (

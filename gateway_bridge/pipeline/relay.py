@@ -20,7 +20,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from console.tokens import count_tokens
+from console.kernel.tokens import count_tokens
 from gateway_bridge import answers
 from gateway_bridge.pipeline.adapters import ADAPTERS, DEFAULT
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted

@@ -106,7 +106,7 @@ class CallRequest:
     # configured default budget for reservations).
     max_output_tokens: int | None
     # Prompt tokens by the documented tokenizer rule
-    # (console.tokens): for reservations, TPM and disconnect billing.
+    # (console.kernel.tokens): for reservations, TPM and disconnect billing.
     prompt_tokens_estimate: int
     # The start of the prompt as the node sees it (system prompt and the first
     # messages, rendered): prefix-affinity routing hashes its first blocks.

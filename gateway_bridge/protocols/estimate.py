@@ -5,7 +5,7 @@ Every adapter translates its client's request into the node's OpenAI body;
 returns what the hot path needs before forwarding:
 
 * the prompt's tokens as the node counts them: ``len(chat_prompt_tokens(
-  template_messages(messages, tools)))`` of ``console.tokens``, the rule and
+  template_messages(messages, tools)))`` of ``console.kernel.tokens``, the rule and
   chat template the simulator bills with — so reservations, TPM counting and
   disconnect billing are the same for the same conversation whatever protocol
   it came in;
@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import orjson
 
-from console.tokens import content_media_tokens, count_tokens
+from console.kernel.tokens import content_media_tokens, count_tokens
 
 #: How much of the rendered prompt ``CallRequest.prefix_text`` keeps (characters).
 PREFIX_CHARS = 4096
@@ -53,7 +53,7 @@ def _count_long(text: str) -> int:
 
 
 def count_text(text: str) -> int:
-    """``console.tokens.count_tokens``, remembered for texts that repeat."""
+    """``console.kernel.tokens.count_tokens``, remembered for texts that repeat."""
     size = len(text)
     if size <= _SHORT_MAX:
         return _count_short(text)
@@ -107,7 +107,7 @@ _TOOLS_ROLE = count_tokens("tools")
 
 def chat_prompt(messages: list[dict], tools: list | None = None) -> tuple[int, str]:
     """(prompt tokens, affinity prefix) of the node's chat body: its ``messages``
-    and ``tools`` as ``console.tokens.template_messages`` renders them."""
+    and ``tools`` as ``console.kernel.tokens.template_messages`` renders them."""
     total = _GENERATION_PROMPT
     pieces: list[str] = []
     size = 0

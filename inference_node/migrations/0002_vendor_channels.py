@@ -4,13 +4,13 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-import console.crypto
+import console.kernel.crypto
 
 
 def seal_tokens(apps, schema_editor):
     """Node tokens were stored in clear: seal each one in place (raw SQL, since
     the field now unseals what it reads)."""
-    from console.crypto import is_sealed, seal
+    from console.kernel.crypto import is_sealed, seal
 
     with schema_editor.connection.cursor() as cursor:
         cursor.execute("SELECT id, token FROM inference_node_node WHERE token <> ''")
@@ -102,7 +102,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="node",
             name="token",
-            field=console.crypto.SealedTextField(blank=True),
+            field=console.kernel.crypto.SealedTextField(blank=True),
         ),
         migrations.CreateModel(
             name="Credential",
@@ -114,7 +114,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("label", models.CharField(blank=True, max_length=80)),
-                ("secret", console.crypto.SealedTextField()),
+                ("secret", console.kernel.crypto.SealedTextField()),
                 ("secret_hint", models.CharField(blank=True, max_length=16)),
                 ("weight", models.PositiveIntegerField(default=1)),
                 ("rpm_limit", models.PositiveIntegerField(blank=True, null=True)),

@@ -32,7 +32,7 @@ from accounts.facade import (
     audit_record,
     changed,
 )
-from console.crypto import hint
+from console.kernel.crypto import hint
 from inference_node.models import Credential, CredentialStatus, Node
 from inference_node.selectors import get_node
 from inference_node.services._common import (

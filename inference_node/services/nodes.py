@@ -29,7 +29,7 @@ from accounts.facade import (
     changed,
     clean_unique_name,
 )
-from console.crypto import hint
+from console.kernel.crypto import hint
 from inference_node import health
 from inference_node.models import Credential, HealthCheck, Node, NodeKind, NodeModel, NodeStatus
 from inference_node.presets import PRESETS, get_preset

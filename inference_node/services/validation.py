@@ -4,7 +4,7 @@ can act on (``FieldErrors.run`` puts it on its field).
 
 Decisions: money (cost prices) arrives here already as integer micro-units per
 million tokens (the console form converts typed decimals with
-``console.money.parse_amount``; the API takes integers), and is only checked:
+``console.kernel.money.parse_amount``; the API takes integers), and is only checked:
 a whole, non-negative number. An error about a secret never repeats it.
 """
 
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from console.money import CURRENCY_CODES
+from console.kernel.money import CURRENCY_CODES
 from inference_node.addresses import refuse_internal_host
 from inference_node.models import HealthCheck, NodeKind
 

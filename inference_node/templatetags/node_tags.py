@@ -1,5 +1,5 @@
 """Template helpers of the nodes pages: a preset's label, a cost price per
-million tokens (exact micro-units, through ``console.money``), choice labels
+million tokens (exact micro-units, through ``console.kernel.money``), choice labels
 of raw values, and the prober's and key pool's stored English reasons shown
 in the user's language where they are ones this app wrote (others, such as
 a vendor's own message, are shown as they are)."""
@@ -12,7 +12,7 @@ from django import template
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, pgettext
 
-from console.money import format_exact
+from console.kernel.money import format_exact
 from inference_node.models import HealthCheck, NodeHealth, NodeKind
 from inference_node.presets import get_preset
 

@@ -15,7 +15,7 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from console.money import format_minor
+from console.kernel.money import format_minor
 from invoicing.models.sla import sla_credit_description
 
 

@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 
-from console.money import format_amount
+from console.kernel.money import format_amount
 
 
 class LedgerKind(models.TextChoices):

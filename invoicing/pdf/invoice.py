@@ -13,7 +13,7 @@ from django.conf import settings
 from django.utils import translation
 from django.utils.translation import pgettext, pgettext_lazy
 
-from console.money import current_locale, format_exact
+from console.kernel.money import current_locale, format_exact
 from invoicing.models import Invoice, InvoiceStatus, LineKind, TokenClass
 from invoicing.pdf.document import CONTENT_W, MUTED, SHADE, Column, Document, Table
 from invoicing.pdf.language import document_language, pdf_lang

@@ -8,7 +8,7 @@ language; a draft, and an invoice finalized before the choice existed,
 follow the profile as it is now (English when there is none).
 
 Every label of a PDF goes through gettext while ``translation.override``
-holds the document's language, and ``console.money`` formats its amounts
+holds the document's language, and ``console.kernel.money`` formats its amounts
 with that language's locale."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The blocks an invoice and a credit note share: the heading with its
 number-and-dates block, the seller and buyer blocks, the totals, and the
 customer-facing texts, translated into the document's language (see
-``invoicing.pdf.language``). Money goes through ``console.money``, in the
+``invoicing.pdf.language``). Money goes through ``console.kernel.money``, in the
 locale of the language active while the document is built."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.conf import settings
 from django.utils.translation import pgettext, pgettext_lazy
 
-from console.money import format_amount, format_rate
+from console.kernel.money import format_amount, format_rate
 from invoicing.models import BillingProfile, CreditNoteEffect
 from invoicing.money import from_minor
 from invoicing.pdf.document import (

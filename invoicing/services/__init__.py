@@ -1,7 +1,7 @@
 """Business actions of the invoicing app (writes). Each is keyword-only and
 runs in one transaction. Other apps reach the ones they need through
 ``invoicing.facade``. A service that hands work to Celery enqueues the task by
-its name (``console.celery.registered_task``): ``invoicing.tasks`` imports
+its name (``console.kernel.celery.registered_task``): ``invoicing.tasks`` imports
 services, never the reverse."""
 
 from invoicing.services.billing_profile import billing_profile_update

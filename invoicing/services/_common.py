@@ -10,8 +10,8 @@ from django.utils import timezone as djtz
 from django.utils.translation import gettext as _
 
 from accounts.facade import ValidationFailed
-from console import timezones
-from console.money import format_amount, format_exact
+from console.kernel import timezones
+from console.kernel.money import format_amount, format_exact
 from invoicing.models import InvoiceEvent
 from invoicing.money import from_minor
 
@@ -26,7 +26,7 @@ def parse_period(period: str) -> tuple[int, int]:
 
 
 def org_zone(timezone_name: str) -> ZoneInfo:
-    """The zone of that name, UTC when unknown (``console.timezones``'s rule)."""
+    """The zone of that name, UTC when unknown (``console.kernel.timezones``'s rule)."""
     return timezones.zone(timezone_name)
 
 
@@ -58,7 +58,7 @@ def event(invoice, type_: str, actor=None, **params) -> None:
 
 def money(micro: int, currency: str) -> str:
     """An amount in micro-units as people (and the audit log) read it:
-    ``14293328`` USD → ``"14.29 USD"``, through ``console.money``."""
+    ``14293328`` USD → ``"14.29 USD"``, through ``console.kernel.money``."""
     return format_amount(micro, currency)
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from django.db.models import Count, Sum
 
 from accounts.facade import BillingMode, Organization
-from console.money import format_rate
+from console.kernel.money import format_rate
 from invoicing.models import BillingProfile, LineKind, TokenClass
 from invoicing.money import PPM, allocate, div_round, to_minor
 from usage.facade import Adjustment, CallRecord, Price, RerateRun, discount_for, discount_ppm_for

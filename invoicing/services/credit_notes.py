@@ -31,8 +31,8 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext as _
 
 from accounts.facade import BillingMode, Conflict, NotFound, Perm, ValidationFailed, audit_record
-from console.celery import registered_task
-from console.money import format_rate
+from console.kernel.celery import registered_task
+from console.kernel.money import format_rate
 from invoicing import stripe_adapter
 from invoicing.models import (
     CreditNote,

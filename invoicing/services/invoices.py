@@ -15,7 +15,7 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext as _
 
 from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
-from console.celery import registered_task
+from console.kernel.celery import registered_task
 from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,

@@ -2,10 +2,10 @@
 
 Every movement is a new ``LedgerEntry`` keyed by (organization, kind,
 reference), so a retried or redelivered write is a no-op. After a
-non-usage movement commits, ``console.hooks.BALANCE_CHANGED`` fires (the
+non-usage movement commits, ``console.kernel.hooks.BALANCE_CHANGED`` fires (the
 gateway connects to it and re-reads the balance); usage debits are the
 gateway's own settled reservations, so it already knows them. Usage debits
-come from ``console.hooks.CALLS_INGESTED`` (``InvoicingConfig.ready``
+come from ``console.kernel.hooks.CALLS_INGESTED`` (``InvoicingConfig.ready``
 connects ``ledger_usage_debit``), with usage's per-organization totals."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from accounts.facade import (
     ValidationFailed,
     audit_record,
 )
-from console import hooks
-from console.money import format_amount
+from console.kernel import hooks
+from console.kernel.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
 from invoicing.rules import usage_debit_reason
 from invoicing.services._common import money_exact
@@ -182,7 +182,7 @@ def _batch_reference(request_ids: Sequence[str]) -> str:
 
 
 def ledger_usage_debit(*, totals: Sequence[OrgUsageTotals]) -> int:
-    """The receiver of ``console.hooks.CALLS_INGESTED``: usage ingest calls it
+    """The receiver of ``console.kernel.hooks.CALLS_INGESTED``: usage ingest calls it
     inside its transaction with the totals of the calls it has just stored,
     one per organization. Writes one negative usage entry per prepaid
     organization, the sum of the calls' costs. The reference is a digest of

@@ -1,5 +1,5 @@
 """The billing events an organization's own systems may follow, handed to
-``console.hooks.OUTBOUND_EVENT`` (the outbound webhooks app delivers them
+``console.kernel.hooks.OUTBOUND_EVENT`` (the outbound webhooks app delivers them
 after the caller's transaction commits). Each event id is stable
 (``invoice.paid:<id>``), so a transition recorded twice is delivered once.
 ``invoice.overdue`` is sent by the hourly overdue sweep
@@ -7,7 +7,7 @@ after the caller's transaction commits). Each event id is stable
 
 from __future__ import annotations
 
-from console import hooks
+from console.kernel import hooks
 
 
 def _fire(organization_id: int, event_type: str, event_id: str, data: dict) -> None:

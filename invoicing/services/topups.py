@@ -23,7 +23,7 @@ from accounts.facade import (
     ValidationFailed,
     audit_record,
 )
-from console.money import format_amount
+from console.kernel.money import format_amount
 from invoicing import stripe_adapter
 from invoicing.models import LedgerKind, Payment, PaymentKind, PaymentMethod, PaymentStatus
 from invoicing.money import PPM, from_minor, to_minor

@@ -11,7 +11,7 @@ from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 
 from accounts.facade import NotFound, Perm
-from console.crypto import no_store
+from console.kernel.crypto import no_store
 from invoicing import selectors, stripe_adapter
 from invoicing.money import from_minor
 from invoicing.stripe_adapter import StripeError

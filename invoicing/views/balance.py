@@ -13,8 +13,8 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import BillingMode, DomainError, apply_errors, org_view
-from console.money import format_amount
-from console.timezones import org_zone
+from console.kernel.money import format_amount
+from console.kernel.timezones import org_zone
 from invoicing import exports, selectors, services
 from invoicing.forms import (
     AdjustmentForm,

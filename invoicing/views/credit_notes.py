@@ -17,7 +17,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from accounts.facade import Conflict, DomainError, NotFound, apply_errors, org_view
-from console.money import format_amount
+from console.kernel.money import format_amount
 from invoicing import selectors, services
 from invoicing.forms import CreditNoteForm, IncidentCreditForm, RefundPaidForm
 from invoicing.models import PaymentKind, PaymentMethod, PaymentStatus

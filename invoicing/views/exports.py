@@ -8,8 +8,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from accounts.facade import org_view
-from console.crypto import no_store
-from console.db_router import on_replica
+from console.kernel.crypto import no_store
+from console.kernel.db_router import on_replica
 from invoicing import exports
 from invoicing.forms import (
     PeriodStatusForm,

@@ -21,8 +21,8 @@ from django.utils.translation import gettext_lazy, gettext_noop
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, apply_errors, org_view
-from console.crypto import no_store
-from console.money import format_amount
+from console.kernel.crypto import no_store
+from console.kernel.money import format_amount
 from invoicing import exports, lists, selectors, services
 from invoicing.forms import (
     DraftForm,

@@ -20,16 +20,16 @@ from django.utils.translation import pgettext, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.facade import DomainError, NotFound, ValidationFailed, org_view
-from console import timezones
-from console.crypto import no_store
-from console.csv_header import header_line
+from console.kernel import timezones
+from console.kernel.crypto import no_store
+from console.kernel.csv_header import header_line
 from invoicing.models import SlaMonth, SlaStatus, SlaTarget
 from invoicing.models.sla import percent_text
 from invoicing.services import sla
 from invoicing.services._common import parse_period, period_bounds
 from invoicing.views._shared import MANAGE, VIEW
 
-# The failed-calls CSV's header for people reading another language (console.csv_header).
+# The failed-calls CSV's header for people reading another language (console.kernel.csv_header).
 FAILED_CSV_LABELS = {
     "request_id": pgettext_lazy("CSV header", "Request ID"),
     "started_at ({zone})": pgettext_lazy("CSV header", "Started at (%(zone)s)"),

@@ -202,7 +202,7 @@ def test_an_english_account_gets_an_english_reset_email(client, owner):
 def test_the_invitation_email_follows_the_inviters_language(zh_owner, actor_for):
     from accounts.services import invitation_create
     from accounts.tasks import send_invitation_email
-    from console import crypto
+    from console.kernel import crypto
 
     invitation, raw = invitation_create(
         actor=actor_for(zh_owner), email="xin@example.com", role="viewer"

@@ -92,7 +92,7 @@ def test_error_pages_and_overview_tiles_in_chinese(client, owner):
 def test_money_keeps_its_currency_code_in_chinese():
     from django.utils import translation
 
-    from console.money import current_locale, format_amount
+    from console.kernel.money import current_locale, format_amount
 
     with translation.override("zh-hans"):
         assert current_locale() == "zh_Hans"

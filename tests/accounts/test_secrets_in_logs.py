@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from accounts.models import Invitation, Role
 from accounts.tasks import send_invitation_email
-from console.redact import REDACTED, redact
+from console.kernel.redact import REDACTED, redact
 from tests.factories import TEST_PASSWORD, issue_key
 
 pytestmark = pytest.mark.django_db

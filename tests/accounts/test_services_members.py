@@ -30,7 +30,7 @@ from accounts.services import (
     personal_access_token_revoke,
 )
 from accounts.tasks import send_invitation_email
-from console import crypto
+from console.kernel import crypto
 from tests.accounts.conftest import Snapshot
 from tests.factories import MembershipFactory, UserFactory
 

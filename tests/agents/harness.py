@@ -11,7 +11,7 @@ variables of its ``sh`` blocks and the files of its ``toml`` / ``json`` blocks
 tagged ``agent=<name>`` (``file=<path under $HOME>``), in a fresh ``$HOME``,
 with only the base URL changed to the recorder's and the model named on the
 command line. The task is scripted for the simulator (``sim-tool:`` lines:
-``inference_node.server.protocol``), so the agent really calls its tools (it
+``tooling.simulator.protocol``), so the agent really calls its tools (it
 reads a file, then edits it) whatever the model.
 
 Between the client and the gateway sits a recorder (``Recorder``): a byte-for-

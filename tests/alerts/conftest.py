@@ -1,4 +1,4 @@
-"""Fixtures for the alert tests: a receiver on ``console.hooks.OUTBOUND_EVENT``
+"""Fixtures for the alert tests: a receiver on ``console.kernel.hooks.OUTBOUND_EVENT``
 that records every event an evaluation sends (what the outbound webhooks app
 would deliver), and calls ingested through the real usage ingest."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from accounts.actors import Actor
 from accounts.models import Role
-from console import hooks
+from console.kernel import hooks
 from tests.factories import MembershipFactory, issue_key
 from tests.usage.factories import event
 from usage.ingest import ingest_events

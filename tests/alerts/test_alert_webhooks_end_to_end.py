@@ -2,7 +2,7 @@
 of its daily cap through the real usage ingest, beat's evaluation fires the
 alerts, and the outbound webhooks app delivers them to a real receiver on
 127.0.0.1 that checks every request with the documented
-``console.webhooks.signing.verify``. A receiver that is down for a while
+``console.features.webhooks.signing.verify``. A receiver that is down for a while
 (a closed port, then 503s) gets every event once it is back, none twice."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 from django.utils import timezone as tz
 
 from accounts.models import ApiKey
-from console.alerts.models import AlertRule, Kind, Scope
-from console.alerts.services import evaluate
-from console.webhooks import delivery as delivery_module
-from console.webhooks.models import Delivery, DeliveryStatus
-from console.webhooks.services import destination_create
+from console.features.alerts.models import AlertRule, Kind, Scope
+from console.features.alerts.services import evaluate
+from console.features.webhooks import delivery as delivery_module
+from console.features.webhooks.models import Delivery, DeliveryStatus
+from console.features.webhooks.services import destination_create
 from tests.alerts.conftest import calls
 from tests.webhooks.conftest import (  # noqa: F401 - autouse fixtures of the webhooks tests
     Receiver,

@@ -1,7 +1,7 @@
 """Each kind of alert rule, evaluated as beat evaluates it: it fires once when
 its condition is crossed, not again on the next evaluation, and resolves when
 the condition clears, each time one ``alert.fired`` / ``alert.resolved``
-event on ``console.hooks.OUTBOUND_EVENT`` with a stable event id."""
+event on ``console.kernel.hooks.OUTBOUND_EVENT`` with a stable event id."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from decimal import Decimal
 import pytest
 
 from accounts.models import ApiKey
-from console.alerts.models import AlertRule, Incident, Kind, Scope
-from console.alerts.services import evaluate
+from console.features.alerts.models import AlertRule, Incident, Kind, Scope
+from console.features.alerts.services import evaluate
 from inference_node.models import CredentialStatus, NodeHealth
 from invoicing.models import Invoice
 from invoicing.services import invoice_draft, invoice_finalize, prepaid_adjust
@@ -272,7 +272,7 @@ def test_an_invoice_past_its_due_date_unpaid(org, key, outbound):
 
 
 def test_a_disabled_rule_resolves_its_open_alerts_and_stays_quiet(org, owner_actor, outbound):
-    from console.alerts.services import rule_update
+    from console.features.alerts.services import rule_update
 
     node = NodeFactory(organization=org, health=NodeHealth.UNHEALTHY)
     r = rule(org, Kind.UPSTREAM_DOWN, scope=Scope.NODE, node=node)
@@ -285,7 +285,7 @@ def test_a_disabled_rule_resolves_its_open_alerts_and_stays_quiet(org, owner_act
 
 
 def test_one_broken_rule_does_not_stop_the_others(org, outbound, monkeypatch):
-    from console.alerts import observe
+    from console.features.alerts import observe
 
     node = NodeFactory(organization=org, health=NodeHealth.UNHEALTHY)
     rule(org, Kind.BALANCE_LOW, amount=1)
@@ -312,7 +312,7 @@ def test_another_organizations_calls_never_fire_a_rule(org, other_org, catalog, 
 
 
 def test_beat_evaluates_the_rules_every_minute(org, settings, outbound):
-    from console.celery import registered_task
+    from console.kernel.celery import registered_task
 
     entry = settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]
     assert entry["task"] == "alerts.evaluate" and entry["schedule"] == 60.0

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from accounts.actors import Actor
 from accounts.models import Role
-from console.alerts.models import AlertRule, Kind, Scope
-from console.alerts.services import evaluate
+from console.features.alerts.models import AlertRule, Kind, Scope
+from console.features.alerts.services import evaluate
 from tests.factories import MembershipFactory, OrganizationFactory, issue_key
 from tests.gateway_bridge.harness import running_gateway
 from tests.inference_node.factories import NodeFactory

@@ -13,8 +13,8 @@ from django.urls import reverse
 
 from accounts.actors import Actor
 from accounts.models import Role
-from console.alerts.models import AlertRule, Incident, Kind, Scope
-from console.alerts.services import evaluate
+from console.features.alerts.models import AlertRule, Incident, Kind, Scope
+from console.features.alerts.services import evaluate
 from tests.alerts.conftest import NOW
 from tests.factories import MembershipFactory, OrganizationFactory, issue_key
 from tests.inference_node.factories import NodeFactory

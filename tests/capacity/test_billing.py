@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils import timezone as tz
 
 from accounts.models import ApiKey
-from console.capacity.models import Billing, LoadTest, Status
-from console.capacity.runner import run_load_test
+from console.features.capacity.models import Billing, LoadTest, Status
+from console.features.capacity.runner import run_load_test
 from invoicing.models import LedgerKind
 from invoicing.selectors import prepaid_balance
 from invoicing.services import invoice_draft, ledger_entry_create

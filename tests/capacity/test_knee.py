@@ -1,6 +1,6 @@
 """The knee detector on synthetic step series."""
 
-from console.capacity.knee import find_knee
+from console.features.capacity.knee import find_knee
 
 
 def test_the_knee_is_the_first_step_where_p99_climbs_and_throughput_stalls():

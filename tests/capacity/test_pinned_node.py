@@ -11,9 +11,9 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import ApiKey
-from console.capacity import services
-from console.capacity.models import LoadTest, Status
-from console.capacity.runner import run_load_test
+from console.features.capacity import services
+from console.features.capacity.models import LoadTest, Status
+from console.features.capacity.runner import run_load_test
 from inference_node.models import Node
 from tests.capacity.test_views import API, API_BODY, FORM
 from tests.gateway_bridge.conftest import register_node
@@ -40,7 +40,7 @@ def nodes(db):
 
 def _post_form(client, membership, **extra):
     client.force_login(membership.user)
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         return client.post(reverse("capacity:list"), {**FORM, **extra})
 
 
@@ -55,7 +55,7 @@ def test_an_owner_who_is_not_staff_cannot_pin_a_test_by_form(client, owner, node
 
 def test_an_owner_who_is_not_staff_cannot_pin_a_test_by_api(client, owner, nodes):
     client.force_login(owner.user)
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         response = client.post(
             API, {**API_BODY, "node": nodes[0].pk}, content_type="application/json"
         )

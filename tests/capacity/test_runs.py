@@ -16,9 +16,9 @@ import pytest
 from django.db.models import Sum
 
 from accounts.models import ApiKey, ApiKeyStatus
-from console.capacity import services
-from console.capacity.models import LoadTest, Status
-from console.capacity.runner import run_load_test
+from console.features.capacity import services
+from console.features.capacity.models import LoadTest, Status
+from console.features.capacity.runner import run_load_test
 from tests.capacity.conftest import SATURATION
 from usage.ingest import ingest_events
 from usage.models import CallRecord

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.actors import Actor
-from console.capacity.models import LoadTest, LoadTestStep, Status
+from console.features.capacity.models import LoadTest, LoadTestStep, Status
 from tests.factories import issue_key
 from usage.seed import seed_catalog
 
@@ -62,7 +62,7 @@ def test_an_owner_starts_a_test_on_the_load_test_queue(
 ):
     settings.CAPACITY_QUEUE = "loadtests"
     with (
-        mock.patch("console.capacity.services.registered_task") as task,
+        mock.patch("console.features.capacity.services.registered_task") as task,
         django_capture_on_commit_callbacks(execute=True),
     ):
         response = _client(client, owner).post(reverse("capacity:list"), FORM)
@@ -93,7 +93,7 @@ def test_a_second_test_in_the_same_organization_is_refused(client, owner, admin)
 def test_an_ended_test_does_not_block_the_next(client, owner):
     _test(owner.organization, owner, status=Status.DONE)
     _test(owner.organization, owner, status=Status.CANCELLED)
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         response = _client(client, owner).post(reverse("capacity:list"), FORM)
     assert response.status_code == 302
     assert LoadTest.objects.filter(status=Status.QUEUED).count() == 1
@@ -101,7 +101,7 @@ def test_an_ended_test_does_not_block_the_next(client, owner):
 
 def test_a_test_another_organization_runs_blocks_nobody_here(client, owner, other_owner):
     _test(other_owner.organization, other_owner, status=Status.RUNNING)
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         response = _client(client, owner).post(reverse("capacity:list"), FORM)
     assert response.status_code == 302
 
@@ -112,7 +112,7 @@ def test_a_run_whose_worker_died_stops_blocking(client, owner):
     stale = _test(
         owner.organization, owner, status=Status.RUNNING, started_at=long_ago, api_key_id=key.pk
     )
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         response = _client(client, owner).post(reverse("capacity:list"), FORM)
     assert response.status_code == 302
     stale.refresh_from_db()
@@ -238,7 +238,7 @@ API_BODY = {
 
 def test_the_api_starts_reads_and_cancels_a_test(client, owner):
     c = _client(client, owner)
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         created = c.post(API, API_BODY, content_type="application/json")
     assert created.status_code == 201
     body = created.json()
@@ -307,7 +307,7 @@ def test_the_api_keeps_tests_to_their_organization_and_roles(client, owner, view
 
 def test_an_owner_may_mark_a_test_as_not_billed_and_its_pages_say_so(client, owner):
     c = _client(client, owner)
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         response = c.post(reverse("capacity:list"), {**FORM, "billing": "test"})
     test = LoadTest.objects.get()
     assert response.status_code == 302
@@ -321,7 +321,7 @@ def test_an_owner_may_mark_a_test_as_not_billed_and_its_pages_say_so(client, own
 
 def test_a_test_started_without_a_billing_choice_is_billed(client, owner):
     c = _client(client, owner)
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         c.post(reverse("capacity:list"), FORM)
         created = c.post(API, {**API_BODY, "steps": [2]}, content_type="application/json")
     assert LoadTest.objects.get().billing == "billed"
@@ -329,7 +329,7 @@ def test_a_test_started_without_a_billing_choice_is_billed(client, owner):
 
 
 def test_the_api_starts_a_test_marked_as_not_billed(client, owner):
-    with mock.patch("console.capacity.services.registered_task"):
+    with mock.patch("console.features.capacity.services.registered_task"):
         created = _client(client, owner).post(
             API, {**API_BODY, "billing": "test"}, content_type="application/json"
         )

@@ -273,8 +273,8 @@ def param_kind(route: Route, param: str) -> str | None:
 def _tenant(org, members) -> SimpleNamespace:
     """One organization's objects, one of each kind a URL can name."""
     from accounts.services import invitation_create, sub_account_create
-    from console.capacity.models import LoadTest, LoadTestStep
-    from console.webhooks.models import Delivery, Destination, OutboundEvent
+    from console.features.capacity.models import LoadTest, LoadTestStep
+    from console.features.webhooks.models import Delivery, Destination, OutboundEvent
     from invoicing.models import Payment
     from invoicing.services import (
         credit_note_create,
@@ -307,7 +307,7 @@ def _tenant(org, members) -> SimpleNamespace:
     entry = prepaid_adjust(actor=finance, amount=5_000_000, reason="sweep grant", kind="grant")
     # An alert rule on the developer's own key (every role that manages alerts
     # reaches it) with an incident in its history.
-    from console.alerts.models import AlertRule, Incident
+    from console.features.alerts.models import AlertRule, Incident
 
     alert_rule = AlertRule.objects.create(
         organization=org, name=f"cap-{org.slug}", kind="spend_cap", scope="key", api_key=key,
@@ -412,7 +412,7 @@ def url_for(route: Route, tenant) -> str:
 def snapshot(org) -> dict:
     """Everything of ``org`` a request could change, as comparable values."""
     from accounts.models import ApiKey, AuditEvent, Invitation, Membership, SubAccount
-    from console.alerts.models import AlertRule
+    from console.features.alerts.models import AlertRule
     from inference_node.models import Credential, Node
     from invoicing.models import CreditNote, Invoice, LedgerEntry
 

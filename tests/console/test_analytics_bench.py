@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from console.analytics.views import CHARTS, PAGES
+from console.features.analytics.views import CHARTS, PAGES
 
 pytest_plugins = ["tests.console.test_analytics_data"]
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,8 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from console.analytics.margin import MarginForm, percent_text
-from console.money import format_exact
+from console.features.analytics.margin import MarginForm, percent_text
+from console.kernel.money import format_exact
 from tests.factories import MembershipFactory, UserFactory
 from tests.usage.margin_fixtures import T0, brute_force, seed_margin
 from usage.facade import margin_basis_points, seed_catalog

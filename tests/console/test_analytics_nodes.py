@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from accounts.audit import audit_record
 from accounts.models import Role
-from console.analytics.nodes import health_segments
+from console.features.analytics.nodes import health_segments
 from inference_node.models import Node, NodeHealth
 from tests.console.test_analytics_views import figure_of, login
 from tests.inference_node.factories import NodeFactory

@@ -15,7 +15,7 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from console.money import format_amount
+from console.kernel.money import format_amount
 from tests.console.test_analytics_data import RANGE
 from tests.console.test_analytics_unknown_models import _ingest
 from tests.console.test_analytics_views import calls_of, figure_of, login

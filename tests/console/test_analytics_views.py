@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from console.analytics.views import CHARTS, PAGES
+from console.features.analytics.views import CHARTS, PAGES
 from tests.console.test_analytics_data import RANGE, exact_ms
 
 pytest_plugins = ["tests.console.test_analytics_data"]
@@ -432,7 +432,7 @@ def test_overview_shows_usage_for_usage_roles(client, data):
 
 
 def test_csv_cells_that_look_like_formulas_are_defused():
-    from console.analytics.views import _csv_cell
+    from console.features.analytics.views import _csv_cell
 
     assert _csv_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)"
     assert _csv_cell("@sum") == "'@sum"

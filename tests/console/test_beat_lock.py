@@ -1,4 +1,4 @@
-"""Exactly one Celery beat (console.beat_lock): a second acquirer of the beat
+"""Exactly one Celery beat (console.kernel.beat_lock): a second acquirer of the beat
 lock is refused with a message naming the holder, in PostgreSQL and in the
 embedded file lock; a second ``celery beat`` process refuses to start."""
 
@@ -14,9 +14,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from console import beat_lock
-from console.beat_lock import BeatLockHeld, FileBeatLock, LockedScheduler, PostgresBeatLock
-from console.celery import app as celery_app
+from console.kernel import beat_lock
+from console.kernel.beat_lock import BeatLockHeld, FileBeatLock, LockedScheduler, PostgresBeatLock
+from console.kernel.celery import app as celery_app
 from tests.console.up_process import ROOT, up_env_for
 
 REFUSAL = "another Celery beat holds the beat lock"

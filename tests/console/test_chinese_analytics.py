@@ -17,7 +17,7 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from console.analytics.views import CHARTS, PAGES
+from console.features.analytics.views import CHARTS, PAGES
 from tests.console.test_analytics_data import RANGE
 from tests.console.test_analytics_unknown_models import _ingest
 from tests.console.test_analytics_views import login

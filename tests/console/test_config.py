@@ -5,7 +5,7 @@ import stat
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console import config
+from console.kernel import config
 
 
 def test_postgres_url_pooled():

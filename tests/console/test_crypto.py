@@ -7,7 +7,7 @@ import pytest
 from cryptography.fernet import Fernet
 from django.db import connection
 
-from console import crypto
+from console.kernel import crypto
 from inference_node.models import Credential
 from inference_node.selectors import build_routing_snapshot
 from tests.inference_node.factories import NodeFactory

@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001 - Chinese text keeps its full-width punctuation
-"""``console.csv_header``: the one first line of every CSV (byte-order mark
+"""``console.kernel.csv_header``: the one first line of every CSV (byte-order mark
 and header row): the stable keys for scripts, English and ``?header=keys``,
 the labels in the reader's language otherwise; keys with a placeholder
 (``spend_{currency}``) get their label with the value filled in. And every
@@ -18,9 +18,9 @@ from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import pgettext_lazy
 
-from console.analytics.csv_labels import CSV_LABELS
-from console.analytics.views import CHARTS
-from console.csv_header import BOM, header_line, header_row, label_for
+from console.features.analytics.csv_labels import CSV_LABELS
+from console.features.analytics.views import CHARTS
+from console.kernel.csv_header import BOM, header_line, header_row, label_for
 from tests.console.test_analytics_data import RANGE
 from tests.console.test_analytics_views import login
 

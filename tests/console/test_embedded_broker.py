@@ -1,4 +1,4 @@
-"""The embedded broker (console.broker_fs): a message file appears whole or
+"""The embedded broker (console.kernel.broker_fs): a message file appears whole or
 not at all, even when the writer is slow or dies between writing and
 renaming; a file that is not a whole kombu message (empty, truncated,
 garbage, the wrong shape) is moved to quarantine with a warning and the next
@@ -20,7 +20,7 @@ from kombu import Connection
 from kombu.transport import filesystem as kombu_fs
 from kombu.transport import get_transport_cls
 
-from console import broker_fs
+from console.kernel import broker_fs
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "embedded-test"
@@ -77,7 +77,7 @@ def test_filesystem_and_consolefs_resolve_to_the_safe_transport(broker):
 def test_the_app_worker_and_usage_emitter_use_it_when_embedded(settings):
     if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
         pytest.skip("the embedded broker is configured only when CELERY_BROKER_URL is unset")
-    from console.celery import app
+    from console.kernel.celery import app
     from gateway_bridge.emitter import CelerySend
 
     assert settings.CELERY_BROKER_TRANSPORT_OPTIONS["quarantine_folder"] == str(
@@ -85,7 +85,7 @@ def test_the_app_worker_and_usage_emitter_use_it_when_embedded(settings):
     )
     with app.connection_for_write() as conn:
         assert isinstance(conn.default_channel, broker_fs.Channel)
-        assert conn.transport_cls == "filesystem"  # what console.probes checks
+        assert conn.transport_cls == "filesystem"  # what console.kernel.probes checks
     with app.connection_for_read() as conn:
         assert isinstance(conn.default_channel, broker_fs.Channel)
 
@@ -193,7 +193,7 @@ CRASH = """
 import os, sys
 sys.path.insert(0, {root!r})
 from kombu import Connection
-from console import broker_fs
+from console.kernel import broker_fs
 broker_fs.install()
 where = sys.argv[1]
 real_write_all, real_fsync = broker_fs._write_all, broker_fs.os.fsync
@@ -295,7 +295,7 @@ def test_bad_files_are_quarantined_with_a_warning_and_the_next_message_delivered
     q.put({"good": 1})
     q.put({"good": 2})
 
-    with caplog.at_level(logging.WARNING, logger="console.broker_fs"):
+    with caplog.at_level(logging.WARNING, logger="console.kernel.broker_fs"):
         first = q.get(timeout=2)
         second = q.get(timeout=2)
     assert (first.payload, second.payload) == ({"good": 1}, {"good": 2})
@@ -307,7 +307,7 @@ def test_bad_files_are_quarantined_with_a_warning_and_the_next_message_delivered
     for name, data in zip(names, BAD_FILES.values(), strict=True):
         assert (quarantine / name).read_bytes() == data
     assert not list(queue_dir.iterdir())
-    warned = [r for r in caplog.records if r.name == "console.broker_fs"]
+    warned = [r for r in caplog.records if r.name == "console.kernel.broker_fs"]
     assert [r.levelno for r in warned] == [logging.WARNING] * len(names)
     for name, record in zip(names, warned, strict=True):
         assert name in record.getMessage()
@@ -380,7 +380,7 @@ def test_an_unacked_message_is_restored_whole(broker):
 def test_a_worker_survives_a_bad_file_and_keeps_consuming(settings):
     if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
         pytest.skip("the embedded broker is configured only when CELERY_BROKER_URL is unset")
-    from console.celery import registered_task
+    from console.kernel.celery import registered_task
     from tests.services import start_celery_worker, wait_for_worker
 
     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS

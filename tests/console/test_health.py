@@ -1,6 +1,6 @@
 """``/healthz`` (liveness) and ``/readyz`` (readiness: database, shared cache,
 broker): what they answer, within their deadline, by IP over plain HTTP
-(console.probes)."""
+(console.kernel.probes)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from asgiref.sync import async_to_sync
 from django.db import OperationalError
 from django.test import AsyncClient
 
-from console import probes
-from console.celery import app as celery_app
+from console.kernel import probes
+from console.kernel.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
 

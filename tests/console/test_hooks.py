@@ -1,4 +1,4 @@
-"""console.hooks: named cross-app reactions (fire/connect) and providers
+"""console.kernel.hooks: named cross-app reactions (fire/connect) and providers
 (provide/ask). Each test uses its own hook names, so the product's receivers
 (connected in the apps' ``ready()``) are never touched."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from console import hooks
+from console.kernel import hooks
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""console.ipnet: the one IP-network helper behind key allowlists, the
+"""console.kernel.ipnet: the one IP-network helper behind key allowlists, the
 gateway's trusted proxies and the allowlist forms."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from console import ipnet
+from console.kernel import ipnet
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ import weakref
 import pytest
 from django.urls import reverse
 
-from console import logs, observability
-from console.celery import app as celery_app
-from console.request_log import request_id_from
-from console.tracing import Trace, parse_traceparent
+from console.kernel import logs, observability
+from console.kernel.celery import app as celery_app
+from console.kernel.request_log import request_id_from
+from console.kernel.tracing import Trace, parse_traceparent
 
 SECRET_KEY = "sk-abcdef1234_" + "s" * 43
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -299,7 +299,7 @@ def test_sentry_is_not_started_without_a_dsn(fake_sentry):
 
 def test_a_dsn_without_sentry_sdk_warns_once(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "sentry_sdk", None)  # import fails
-    with caplog.at_level(logging.WARNING, logger="console.observability"):
+    with caplog.at_level(logging.WARNING, logger="console.kernel.observability"):
         assert not observability.setup_sentry("https://k@sentry.example/1")
     [warning] = caplog.records
     assert "sentry-sdk is not installed" in warning.getMessage()
@@ -309,7 +309,7 @@ def test_otel_export_needs_an_endpoint_and_the_sdk(monkeypatch, caplog):
     assert not observability.setup_otel("", service_name="x")
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk", None)
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter", None)
-    with caplog.at_level(logging.WARNING, logger="console.observability"):
+    with caplog.at_level(logging.WARNING, logger="console.kernel.observability"):
         assert not observability.setup_otel("http://127.0.0.1:4318", service_name="x")
     [warning] = caplog.records
     assert "pip install opentelemetry-sdk" in warning.getMessage()

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Role
-from console.money import format_exact
+from console.kernel.money import format_exact
 from tests.factories import MembershipFactory, UserFactory
 from tests.usage.factories import event
 from usage.ingest import ingest_events

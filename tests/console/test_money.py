@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from console.money import (
+from console.kernel.money import (
     MICRO,
     amount_decimal,
     amount_input,

@@ -1,5 +1,5 @@
 """Every console page of a populated organization shows money one way
-(``console.money``): in the currency's minor units, never in scientific
+(``console.kernel.money``): in the currency's minor units, never in scientific
 notation, never as a raw count of micro-units.
 
 Three organizations (USD with tax and a discount, JPY, and a prepaid one in
@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from accounts.actors import Actor
 from accounts.models import Role
-from console.money import CURRENCY_CODES, minor_units, parse_amount
+from console.kernel.money import CURRENCY_CODES, minor_units, parse_amount
 from tests.console.routes import all_routes, client_for, fill
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory, issue_key
 
@@ -489,7 +489,7 @@ def test_the_staff_margin_report_shows_money_in_the_currency(money_world):
 
 
 def test_the_audit_log_and_invoice_history_name_amounts_in_the_currency(money_world):
-    from console.money import format_amount
+    from console.kernel.money import format_amount
     from invoicing.models import Invoice
 
     for currency, world_org in money_world["orgs"].items():

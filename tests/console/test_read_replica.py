@@ -21,7 +21,7 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.test.utils import CaptureQueriesContext
 
-from console.db_router import REPLICA, read_alias, replica_reads
+from console.kernel.db_router import REPLICA, read_alias, replica_reads
 from tests.usage.log_fixtures import login, mixed_calls, tenant
 from usage.models import CallRecord
 

@@ -14,8 +14,8 @@ import time
 import pytest
 import uvicorn
 
-from console import ipnet
 from console.body_limit import BodyLimit
+from console.kernel import ipnet
 from console.server import GuardedHttpProtocol, ServerLimits
 
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from accounts.models import ApiKey
-from console.soak.checks import caps
-from console.soak.scenario import KeySpec, Scenario
 from tests.factories import OrganizationFactory, SubAccountFactory
+from tooling.soak.checks import caps
+from tooling.soak.scenario import KeySpec, Scenario
 from usage.models import CallRecord
 
 pytestmark = pytest.mark.django_db

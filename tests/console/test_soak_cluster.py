@@ -6,8 +6,8 @@ open every node token and route nowhere (every call a 503)."""
 from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 
-from console.crypto import seal
-from console.soak.cluster import Cluster, Proc
+from console.kernel.crypto import seal
+from tooling.soak.cluster import Cluster, Proc
 
 
 def test_the_soak_children_open_the_node_tokens_the_soak_sealed(tmp_path):
@@ -44,7 +44,7 @@ def test_the_relay_forwards_and_cuts_every_connection_when_stopped(tmp_path):
     import sys
     import threading
 
-    from console.soak.cluster import free_port
+    from tooling.soak.cluster import free_port
 
     class Echo(socketserver.BaseRequestHandler):
         def handle(self):
@@ -57,7 +57,7 @@ def test_the_relay_forwards_and_cuts_every_connection_when_stopped(tmp_path):
     port = free_port()
     relay = Proc(
         "relay",
-        [sys.executable, "-m", "console.soak.relay", "--port", str(port),
+        [sys.executable, "-m", "tooling.soak.relay", "--port", str(port),
          "--to", f"127.0.0.1:{server.server_address[1]}"],
         dict(os.environ), tmp_path / "relay.log", port=port,
     )  # fmt: skip

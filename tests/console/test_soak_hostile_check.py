@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from console.soak.checks import hostile
+from tooling.soak.checks import hostile
 
 RUN = {
     "seconds_per_phase": 60.0,

@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from console import redis_url
-from console.soak import checks
-from console.soak.sentinel import SentinelSet
-from console.soak.traffic import Result
+from console.kernel import redis_url
+from tooling.soak import checks
+from tooling.soak.sentinel import SentinelSet
+from tooling.soak.traffic import Result
 
 # Its own Redis servers: the same whatever the suite is given (CI runs it once).
 pytestmark = pytest.mark.engine_independent

@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gateway_bridge.floor import Floor
-from gateway_bridge.management.commands.bench_gateway import _free_port, start_floor
 from tests.inference_node.server_helpers import ROOT
+from tooling.bench.floor import Floor
+from tooling.bench.gateway import _free_port, start_floor
 
 ANSWER = b'{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":3}}'
 EVENTS = [b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', b"data: [DONE]\n\n"]

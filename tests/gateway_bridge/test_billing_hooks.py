@@ -1,4 +1,4 @@
-"""The gateway and billing react to each other through ``console.hooks``
+"""The gateway and billing react to each other through ``console.kernel.hooks``
 only: a committed top-up reaches the gateways' balance through
 ``BALANCE_CHANGED`` (connected in ``GatewayBridgeConfig.ready``), and the
 limit counters rebuilt from the database read the prepaid balance from
@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from accounts.keys import authenticated_view
 from accounts.models import ApiKey
-from console import hooks
+from console.kernel import hooks
 from gateway_bridge import limits, notify
 from gateway_bridge.limits.rebuild import seed_values
 from invoicing.models import LedgerKind

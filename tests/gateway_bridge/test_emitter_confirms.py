@@ -46,7 +46,7 @@ def test_rabbitmq_settings_confirm_every_publish(tmp_path):
     ],
 )
 def test_the_gateway_publish_is_confirmed_on_rabbitmq_only(url, confirms):
-    from console.celery import app
+    from console.kernel.celery import app
 
     send = CelerySend(broker_url=url, connect_timeout=1.5, confirm_timeout=3.0)
     assert send.confirms is confirms
@@ -69,7 +69,7 @@ def test_the_gateway_publish_is_confirmed_on_rabbitmq_only(url, confirms):
 
 
 def test_a_failed_publish_drops_the_connection():
-    from console.celery import app
+    from console.kernel.celery import app
 
     send = CelerySend(broker_url="amqp://guest:guest@127.0.0.1:5672//")
     with (

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from redis.crc import key_slot
 
-from console import redis_url
+from console.kernel import redis_url
 from gateway_bridge import notify
 from gateway_bridge.limits import CapBucket, RedisLimitStore
 from gateway_bridge.limits.resp import RespError
@@ -151,7 +151,7 @@ def test_a_prepaid_top_up_credits_the_balance_bucket_on_the_cluster(cluster, set
 
 
 def test_the_django_cache_works_on_the_cluster(cluster):
-    from console.redis_cache import RedisCache
+    from console.kernel.redis_cache import RedisCache
 
     _, ports, url = cluster
     cache = RedisCache(url, {"KEY_PREFIX": "t"})
@@ -166,7 +166,7 @@ def test_the_django_cache_works_on_the_cluster(cluster):
 def test_the_broker_refuses_a_cluster_url_with_a_clear_message():
     from django.core.exceptions import ImproperlyConfigured
 
-    from console import config
+    from console.kernel import config
 
     with pytest.raises(ImproperlyConfigured, match=r"CELERY_BROKER_URL.*Sentinel"):
         config.broker_url("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from console import config, redis_url
+from console.kernel import config, redis_url
 from gateway_bridge import notify
 from gateway_bridge.limits import CapBucket
 from gateway_bridge.limits.resp import RespError
@@ -101,7 +101,7 @@ def test_caps_never_overrun_when_the_primary_is_killed_mid_run(own_sentinel_set)
 def test_the_broker_and_the_cache_run_through_the_sentinels(sentinel_set):
     import kombu
 
-    from console.redis_cache import RedisCache
+    from console.kernel.redis_cache import RedisCache
 
     _, primary, _, _, url = sentinel_set
     broker, options = config.broker_url(url)

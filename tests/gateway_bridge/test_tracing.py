@@ -13,8 +13,8 @@ import time
 import pytest
 from opentelemetry import trace as otel_trace
 
-from console import tracing
-from console.logs import JsonFormatter
+from console.kernel import tracing
+from console.kernel.logs import JsonFormatter
 from tests.gateway_bridge.conftest import NODE_TOKEN
 from tests.gateway_bridge.vendor_fixtures import captured, channel, post
 from usage.tasks import ingest_batch

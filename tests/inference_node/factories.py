@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import factory
 
-from console.crypto import hint
+from console.kernel.crypto import hint
 from inference_node.models import Credential, HealthCheck, Node, NodeHealth, NodeModel, NodeStatus
 
 

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inference_node.server.app import NodeApp, serve
-from inference_node.server.config import NodeConfig, add_node_arguments, config_from_options
+from tooling.simulator.app import NodeApp, serve
+from tooling.simulator.config import NodeConfig, add_node_arguments, config_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "node-test-token"
@@ -224,11 +224,11 @@ def _start_process(command: list[str], token: str) -> RunningNode:
 
 @contextlib.contextmanager
 def node_process(*flags: str, via: str = "manage") -> Iterator[RunningNode]:
-    """A node in its own process, via ``manage.py run_node`` or ``-m inference_node.server``."""
+    """A node in its own process, via ``manage.py run_node`` or ``-m tooling.simulator``."""
     if via == "manage":
         command = [sys.executable, "manage.py", "run_node"]
     else:
-        command = [sys.executable, "-m", "inference_node.server"]
+        command = [sys.executable, "-m", "tooling.simulator"]
     flags = ("--port", "0", *flags)
     token = flags[flags.index("--token") + 1] if "--token" in flags else ""
     node = _start_process([*command, *flags], token)

@@ -12,7 +12,7 @@ import time
 import anthropic
 import pytest
 
-from console.tokens import chat_prompt_tokens, count_tokens, media_tokens
+from console.kernel.tokens import chat_prompt_tokens, count_tokens, media_tokens
 from tests.inference_node.server_helpers import (
     TOKEN,
     inprocess_node,

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from inference_node.server.config import FaultSettings
-from inference_node.server.faults import FaultInjector
 from tests.inference_node.server_helpers import TOKEN, inprocess_node, metric_value, parse_sse
+from tooling.simulator.config import FaultSettings
+from tooling.simulator.faults import FaultInjector
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": "sim-chat-small", "messages": [{"role": "user", "content": "hi"}]}

@@ -11,7 +11,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from console.tokens import media_tokens
+from console.kernel.tokens import media_tokens
 from tests.inference_node.server_helpers import TOKEN, inprocess_node, metric_value
 
 MODEL = "gemini-sim"

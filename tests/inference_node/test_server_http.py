@@ -11,9 +11,9 @@ import struct
 
 import pytest
 
-from console.tokens import media_tokens
-from inference_node.server.http import Response, start_server, sweep_idle
+from console.kernel.tokens import media_tokens
 from tests.inference_node.server_helpers import TOKEN, inprocess_node, metric_value
+from tooling.simulator.http import Response, start_server, sweep_idle
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "Tell me about caches."}]

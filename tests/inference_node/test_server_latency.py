@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from console.tokens import chat_prompt_tokens
-from inference_node.server.config import PROFILES, LatencyProfile
-from inference_node.server.latency import LatencyModel, Scheduler
+from console.kernel.tokens import chat_prompt_tokens
 from tests.inference_node.server_helpers import inprocess_node, metric_value
+from tooling.simulator.config import PROFILES, LatencyProfile
+from tooling.simulator.latency import LatencyModel, Scheduler
 
 
 def model(**values) -> LatencyModel:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference_node.server.prefix_cache import BLOCK_SIZE, PrefixCache, block_hashes
 from tests.inference_node.server_helpers import inprocess_node, metric_value
+from tooling.simulator.prefix_cache import BLOCK_SIZE, PrefixCache, block_hashes
 
 
 def ids(start: int, count: int) -> list[int]:

@@ -128,7 +128,7 @@ def test_module_entry_point_stops_cleanly_on_sigterm():
 
 def test_bad_flags_are_refused():
     result = subprocess.run(
-        [sys.executable, "-m", "inference_node.server", "--fault-500-rate", "2"],
+        [sys.executable, "-m", "tooling.simulator", "--fault-500-rate", "2"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from console.tokens import (
+from console.kernel.tokens import (
     START_ID,
     chat_prompt_tokens,
     count_tokens,
     pieces,
     tokenize,
 )
-from inference_node.server.text import generate
+from tooling.simulator.text import generate
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_pieces_join_back_to_the_text():
 def test_ids_are_stable_across_processes():
     text = "The same prompt gives the same ids"
     code = (
-        f"import json; from console.tokens import tokenize; print(json.dumps(tokenize({text!r})))"
+        f"import json; from console.kernel.tokens import tokenize; print(json.dumps(tokenize({text!r})))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(

@@ -10,9 +10,9 @@ import json
 import openai
 import pytest
 
-from console import tokens as tokenizer
-from inference_node.server import protocol, text
+from console.kernel import tokens as tokenizer
 from tests.inference_node.server_helpers import TOKEN, inprocess_node, metric_value
+from tooling.simulator import protocol, text
 
 CHAT = "/v1/chat/completions"
 MODEL = "sim-chat-small"

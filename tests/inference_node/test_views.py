@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import AuditEvent, Role
-from console.crypto import hint
+from console.kernel.crypto import hint
 from inference_node.models import Credential, Node, NodeHealth, NodeStatus
 from tests.factories import MembershipFactory, OrganizationFactory
 from tests.inference_node.factories import NodeFactory

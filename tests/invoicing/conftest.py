@@ -26,8 +26,8 @@ def refund_worker():
 
 @pytest.fixture
 def notified():
-    """What ``console.hooks.BALANCE_CHANGED`` told its receivers, in order."""
-    from console import hooks
+    """What ``console.kernel.hooks.BALANCE_CHANGED`` told its receivers, in order."""
+    from console.kernel import hooks
 
     calls: list[tuple[int, int]] = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pypdfium2 as pdfium
 
-from console.money import format_amount
+from console.kernel.money import format_amount
 from invoicing.money import from_minor
 
 SELLER = {

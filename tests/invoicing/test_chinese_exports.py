@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import translation
 
 from accounts.models import Role
-from console.csv_header import label_for
+from console.kernel.csv_header import label_for
 from invoicing import exports
 
 pytestmark = pytest.mark.django_db

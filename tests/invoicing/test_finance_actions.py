@@ -21,7 +21,7 @@ from django.urls import reverse
 from accounts.actors import Actor
 from accounts.errors import PermissionDenied, ValidationFailed
 from accounts.models import AuditEvent, BillingMode, Role
-from console.money import format_amount
+from console.kernel.money import format_amount
 from invoicing.models import (
     CreditNote,
     CreditNoteEffect,

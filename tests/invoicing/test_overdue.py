@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone as tz
 
 from accounts.models import Role
-from console import hooks
-from console.webhooks.models import Delivery, DeliveryStatus
-from console.webhooks.services import destination_create
+from console.features.webhooks.models import Delivery, DeliveryStatus
+from console.features.webhooks.services import destination_create
+from console.kernel import hooks
 from invoicing.models import Invoice, InvoiceStatus
 from invoicing.services import (
     invoice_draft,
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def heard():
-    """Every ``invoice.overdue`` handed to ``console.hooks.OUTBOUND_EVENT``."""
+    """Every ``invoice.overdue`` handed to ``console.kernel.hooks.OUTBOUND_EVENT``."""
     events: list[dict] = []
 
     def listen(**kwargs) -> None:

@@ -2,7 +2,7 @@
 """Invoice and credit-note PDFs in the buyer's document language (issue 18):
 the organization chooses it in its billing settings; the stored PDF made at
 finalization, a draft's preview and the credit notes print every label in
-Chinese, with the amounts exactly as ``console.money`` formats them in that
+Chinese, with the amounts exactly as ``console.kernel.money`` formats them in that
 locale, and the header blocks still apart on the rendered page. Whoever
 downloads it, in whatever console language, gets the same document."""
 
@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import translation
 
 from accounts.models import Role
-from console.money import format_amount
+from console.kernel.money import format_amount
 from invoicing.models import BillingProfile, DocumentLanguage, InvoiceLine, LineKind, TokenClass
 from invoicing.pdf import credit_note_pdf, invoice_pdf
 from invoicing.pdf.parts import MINUS, local_date

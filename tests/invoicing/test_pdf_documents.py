@@ -20,7 +20,7 @@ from django.urls import reverse
 from PIL import Image
 
 from accounts.models import Role
-from console.money import format_amount
+from console.kernel.money import format_amount
 from invoicing.models import BillingProfile, CreditNoteEffect, InvoiceLine, LineKind, TokenClass
 from invoicing.pdf import credit_note_pdf, fonts, invoice_pdf
 from invoicing.pdf.parts import MINUS, local_date

@@ -24,7 +24,7 @@ from django.urls import reverse
 
 from accounts.actors import Actor
 from accounts.models import Role
-from console.money import format_amount
+from console.kernel.money import format_amount
 from invoicing.models import CreditNote, SlaMonth, SlaStatus
 from invoicing.services import invoice_draft, invoice_finalize
 from invoicing.services._common import period_bounds, period_of

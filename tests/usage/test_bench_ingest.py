@@ -14,8 +14,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from accounts.facade import Organization
+from tooling.bench.ingest import BENCH_SLUG, FLOOR_TABLE
 from usage.ingest.pg import COPY_COLUMNS
-from usage.management.commands.bench_ingest import BENCH_SLUG, FLOOR_TABLE
 from usage.models import CallRecord
 
 

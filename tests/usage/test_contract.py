@@ -1,7 +1,7 @@
 """The usage contract from ingest's side: the parsed event and the call row
 are derived from ``UsageEvent`` and match the call table; batches written by
 an older gateway process still ingest; and ingest tells
-``console.hooks.CALLS_INGESTED`` receivers per-organization totals of exactly
+``console.kernel.hooks.CALLS_INGESTED`` receivers per-organization totals of exactly
 the calls it stored, which the prepaid ledger debits once."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from console import hooks
+from console.kernel import hooks
 from gateway_bridge.emitter import UsageEmitter
 from gateway_bridge.spool import Spool
 from invoicing.models import LedgerEntry, LedgerKind

@@ -219,7 +219,7 @@ def test_moving_a_key_between_sub_accounts_is_seen_before_refusing(catalog, org,
 
 
 def test_the_celery_task_is_registered_and_calls_ingest(catalog, org, key):
-    from console.celery import app
+    from console.kernel.celery import app
     from usage.tasks import ingest_batch
 
     assert "usage.ingest_batch" in app.tasks

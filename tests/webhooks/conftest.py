@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from console.webhooks import delivery as delivery_module
-from console.webhooks import signing
+from console.features.webhooks import delivery as delivery_module
+from console.features.webhooks import signing
 
 # The real hand-over to Celery, before ``inline_deliveries`` replaces it.
 REAL_ENQUEUE = delivery_module._enqueue

@@ -1,4 +1,4 @@
-"""Billing fires its events through console.hooks: a top-up and an invoice's
+"""Billing fires its events through console.kernel.hooks: a top-up and an invoice's
 finalization and payment reach a real receiver, signed."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from accounts.models import Role
-from console.webhooks.models import OutboundEvent
-from console.webhooks.services import destination_create
+from console.features.webhooks.models import OutboundEvent
+from console.features.webhooks.services import destination_create
 from invoicing.services import invoice_draft, invoice_finalize, invoice_mark_paid
 from invoicing.services.topups import topup_record_manual
 from tests.invoicing.conftest import month_calls, prepaid  # noqa: F401 - fixtures

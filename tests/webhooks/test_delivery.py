@@ -1,4 +1,4 @@
-"""Events fired through console.hooks reach a real receiver on loopback,
+"""Events fired through console.kernel.hooks reach a real receiver on loopback,
 signed, once; failures are retried with backoff, then the destination is
 marked failing, and nothing blocks another destination."""
 
@@ -12,17 +12,17 @@ from django.core import mail
 from django.db import connection, transaction
 from django.utils import timezone as tz
 
-from console import hooks
-from console.webhooks import delivery as delivery_module
-from console.webhooks import signing
-from console.webhooks.models import (
+from console.features.webhooks import delivery as delivery_module
+from console.features.webhooks import signing
+from console.features.webhooks.models import (
     Delivery,
     DeliveryStatus,
     Destination,
     DestinationState,
     OutboundEvent,
 )
-from console.webhooks.services import destination_create, destination_test
+from console.features.webhooks.services import destination_create, destination_test
+from console.kernel import hooks
 from tests.webhooks.conftest import Receiver
 
 
@@ -331,7 +331,7 @@ def test_deliveries_go_to_the_registered_task_and_a_refusing_broker_leaves_them_
 ):
     from unittest import mock
 
-    from console.celery import registered_task
+    from console.kernel.celery import registered_task
     from tests.webhooks.conftest import REAL_ENQUEUE
 
     assert settings.CELERY_BEAT_SCHEDULE["webhooks-deliver-due"]["task"] == "webhooks.deliver_due"
@@ -346,7 +346,7 @@ def test_deliveries_go_to_the_registered_task_and_a_refusing_broker_leaves_them_
 
 @pytest.mark.django_db(transaction=True)
 def test_a_disabled_destination_gets_nothing_until_it_is_enabled_again(org, actor, receiver):
-    from console.webhooks.services import destination_update
+    from console.features.webhooks.services import destination_update
 
     destination = webhook(actor, receiver)
     destination_update(actor=actor, destination_id=destination.pk, enabled=False)

@@ -11,8 +11,8 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from console.webhooks.models import Delivery, DeliveryStatus, Destination, OutboundEvent
-from console.webhooks.services import destination_create
+from console.features.webhooks.models import Delivery, DeliveryStatus, Destination, OutboundEvent
+from console.features.webhooks.services import destination_create
 from tests.factories import MembershipFactory, OrganizationFactory
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ before summing, and only when one of its rows is a test call.
 
 Events are read through the usage contract (``usage.events.parse``) into
 named rows (``usage.ingest.rows.CallRow``). Once the calls are stored, the
-transaction fires ``console.hooks.CALLS_INGESTED`` with per-organization
+transaction fires ``console.kernel.hooks.CALLS_INGESTED`` with per-organization
 totals (``usage.totals``): what the prepaid ledger debits, without usage
 knowing who listens."""
 
@@ -29,7 +29,7 @@ from operator import attrgetter, itemgetter
 from django.db import connection, transaction
 from django.utils import timezone as tz
 
-from console import hooks
+from console.kernel import hooks
 from usage.events import InvalidEvent, latest_start, parse
 from usage.ingest import generic, pg
 from usage.ingest.aggregate import all_grains, sum_attribution, sum_calls

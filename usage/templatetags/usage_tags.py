@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 from django import template
 from django.utils.translation import gettext_lazy
 
-from console.money import format_amount, format_exact
+from console.kernel.money import format_amount, format_exact
 
 register = template.Library()
 
@@ -27,7 +27,7 @@ def cache_status_label(value: str) -> str:
 
 @register.simple_tag
 def exact_money(micro: int | None, currency: str) -> str:
-    """``console.money.format_exact``: as many decimals as the amount needs."""
+    """``console.kernel.money.format_exact``: as many decimals as the amount needs."""
     return format_exact(micro, currency)
 
 

@@ -289,7 +289,7 @@ class Command(BaseCommand):
                     [
                         py,
                         "-m",
-                        "inference_node.server",
+                        "tooling.simulator",
                         "--host",
                         "127.0.0.1",
                         "--port",
@@ -307,7 +307,7 @@ class Command(BaseCommand):
                     [
                         py,
                         "-m",
-                        "inference_node.server",
+                        "tooling.simulator",
                         "--host",
                         "127.0.0.1",
                         "--port",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from console.tokens import count_tokens
+from console.kernel.tokens import count_tokens
 from gateway_bridge.protocols.anthropic.errors import error_body
 from gateway_bridge.protocols.base import (
     GatewayError,

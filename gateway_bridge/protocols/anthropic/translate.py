@@ -26,7 +26,7 @@ themselves: ``protocols.anthropic.content``; images and documents:
   ``continue_final_message``; the answer continues it, as Anthropic's does.
 * The prompt estimate (also the ``count_tokens`` answer) and the affinity
   prefix come from the pivot (``protocols.estimate``, images and documents by
-  ``console.tokens``' media rule), as for every protocol; untranslatable
+  ``console.kernel.tokens``' media rule), as for every protocol; untranslatable
   blocks are not counted.
 """
 

@@ -20,7 +20,7 @@ answers, and the model list.
 
 from __future__ import annotations
 
-from console.tokens import count_tokens
+from console.kernel.tokens import count_tokens
 from gateway_bridge.protocols.base import (
     GatewayError,
     ModelInfo,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.tokens import count_tokens
+from console.kernel.tokens import count_tokens
 from gateway_bridge.protocols.base import (
     GatewayError,
     ResponseAdapter,

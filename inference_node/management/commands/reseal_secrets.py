@@ -16,7 +16,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
-from console.crypto import SecretUnreadable, is_sealed, reseal, seal
+from console.kernel.crypto import SecretUnreadable, is_sealed, reseal, seal
 from inference_node.models import Credential, Node
 
 # (what to call it, model, column)

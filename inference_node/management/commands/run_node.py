@@ -1,13 +1,13 @@
 """``python manage.py run_node``: run the bundled simulator inference node.
 
-A thin wrapper over ``python -m inference_node.server``; both take the same flags."""
+A thin wrapper over ``python -m tooling.simulator``; both take the same flags."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inference_node.server.app import run
-from inference_node.server.config import add_node_arguments, config_from_options
+from tooling.simulator.app import run
+from tooling.simulator.config import add_node_arguments, config_from_options
 
 
 class Command(BaseCommand):

@@ -1,5 +1,5 @@
 """The auth stage: the key from each header form, the client's address
-behind trusted proxies, and the key's IP allowlist (through console.ipnet)."""
+behind trusted proxies, and the key's IP allowlist (through console.kernel.ipnet)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from console import ipnet
+from console.kernel import ipnet
 from gateway_bridge.pipeline import auth
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import GatewayError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from console import tokens as tokenizer
+from console.kernel import tokens as tokenizer
 from gateway_bridge.protocols.anthropic.thinking import EFFORT_BUDGETS, effort_of_budget
 from gateway_bridge.vendors import dialect_for
 from tests.gateway_bridge.protocols.anthropic.common import USER, WEATHER_TOOL, parse

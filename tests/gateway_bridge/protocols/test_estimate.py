@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from console import tokens as tokenizer
+from console.kernel import tokens as tokenizer
 from gateway_bridge.protocols import anthropic, estimate, gemini, openai
-from inference_node.server import protocol as node_protocol
+from tooling.simulator import protocol as node_protocol
 
 SYSTEM = "You are the support assistant of a token-billing console. Answer briefly. " * 4
 PARAMS = {

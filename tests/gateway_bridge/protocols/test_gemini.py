@@ -11,7 +11,7 @@ import json
 import pytest
 from google.genai import types
 
-from console import tokens as tokenizer
+from console.kernel import tokens as tokenizer
 from gateway_bridge.protocols import gemini as gp
 from gateway_bridge.protocols.base import (
     AUTHENTICATION,
@@ -22,7 +22,7 @@ from gateway_bridge.protocols.base import (
     ModelInfo,
 )
 from gateway_bridge.usage_mapping import TokenUsage, from_gemini
-from inference_node.server import protocol as node_protocol
+from tooling.simulator import protocol as node_protocol
 
 MODEL = "sim-chat-small"
 WEATHER = {

@@ -12,7 +12,7 @@ import json
 import pytest
 from google.genai import types
 
-from console import tokens as tokenizer
+from console.kernel import tokens as tokenizer
 from gateway_bridge.protocols import gemini as gp
 from gateway_bridge.protocols.base import GatewayError
 from gateway_bridge.usage_mapping import TokenUsage

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from console import tokens as tokenizer
+from console.kernel import tokens as tokenizer
 from gateway_bridge.protocols import base
 from gateway_bridge.protocols import openai as adapter
 from gateway_bridge.protocols.base import GatewayError, ModelInfo
 from gateway_bridge.usage_mapping import TokenUsage, from_openai
-from inference_node.server import protocol as node_protocol
+from tooling.simulator import protocol as node_protocol
 
 USER = [{"role": "user", "content": "Hello there"}]
 WEATHER = {
@@ -170,7 +170,7 @@ def test_media_parts_pass_to_the_channel_and_count_as_tokens():
     )
     req = adapter.parse_chat(with_image)
     assert req.body["messages"][0]["content"][1] == image
-    # 85 + one token per 750 bytes of the decoded image (console.tokens' media rule).
+    # 85 + one token per 750 bytes of the decoded image (console.kernel.tokens' media rule).
     extra = req.prompt_tokens_estimate - adapter.parse_chat(plain).prompt_tokens_estimate
     assert extra == 85 + 7500 * 3 // 4 // 750
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from console import tokens as tokenizer
+from console.kernel import tokens as tokenizer
 from gateway_bridge.protocols import anthropic as ap
 from gateway_bridge.protocols.base import (
     UPSTREAM,

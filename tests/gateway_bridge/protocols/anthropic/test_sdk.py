@@ -19,7 +19,6 @@ from gateway_bridge.protocols.base import (
     UPSTREAM,
     GatewayError,
 )
-from inference_node.server import protocol as node_protocol
 from tests.gateway_bridge.protocols.anthropic.common import (
     MODEL,
     TEXT_STREAM,
@@ -30,6 +29,7 @@ from tests.gateway_bridge.protocols.anthropic.common import (
     play,
     upstream_answer,
 )
+from tooling.simulator import protocol as node_protocol
 
 # --------------------------------------------------------------------------- the official SDK
 

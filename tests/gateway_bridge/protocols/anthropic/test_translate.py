@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from console import tokens as tokenizer
+from console.kernel import tokens as tokenizer
 from gateway_bridge.protocols import anthropic as ap
 from gateway_bridge.protocols.base import GatewayError
-from inference_node.server import protocol as node_protocol
 from tests.gateway_bridge.protocols.anthropic.common import (
     MODEL,
     TOOL_USE_TURN,
@@ -19,6 +18,7 @@ from tests.gateway_bridge.protocols.anthropic.common import (
     body,
     parse,
 )
+from tooling.simulator import protocol as node_protocol
 
 # --------------------------------------------------------------------------- translation
 

@@ -1,8 +1,0 @@
-from django.apps import AppConfig
-
-
-class AlertsConfig(AppConfig):
-    name = "console.alerts"
-    label = "alerts"
-    default_auto_field = "django.db.models.BigAutoField"
-    verbose_name = "Alerts"

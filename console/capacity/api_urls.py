@@ -1,9 +1,0 @@
-from rest_framework.routers import SimpleRouter
-
-from console.capacity import api
-
-router = SimpleRouter()
-router.include_format_suffixes = False
-router.register("load-tests", api.LoadTestViewSet, basename="load-test")
-
-urlpatterns = router.urls

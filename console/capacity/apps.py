@@ -1,8 +1,0 @@
-from django.apps import AppConfig
-
-
-class CapacityConfig(AppConfig):
-    name = "console.capacity"
-    label = "capacity"
-    verbose_name = "Capacity planning"
-    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,124 @@
+"""The Latency page's charts: percentiles of total latency and of time to
+first token over time, overall or one line per model or node, from the hourly
+latency sketches. (Where the time goes is ``breakdowns.time_breakdown``.)"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext as _
+
+from console.features.analytics.chart import (
+    ALL_QUANTILES,
+    GROUP_NOUNS,
+    Chart,
+    busiest_note,
+    empty_calls,
+    figure,
+    iso_local,
+    line,
+    q_label,
+    round_ms,
+    series_of,
+    split_top,
+    time_title,
+    x_labels,
+)
+from console.features.analytics.query import QUANTILE_COLOURS, Query
+
+# The tail percentiles often lie close together: p99 dashed and p99.9 dotted
+# (each its own colour too) keep them apart where they overlap.
+QUANTILE_DASHES = {0.99: "dash", 0.999: "dot"}
+# The only sums these charts show: calls, and the calls with a first token.
+LATENCY_SUMS = ("calls", "ttft_count")
+
+
+def latency(q: Query, *, which: str = "latency_ms") -> Chart:
+    ttft = which == "ttft_ms"
+    hist = "ttft" if ttft else "latency"
+    name = "ttft" if ttft else "latency"
+    title = _("Time to first token") if ttft else _("Total latency")
+    count_col = "ttft_count" if ttft else "calls"
+    y_title = _("Time to first token (ms)") if ttft else _("Latency (ms)")
+    column = q.group_column("compare")
+    if column is None:
+        s = series_of(q, quantiles=ALL_QUANTILES, hists=(hist,), sums=LATENCY_SUMS)
+        points = s.groups[None]
+        chart = Chart(
+            name,
+            title,
+            columns=[
+                "bucket_start",
+                "series",
+                "calls",
+                *(f"{q_label(x)}_ms" for x in ALL_QUANTILES),
+            ],
+        )
+        if not s.total(count_col):
+            chart.empty = (
+                empty_calls(q)
+                if not s.total("calls")
+                else _(
+                    "None of these calls has a time to first token (embeddings and failed calls "
+                    "have none)."
+                )
+            )
+            return chart
+        x = x_labels(q, points)
+        traces = [
+            line(
+                q_label(qq),
+                QUANTILE_COLOURS[qq],
+                x,
+                [round_ms(p[which][qq]) for p in points],
+                dash=QUANTILE_DASHES.get(qq),
+                unit=" ms",
+            )
+            for qq in ALL_QUANTILES
+        ]
+        for p in points:
+            chart.rows.append(
+                [
+                    iso_local(p["start"], q.tz),
+                    "all",
+                    p[count_col],
+                    *(round_ms(p[which][qq]) for qq in ALL_QUANTILES),
+                ]
+            )
+    else:
+        qq = q.compared_quantile
+        s = series_of(q, group_by=column, quantiles=(qq,), hists=(hist,), sums=LATENCY_SUMS)
+        chart = Chart(
+            name,
+            _("%(title)s, %(quantile)s by %(noun)s")
+            % {"title": title, "quantile": q_label(qq), "noun": GROUP_NOUNS[column]},
+            columns=["bucket_start", "series", "calls", f"{q_label(qq)}_ms"],
+        )
+        if not s.total(count_col):
+            chart.empty = empty_calls(q)
+            return chart
+        shown, rest = split_top(s.groups)
+        traces = []
+        x = x_labels(q, s.groups[shown[0]])
+        for i, group in enumerate(shown):
+            points = s.groups[group]
+            label = q.names.label(column, group)
+            traces.append(
+                line(
+                    label,
+                    q.names.colour(column, group, i),
+                    x,
+                    [round_ms(p[which][qq]) for p in points],
+                    unit=" ms",
+                )
+            )
+            for p in points:
+                chart.rows.append(
+                    [iso_local(p["start"], q.tz), label, p[count_col], round_ms(p[which][qq])]
+                )
+        if rest:
+            chart.note = busiest_note(len(shown), len(s.groups))
+    chart.figure = figure(traces, x_title=time_title(q), y_title=y_title)
+    return chart
+
+
+def ttft(q: Query) -> Chart:
+    return latency(q, which="ttft_ms")

@@ -1,0 +1,495 @@
+"""The node charts: latency, cache hit rate and a summary per node (from the
+rollups' node grain), each node's health over the range (from the health
+prober's audit events, one per flip), its load as last probed, and the
+circuit-breaker openings the gateways reported. None reads call records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import plotly.graph_objects as go
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone as tz
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from accounts.facade import AuditEvent
+from console.features.analytics.chart import (
+    Chart,
+    empty_calls,
+    figure,
+    hit_rate,
+    iso_local,
+    line,
+    q_label,
+    round_ms,
+    series_of,
+    share_pct,
+    split_top,
+    time_title,
+    x_labels,
+)
+from console.features.analytics.query import Query
+from inference_node.facade import Node
+
+ENGINE_HIT_NOTE = gettext_lazy(
+    "Engine prefix-cache hit rate: what each node's inference engine reports for its own "
+    "prefix cache, over all the traffic it serves. The cached prompt share (here per node, "
+    "and on the overview) counts only your billed prompt tokens read from cache, so the two "
+    "differ."
+)
+# The sums the node table shows (calls, errors, the cached prompt share).
+TABLE_SUMS = ("calls", "calls_4xx", "calls_5xx", "input_tokens", "cache_read_tokens",
+              "cache_write_tokens")  # fmt: skip
+HEALTH_NAMES = {
+    "healthy": gettext_lazy("healthy"),
+    "unhealthy": gettext_lazy("unhealthy"),
+    "unknown": gettext_lazy("unknown"),
+}
+# The load table's status and health columns, translated when shown (the
+# node models' own labels are inference_node's).
+STATUS_DISPLAY = {
+    "active": gettext_lazy("Active"),
+    "draining": gettext_lazy("Draining"),
+    "disabled": gettext_lazy("Disabled"),
+}
+HEALTH_DISPLAY = {
+    "unknown": gettext_lazy("Unknown"),
+    "healthy": gettext_lazy("Healthy"),
+    "unhealthy": gettext_lazy("Unhealthy"),
+}
+HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b7c3"}
+FLIPS = ("node.healthy", "node.unhealthy")
+
+
+def _nodes(q: Query) -> list[Node]:
+    """The organization's own nodes and the shared ones, as the Nodes page lists
+    them (narrowed by the node filter when one is set)."""
+    nodes = Node.objects.filter(
+        Q(organization_id=q.organization_id) | Q(organization__isnull=True)
+    ).order_by("name", "id")
+    wanted = q.filters.get("node_id")
+    if wanted:
+        ids = wanted if isinstance(wanted, list | tuple | set) else [wanted]
+        nodes = nodes.filter(pk__in=ids)
+    return list(nodes[:50])
+
+
+def node_table(q: Query) -> Chart:
+    s = series_of(q, group_by="node_id", bucket=None, quantiles=(0.5, 0.9, 0.99), sums=TABLE_SUMS)
+    chart = Chart(
+        "node_table",
+        _("Nodes over the whole range"),
+        columns=[
+            "node_id",
+            "node",
+            "calls",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "ttft_p50_ms",
+            "token_hit_rate_pct",
+            "error_rate_pct",
+        ],
+    )
+    if not s.total("calls"):
+        chart.empty = empty_calls(q)
+        return chart
+    rows = []
+    for node_id, (p,) in s.groups.items():
+        label = q.names.label("node_id", node_id)
+        lat, tt = p["latency_ms"], p["ttft_ms"]
+        err = share_pct(p["calls_4xx"] + p["calls_5xx"], p["calls"])
+        hit = hit_rate(p)
+        chart.rows.append(
+            [
+                node_id,
+                label,
+                p["calls"],
+                round_ms(lat[0.5]),
+                round_ms(lat[0.9]),
+                round_ms(lat[0.99]),
+                round_ms(tt[0.5]),
+                hit,
+                err,
+            ]
+        )
+
+        def fmt(v, unit=" ms"):
+            return "—" if v is None else f"{v:,.1f}{unit}"
+
+        rows.append(
+            [
+                (label, q.calls_url(node=node_id) if q.names.known("node_id", node_id) else None),
+                (f"{p['calls']:,}", None),
+                (fmt(lat[0.5]), None),
+                (fmt(lat[0.9]), None),
+                (fmt(lat[0.99]), None),
+                (fmt(tt[0.5]), None),
+                (fmt(hit, " %"), None),
+                (fmt(err, " %"), None),
+            ]
+        )
+    chart.table = {
+        "headers": [
+            _("Node"),
+            _("Calls"),
+            "p50",
+            "p90",
+            "p99",
+            _("TTFT p50"),
+            _("Cached prompt share"),
+            _("Errors"),
+        ],
+        "numeric": [False, True, True, True, True, True, True, True],
+        "rows": rows,
+    }
+    return chart
+
+
+def _line_per_node(q: Query, s, chart: Chart, value, unit: str, row) -> list:
+    """One line of ``value(point)`` per node (the busiest ``MAX_GROUPS``), and
+    the CSV rows ``[bucket, node, *row(point)]``."""
+    shown, _rest = split_top(s.groups)
+    x = x_labels(q, s.groups[shown[0]])
+    traces = []
+    for i, node_id in enumerate(shown):
+        points = s.groups[node_id]
+        label = q.names.label("node_id", node_id)
+        colour = q.names.colour("node_id", node_id, i)
+        traces.append(line(label, colour, x, [value(p) for p in points], unit=unit))
+        chart.rows.extend([iso_local(p["start"], q.tz), label, *row(p)] for p in points)
+    return traces
+
+
+def node_latency(q: Query) -> Chart:
+    qq = q.compared_quantile
+    s = series_of(q, group_by="node_id", quantiles=(qq,), hists=("latency",), sums=("calls",))
+    chart = Chart(
+        "node_latency",
+        _("Latency %(quantile)s per node") % {"quantile": q_label(qq)},
+        columns=["bucket_start", "node", "calls", f"{q_label(qq)}_ms"],
+    )
+    if not s.total("calls"):
+        chart.empty = empty_calls(q)
+        return chart
+
+    def latency(p):
+        return round_ms(p["latency_ms"][qq])
+
+    traces = _line_per_node(q, s, chart, latency, " ms", lambda p: [p["calls"], latency(p)])
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Latency (ms)"))
+    return chart
+
+
+def node_cache(q: Query) -> Chart:
+    s = series_of(q, group_by="node_id")
+    chart = Chart(
+        "node_cache",
+        _("Cached prompt share per node"),
+        columns=[
+            "bucket_start",
+            "node",
+            "prompt_tokens",
+            "cached_prompt_tokens",
+            "token_hit_rate_pct",
+        ],
+    )
+    if not s.total("calls"):
+        chart.empty = empty_calls(q)
+        return chart
+
+    def row(p):
+        prompt = p["input_tokens"] + p["cache_read_tokens"] + p["cache_write_tokens"]
+        return [prompt, p["cache_read_tokens"], hit_rate(p)]
+
+    traces = _line_per_node(q, s, chart, hit_rate, " %", row)
+    chart.figure = figure(traces, x_title=time_title(q), y_title=_("Hit rate (%)"), y_suffix=" %")
+    return chart
+
+
+def health_segments(node: Node, flips: list[tuple[datetime, str, str]], start, end):
+    """[(from, to, state)] covering ``start``..``end`` for one node: the state at
+    ``start`` is the ``from`` of the first flip after it (or the node's current
+    health when it never flipped in the range)."""
+    inside = [(t, before, after) for t, before, after in flips if start < t < end]
+    earlier = [after for t, _b, after in flips if t <= start]
+    if earlier:
+        state = earlier[-1]
+    elif inside:
+        state = inside[0][1]
+    else:
+        state = node.health
+    out, cursor = [], start
+    for t, _before, after in inside:
+        out.append((cursor, t, state))
+        cursor, state = t, after
+    out.append((cursor, end, state))
+    return [s for s in out if s[1] > s[0]]
+
+
+def node_health(q: Query) -> Chart:
+    chart = Chart(
+        "node_health",
+        _("Health of each node"),
+        columns=["node", "from", "to", "state", "seconds"],
+        note=_(
+            "From the health prober: a node turns unhealthy after NODE_UNHEALTHY_AFTER "
+            "failed probes in a row and healthy again after NODE_HEALTHY_AFTER good ones; "
+            "unhealthy nodes get no calls."
+        ),
+    )
+    nodes = _nodes(q)
+    if not nodes:
+        chart.empty = _("No nodes yet. Register one under Nodes, or use the shared ones.")
+        return chart
+    end = min(q.end, tz.now())
+    start = min(q.start, end)
+    events = (
+        AuditEvent.objects.filter(
+            Q(organization_id=q.organization_id) | Q(organization__isnull=True),
+            action__in=FLIPS,
+            target_type="node",
+            target_id__in=[str(n.pk) for n in nodes],
+            created_at__lt=end,
+        )
+        .order_by("created_at", "id")
+        .values_list("target_id", "created_at", "params")
+    )
+    flips: dict[str, list] = {}
+    for target, at, params in events:
+        flips.setdefault(target, []).append(
+            (at, (params or {}).get("from", "unknown"), (params or {}).get("to", "unknown"))
+        )
+    traces = {}
+    for node in nodes:
+        for seg_from, seg_to, state in health_segments(
+            node, flips.get(str(node.pk), []), start, end
+        ):
+            seconds = (seg_to - seg_from).total_seconds()
+            chart.rows.append(
+                [
+                    node.name,
+                    iso_local(seg_from, q.tz),
+                    iso_local(seg_to, q.tz),
+                    state,
+                    round(seconds),
+                ]
+            )
+            t = traces.setdefault(state, {"x": [], "y": [], "base": []})
+            t["x"].append(seconds * 1000)
+            t["y"].append(node.name)
+            t["base"].append(seg_from.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
+    data = [
+        go.Bar(
+            name=str(HEALTH_NAMES.get(state, state)),
+            orientation="h",
+            marker={"color": HEALTH_COLOURS.get(state, "#b0b7c3")},
+            hovertemplate=_("%(node)s: %(state)s from %(start)s")
+            % {"node": "%{y}", "state": HEALTH_NAMES.get(state, state), "start": "%{base}"}
+            + "<extra></extra>",
+        )
+        for state in traces
+    ]
+    layout = go.Layout(
+        template="none",
+        height=max(140, 48 + 36 * len(nodes)),
+        margin={"l": 140, "r": 16, "t": 12, "b": 48},
+        barmode="overlay",
+        legend={"orientation": "h", "y": -0.3, "x": 0},
+        xaxis={"type": "date", "title": {"text": f"{_('Time')} ({q.tz.key})"}},
+        yaxis={"autorange": "reversed"},
+    )
+    fig = go.Figure(data=data, layout=layout).to_plotly_json()
+    # Plain lists set after serializing (as chart.figure does): no typed arrays.
+    for trace, arrays in zip(fig["data"], traces.values(), strict=True):
+        trace.update(arrays)
+    chart.figure = fig
+    return chart
+
+
+def node_load(q: Query) -> Chart:
+    chart = Chart(
+        "node_load",
+        _("Load as last probed"),
+        note=str(ENGINE_HIT_NOTE),
+        columns=[
+            "node",
+            "status",
+            "health",
+            "running",
+            "waiting",
+            "kv_cache_usage_pct",
+            "prefix_cache_hit_rate_pct",
+            "last_probe",
+        ],
+    )
+    nodes = _nodes(q)
+    if not nodes:
+        chart.empty = _("No nodes yet. Register one under Nodes, or use the shared ones.")
+        return chart
+
+    def pct(v):
+        return None if v is None else round(v * 100, 1)
+
+    rows = []
+    for n in nodes:
+        kv, hit = pct(n.kv_cache_usage), pct(n.prefix_cache_hit_rate)
+        probed = iso_local(n.last_probe_at, q.tz) if n.last_probe_at else None
+        chart.rows.append([n.name, n.status, n.health, n.running, n.waiting, kv, hit, probed])
+
+        def text(v, unit=""):
+            return "—" if v is None else f"{v:,}{unit}"
+
+        rows.append(
+            [
+                (n.name, None),
+                (str(STATUS_DISPLAY.get(n.status) or n.get_status_display()), None),
+                (str(HEALTH_DISPLAY.get(n.health) or n.get_health_display()), None),
+                (text(n.running), None),
+                (text(n.waiting), None),
+                (text(kv, " %"), None),
+                (text(hit, " %"), None),
+                (probed[:19].replace("T", " ") if probed else _("never"), None),
+            ]
+        )
+    chart.table = {
+        "headers": [_("Node"), _("Status"), _("Health"), _("Running"), _("Waiting"),
+                    _("KV cache"), _("Engine prefix-cache hit rate"), _("Last probe")],
+        "numeric": [False, False, False, True, True, True, True, False],
+        "rows": rows,
+    }  # fmt: skip
+    return chart
+
+
+CIRCUIT_OPENED, CIRCUIT_CLOSED = "node.circuit_opened", "node.circuit_closed"
+REASONS = {
+    "error_rate": (gettext_lazy("Error rate over the window"), "#c0362c"),
+    "probe_failed": (gettext_lazy("Half-open probe failed"), "#E69F00"),
+}
+
+
+def circuit_openings(q: Query) -> Chart:
+    """Each time a gateway opened a node's circuit in the range, from the
+    transitions the gateways report (``gateway_bridge.circuits``): one marker
+    per opening, with how long the circuit stayed open."""
+    rate, least = settings.GATEWAY_BREAKER_ERROR_RATE, settings.GATEWAY_BREAKER_MIN_CALLS
+    window, wait = settings.GATEWAY_BREAKER_WINDOW_SECONDS, settings.GATEWAY_BREAKER_OPEN_SECONDS
+    chart = Chart(
+        "circuit_openings",
+        _("Circuit-breaker openings"),
+        columns=[
+            "opened_at",
+            "node",
+            "gateway",
+            "reason",
+            "calls",
+            "errors",
+            "error_rate_pct",
+            "closed_at",
+            "seconds_open",
+        ],
+        note=_(
+            "A gateway stops sending calls to a node when at least %(rate)s of at least "
+            "%(least)s calls in %(window)s s failed, and tries it again %(wait)s s later. Each "
+            "gateway process keeps its own circuits; the model, key and sub-account filters do "
+            "not apply here."
+        )
+        % {"rate": f"{rate:.0%}", "least": least, "window": window, "wait": wait},
+    )
+    nodes = {str(n.pk): n for n in _nodes(q)}
+    end = min(q.end, tz.now())
+    start = min(q.start, end)
+    events = (
+        AuditEvent.objects.filter(
+            Q(organization_id=q.organization_id) | Q(organization__isnull=True),
+            action__in=(CIRCUIT_OPENED, CIRCUIT_CLOSED),
+            target_type="node",
+            target_id__in=list(nodes),
+            created_at__gte=start,
+        )
+        .order_by("created_at", "id")
+        .values_list("action", "target_id", "created_at", "params")
+    )
+    openings: list[dict] = []
+    open_now: dict[tuple[str, str], dict] = {}  # (node, gateway) -> its last opening
+    for action, target, at, params in events:
+        params = params or {}
+        slot = (target, params.get("gateway", ""))
+        if action == CIRCUIT_CLOSED:
+            opening = open_now.pop(slot, None)
+            if opening is not None:
+                opening["closed_at"] = at
+            continue
+        if at >= end:
+            continue
+        opening = {"node": nodes[target].name, "at": at, "closed_at": None, **params}
+        openings.append(opening)
+        open_now[slot] = opening
+    if not openings:
+        chart.empty = _(
+            "No circuit opened between %(start)s and %(end)s (%(zone)s): every node answered "
+            "well enough to keep its calls."
+        ) % {
+            "start": f"{start.astimezone(q.tz):%Y-%m-%d %H:%M}",
+            "end": f"{end.astimezone(q.tz):%Y-%m-%d %H:%M}",
+            "zone": q.tz.key,
+        }
+        return chart
+    traces: dict[str, dict] = {}
+    for o in openings:
+        calls, errors = int(o.get("calls") or 0), int(o.get("errors") or 0)
+        rate = round(100.0 * errors / calls, 1) if calls else None
+        closed = o["closed_at"]
+        seconds = round((closed - o["at"]).total_seconds(), 1) if closed else None
+        chart.rows.append(
+            [iso_local(o["at"], q.tz), o["node"], o.get("gateway", ""), o.get("reason", ""), calls,
+             errors, rate, iso_local(closed, q.tz) if closed else None, seconds]
+        )  # fmt: skip
+        t = traces.setdefault(o.get("reason", ""), {"x": [], "y": [], "text": []})
+        t["x"].append(o["at"].astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
+        t["y"].append(o["node"])
+        detail = (
+            _("%(errors)s of %(calls)s calls failed") % {"errors": errors, "calls": calls}
+            if calls
+            else _("a probe failed")
+        )
+        still = (
+            _("open for %(seconds)s s") % {"seconds": f"{seconds:g}"}
+            if seconds is not None
+            else _("still open")
+        )
+        t["text"].append(f"{o.get('gateway', '')}: {detail}; {still}")
+    data = [
+        go.Scatter(
+            name=str(REASONS.get(reason, (reason or _("unknown"), "#1d2330"))[0]),
+            mode="markers",
+            marker={
+                "color": REASONS.get(reason, ("", "#1d2330"))[1],
+                "size": 11,
+                "symbol": "x-thin-open",
+                "line": {"width": 2},
+            },
+            hovertemplate=_("%(node)s at %(time)s") % {"node": "%{y}", "time": "%{x}"}
+            + "<br>%{text}<extra></extra>",
+        )
+        for reason in traces
+    ]
+    names = sorted({o["node"] for o in openings})
+    layout = go.Layout(
+        template="none",
+        height=max(160, 72 + 36 * len(names)),
+        margin={"l": 140, "r": 16, "t": 12, "b": 56},
+        legend={"orientation": "h", "y": -0.35, "x": 0},
+        xaxis={"type": "date", "title": {"text": f"{_('Time')} ({q.tz.key})"},
+               "range": [start.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"),
+                         end.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S")]},
+        yaxis={"type": "category", "categoryorder": "array", "categoryarray": names,
+               "autorange": "reversed"},
+    )  # fmt: skip
+    fig = go.Figure(data=data, layout=layout).to_plotly_json()
+    for trace, arrays in zip(fig["data"], traces.values(), strict=True):
+        trace.update(arrays)
+    chart.figure = fig
+    return chart

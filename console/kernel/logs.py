@@ -1,0 +1,263 @@
+"""Log formats: ``LOG_FORMAT=json`` (one JSON object a line) or ``plain``.
+
+``JsonFormatter`` writes ``ts`` (UTC, ISO 8601 with milliseconds), ``level``,
+``logger``, ``message``, every field passed in ``extra=``, and ``exc`` (the
+formatted traceback) when there is one. A record is masked when it is made
+(``console.kernel.redact``'s record factory); the formatters mask the message, the
+traceback and the extra fields once more, so a secret passed as a field, or a
+record made without the factory, is masked too.
+
+``configure_worker_logging`` is connected to Celery's ``setup_logging``
+signal (``console.kernel.celery``): a worker then keeps Django's ``LOGGING`` (the
+same handlers and format as the web and gateway processes) instead of
+replacing the root logger's handlers with its own, and log lines written
+inside a task carry ``task_id`` and ``task_name``.
+
+``offload`` moves one logger's writes off the calling thread: the gateway
+writes one access line per call from its event loop, and a write to a
+stderr pipe whose reader is slow would stall every call on that loop. Its
+records go through a queue to a listener thread, which formats them and hands
+them to the handlers propagation would have reached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import logging.handlers
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import orjson
+
+from console.kernel.redact import redact
+
+# What a LogRecord has of its own: everything else came in through ``extra=``
+# (uvicorn's ``color_message`` is its message again, with terminal colours).
+_RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
+_PLAIN_TYPES = (int, float, bool, type(None))
+
+
+@functools.lru_cache(maxsize=4)
+def _second(epoch: int) -> str:
+    """``epoch`` as ISO 8601 UTC to the second (the last few remembered)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
+
+
+def _default(value):
+    return str(value)
+
+
+def _field(value):
+    """An extra field as JSON can hold it, masked: a string through ``redact``,
+    a number as it is, anything else (a request, a dict) as its masked text or
+    structure."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, _PLAIN_TYPES):
+        return value
+    if isinstance(value, dict | list | tuple):
+        return orjson.loads(redact(orjson.dumps(value, default=_default).decode()))
+    return redact(str(value))
+
+
+def _extras(record: logging.LogRecord):
+    for key, value in record.__dict__.items():
+        if key not in _RESERVED and not key.startswith("_"):
+            yield key, value
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ts, level, logger, message, extras, exc."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": f"{_second(int(record.created))}.{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        for key, value in _extras(record):
+            out[key] = _field(value)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc"] = redact(record.exc_text)
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return orjson.dumps(out, default=_default, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+class PlainFormatter(logging.Formatter):
+    """The plain line, then the extra fields that are strings or numbers as
+    ``key=value`` (the access lines' fields; not a request object)."""
+
+    def __init__(self, fmt=None, datefmt=None, style="%", **kwargs):
+        super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt, style)
+
+    def format(self, record: logging.LogRecord) -> str:
+        # A client's path or header may carry CR, LF, ESC and the like: escaped in
+        # the message and the fields, so a request can neither forge a line nor send
+        # escapes to a terminal (a traceback below the line keeps its lines).
+        message = record.getMessage()
+        if not message.isprintable():
+            record = logging.makeLogRecord({**record.__dict__, "msg": _printable(message)})
+            record.args = None
+        line = super().format(record)
+        said = record.__dict__.get("_in_message", ())  # fields the message already shows
+        extras = [
+            f"{key}={_printable(str(value))}"
+            for key, value in _extras(record)
+            if isinstance(value, str | int | float) and value != "" and key not in said
+        ]
+        if not extras:
+            return line
+        head, sep, tail = line.partition("\n")  # a traceback stays below the line
+        return f"{head} {redact(' '.join(extras))}{sep}{tail}"
+
+
+def _printable(text: str) -> str:
+    """``text`` with every non-printable character as its escape (``\\r``, ``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+class TaskContextFilter(logging.Filter):
+    """Adds the running Celery task's id and name to a record (a worker's handlers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from celery import current_task
+
+        task = current_task
+        if task and getattr(task, "request", None) is not None and task.request.id:
+            record.__dict__.setdefault("task_id", task.request.id)
+            record.__dict__.setdefault("task_name", task.name)
+        return True
+
+
+def configure_worker_logging(loglevel=None, **_kwargs) -> None:
+    """Celery's ``setup_logging`` receiver: Django's ``LOGGING`` for the worker
+    too (connecting a receiver is what stops Celery from installing its own),
+    at the worker's ``--loglevel`` when it was given one."""
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    root = logging.getLogger()
+    if loglevel:
+        root.setLevel(loglevel)
+    task_filter = TaskContextFilter()
+    for handler in root.handlers:
+        if not any(isinstance(f, TaskContextFilter) for f in handler.filters):
+            handler.addFilter(task_filter)
+
+
+def logging_config(*, log_format: str, level: str, access_log: bool) -> dict:
+    """``LOGGING`` for settings: one stderr handler in ``log_format``; the
+    access loggers (``console.access``, ``gateway_bridge.access``,
+    ``console.access.task``) at INFO, or off with ``access_log`` False;
+    uvicorn's loggers through the same handler, its access log off (ours
+    replace it)."""
+    access_level = "INFO" if access_log else "WARNING"
+    formatter = "json" if log_format == "json" else "plain"
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "plain": {"()": "console.kernel.logs.PlainFormatter"},
+            "json": {"()": "console.kernel.logs.JsonFormatter"},
+        },
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": formatter}},
+        "root": {"handlers": ["console"], "level": level},
+        "loggers": {
+            "django.db.backends": {"level": "WARNING"},
+            # fontTools reports every table it subsets into an invoice PDF at INFO.
+            "fontTools": {"level": "WARNING"},
+            # uvicorn installs its own handlers before Django starts: ours replace
+            # them (its --log-level stays: no level here). Its access line is
+            # replaced by ours, which say more (console.access, gateway_bridge.access).
+            "uvicorn": {"handlers": ["console"], "propagate": False},
+            "uvicorn.error": {"handlers": [], "propagate": True},
+            "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
+            "console.access": {"level": access_level},
+            "gateway_bridge.access": {"level": access_level},
+        },
+    }
+
+
+class _Enqueue(logging.handlers.QueueHandler):
+    """Queue the record as it is: formatting, like writing, is the listener's
+    work (the access lines' fields are plain values, safe to hand over)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
+class _Propagate(logging.Handler):
+    """The listener's one handler: what propagation from ``logger`` would have
+    done, read when each record arrives (so handlers configured later count)."""
+
+    def __init__(self, logger: logging.Logger):
+        super().__init__()
+        self._logger = logger
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        parent = self._logger.parent
+        while parent is not None:
+            for handler in parent.handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            if not parent.propagate:
+                break
+            parent = parent.parent
+        return True
+
+
+_offloaded: dict[str, tuple[logging.handlers.QueueListener, _Enqueue, int]] = {}
+_offload_lock = threading.Lock()
+
+
+def offload(name: str) -> Callable[[], None]:
+    """Write logger ``name``'s propagated records from a listener thread.
+
+    Handlers attached to the logger itself still run in the caller's thread.
+    Returns ``stop``, which writes what is queued and restores propagation;
+    nested calls share one listener (the last ``stop`` ends it), and an exiting
+    process writes what is left."""
+    logger = logging.getLogger(name)
+    with _offload_lock:
+        if name in _offloaded:
+            listener, enqueue, users = _offloaded[name]
+            _offloaded[name] = (listener, enqueue, users + 1)
+        else:
+            records: queue.SimpleQueue = queue.SimpleQueue()
+            listener = logging.handlers.QueueListener(records, _Propagate(logger))
+            enqueue = _Enqueue(records)
+            logger.addHandler(enqueue)
+            logger.propagate = False
+            listener.start()
+            _offloaded[name] = (listener, enqueue, 1)
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        with _offload_lock:
+            if stopped or name not in _offloaded:
+                return
+            stopped = True
+            listener, enqueue, users = _offloaded[name]
+            if users > 1:
+                _offloaded[name] = (listener, enqueue, users - 1)
+                return
+            del _offloaded[name]
+            logger.removeHandler(enqueue)
+            logger.propagate = True
+        listener.stop()  # writes what is queued, then ends the thread
+
+    atexit.register(stop)
+    return stop
