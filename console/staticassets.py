@@ -3,7 +3,7 @@
 The console's static files are served by WhiteNoise from ``STATIC_ROOT`` under
 content-hashed names (``console.3f2a….css``), each with gzip and brotli
 copies, so that a browser keeps them for a year and downloads the compressed
-one (``CompressedManifestStaticFilesStorage``, see ``console/settings.py``).
+one (``CompressedManifestStaticFilesStorage``, see ``console/settings/web.py``).
 Templates ask ``{% static %}`` for a file, which reads the hashed name from
 the manifest that ``collectstatic`` writes: without a collected ``STATIC_ROOT``
 no page renders.
