@@ -1,20 +1,16 @@
 """What other parts of the console may use of ``console.features.alerts``: its one
-public face. Published: the models (``AlertRule``, ``Incident``) with their
-choices, and ``evaluate`` (one evaluation of every enabled rule, what beat's
-``alerts.evaluate`` task runs every minute)."""
+public face, plain functions and data only (no model: nothing outside the feature
+reads or writes its rows).
+
+The feature is otherwise reached through its pages and API (``console.urls``
+includes its URL modules) and beat's ``alerts.evaluate`` task; it sends what it
+fires through ``console.kernel.hooks.OUTBOUND_EVENT``. Published: ``evaluate``
+(one evaluation of every enabled rule, what that task runs every minute) and its
+``EvaluationSummary`` (counts of rules, incidents fired and resolved, failures).
+"""
 
 from __future__ import annotations
 
-from console.features.alerts.models import AlertRule, Incident, Kind, Scope
-from console.features.alerts.services import FIRED, RESOLVED, EvaluationSummary, evaluate
+from console.features.alerts.services import EvaluationSummary, evaluate
 
-__all__ = [
-    "FIRED",
-    "RESOLVED",
-    "AlertRule",
-    "EvaluationSummary",
-    "Incident",
-    "Kind",
-    "Scope",
-    "evaluate",
-]
+__all__ = ["EvaluationSummary", "evaluate"]

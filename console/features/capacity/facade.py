@@ -1,29 +1,15 @@
-"""What other apps may use of ``console.features.capacity``: its one public face.
+"""What other apps may use of ``console.features.capacity``: its one public face,
+plain functions only (no model: nothing outside the feature reads or writes a
+load test's rows).
 
-Published: the models (a load test and its steps) and the services that
-start, cancel and read them (scoped to the actor's organization), and the
-knee detector. Nothing below the console's top imports it.
+The feature is otherwise reached through its pages and API (``console.urls``
+includes its URL modules) and its Celery queue. Published: the knee detector
+``find_knee`` (the step where p99 latency rises while throughput stops growing),
+a pure function of (throughput, p99) points.
 """
 
 from __future__ import annotations
 
 from console.features.capacity.knee import find_knee
-from console.features.capacity.models import Billing, LoadTest, LoadTestStep, Status
-from console.features.capacity.services import (
-    get_load_test,
-    load_test_cancel,
-    load_test_start,
-    load_tests,
-)
 
-__all__ = [
-    "Billing",
-    "LoadTest",
-    "LoadTestStep",
-    "Status",
-    "find_knee",
-    "get_load_test",
-    "load_test_cancel",
-    "load_test_start",
-    "load_tests",
-]
+__all__ = ["find_knee"]

@@ -2,28 +2,14 @@
 
 Apps never need it to send an event: they fire
 ``console.kernel.hooks.OUTBOUND_EVENT`` and this app's receiver records and
-delivers it. Published for the console's top (pages, commands): the models,
-and ``signing`` (``sign`` / ``verify``, the documented signature scheme).
+delivers it; its pages and API are reached through ``console.urls``. No model is
+published (nothing outside the feature reads or writes a destination, an event
+or a delivery). Published: ``signing`` (``sign`` / ``verify``, the documented
+signature scheme, standard library only).
 """
 
 from __future__ import annotations
 
 from console.features.webhooks import signing
-from console.features.webhooks.models import (
-    Delivery,
-    DeliveryStatus,
-    Destination,
-    DestinationKind,
-    EventType,
-    OutboundEvent,
-)
 
-__all__ = [
-    "Delivery",
-    "DeliveryStatus",
-    "Destination",
-    "DestinationKind",
-    "EventType",
-    "OutboundEvent",
-    "signing",
-]
+__all__ = ["signing"]
