@@ -18,8 +18,10 @@ from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 
+from console.kernel.choices import TextChoices
 
-class Kind(models.TextChoices):
+
+class Kind(TextChoices):
     SPEND_CAP = "spend_cap", _("Spend reaches a share of a cap")
     BALANCE_LOW = "balance_low", _("Prepaid balance below an amount")
     BALANCE_RUNWAY = "balance_runway", _("Prepaid balance runs out within days")
@@ -31,7 +33,7 @@ class Kind(models.TextChoices):
     INVOICE_OVERDUE = "invoice_overdue", _("Invoice overdue")
 
 
-class Scope(models.TextChoices):
+class Scope(TextChoices):
     ORG = "org", _("Whole organization")
     KEY = "key", _("One API key")
     SUB_ACCOUNT = "sub_account", _("One sub-account")

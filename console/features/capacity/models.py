@@ -6,8 +6,10 @@ from django.db import models
 from django.utils import timezone as tz
 from django.utils.translation import pgettext_lazy
 
+from console.kernel.choices import TextChoices
 
-class Status(models.TextChoices):
+
+class Status(TextChoices):
     QUEUED = "queued", pgettext_lazy("load test status", "Queued")
     RUNNING = "running", pgettext_lazy("load test status", "Running")
     DONE = "done", pgettext_lazy("load test status", "Finished")
@@ -18,7 +20,7 @@ class Status(models.TextChoices):
 ACTIVE = (Status.QUEUED, Status.RUNNING)
 
 
-class Billing(models.TextChoices):
+class Billing(TextChoices):
     """Whether the run's calls are billed like any other, or marked as a test:
     recorded and rated (the run reports its cost) but on no invoice and
     debited from no prepaid balance (the run's key is issued with

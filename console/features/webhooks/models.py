@@ -8,10 +8,11 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 
 from accounts.facade import Organization
+from console.kernel.choices import TextChoices
 from console.kernel.crypto import SealedTextField
 
 
-class DestinationKind(models.TextChoices):
+class DestinationKind(TextChoices):
     WEBHOOK = "webhook", _("Signed webhook")
     SLACK = "slack", "Slack"  # a product name, the same in every language
     FEISHU = "feishu", _("Feishu / Lark")
@@ -20,7 +21,7 @@ class DestinationKind(models.TextChoices):
     EMAIL = "email", _("E-mail")
 
 
-class EventType(models.TextChoices):
+class EventType(TextChoices):
     ALERT_FIRED = "alert.fired", _("Alert fired")
     ALERT_RESOLVED = "alert.resolved", _("Alert resolved")
     INVOICE_FINALIZED = "invoice.finalized", _("Invoice finalized")
@@ -36,7 +37,7 @@ ALL_EVENTS = "all"
 TEST_EVENT = "test"
 
 
-class DestinationState(models.TextChoices):
+class DestinationState(TextChoices):
     HEALTHY = "healthy", _("Healthy")
     FAILING = "failing", _("Failing")
 
@@ -97,7 +98,7 @@ class OutboundEvent(models.Model):
         return f"{self.type} {self.event_id}"
 
 
-class DeliveryStatus(models.TextChoices):
+class DeliveryStatus(TextChoices):
     PENDING = "pending", _("Pending")
     SUCCEEDED = "succeeded", _("Succeeded")
     FAILED = "failed", _("Failed")
