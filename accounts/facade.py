@@ -6,18 +6,19 @@ Other apps import from here and nowhere else in ``accounts`` (the
 
 What is published, by topic:
 
-* who is acting and what they may do: ``Actor``, ``Perm``, ``has_perm``,
-  ``can_view_keys``, and the domain errors every app raises and the pages and
-  API render (``DomainError`` and its kinds);
-* the audit trail: ``audit_record``, ``AuditEvent``;
+* who is acting and what they may do: ``Actor``, ``Perm``, ``can_view_keys``,
+  and the domain errors every app raises and the pages and API render
+  (``DomainError`` and its kinds);
+* the audit trail: ``audit_record`` to write it, ``audit_trail`` (``AuditRow``
+  tuples) and ``audit_recorded`` to read it;
 * the models other apps hold foreign keys to, filter by or seed (tenants,
   members, sub-accounts, keys) with their choices;
 * the gateway's key check: ``api_key_authenticate``, ``AuthenticatedKey``,
   ``checksum_refuses`` (a mistyped key, refused offline), ``keyed_hash`` and
   ``new_secret`` (the stored form of a key);
 * the cost-attribution tag-key rule (``MAX_TAGS``, ``MAX_TAG_KEY``,
-  ``TAG_KEY_RE``, ``is_tag_key``), which keys' and sub-accounts'
-  ``required_tag_keys`` follow; ``usage.attribution_rules`` builds on it;
+  ``TAG_KEY_RE``), which keys' and sub-accounts' ``required_tag_keys`` follow;
+  ``usage.attribution_rules`` builds on it;
 * the services other apps' commands call (seeding, benchmarks, the soak), and
   ``api_key_list``;
 * the pieces every app's pages and API are built on: ``org_view`` and
@@ -28,10 +29,10 @@ What is published, by topic:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accounts.actors import Actor
-from accounts.audit import audit_record
+from accounts.audit import AuditRow, audit_record, audit_recorded, audit_trail
 from accounts.decorators import apply_errors, org_view
 from accounts.errors import Conflict, DomainError, NotFound, PermissionDenied, ValidationFailed
 from accounts.keys import (
@@ -45,7 +46,6 @@ from accounts.keys import (
 from accounts.models import (
     ApiKey,
     ApiKeyStatus,
-    AuditEvent,
     BillingMode,
     Membership,
     Organization,
@@ -54,7 +54,7 @@ from accounts.models import (
     SubAccountStatus,
     User,
 )
-from accounts.permissions import Perm, can_view_keys, has_perm
+from accounts.permissions import Perm, can_view_keys
 from accounts.selectors import api_key_list
 from accounts.services import (
     api_key_issue,
@@ -63,7 +63,7 @@ from accounts.services import (
     sub_account_create,
 )
 from accounts.services._common import FieldErrors, changed, clean_unique_name
-from accounts.validators import MAX_TAG_KEY, MAX_TAGS, TAG_KEY_RE, is_tag_key
+from accounts.validators import MAX_TAG_KEY, MAX_TAGS, TAG_KEY_RE
 
 if TYPE_CHECKING:
     from accounts.api import IsOrgMember, OrgViewSet
@@ -71,12 +71,12 @@ if TYPE_CHECKING:
 _LAZY = {"IsOrgMember", "OrgViewSet"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """The DRF base pieces, imported on first use: DRF and drf-spectacular cost
     seconds to import, and the gateway and Celery processes import this facade
     without ever serving the REST API."""
     if name in _LAZY:
-        from accounts import api
+        from accounts import api  # deferred: DRF is slow to import (see above)
 
         return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -90,7 +90,7 @@ __all__ = [
     "Actor",
     "ApiKey",
     "ApiKeyStatus",
-    "AuditEvent",
+    "AuditRow",
     "AuthenticatedKey",
     "BillingMode",
     "Conflict",
@@ -114,12 +114,12 @@ __all__ = [
     "api_key_revoke",
     "apply_errors",
     "audit_record",
+    "audit_recorded",
+    "audit_trail",
     "can_view_keys",
     "changed",
     "checksum_refuses",
     "clean_unique_name",
-    "has_perm",
-    "is_tag_key",
     "keyed_hash",
     "new_secret",
     "org_view",

@@ -6,6 +6,12 @@ is ``None`` for anonymous users and for users with no organization."""
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils import translation
+
+from accounts import two_factor
 from accounts.actors import Actor
 from accounts.models import Membership
 
@@ -54,11 +60,6 @@ class RequireTwoFactorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        from django.shortcuts import redirect
-        from django.urls import reverse
-
-        from accounts import two_factor
-
         if not request.path.startswith(self.OPEN_PREFIXES):
             open_paths = {
                 reverse(name)
@@ -77,8 +78,6 @@ class RequireTwoFactorMiddleware:
 
 def supported_language(code: str | None) -> str | None:
     """``code`` when it is one of settings.LANGUAGES, else ``None``."""
-    from django.conf import settings
-
     return code if code in dict(settings.LANGUAGES) else None
 
 
@@ -98,9 +97,6 @@ class UserLanguageMiddleware:
     ENGLISH_PREFIXES = ("/api/",)
 
     def __call__(self, request):
-        from django.conf import settings
-        from django.utils import translation
-
         if request.path.startswith(self.ENGLISH_PREFIXES):
             translation.activate(settings.LANGUAGE_CODE)
             request.LANGUAGE_CODE = settings.LANGUAGE_CODE
@@ -126,14 +122,10 @@ def user_language(request) -> str | None:
 
 
 def _cookie_name() -> str:
-    from django.conf import settings
-
     return settings.LANGUAGE_COOKIE_NAME
 
 
 def set_language_cookie(response, language: str) -> None:
-    from django.conf import settings
-
     response.set_cookie(
         settings.LANGUAGE_COOKIE_NAME,
         language,

@@ -20,6 +20,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
+from django.views.i18n import set_language as django_set_language
 
 from accounts import throttle, two_factor
 from accounts.middleware import supported_language
@@ -65,8 +66,6 @@ def set_language(request):
     """Django's ``set_language`` (the cookie, back to ``next``), and for a
     signed-in user the choice saved on their account, so it follows them to
     every browser and sign-in."""
-    from django.views.i18n import set_language as django_set_language
-
     response = django_set_language(request)
     language = supported_language(request.POST.get("language"))
     user = request.user

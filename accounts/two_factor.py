@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from base64 import b32encode
 
 import segno
 from django.db import transaction
@@ -57,8 +58,6 @@ def qr_svg(device: TOTPDevice) -> str:
 
 def secret_text(device: TOTPDevice) -> str:
     """The key in base32, in groups of four, for typing into an app by hand."""
-    from base64 import b32encode
-
     raw = b32encode(device.bin_key).decode().rstrip("=")
     return " ".join(raw[i : i + 4] for i in range(0, len(raw), 4))
 

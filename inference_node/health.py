@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Prefetch
 
-from accounts.facade import AuditEvent, audit_record
+from accounts.facade import audit_record, audit_recorded
 from inference_node.metrics import recent_hit_rate
 from inference_node.models import (
     Credential,
@@ -214,10 +214,9 @@ def record_circuit_events(transitions: list[dict]) -> int:
         if node is None:
             continue
         with transaction.atomic():
-            seen = AuditEvent.objects.filter(
-                action=action, target_type="node", target_id=str(node.pk), params__id=event_id
-            )
-            if seen.exists():
+            if audit_recorded(
+                action=action, target_type="node", target_id=str(node.pk), event_id=event_id
+            ):
                 continue
             audit_record(
                 actor=None,

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from console.kernel import hooks
+
 
 class InvoicingConfig(AppConfig):
     name = "invoicing"
@@ -8,8 +10,10 @@ class InvoicingConfig(AppConfig):
     def ready(self) -> None:
         # Cross-app reactions (console.kernel.hooks): usage ingest's totals debit the
         # prepaid ledger; the gateway asks for the prepaid balance.
-        from console.kernel import hooks
+        # deferred: imports models, not loadable before the app registry is ready
         from invoicing.selectors import prepaid_balance
+
+        # deferred: imports models, not loadable before the app registry is ready
         from invoicing.services.ledger import ledger_usage_debit
 
         hooks.connect(hooks.CALLS_INGESTED, ledger_usage_debit)

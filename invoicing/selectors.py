@@ -30,8 +30,16 @@ from invoicing.rules import finalize_blocker  # noqa: F401 - the pages ask why a
 
 def prepaid_balance(organization_id: int) -> int:
     """The organization's prepaid balance in micro-units: the sum of its ledger."""
-    total = LedgerEntry.objects.filter(organization_id=organization_id).aggregate(s=Sum("amount"))
-    return int(total["s"] or 0)
+    return ledger_total(organization_id)
+
+
+def ledger_total(organization_id: int, *, kind: str | None = None) -> int:
+    """The sum in micro-units of the organization's ledger entries, of one
+    ``LedgerKind`` where given (its usage debits are negative)."""
+    entries = LedgerEntry.objects.filter(organization_id=organization_id)
+    if kind is not None:
+        entries = entries.filter(kind=kind)
+    return int(entries.aggregate(s=Sum("amount"))["s"] or 0)
 
 
 def prepaid_balances(organization_ids) -> dict[int, int]:

@@ -35,6 +35,7 @@ from console.kernel import hooks
 from console.kernel.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
 from invoicing.rules import usage_debit_reason
+from invoicing.selectors import prepaid_balance
 from invoicing.services._common import money_exact
 from usage.facade import OrgUsageTotals
 
@@ -286,8 +287,6 @@ def _send_low_balance(org, balance: int, threshold_micro: int, to: list[str]) ->
 def low_balance_check(*, organization_id: int) -> bool:
     """Send the low-balance notice once per crossing below the threshold;
     re-arm when the balance is back at or above it. True when a notice went."""
-    from invoicing.selectors import prepaid_balance
-
     with transaction.atomic():
         profile = (
             BillingProfile.objects.select_for_update()

@@ -12,7 +12,7 @@ from django.db import close_old_connections
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
-from invoicing.facade import LedgerEntry, LedgerKind, invoice_preview
+from invoicing.facade import LedgerKind, invoice_preview, ledger_total, prepaid_balance
 from tooling.soak.scenario import Scenario
 from tooling.soak.traffic import MAX_TOKENS, Result
 from usage.facade import CallRecord, Grain, Rollup
@@ -156,12 +156,7 @@ def money(scenario: Scenario) -> dict:
         row["billed_call_costs"] = billed
         equal = billed == rollup and billed == preview
         if org.billing_mode == "prepaid":
-            debits = -(
-                LedgerEntry.objects.filter(organization_id=org.id, kind=LedgerKind.USAGE).aggregate(
-                    s=Sum("amount")
-                )["s"]
-                or 0
-            )
+            debits = -ledger_total(org.id, kind=LedgerKind.USAGE)
             row["ledger_debits"] = debits
             equal = equal and debits == billed
         row["equal"] = equal
@@ -228,7 +223,7 @@ def caps(scenario: Scenario) -> dict:
             ok = ok and spent <= cap
     b = scenario.orgs["b"]
     spent = CallRecord.objects.filter(organization_id=b.id).aggregate(s=Sum("cost"))["s"] or 0
-    balance = LedgerEntry.objects.filter(organization_id=b.id).aggregate(s=Sum("amount"))["s"] or 0
+    balance = prepaid_balance(b.id)
     prepaid_ok = spent <= scenario.prepaid_balance and balance >= 0
     rows.append(
         {

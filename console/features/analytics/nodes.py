@@ -14,7 +14,7 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from accounts.facade import AuditEvent
+from accounts.facade import audit_trail
 from console.features.analytics.chart import (
     Chart,
     empty_calls,
@@ -246,19 +246,15 @@ def node_health(q: Query) -> Chart:
         return chart
     end = min(q.end, tz.now())
     start = min(q.start, end)
-    events = (
-        AuditEvent.objects.filter(
-            Q(organization_id=q.organization_id) | Q(organization__isnull=True),
-            action__in=FLIPS,
-            target_type="node",
-            target_id__in=[str(n.pk) for n in nodes],
-            created_at__lt=end,
-        )
-        .order_by("created_at", "id")
-        .values_list("target_id", "created_at", "params")
+    events = audit_trail(
+        organization_id=q.organization_id,
+        target_type="node",
+        target_ids=[str(n.pk) for n in nodes],
+        actions=FLIPS,
+        before=end,
     )
     flips: dict[str, list] = {}
-    for target, at, params in events:
+    for _action, target, at, params in events:
         flips.setdefault(target, []).append(
             (at, (params or {}).get("from", "unknown"), (params or {}).get("to", "unknown"))
         )
@@ -401,16 +397,12 @@ def circuit_openings(q: Query) -> Chart:
     nodes = {str(n.pk): n for n in _nodes(q)}
     end = min(q.end, tz.now())
     start = min(q.start, end)
-    events = (
-        AuditEvent.objects.filter(
-            Q(organization_id=q.organization_id) | Q(organization__isnull=True),
-            action__in=(CIRCUIT_OPENED, CIRCUIT_CLOSED),
-            target_type="node",
-            target_id__in=list(nodes),
-            created_at__gte=start,
-        )
-        .order_by("created_at", "id")
-        .values_list("action", "target_id", "created_at", "params")
+    events = audit_trail(
+        organization_id=q.organization_id,
+        target_type="node",
+        target_ids=list(nodes),
+        actions=(CIRCUIT_OPENED, CIRCUIT_CLOSED),
+        since=start,
     )
     openings: list[dict] = []
     open_now: dict[tuple[str, str], dict] = {}  # (node, gateway) -> its last opening
