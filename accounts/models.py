@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 
+from console.kernel.choices import TextChoices
 from console.kernel.crypto import SealedTextField
 
 
@@ -57,7 +58,7 @@ class User(AbstractBaseUser, PermissionsMixin):
         return self.full_name or self.email
 
 
-class BillingMode(models.TextChoices):
+class BillingMode(TextChoices):
     PREPAID = "prepaid", _("Prepaid")
     POSTPAID = "postpaid", _("Postpaid")
 
@@ -97,7 +98,7 @@ class Organization(models.Model):
         return self.name
 
 
-class Role(models.TextChoices):
+class Role(TextChoices):
     OWNER = "owner", _("Owner")
     ADMIN = "admin", _("Admin")
     FINANCE = "finance", _("Finance")
@@ -173,7 +174,7 @@ class Invitation(models.Model):
         return "pending"
 
 
-class SubAccountStatus(models.TextChoices):
+class SubAccountStatus(TextChoices):
     ACTIVE = "active", _("Active")
     SUSPENDED = "suspended", _("Suspended")
 
@@ -218,13 +219,13 @@ class SubAccount(Limits):
         return self.name
 
 
-class Priority(models.TextChoices):
+class Priority(TextChoices):
     HIGH = "high", _("High")
     NORMAL = "normal", _("Normal")
     LOW = "low", _("Low")
 
 
-class ApiKeyStatus(models.TextChoices):
+class ApiKeyStatus(TextChoices):
     ACTIVE = "active", _("Active")
     REVOKED = "revoked", _("Revoked")
     EXPIRED = "expired", _("Expired")
@@ -315,7 +316,7 @@ class ApiKey(Limits):
         return self.status
 
 
-class TokenScope(models.TextChoices):
+class TokenScope(TextChoices):
     READ_ONLY = "read", _("Read only")
     READ_WRITE = "write", _("Read and write")
 

@@ -147,8 +147,7 @@ def api_key_spend(
     if not keys:
         return {}
     bounds = day_and_month(actor.organization.timezone, now or timezone.now())
-    spent = hooks.ask(
-        hooks.KEY_SPEND,
+    spent = hooks.KEY_SPEND.ask(
         organization_id=actor.organization_id,
         key_ids=[k.pk for k in keys],
         periods=bounds,
@@ -165,7 +164,7 @@ def api_key_spend(
 def model_choices(*, actor: Actor, sub_account=None) -> list[str]:
     """The catalogue's enabled models a key of the actor's organization (under
     ``sub_account``, when given) may be allowed: what the allow-list offers."""
-    names = [e.name for e in hooks.ask(hooks.MODEL_CATALOGUE) if e.enabled]
+    names = [e.name for e in hooks.MODEL_CATALOGUE.ask() if e.enabled]
     for rule in (actor.organization.allowed_models, getattr(sub_account, "allowed_models", None)):
         if rule:
             names = [n for n in names if n in rule]

@@ -19,4 +19,4 @@ class GatewayBridgeConfig(AppConfig):
         from gateway_bridge import notify
 
         notify.connect_signals()
-        hooks.connect(hooks.BALANCE_CHANGED, _balance_changed)
+        hooks.BALANCE_CHANGED.connect(_balance_changed)

@@ -16,23 +16,44 @@ Secrets (the node token, every credential) are sealed at rest
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, ClassVar
+
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
+from console.kernel.choices import TextChoices
 from console.kernel.crypto import SealedTextField, hint
 
+if TYPE_CHECKING:
+    from enum import StrEnum
 
-class NodeKind(models.TextChoices):
+    class TextChoices(StrEnum):
+        """What mypy is to see of ``models.TextChoices`` (Django has no type
+        stubs here, so its classes are ``Any``): members are strings with a
+        label, the class lists its choices."""
+
+        choices: ClassVar[list[tuple[str, str]]]
+        values: ClassVar[list[str]]
+        labels: ClassVar[list[str]]
+
+        @property
+        def label(self) -> str: ...
+
+else:
+    TextChoices = models.TextChoices
+
+
+class NodeKind(TextChoices):
     OPENAI_COMPATIBLE = "openai_compatible", _("OpenAI-compatible (self-hosted or vendor)")
     OPENAI = "openai", _("OpenAI API")
     ANTHROPIC = "anthropic", _("Anthropic API")
     GEMINI = "gemini", _("Google Gemini API")
 
 
-class HealthCheck(models.TextChoices):
+class HealthCheck(TextChoices):
     # Self-hosted servers: GET /health and the model list, every probe round.
     HEALTH = "health", _("Health endpoint and model list")
     # Vendors: the vendor's model list with one credential (a light probe).
@@ -41,14 +62,14 @@ class HealthCheck(models.TextChoices):
     TRAFFIC = "traffic", _("Live traffic only")
 
 
-class NodeStatus(models.TextChoices):
+class NodeStatus(TextChoices):
     ACTIVE = "active", pgettext_lazy("node status", "Active")
     # Finishes what it has, receives no new calls; still probed.
     DRAINING = "draining", pgettext_lazy("node status", "Draining")
     DISABLED = "disabled", pgettext_lazy("node status", "Disabled")
 
 
-class NodeHealth(models.TextChoices):
+class NodeHealth(TextChoices):
     UNKNOWN = "unknown", pgettext_lazy("node health", "Unknown")
     HEALTHY = "healthy", pgettext_lazy("node health", "Healthy")
     UNHEALTHY = "unhealthy", pgettext_lazy("node health", "Unhealthy")
@@ -159,11 +180,11 @@ class Node(models.Model):
         )
 
     @property
-    def discovered_ids(self) -> set[str]:
+    def discovered_ids(self) -> set[str | None]:  # None: a listed model without an id
         return {m.get("id") for m in self.discovered_models or [] if isinstance(m, dict)}
 
 
-class CredentialStatus(models.TextChoices):
+class CredentialStatus(TextChoices):
     ACTIVE = "active", pgettext_lazy("API key status", "Active")
     # Turned off by a person, or by the gateway after the vendor refused it (401 / 403).
     DISABLED = "disabled", pgettext_lazy("API key status", "Disabled")

@@ -16,5 +16,5 @@ class InvoicingConfig(AppConfig):
         # deferred: imports models, not loadable before the app registry is ready
         from invoicing.services.ledger import ledger_usage_debit
 
-        hooks.connect(hooks.CALLS_INGESTED, ledger_usage_debit)
-        hooks.provide(hooks.PREPAID_BALANCE, prepaid_balance)
+        hooks.CALLS_INGESTED.connect(ledger_usage_debit)
+        hooks.PREPAID_BALANCE.provide(prepaid_balance)

@@ -35,12 +35,13 @@ from django.db.models.functions import Greatest
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from console.kernel.choices import TextChoices
 from invoicing.models import Invoice, InvoiceStatus, Payment, PaymentKind, PaymentStatus
 from invoicing.money import from_minor, to_minor
 from invoicing.selectors import require_billing_view
 
 
-class ListStatus(models.TextChoices):
+class ListStatus(TextChoices):
     """What the list says about an invoice: its status, or what its credit
     notes did once there are any (a fully refunded invoice is "Refunded",
     never just "Paid")."""

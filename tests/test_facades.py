@@ -29,9 +29,10 @@ def _foreign_key_targets() -> set[type[models.Model]]:
     for model in apps.get_models():
         for field in model._meta.get_fields():
             target = getattr(field, "related_model", None)
-            if field.is_relation and not field.auto_created and target is not None:
-                if target._meta.app_label != model._meta.app_label:
-                    targets.add(target)
+            if not field.is_relation or field.auto_created or target is None:
+                continue
+            if target._meta.app_label != model._meta.app_label:
+                targets.add(target)
     return targets
 
 

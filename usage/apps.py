@@ -18,8 +18,8 @@ class UsageConfig(AppConfig):
         from usage.prices import invalidate_price_book
         from usage.spend import key_spend
 
-        hooks.provide(hooks.KEY_SPEND, key_spend)
-        hooks.provide(hooks.MODEL_CATALOGUE, catalogue_entries)
+        hooks.KEY_SPEND.provide(key_spend)
+        hooks.MODEL_CATALOGUE.provide(catalogue_entries)
 
         for sender in (Organization, ApiKey):
             post_save.connect(

@@ -13,13 +13,15 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone as tz
 
+from console.kernel.choices import TextChoices
 
-class ModelKind(models.TextChoices):
+
+class ModelKind(TextChoices):
     CHAT = "chat", "Chat / completions"
     EMBEDDING = "embedding", "Embeddings"
 
 
-class Modality(models.TextChoices):
+class Modality(TextChoices):
     TEXT = "text", "Text"
     # Takes images (and documents) in the prompt.
     VISION = "vision", "Text and images"
@@ -95,7 +97,7 @@ class Price(models.Model):
         return f"{self.model_id} {self.currency} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
-class CacheStatus(models.TextChoices):
+class CacheStatus(TextChoices):
     MISS = "miss", "Miss"
     PREFIX_HIT = "prefix_hit", "Prefix cache hit"
     RESPONSE_HIT = "response_hit", "Response cache hit"
@@ -193,7 +195,7 @@ class CallRecord(models.Model):
         return self.request_id
 
 
-class Grain(models.TextChoices):
+class Grain(TextChoices):
     """Which dimensions a rollup row keeps. Unkept dimensions hold 0 or ''."""
 
     ORG = "org", "Organization"
@@ -303,7 +305,7 @@ class Rollup(models.Model):
         return f"{self.organization_id}/{self.grain} {self.hour:%Y-%m-%d %H}h"
 
 
-class AttributionKind(models.TextChoices):
+class AttributionKind(TextChoices):
     TAG = "tag", "Tag"
     END_USER = "user", "End user"
 

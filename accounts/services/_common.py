@@ -150,7 +150,7 @@ def _not_in_catalogue(models: list[str]) -> list[str]:
     if not models:
         return []
     try:
-        known = {e.name for e in hooks.ask(hooks.MODEL_CATALOGUE)}
+        known = {e.name for e in hooks.MODEL_CATALOGUE.ask()}
     except LookupError:
         return []
     return [m for m in models if m not in known]

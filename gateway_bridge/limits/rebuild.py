@@ -22,7 +22,7 @@ from usage.facade import SPEND_BY_KEY, SPEND_BY_SUB_ACCOUNT, spend_by_period
 
 def prepaid_balance(organization_id: int) -> int:
     """The organization's prepaid balance (micro-units), as its provider says."""
-    return int(hooks.ask(hooks.PREPAID_BALANCE, organization_id))
+    return int(hooks.PREPAID_BALANCE.ask(organization_id))
 
 
 def seed_values(auth, now: datetime, keys=None) -> dict[str, int]:

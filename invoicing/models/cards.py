@@ -8,8 +8,10 @@ from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 
+from console.kernel.choices import TextChoices
 
-class CardSetupStatus(models.TextChoices):
+
+class CardSetupStatus(TextChoices):
     PENDING = "pending", _("Pending")
     SUCCEEDED = "succeeded", _("Succeeded")
     FAILED = "failed", _("Failed")

@@ -15,11 +15,12 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from console.kernel.choices import TextChoices
 from console.kernel.money import format_minor
 from invoicing.models.sla import sla_credit_description
 
 
-class InvoiceStatus(models.TextChoices):
+class InvoiceStatus(TextChoices):
     DRAFT = "draft", _("Draft")
     FINALIZED = "finalized", _("Finalized")
     PAID = "paid", _("Paid")
@@ -112,7 +113,7 @@ class Invoice(models.Model):
         return max(0, self.amount_due_initial_minor - self.due_reduced_minor - self.paid_minor)
 
 
-class LineKind(models.TextChoices):
+class LineKind(TextChoices):
     USAGE = "usage", _("Usage")
     ADJUSTMENT = "adjustment", _("Re-rating adjustment")
     DISCOUNT = "discount", _("Discount")
@@ -120,7 +121,7 @@ class LineKind(models.TextChoices):
     CREDITS = "credits", _("Credits applied")
 
 
-class TokenClass(models.TextChoices):
+class TokenClass(TextChoices):
     INPUT = "input", _("Input")
     CACHE_READ = "cache_read", _("Cache read")
     CACHE_WRITE = "cache_write", _("Cache write")
@@ -242,7 +243,7 @@ class InvoiceEvent(models.Model):
         return f"{self.invoice_id} {self.type}"
 
 
-class RunStatus(models.TextChoices):
+class RunStatus(TextChoices):
     IN_PROGRESS = "in_progress", _("In progress")
     DONE = "done", _("Done")
 
@@ -265,20 +266,20 @@ class InvoiceRun(models.Model):
         return f"run {self.period} ({self.status})"
 
 
-class PaymentMethod(models.TextChoices):
+class PaymentMethod(TextChoices):
     STRIPE = "stripe", _("Card (Stripe)")
     BANK_TRANSFER = "bank_transfer", _("Bank transfer")
     PREPAID = "prepaid_balance", _("Prepaid balance")
     OTHER = "other", _("Other")
 
 
-class PaymentKind(models.TextChoices):
+class PaymentKind(TextChoices):
     INVOICE = "invoice", _("Invoice payment")
     TOP_UP = "top_up", _("Top-up")
     REFUND = "refund", _("Refund")
 
 
-class PaymentStatus(models.TextChoices):
+class PaymentStatus(TextChoices):
     PENDING = "pending", _("Pending")
     SUCCEEDED = "succeeded", _("Succeeded")
     FAILED = "failed", _("Failed")
@@ -351,7 +352,7 @@ class Payment(models.Model):
         return f"{self.kind} {format_minor(self.amount_minor, self.currency)} ({self.status})"
 
 
-class CreditNoteEffect(models.TextChoices):
+class CreditNoteEffect(TextChoices):
     """What a credit note did, in the customer's words (the labels are on
     invoices, credit notes and their PDFs)."""
 

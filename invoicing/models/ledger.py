@@ -9,10 +9,11 @@ from django.db import models
 from django.utils import timezone as tz
 from django.utils.translation import gettext_lazy as _
 
+from console.kernel.choices import TextChoices
 from console.kernel.money import format_amount
 
 
-class LedgerKind(models.TextChoices):
+class LedgerKind(TextChoices):
     TOP_UP = "top_up", _("Top-up")
     USAGE = "usage", _("Usage")
     REFUND = "refund", _("Refund")
@@ -56,7 +57,7 @@ class LedgerEntry(models.Model):
         return f"{self.organization_id} {self.kind} {sign}{amount}"
 
 
-class DocumentLanguage(models.TextChoices):
+class DocumentLanguage(TextChoices):
     """The language of an organization's invoice and credit-note PDFs (they
     are the buyer's documents, so the organization chooses, not whoever
     downloads them). Each language is named in itself."""

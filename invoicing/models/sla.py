@@ -18,6 +18,8 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from console.kernel.choices import TextChoices
+
 
 class SlaTarget(models.Model):
     """Platform staff's override of the platform defaults
@@ -47,7 +49,7 @@ class SlaTarget(models.Model):
         return f"{self.organization_id}: {self.availability_ppm} ppm"
 
 
-class SlaStatus(models.TextChoices):
+class SlaStatus(TextChoices):
     MET = "met", _("Target met")
     DRAFTED = "drafted", _("Credit drafted")
     APPROVED = "approved", _("Credit approved")

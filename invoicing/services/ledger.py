@@ -32,12 +32,12 @@ from accounts.facade import (
     audit_record,
 )
 from console.kernel import hooks
+from console.kernel.hooks import UsageTotals
 from console.kernel.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
 from invoicing.rules import usage_debit_reason
 from invoicing.selectors import prepaid_balance
 from invoicing.services._common import money_exact
-from usage.facade import OrgUsageTotals
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ MAX_ENTRY = 10_000_000 * 1_000_000
 
 def _notify_balance_changed(organization_id: int, delta: int) -> None:
     try:
-        hooks.fire(hooks.BALANCE_CHANGED, organization_id=organization_id, delta=delta)
+        hooks.BALANCE_CHANGED.fire(organization_id=organization_id, delta=delta)
     except Exception:  # the ledger has committed; a gateway refresh will catch up
         logger.exception("balance_changed notification failed for org %s", organization_id)
 
@@ -182,7 +182,7 @@ def _batch_reference(request_ids: Sequence[str]) -> str:
     return f"ingest:{digest[:48]}"
 
 
-def ledger_usage_debit(*, totals: Sequence[OrgUsageTotals]) -> int:
+def ledger_usage_debit(*, totals: Sequence[UsageTotals]) -> int:
     """The receiver of ``console.kernel.hooks.CALLS_INGESTED``: usage ingest calls it
     inside its transaction with the totals of the calls it has just stored,
     one per organization. Writes one negative usage entry per prepaid

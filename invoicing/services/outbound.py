@@ -11,8 +11,7 @@ from console.kernel import hooks
 
 
 def _fire(organization_id: int, event_type: str, event_id: str, data: dict) -> None:
-    hooks.fire(
-        hooks.OUTBOUND_EVENT,
+    hooks.OUTBOUND_EVENT.fire(
         organization_id=organization_id,
         event_type=event_type,
         data=data,

@@ -49,9 +49,9 @@ class Outbound:
 @pytest.fixture
 def outbound():
     receiver = Outbound()
-    hooks.connect(hooks.OUTBOUND_EVENT, receiver)
+    hooks.OUTBOUND_EVENT.connect(receiver)
     yield receiver
-    hooks.disconnect(hooks.OUTBOUND_EVENT, receiver)
+    hooks.OUTBOUND_EVENT.disconnect(receiver)
 
 
 @pytest.fixture(autouse=True)

@@ -71,18 +71,18 @@ def test_the_rebuilt_balance_bucket_reads_the_ledger_through_the_provider(org, p
 
 
 def test_the_rebuild_asks_whoever_provides_the_prepaid_balance(org, prepaid_key):
-    original = hooks._providers[hooks.PREPAID_BALANCE]
+    original = hooks.PREPAID_BALANCE.provider
     asked: list[int] = []
 
     def provider(organization_id: int) -> int:
         asked.append(organization_id)
         return 123
 
-    hooks.provide(hooks.PREPAID_BALANCE, provider)
+    hooks.PREPAID_BALANCE.provide(provider)
     try:
         assert seed_values(prepaid_key, _now()) == {f"{{o:{org.pk}}}bal:o:{org.pk}": -123}
     finally:
-        hooks.provide(hooks.PREPAID_BALANCE, original)
+        hooks.PREPAID_BALANCE.provide(original)
     assert asked == [org.pk]
 
 

@@ -34,11 +34,11 @@ def notified():
     def heard(*, organization_id: int, delta: int) -> None:
         calls.append((organization_id, delta))
 
-    hooks.connect(hooks.BALANCE_CHANGED, heard)
+    hooks.BALANCE_CHANGED.connect(heard)
     try:
         yield calls
     finally:
-        hooks.disconnect(hooks.BALANCE_CHANGED, heard)
+        hooks.BALANCE_CHANGED.disconnect(heard)
 
 
 @pytest.fixture

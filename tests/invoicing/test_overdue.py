@@ -39,9 +39,9 @@ def heard():
         if kwargs["event_type"] == "invoice.overdue":
             events.append(kwargs)
 
-    hooks.connect(hooks.OUTBOUND_EVENT, listen)
+    hooks.OUTBOUND_EVENT.connect(listen)
     yield events
-    hooks.disconnect(hooks.OUTBOUND_EVENT, listen)
+    hooks.OUTBOUND_EVENT.disconnect(listen)
 
 
 @pytest.fixture

@@ -157,9 +157,9 @@ class _Spy:
 @pytest.fixture
 def spy():
     receiver = _Spy()
-    hooks.connect(hooks.CALLS_INGESTED, receiver)
+    hooks.CALLS_INGESTED.connect(receiver)
     yield receiver
-    hooks.disconnect(hooks.CALLS_INGESTED, receiver)
+    hooks.CALLS_INGESTED.disconnect(receiver)
 
 
 @pytest.mark.django_db

@@ -28,8 +28,7 @@ from tests.webhooks.conftest import Receiver
 
 def fire(org, event_id="evt_1", event_type="invoice.paid", data=None):
     with transaction.atomic():
-        hooks.fire(
-            hooks.OUTBOUND_EVENT,
+        hooks.OUTBOUND_EVENT.fire(
             organization_id=org.pk,
             event_type=event_type,
             data=data
@@ -286,8 +285,7 @@ def test_an_email_destination_mails_members_by_role_in_their_language(
         recipients="finance\nbooks@example.com",
         events=["invoice.paid"],
     )
-    hooks.fire(
-        hooks.OUTBOUND_EVENT,
+    hooks.OUTBOUND_EVENT.fire(
         organization_id=org.pk,
         event_type="invoice.paid",
         data={"number": "INV-9"},

@@ -303,7 +303,7 @@ class Command(BaseCommand):
         # garbage collector from re-scanning the pre-generated data.
         gc.collect()
         gc.freeze()
-        balance_before = hooks.ask(hooks.PREPAID_BALANCE, org.pk)
+        balance_before = hooks.PREPAID_BALANCE.ask(org.pk)
         profiler = None
         if profile:
             import cProfile  # only with --profile: the timed run never loads the profiler
@@ -324,7 +324,7 @@ class Command(BaseCommand):
             profiler.disable()
             profiler.dump_stats(profile)
         before = _totals(org.pk)
-        debited = balance_before - hooks.ask(hooks.PREPAID_BALANCE, org.pk)
+        debited = balance_before - hooks.PREPAID_BALANCE.ask(org.pk)
         again = ingest_events(batches[len(batches) // 2])
         after = _totals(org.pk)
         double_counted = abs(after["records"] - before["records"]) + sum(

@@ -22,11 +22,13 @@ knowing who listens."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter, itemgetter
+from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone as tz
 
 from console.kernel import hooks
@@ -34,8 +36,8 @@ from usage.events import InvalidEvent, latest_start, parse
 from usage.ingest import generic, pg
 from usage.ingest.aggregate import all_grains, sum_attribution, sum_calls
 from usage.ingest.directory import Directory, get_directory
-from usage.ingest.pg import copy_stamp
 from usage.ingest.rows import CALL_COLUMNS, CallRow, call_row
+from usage.ingest.store import Store
 from usage.models import DeadLetter
 from usage.prices import PriceBook, get_price_book
 from usage.rating import discount_for, rate
@@ -121,11 +123,15 @@ def _preflight(raw_events: list, book: PriceBook, directory: Directory) -> Price
 
 
 def _prepare(
-    raw_events: list, book: PriceBook, directory: Directory, now: datetime, sink=None
+    raw_events: list[Any],
+    book: PriceBook,
+    directory: Directory,
+    now: datetime,
+    add: Callable[[CallRow, dict[str, Any]], None],
 ) -> _Batch:
-    """Validate, resolve and rate, without touching the database (call
-    ``_preflight`` first); ``sink(row, started, finished)`` receives each
-    accepted row as soon as it is ready (the PostgreSQL COPY stream)."""
+    """Validate, resolve and rate, without reading the database (call
+    ``_preflight`` first); ``add(row, raw)`` receives each accepted row as
+    soon as it is ready (``CallSink.add``: the PostgreSQL COPY streams it)."""
     orgs = directory.orgs
     keys = directory.keys
     rows: list[CallRow] = []
@@ -168,12 +174,7 @@ def _prepare(
             row = call_row(e, currency, cost, price.id, now)
         rows.append(row)
         hours.append(int(ts // 3600) * 3600)
-        if sink is not None:
-            sink(
-                row,
-                copy_stamp(raw["started_at"], e.started_at),
-                copy_stamp(raw["finished_at"], e.finished_at),
-            )
+        add(row, raw)
     currencies = {org_id: t.currency for org_id, t in orgs.items()}
     return _Batch(rows, hours, dead, duplicates, currencies)
 
@@ -209,15 +210,14 @@ def _json_safe(payload):
     return repr(payload)[:10_000]
 
 
-def ingest_events(raw_events: list[dict]) -> IngestResult:
+def ingest_events(raw_events: list[dict[str, Any]]) -> IngestResult:
     """Ingest one batch of event dicts (see ``usage.events``) in one transaction."""
     if not isinstance(raw_events, list):
         raw_events = list(raw_events)
+    store = pg.STORE if connection.vendor == "postgresql" else generic.STORE
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
         try:
-            if connection.vendor == "postgresql":
-                return _ingest_postgresql(raw_events)
-            return _ingest_generic(raw_events)
+            return _ingest(raw_events, store)
         except Exception as exc:
             # Only a whole transaction of our own can be run again.
             if (
@@ -230,54 +230,29 @@ def ingest_events(raw_events: list[dict]) -> IngestResult:
     raise AssertionError("unreachable")
 
 
-def _ingest_postgresql(raw_events: list) -> IngestResult:
+def _ingest(raw_events: list[Any], store: Store[Any]) -> IngestResult:
+    """The batch, through ``store`` (``usage.ingest.store``): the calls, then
+    their sums and the ledger's hook, and the dead letters, in one transaction."""
     now = tz.now()
     directory = get_directory()
     book = _preflight(raw_events, get_price_book(), directory)
-    with transaction.atomic():
-        stream = pg.StreamingInsert(now)
-        try:
-            batch = _prepare(raw_events, book, directory, now, sink=stream.add)
-        except BaseException as exc:
-            stream.abort(exc)
-            raise
+    with store.open(now) as calls:
+        batch = _prepare(raw_events, book, directory, now, calls.add)
         rows, hours = batch.rows, batch.hours
-        # Sum the rollups while the server finishes the COPY; redo the sums
+        # Sum the rollups while the server finishes the insert; redo the sums
         # only when some calls turn out to be stored already.
         billed, billed_hours = _billed(rows, hours)
-        arrays = pg.RollupArrays(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
-        inserted = stream.result()
+        ready = store.rollups(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
+        inserted = calls.result()
         if inserted is not None:
             rows, hours = _only(rows, hours, inserted)
             billed, billed_hours = _billed(rows, hours)
-            arrays = pg.RollupArrays(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
+            ready = store.rollups(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
         if rows:
-            pg.apply_rollups(arrays, batch.currencies)
-            pg.apply_attribution(sum_attribution(billed, billed_hours), batch.currencies)
-            pg.touch_keys(_last_used(rows))
+            store.apply_rollups(ready, batch.currencies)
+            store.apply_attribution(sum_attribution(billed, billed_hours), batch.currencies)
+            store.touch_keys(_last_used(rows))
             _calls_ingested(rows)
-        if batch.dead:
-            _store_dead_letters(batch.dead, now)
-    return _result(batch, len(rows))
-
-
-def _ingest_generic(raw_events: list) -> IngestResult:
-    now = tz.now()
-    directory = get_directory()
-    book = _preflight(raw_events, get_price_book(), directory)
-    batch = _prepare(raw_events, book, directory, now)
-    rows, hours = batch.rows, batch.hours
-    with transaction.atomic():
-        if rows:
-            inserted = generic.insert_calls(rows, CALL_COLUMNS)
-            if inserted is not None:
-                rows, hours = _only(rows, hours, inserted)
-            if rows:
-                billed, billed_hours = _billed(rows, hours)
-                generic.apply_rollups(all_grains(sum_calls(billed, billed_hours)), batch.currencies)
-                generic.apply_attribution(sum_attribution(billed, billed_hours), batch.currencies)
-                generic.touch_keys(_last_used(rows))
-                _calls_ingested(rows)
         if batch.dead:
             _store_dead_letters(batch.dead, now)
     return _result(batch, len(rows))
@@ -286,7 +261,7 @@ def _ingest_generic(raw_events: list) -> IngestResult:
 def _calls_ingested(rows: list[CallRow]) -> None:
     """Tell the receivers of ``CALLS_INGESTED`` (the prepaid ledger: one
     debit per organization and batch), inside the ingest transaction."""
-    hooks.fire(hooks.CALLS_INGESTED, totals=org_totals(rows))
+    hooks.CALLS_INGESTED.fire(totals=org_totals(rows))
 
 
 def _only(rows: list[CallRow], hours: list, inserted: set[str]) -> tuple[list, list]:

@@ -163,7 +163,7 @@ class AlertRuleForm(forms.Form):
         else:
             self.fields["sub_account"].queryset = SubAccount.objects.filter(organization_id=org_id)
             self.fields["node"].queryset = nodes_own_and_shared(org_id).order_by("name", "id")
-            names = [e.name for e in hooks.ask(hooks.MODEL_CATALOGUE) if e.enabled]
+            names = [e.name for e in hooks.MODEL_CATALOGUE.ask() if e.enabled]
             current = (self.initial or {}).get("model")
             if current and current not in names:
                 names.append(current)

@@ -9,21 +9,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.db.models import Count, Sum
-
 from accounts.facade import ApiKey, ApiKeyStatus, BillingMode, SubAccount, SubAccountStatus
 from console.features.alerts.models import AlertRule, Kind, Scope
 from console.kernel import hooks
 from console.kernel.timezones import day_and_month
 from inference_node.facade import (
-    Credential,
-    CredentialStatus,
     NodeHealth,
     NodeStatus,
+    credential_states,
     nodes_own_and_shared,
 )
 from invoicing.facade import overdue_invoices, prepaid_balance
-from usage.facade import SPEND_BY_SUB_ACCOUNT, CallRecord, Grain, Rollup, spend_by_period
+from usage.facade import (
+    SPEND_BY_SUB_ACCOUNT,
+    calls_and_tokens_by_key,
+    org_rollup_cost,
+    spend_by_period,
+)
 from usage.facade import window_stats as usage_window_stats
 
 BURN_DAYS = 7
@@ -104,8 +106,7 @@ def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
             if k.spend_cap_daily or k.spend_cap_monthly or k.spend_cap_lifetime
         ]
         spent = (
-            hooks.ask(
-                hooks.KEY_SPEND,
+            hooks.KEY_SPEND.ask(
                 organization_id=rule.organization_id,
                 key_ids=[k.pk for k in keys],
                 periods=bounds,
@@ -163,15 +164,7 @@ def balance_runway(rule: AlertRule, now: datetime) -> list[Observation]:
         return []
     balance = prepaid_balance(rule.organization_id)
     end = now.replace(minute=0, second=0, microsecond=0)
-    burn = (
-        Rollup.objects.filter(
-            organization_id=rule.organization_id,
-            grain=Grain.ORG,
-            hour__gte=end - timedelta(days=BURN_DAYS),
-            hour__lt=end,
-        ).aggregate(s=Sum("cost"))["s"]
-        or 0
-    )
+    burn = org_rollup_cost(rule.organization_id, since=end - timedelta(days=BURN_DAYS), until=end)
     days = rule.threshold or Decimal(0)
     if burn <= 0:
         return [Observation("org", rule.organization.name, False, None, _d(days))]
@@ -234,12 +227,12 @@ def upstream_down(rule: AlertRule, now: datetime) -> list[Observation]:
             own_ids.append(node.pk)
     # Credentials only of the organization's own channels: a shared channel's
     # key pool is the platform's business.
-    for cred in Credential.objects.filter(node_id__in=own_ids).select_related("node"):
+    for cred in credential_states(own_ids):
         out.append(
             Observation(
-                subject=f"credential:{cred.pk}",
-                label=f"{cred.node.name}: {cred}",
-                breached=cred.status == CredentialStatus.DISABLED,
+                subject=f"credential:{cred.id}",
+                label=f"{cred.node_name}: {cred.name}",
+                breached=cred.disabled,
                 threshold_key="credential",
             )
         )
@@ -251,24 +244,7 @@ def rate_near_limit(rule: AlertRule, now: datetime) -> list[Observation]:
     if not keys:
         return []
     start = now - timedelta(minutes=1)
-    rows = (
-        CallRecord.objects.filter(
-            organization_id=rule.organization_id,
-            api_key_id__in=[k.pk for k in keys],
-            started_at__gte=start,
-            started_at__lt=now,
-        )
-        .order_by()
-        .values("api_key_id")
-        .annotate(
-            n=Count("request_id"),
-            tokens=Sum("input_tokens")
-            + Sum("cache_read_tokens")
-            + Sum("cache_write_tokens")
-            + Sum("output_tokens"),
-        )
-    )
-    used = {r["api_key_id"]: (int(r["n"] or 0), int(r["tokens"] or 0)) for r in rows}
+    used = calls_and_tokens_by_key(rule.organization_id, [k.pk for k in keys], start, now)
     pct = rule.threshold or Decimal(100)
     out = []
     for k in keys:

@@ -177,8 +177,7 @@ def event_data(incident: Incident, rule: AlertRule) -> dict:
 
 def _fire(incident: Incident, rule: AlertRule, event_type: str) -> None:
     suffix = "fired" if event_type == FIRED else "resolved"
-    hooks.fire(
-        hooks.OUTBOUND_EVENT,
+    hooks.OUTBOUND_EVENT.fire(
         organization_id=rule.organization_id,
         event_type=event_type,
         data=event_data(incident, rule),

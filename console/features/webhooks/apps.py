@@ -11,4 +11,4 @@ class WebhooksConfig(AppConfig):
         from console.features.webhooks.services import outbound_event_record
         from console.kernel import hooks
 
-        hooks.connect(hooks.OUTBOUND_EVENT, outbound_event_record)
+        hooks.OUTBOUND_EVENT.connect(outbound_event_record)
