@@ -12,7 +12,7 @@ module keeps what the database does not need to know:
   at once and reports it (``on_refused``, run off the event loop) so the
   registry disables it with an audit event and every process drops it; it is
   never tried again in a loop;
-* **breakers** — a circuit per credential (``routing.Breaker``, the same rule
+* **breakers** — a circuit per credential (``breaker.Breaker``, the same rule
   as the channel's), fed by each call's outcome;
 * **limits** — in-flight calls per credential and its requests and tokens of
   the last 60 s, checked against the credential's own limits (per process:
@@ -38,8 +38,12 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from gateway_bridge.routing import Breaker, Outcome, RouterConfig
+from gateway_bridge.breaker import Breaker, Outcome, RouterConfig
+
+if TYPE_CHECKING:
+    from inference_node.facade import RoutableCredential, RoutableNode
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +107,7 @@ class KeyPool:
             use = self._uses[credential_id] = _Use(self.config)
         return use
 
-    def _available(self, cred, now: float, tokens: int = 0) -> bool:
+    def _available(self, cred: RoutableCredential, now: float, tokens: int = 0) -> bool:
         if cred.credential_id is None:
             return True
         use = self._uses.get(cred.credential_id)
@@ -127,7 +131,7 @@ class KeyPool:
 
     # --- for the router and the forward stage ------------------------------------
 
-    def usable(self, node, exclude: frozenset[int] | set[int] = frozenset()) -> bool:
+    def usable(self, node: RoutableNode, exclude: frozenset[int] | set[int] = frozenset()) -> bool:
         """Whether any credential of the channel (but those in ``exclude``,
         which failed this call already) can take a call now."""
         creds = node.credentials
@@ -136,7 +140,9 @@ class KeyPool:
         now = self.now()
         return any(c.credential_id not in exclude and self._available(c, now) for c in creds)
 
-    def pick(self, node, exclude: frozenset[int] | set[int] = frozenset(), tokens: int = 0):
+    def pick(
+        self, node: RoutableNode, exclude: frozenset[int] | set[int] = frozenset(), tokens: int = 0
+    ) -> RoutableCredential | None:
         """A credential for a call of about ``tokens`` tokens (weighted among
         the usable ones not in ``exclude``), or None when none is left."""
         creds = node.credentials
@@ -160,7 +166,7 @@ class KeyPool:
                 return cred
         return usable[-1]
 
-    def taken(self, cred, tokens: int) -> bool:
+    def taken(self, cred: RoutableCredential, tokens: int) -> bool:
         """A call goes out with ``cred``; True when it is a half-open probe."""
         if cred.credential_id is None:
             return False
@@ -172,14 +178,14 @@ class KeyPool:
             use.tokens.append((now, tokens))
         return use.breaker.taken()
 
-    def release(self, cred, outcome: Outcome, probe: bool) -> None:
+    def release(self, cred: RoutableCredential, outcome: Outcome, probe: bool) -> None:
         if cred.credential_id is None:
             return
         use = self._use(cred.credential_id)
         use.in_flight = max(0, use.in_flight - 1)
         use.breaker.record(outcome, self.now(), probe)
 
-    def cool(self, cred, seconds: float) -> None:
+    def cool(self, cred: RoutableCredential, seconds: float) -> None:
         """The vendor said 429 for this credential: rest it ``seconds``."""
         if cred.credential_id is None:
             return
@@ -187,7 +193,7 @@ class KeyPool:
         use.cool_until = max(use.cool_until, self.now() + seconds)
         self.coolings += 1
 
-    def refuse(self, cred, status: int, message: str) -> None:
+    def refuse(self, cred: RoutableCredential, status: int, message: str) -> None:
         """The vendor refused this credential (401 / 403): out of the pool now,
         reported once to be disabled for good."""
         if cred.credential_id is None:
@@ -209,7 +215,7 @@ class KeyPool:
             except Exception:  # reporting must never break a call
                 logger.exception("gateway: reporting a refused credential failed")
 
-    def stats(self) -> dict[int, dict]:
+    def stats(self) -> dict[int, dict[str, Any]]:
         now = self.now()
         return {
             cid: {

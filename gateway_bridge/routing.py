@@ -26,37 +26,44 @@ excluded by an earlier try, ``usable`` — the key pool has a credential left),
 and queues there when that tier's nodes are all busy: backups take failures,
 not overflow.
 
-Circuit breaker per node: a rolling window of one-second buckets; it opens
-when errors / calls >= ``breaker_error_rate`` with at least
-``breaker_min_calls`` calls in the window; after ``breaker_open_seconds`` it
-is half-open and lets ``half_open_probes`` calls through at a time: a
-success closes it (window cleared), a failure opens it again.
+Circuit breaker per node (``gateway_bridge.breaker``): it opens on a high
+error rate and lets probes through once it has been open a while.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
 import heapq
 import itertools
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gateway_bridge.breaker import POLICIES, Breaker, Outcome, RouterConfig
+
+if TYPE_CHECKING:
+    from inference_node.facade import RoutableNode
+
+__all__ = [
+    "POLICIES",
+    "Breaker",
+    "Lease",
+    "NoCandidates",
+    "Outcome",
+    "QueueFull",
+    "QueueTimeout",
+    "Router",
+    "RouterConfig",
+    "prefix_key",
+    "rendezvous_score",
+]
 
 logger = logging.getLogger(__name__)
 
-POLICIES = ("prefix_affinity", "round_robin", "least_outstanding")
 PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
-
-
-class Outcome(enum.Enum):
-    SUCCESS = "success"  # the node answered
-    FAILURE = "failure"  # connect error, timeout, 5xx, 429: counts against the node
-    NEUTRAL = "neutral"  # the caller's fault (4xx) or the client left: says nothing
 
 
 class NoCandidates(Exception):
@@ -71,128 +78,12 @@ class QueueFull(Exception):
     """The model's queue is at its maximum depth."""
 
 
-@dataclass(frozen=True)
-class RouterConfig:
-    default_policy: str = "prefix_affinity"
-    policies: dict[str, str] = field(default_factory=dict)
-    load_factor: float = 1.25
-    prefix_chars: int = 256
-    breaker_window: int = 60
-    breaker_error_rate: float = 0.15
-    breaker_min_calls: int = 100
-    breaker_open_seconds: float = 30.0
-    half_open_probes: int = 1
-    queue_timeout: float = 10.0
-    max_queue_depth: int = 1000
-
-    def __post_init__(self):
-        for policy in (self.default_policy, *self.policies.values()):
-            if policy not in POLICIES:
-                raise ValueError(f"unknown routing policy {policy!r}; use one of {POLICIES}")
-
-
-class Breaker:
-    __slots__ = (
-        "buckets",
-        "calls",
-        "errors",
-        "max_probes",
-        "min_calls",
-        "open_seconds",
-        "opened_at",
-        "opened_calls",
-        "opened_errors",
-        "opened_reason",
-        "openings",
-        "probes",
-        "rate",
-        "state",
-        "window",
-    )
-
-    def __init__(self, config: RouterConfig):
-        self.window = config.breaker_window
-        self.rate = config.breaker_error_rate
-        self.min_calls = config.breaker_min_calls
-        self.open_seconds = config.breaker_open_seconds
-        self.max_probes = config.half_open_probes
-        self.state = "closed"
-        self.buckets: deque[list[int]] = deque()  # [second, calls, errors]
-        self.calls = 0
-        self.errors = 0
-        self.opened_at = 0.0
-        self.probes = 0
-        self.openings = 0
-        # What the window held when the circuit last opened (for the audit trail).
-        self.opened_calls = 0
-        self.opened_errors = 0
-        self.opened_reason = ""
-
-    def _expire(self, now: float) -> None:
-        horizon = int(now) - self.window
-        buckets = self.buckets
-        while buckets and buckets[0][0] <= horizon:
-            _, calls, errors = buckets.popleft()
-            self.calls -= calls
-            self.errors -= errors
-
-    def available(self, now: float) -> bool:
-        """Whether a call may go to this node now (moves open → half-open)."""
-        if self.state == "closed":
-            return True
-        if self.state == "open":
-            if now - self.opened_at < self.open_seconds:
-                return False
-            self.state = "half_open"
-            self.probes = 0
-        return self.probes < self.max_probes
-
-    def taken(self) -> bool:
-        """A call was routed here; True when it is a half-open probe."""
-        if self.state == "half_open":
-            self.probes += 1
-            return True
-        return False
-
-    def record(self, outcome: Outcome, now: float, probe: bool) -> None:
-        if probe:
-            self.probes = max(0, self.probes - 1)
-            if outcome is Outcome.SUCCESS:
-                self.state = "closed"
-                self.buckets.clear()
-                self.calls = self.errors = 0
-            elif outcome is Outcome.FAILURE:
-                self._open(now, "probe_failed")
-            return
-        if self.state != "closed" or outcome is Outcome.NEUTRAL:
-            return
-        second = int(now)
-        buckets = self.buckets
-        if not buckets or buckets[-1][0] != second:
-            buckets.append([second, 0, 0])
-        bucket = buckets[-1]
-        bucket[1] += 1
-        self.calls += 1
-        if outcome is Outcome.FAILURE:
-            bucket[2] += 1
-            self.errors += 1
-        self._expire(now)
-        if self.calls >= self.min_calls and self.errors >= self.rate * self.calls:
-            self._open(now, "error_rate")
-
-    def _open(self, now: float, reason: str) -> None:
-        self.state = "open"
-        self.opened_at = now
-        self.openings += 1
-        self.opened_calls, self.opened_errors, self.opened_reason = self.calls, self.errors, reason
-        self.buckets.clear()
-        self.calls = self.errors = 0
-
-
 class Lease:
     __slots__ = ("_released", "node", "policy", "probe", "queue_seconds", "router")
 
-    def __init__(self, router, node, queue_seconds: float, probe: bool, policy: str):
+    def __init__(
+        self, router: Router, node: RoutableNode, queue_seconds: float, probe: bool, policy: str
+    ) -> None:
         self.router = router
         self.node = node
         self.queue_seconds = queue_seconds
@@ -210,7 +101,14 @@ class Lease:
 class _Waiter:
     __slots__ = ("future", "model", "node_ids", "rank", "seq")
 
-    def __init__(self, rank: int, seq: int, node_ids: frozenset[int], future, model: str):
+    def __init__(
+        self,
+        rank: int,
+        seq: int,
+        node_ids: frozenset[int],
+        future: asyncio.Future[None],
+        model: str,
+    ) -> None:
         self.rank = rank
         self.seq = seq
         self.node_ids = node_ids
@@ -230,7 +128,7 @@ class _LazyKey:
 
     __slots__ = ("_chars", "_key", "_prefix")
 
-    def __init__(self, prefix: str, chars: int):
+    def __init__(self, prefix: str, chars: int) -> None:
         self._prefix = prefix
         self._chars = chars
         self._key: bytes | None = None
@@ -250,7 +148,7 @@ def rendezvous_score(key: bytes, node_id: int, weight: int) -> float:
 class Router:
     def __init__(
         self, config: RouterConfig | None = None, *, now: Callable[[], float] | None = None
-    ):
+    ) -> None:
         self.config = config or RouterConfig()
         self.now = now or time.monotonic
         self.in_flight: dict[int, int] = {}
@@ -261,14 +159,14 @@ class Router:
         self._seq = itertools.count()
         # Called as ``on_transition(node, breaker)`` when a circuit opens or closes
         # (not on open → half-open, which only lets probes through).
-        self.on_transition: Callable[[object, Breaker], None] | None = None
+        self.on_transition: Callable[[RoutableNode, Breaker], None] | None = None
 
     # --- public -------------------------------------------------------------
 
     def policy_for(self, model: str) -> str:
         return self.config.policies.get(model, self.config.default_policy)
 
-    def breaker(self, node) -> Breaker:
+    def breaker(self, node: RoutableNode) -> Breaker:
         b = self.breakers.get(node.node_id)
         if b is None:
             b = self.breakers[node.node_id] = Breaker(self.config)
@@ -278,13 +176,13 @@ class Router:
     async def acquire(
         self,
         model: str,
-        nodes: Sequence,
+        nodes: Sequence[RoutableNode],
         *,
         prefix: str = "",
         priority: str = "normal",
         exclude: frozenset[int] = frozenset(),
         timeout: float | None = None,
-        usable: Callable[[object], bool] | None = None,
+        usable: Callable[[RoutableNode], bool] | None = None,
     ) -> Lease:
         timeout = self.config.queue_timeout if timeout is None else timeout
         policy = self.policy_for(model)
@@ -294,66 +192,93 @@ class Router:
         loop_started = None
         waiter: _Waiter | None = None
         while True:
-            candidates = [
-                n
-                for n in nodes
-                if n.node_id not in exclude
-                and self.breaker(n).available(now)
-                and (usable is None or usable(n))
-            ]
-            if not candidates:
-                # A retry that excluded every node still retries one of them.
-                candidates = [
-                    n
-                    for n in nodes
-                    if self.breaker(n).available(now) and (usable is None or usable(n))
-                ]
-            if not candidates:
-                raise NoCandidates(model)
-            if len(candidates) > 1:
-                top = min(getattr(n, "tier", 0) for n in candidates)
-                if any(getattr(n, "tier", 0) != top for n in candidates):
-                    candidates = [n for n in candidates if getattr(n, "tier", 0) == top]
+            candidates = self._candidates(model, nodes, exclude, usable, now)
             node = self._choose(model, policy, candidates, key)
             if node is not None:
                 return self._take(node, now - started if waiter is None else self.now() - started,
                                   policy)  # fmt: skip
             if loop_started is None:
                 loop_started = time.monotonic()
-            queue = self._queues.setdefault(model, [])
-            if waiter is None:
-                if len(queue) >= self.config.max_queue_depth:
-                    raise QueueFull(model)
-                seq = next(self._seq)
-            else:
-                seq = waiter.seq  # woken but beaten to the slot: keep the place in line
-            future = asyncio.get_running_loop().create_future()
-            waiter = _Waiter(
-                PRIORITY_RANK.get(priority, 1),
-                seq,
-                frozenset(n.node_id for n in candidates),
-                future,
-                model,
-            )
-            heapq.heappush(queue, waiter)
-            left = timeout - (time.monotonic() - loop_started)
-            try:
-                if left <= 0:
-                    raise TimeoutError
-                await asyncio.wait_for(asyncio.shield(future), left)
-            except TimeoutError:
-                self._remove(waiter)
-                raise QueueTimeout(model) from None
-            except BaseException:
-                self._remove(waiter)
-                if future.done() and not future.cancelled():
-                    # We were woken for a slot we will not take: pass it on.
-                    self._wake_for(waiter.node_ids)
-                raise
+            waiter = self._queue(model, priority, candidates, waiter)
+            await self._wait(model, waiter, timeout - (time.monotonic() - loop_started))
             now = self.now()
 
-    def stats(self) -> dict:
-        nodes = {}
+    def _candidates(
+        self,
+        model: str,
+        nodes: Sequence[RoutableNode],
+        exclude: frozenset[int],
+        usable: Callable[[RoutableNode], bool] | None,
+        now: float,
+    ) -> list[RoutableNode]:
+        """The nodes a call may go to now: closed circuits, a usable key, not
+        excluded (unless every node is), of the lowest tier among them."""
+        candidates = [
+            n
+            for n in nodes
+            if n.node_id not in exclude
+            and self.breaker(n).available(now)
+            and (usable is None or usable(n))
+        ]
+        if not candidates:
+            # A retry that excluded every node still retries one of them.
+            candidates = [
+                n for n in nodes if self.breaker(n).available(now) and (usable is None or usable(n))
+            ]
+        if not candidates:
+            raise NoCandidates(model)
+        if len(candidates) > 1:
+            top = min(getattr(n, "tier", 0) for n in candidates)
+            if any(getattr(n, "tier", 0) != top for n in candidates):
+                candidates = [n for n in candidates if getattr(n, "tier", 0) == top]
+        return candidates
+
+    def _queue(
+        self,
+        model: str,
+        priority: str,
+        candidates: list[RoutableNode],
+        waiter: _Waiter | None,
+    ) -> _Waiter:
+        """A place in the model's queue for a slot on one of ``candidates``
+        (``waiter``'s place when it was woken but beaten to the slot)."""
+        queue = self._queues.setdefault(model, [])
+        if waiter is None:
+            if len(queue) >= self.config.max_queue_depth:
+                raise QueueFull(model)
+            seq = next(self._seq)
+        else:
+            seq = waiter.seq  # woken but beaten to the slot: keep the place in line
+        future = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(
+            PRIORITY_RANK.get(priority, 1),
+            seq,
+            frozenset(n.node_id for n in candidates),
+            future,
+            model,
+        )
+        heapq.heappush(queue, waiter)
+        return waiter
+
+    async def _wait(self, model: str, waiter: _Waiter, left: float) -> None:
+        """Wait up to ``left`` seconds for ``waiter``'s wake-up (a freed slot)."""
+        future = waiter.future
+        try:
+            if left <= 0:
+                raise TimeoutError
+            await asyncio.wait_for(asyncio.shield(future), left)
+        except TimeoutError:
+            self._remove(waiter)
+            raise QueueTimeout(model) from None
+        except BaseException:
+            self._remove(waiter)
+            if future.done() and not future.cancelled():
+                # We were woken for a slot we will not take: pass it on.
+                self._wake_for(waiter.node_ids)
+            raise
+
+    def stats(self) -> dict[str, dict[str, dict[str, Any]]]:
+        nodes: dict[str, dict[str, Any]] = {}
         for node_id, b in self.breakers.items():
             nodes[self.names.get(node_id, str(node_id))] = {
                 "in_flight": self.in_flight.get(node_id, 0),
@@ -362,7 +287,7 @@ class Router:
                 "calls": b.calls,
                 "errors": b.errors,
             }
-        queues = {}
+        queues: dict[str, dict[str, Any]] = {}
         for model, queue in self._queues.items():
             depth = {"high": 0, "normal": 0, "low": 0}
             for w in queue:
@@ -372,11 +297,13 @@ class Router:
 
     # --- internals --------------------------------------------------------
 
-    def _full(self, node) -> bool:
+    def _full(self, node: RoutableNode) -> bool:
         limit = node.max_concurrency
         return bool(limit) and self.in_flight.get(node.node_id, 0) >= limit
 
-    def _choose(self, model: str, policy: str, candidates: list, key: bytes):
+    def _choose(
+        self, model: str, policy: str, candidates: list[RoutableNode], key: _LazyKey | bytes
+    ) -> RoutableNode | None:
         free = [n for n in candidates if not self._full(n)]
         if not free:
             return None
@@ -386,13 +313,12 @@ class Router:
             return self._round_robin(model, free)
         if policy == "least_outstanding":
             return self._least(free)
-        if isinstance(key, _LazyKey):
-            key = key.value()
+        hashed = key.value() if isinstance(key, _LazyKey) else key
         in_flight = self.in_flight
         total = sum(in_flight.get(n.node_id, 0) for n in candidates) + 1
         weights = sum(max(n.weight, 1) for n in candidates)
         ranked = sorted(
-            candidates, key=lambda n: rendezvous_score(key, n.node_id, n.weight), reverse=True
+            candidates, key=lambda n: rendezvous_score(hashed, n.node_id, n.weight), reverse=True
         )
         for node in ranked:
             if self._full(node):
@@ -402,7 +328,7 @@ class Router:
                 return node
         return self._least(free)
 
-    def _least(self, nodes: list):
+    def _least(self, nodes: list[RoutableNode]) -> RoutableNode:
         in_flight = self.in_flight
         return min(
             nodes,
@@ -413,20 +339,20 @@ class Router:
             ),
         )
 
-    def _round_robin(self, model: str, nodes: list):
+    def _round_robin(self, model: str, nodes: list[RoutableNode]) -> RoutableNode:
         current = self._rr.setdefault(model, {})
         total = 0
-        best = None
+        best = nodes[0]
         for n in nodes:
             w = max(n.weight, 1)
             total += w
             current[n.node_id] = current.get(n.node_id, 0) + w
-            if best is None or current[n.node_id] > current[best.node_id]:
+            if n is best or current[n.node_id] > current[best.node_id]:
                 best = n
         current[best.node_id] -= total
         return best
 
-    def _take(self, node, queued: float, policy: str) -> Lease:
+    def _take(self, node: RoutableNode, queued: float, policy: str) -> Lease:
         probe = self.breaker(node).taken()
         self.in_flight[node.node_id] = self.in_flight.get(node.node_id, 0) + 1
         return Lease(self, node, max(0.0, queued), probe, policy)

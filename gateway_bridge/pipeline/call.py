@@ -15,10 +15,15 @@ import itertools
 import os
 import secrets
 import time
+from typing import TYPE_CHECKING, Any
 
 from console.kernel.tracing import Trace, start_span
 from gateway_bridge.protocols.base import GatewayError
 from gateway_bridge.usage_mapping import TokenUsage
+
+if TYPE_CHECKING:
+    from gateway_bridge.state import KeyEntry
+    from inference_node.facade import CostPrice
 
 # No usage known (yet): the call reached no node, or the node never said.
 NO_USAGE = TokenUsage()
@@ -42,7 +47,7 @@ _new_id_space()
 os.register_at_fork(after_in_child=_new_id_space)
 
 
-def safe_model(name) -> str:
+def safe_model(name: object) -> str:
     """``name`` when it is a plausible model name, else ``"(unknown)"`` (what
     a client sent is never echoed into events or metrics unchecked)."""
     if isinstance(name, str) and 0 < len(name) <= 128 and name.isprintable() and "\\" not in name:
@@ -84,7 +89,38 @@ class Call:
         "usage",
     )
 
-    def __init__(self, protocol: str, endpoint: str, traceparent: str | None = None):
+    request_id: str
+    trace: Trace
+    span: Any  # an OpenTelemetry span, None without an SDK
+    t0: float
+    started: float
+    protocol: str
+    endpoint: str
+    # Set by the auth stage; every stage after it reads it unchecked (a call
+    # that ends before auth is never recorded: ``entry is None`` there).
+    entry: KeyEntry
+    model: str | None
+    node_id: int | None
+    node_name: str | None
+    credential_id: int | None
+    cost_price: CostPrice | None
+    stream: bool
+    status: int
+    error_type: str
+    usage: TokenUsage
+    ttft: float | None
+    upstream_s: float | None
+    queue_s: float
+    client_ip: str | None
+    client_headers: dict[str, str]
+    cache_status: str
+    end_user: str
+    tags: dict[str, str]
+    headers_out: list[tuple[bytes, bytes]]
+    record: bool
+    emitted: bool
+
+    def __init__(self, protocol: str, endpoint: str, traceparent: str | None = None) -> None:
         self.request_id = f"req_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
         # The caller's W3C trace continued (a valid ``traceparent``) or a new
         # one; sent on to every upstream try (forward) and in the access line.
@@ -96,7 +132,7 @@ class Call:
         self.started = time.time()
         self.protocol = protocol
         self.endpoint = endpoint
-        self.entry = None
+        self.entry = None  # type: ignore[assignment]  # not yet: the auth stage sets it
         self.model = None
         self.node_id = None
         self.node_name = None
@@ -115,14 +151,14 @@ class Call:
         self.client_ip = None
         # The client's request headers (lower-case names), for a vendor dialect
         # that passes some on (anthropic-version, anthropic-beta).
-        self.client_headers: dict[str, str] = {}
+        self.client_headers = {}
         self.cache_status = "miss"
         # Cost attribution (body stage): the caller's end user ("" when none)
         # and its tags from ``x-gateway-tags`` (NO_TAGS, shared, when none;
         # never mutated).
         self.end_user = ""
         self.tags = NO_TAGS
-        self.headers_out: list[tuple[bytes, bytes]] = []
+        self.headers_out = []
         self.record = True
         self.emitted = False  # its usage event handed to the emitter (once)
 
@@ -134,7 +170,7 @@ class Disconnected(Exception):
 class Retry(Exception):
     """A node failure before anything reached the client: try another node."""
 
-    def __init__(self, error: GatewayError):
+    def __init__(self, error: GatewayError) -> None:
         self.error = error
 
 
@@ -142,5 +178,5 @@ class StreamStarted(Exception):
     """A stream broke after bytes reached the client: no retry is possible
     (the stream already ended with an error frame, or the client left)."""
 
-    def __init__(self, node_fault: bool):
+    def __init__(self, node_fault: bool) -> None:
         self.node_fault = node_fault

@@ -51,316 +51,383 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-import orjson
 from django.conf import settings
 
 from gateway_bridge import answers
 from gateway_bridge.keypool import retry_after_seconds
 from gateway_bridge.pipeline import admit, native, relay
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
-from gateway_bridge.pipeline.model_name import rewrite_model
+from gateway_bridge.pipeline.channel_request import is_native, request_for, say_dropped
 from gateway_bridge.protocols.base import (
     OVERLOADED,
     RATE_LIMIT,
     UPSTREAM,
     CallRequest,
     GatewayError,
-    invalid,
 )
 from gateway_bridge.routing import NoCandidates, Outcome, QueueFull, QueueTimeout
 from gateway_bridge.upstreams import UpstreamError
 from gateway_bridge.vendors import dialect_for
 
 if TYPE_CHECKING:
+    from gateway_bridge.asgi import Receive, Send
     from gateway_bridge.gateway import Gateway
+    from gateway_bridge.routing import Lease
+    from gateway_bridge.upstreams.response import UpstreamResponse
+    from gateway_bridge.vendors.base import Dialect
+    from inference_node.facade import RoutableCredential, RoutableNode
+
+    # A fallback chain: (public model, its nodes), the first model first.
+    Chain = list[tuple[str, tuple[RoutableNode, ...]]]
 
 _NO_EXCLUSIONS: frozenset[int] = frozenset()
 _OUTCOME_NAMES = {outcome: outcome.name.lower() for outcome in Outcome}
-# The pivot's endpoint of a translated call (the client's may be "messages", ...).
-PIVOT_ENDPOINTS = {
-    "/v1/chat/completions": "chat.completions",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-}
-# vLLM's extensions the pivot may carry (an Anthropic prefill): the OpenAI API refuses them.
-VLLM_ONLY = ("continue_final_message", "add_generation_prompt")
-# The OpenAI protocol's endpoints a channel of the OpenAI API itself (kind
-# ``openai``) takes as sent: the pivot would lose what only OpenAI runs (the
-# Responses API's client-run tools, encrypted reasoning).
-OPENAI_NATIVE = frozenset({"responses"})
 # Credential switches (a refused or cooling key) per call, beyond the retries.
 MAX_KEY_SWITCHES = 16
 
 
-def _prefixed(path: str, api_path: str) -> str:
-    """``path`` with its first segment (``/v1``, ``/v1beta``) replaced by the
-    channel's own API path (GLM: ``/api/paas/v4``)."""
-    if not api_path:
-        return path
-    cut = path.find("/", 1)
-    return api_path.rstrip("/") + (path[cut:] if cut > 0 else "")
+class _Try:
+    """One try of a call on one channel with one credential, and how it went:
+    the outcome the channel's breaker records, the credential's when the key
+    (not the channel) failed, and the error to retry with (None: answered)."""
+
+    __slots__ = ("error", "key_failed", "key_outcome", "outcome")
+
+    def __init__(self) -> None:
+        self.outcome = Outcome.FAILURE
+        self.key_outcome: Outcome | None = None  # as ``outcome`` unless the key failed
+        self.key_failed = False
+        self.error: GatewayError | None = None
+
+    def key_refused(self, error: GatewayError) -> None:
+        """The vendor refused or throttled the credential: the pool's next one."""
+        self.outcome, self.key_outcome, self.key_failed = Outcome.NEUTRAL, Outcome.FAILURE, True
+        self.error = error
 
 
-def _native(req: CallRequest, node, dialect) -> bool:
-    """Whether the channel takes the call as sent: it speaks the client's
-    protocol (OpenAI's only for the endpoints of ``OPENAI_NATIVE``, on the
-    OpenAI API: a compatible server gets the pivot)."""
-    if req.protocol != dialect.PROTOCOL:
-        return False
-    return req.protocol != "openai" or (node.kind == "openai" and req.endpoint in OPENAI_NATIVE)
+class _Forward:
+    """One call's way through the channels: which tries it made, which it may
+    still make (the retry and fallback policy around ``_try``)."""
 
+    __slots__ = (
+        "attempt", "cache_ttl", "call", "chain", "ckey", "exclude", "gw", "last_error",
+        "link", "receive", "req", "send", "spent", "switches",
+    )  # fmt: skip
 
-DROPPED_HEADER = b"x-gateway-dropped"
+    def __init__(
+        self,
+        gw: Gateway,
+        call: Call,
+        req: CallRequest,
+        chain: Chain,
+        receive: Receive,
+        send: Send,
+        ckey: str | None,
+        cache_ttl: int,
+    ) -> None:
+        self.gw = gw
+        self.call = call
+        self.req = req
+        self.chain = chain
+        self.receive = receive
+        self.send = send
+        self.ckey = ckey
+        self.cache_ttl = cache_ttl
+        self.attempt = 0  # retries made (key switches not counted)
+        self.switches = 0  # credential switches made
+        self.link = 0  # the fallback chain's model now tried
+        self.exclude: set[int] = set()  # nodes that failed this call (this model)
+        self.spent: set[int] = set()  # credentials that failed this call: never tried again
+        self.last_error: GatewayError | None = None
 
+    def usable(self, node: RoutableNode) -> bool:
+        return self.gw.keys.usable(node, self.spent)
 
-def _say_dropped(call: Call, req: CallRequest, native_call: bool) -> None:
-    """The ``x-gateway-dropped`` header of this try's channel: what the
-    translation left out ("; "-separated), none on a native channel."""
-    call.headers_out[:] = [h for h in call.headers_out if h[0] != DROPPED_HEADER]
-    if req.dropped and not native_call:
-        value = "; ".join(req.dropped).encode("ascii", "backslashreplace")
-        call.headers_out.append((DROPPED_HEADER, value))
-
-
-def _request(req: CallRequest, node, dialect, native_call: bool) -> tuple[str, bytes]:
-    """(path, body) of one try on ``node``."""
-    upstream = node.upstream_model
-    if not native_call and req.untranslatable:
-        lost = req.untranslatable[0]
-        raise invalid(
-            f"{lost}: cannot be sent to this model's channel, which "
-            f"speaks the {dialect.PROTOCOL} protocol",
-            param=lost.partition(":")[0],
-            code="unsupported",
-        )
-    if native_call:
-        body = req.client_body or {}
-        payload = rewrite_model(req.raw, body, upstream) if "model" in body else req.raw
-        path = dialect.native_path(req.endpoint, upstream, req.stream, req.query)
-    elif dialect.PROTOCOL == "openai":
-        req.body["model"] = upstream
-        if req.stream:
-            req.body["stream"] = True
-            req.body["stream_options"] = {"include_usage": True}
-        body = req.body
-        if node.kind == "openai" and any(k in body for k in VLLM_ONLY):
-            body = {k: v for k, v in body.items() if k not in VLLM_ONLY}
-        payload = orjson.dumps(body)
-        path = req.upstream_path
-    else:
-        payload = orjson.dumps(dialect.from_chat(req.body, upstream, req.stream))
-        path = dialect.path(
-            PIVOT_ENDPOINTS.get(req.upstream_path, req.endpoint), upstream, req.stream
-        )
-    return _prefixed(path, node.api_path), payload
-
-
-async def forward(gw: Gateway, call: Call, req: CallRequest, chain, receive, send, ckey, cache_ttl):
-    """Send the call to a channel (retrying, falling back); answer the client.
-    Returns the public model that served it."""
-    auth = call.entry.auth
-    keys = gw.keys
-    attempt = 0
-    switches = 0
-    link = 0
-    exclude: set[int] = set()
-    spent: set[int] = set()  # credentials that failed this call: never tried again
-
-    def usable(node) -> bool:
-        return keys.usable(node, spent)
-
-    last_error: GatewayError | None = None
-    while True:
-        model, nodes = chain[link]
-        try:
-            lease = await gw.router.acquire(
-                model,
-                nodes,
-                prefix=req.prefix_text,
-                priority=auth.priority,
-                exclude=frozenset(exclude) if exclude else _NO_EXCLUSIONS,
-                usable=usable,
-            )
-        except NoCandidates:
-            pinned = auth.pinned_node_id
-            if pinned is not None:  # a pinned key's one node: its circuit is open
-                raise last_error or admit.pinned_refusal(pinned) from None
-            link += 1
-            if link < len(chain):
-                exclude.clear()
-                gw.metrics.fallbacks += 1
+    async def run(self) -> str:
+        """Try channels until one answers; the public model that served it."""
+        keys = self.gw.keys
+        req = self.req
+        while True:
+            model, lease = await self._lease()
+            node = lease.node
+            cred = keys.pick(node, self.spent, req.prompt_tokens_estimate)
+            if cred is None:  # the pool emptied since the router looked: next channel
+                lease.release(Outcome.NEUTRAL)
+                self.exclude.add(node.node_id)
+                self._switch_key()
                 continue
-            raise last_error or GatewayError(
-                OVERLOADED,
-                "no_healthy_node",
-                f"Every node serving '{req.model}' is failing right now; retry shortly.",
-                headers=[("retry-after", "5")],
-            ) from None
-        except QueueTimeout:
-            raise GatewayError(
-                OVERLOADED,
-                "queue_timeout",
-                "Every node serving this model is at capacity; the call waited "
-                f"{settings.GATEWAY_QUEUE_TIMEOUT:g} s for a slot.",
-                headers=[("retry-after", "1")],
-            ) from None
-        except QueueFull:
-            raise GatewayError(
-                RATE_LIMIT,
-                "queue_full",
-                "Too many calls are waiting for this model; retry shortly.",
-                headers=[("retry-after", "1")],
-            ) from None
-        call.queue_s += lease.queue_seconds
-        node = lease.node
-        cred = keys.pick(node, spent, req.prompt_tokens_estimate)
-        if cred is None:  # the pool emptied since the router looked: next channel
-            lease.release(Outcome.NEUTRAL)
-            exclude.add(node.node_id)
-            switches += 1
-            if switches > MAX_KEY_SWITCHES:
-                raise last_error or GatewayError(
-                    OVERLOADED, "no_healthy_node", "No channel can take this call right now."
+            tried = await self._try(model, lease, cred)
+            if tried.error is None:
+                return model
+            # A failure before anything reached the client: retry elsewhere.
+            self.last_error = tried.error
+            if tried.key_failed and cred.credential_id is not None:
+                # The key failed, not the channel: the pool's next key at once.
+                self.spent.add(cred.credential_id)
+                self.switches += 1
+                if self.switches <= MAX_KEY_SWITCHES:
+                    continue
+            await self._retry_later(node, tried.error)
+
+    def _switch_key(self) -> None:
+        """Count one switch to another channel for want of a credential; past
+        ``MAX_KEY_SWITCHES`` the call fails."""
+        self.switches += 1
+        if self.switches > MAX_KEY_SWITCHES:
+            raise self.last_error or GatewayError(
+                OVERLOADED, "no_healthy_node", "No channel can take this call right now."
+            )
+
+    async def _retry_later(self, node: RoutableNode, error: GatewayError) -> None:
+        """Another try on another node after a jittered exponential backoff,
+        or ``error`` when the retries are spent."""
+        gw = self.gw
+        self.attempt += 1
+        if self.attempt > gw.retries:
+            raise error
+        gw.metrics.retries += 1
+        self.exclude.add(node.node_id)
+        delay = gw.backoff * (2 ** (self.attempt - 1))
+        await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter
+
+    async def _lease(self) -> tuple[str, Lease]:
+        """A node of the chain's current model (the next model when none of
+        this one is left), and the model."""
+        gw = self.gw
+        auth = self.call.entry.auth
+        while True:
+            model, nodes = self.chain[self.link]
+            try:
+                lease = await gw.router.acquire(
+                    model,
+                    nodes,
+                    prefix=self.req.prefix_text,
+                    priority=auth.priority,
+                    exclude=frozenset(self.exclude) if self.exclude else _NO_EXCLUSIONS,
+                    usable=self.usable,
                 )
-            continue
+            except NoCandidates:
+                pinned = auth.pinned_node_id
+                if pinned is not None:  # a pinned key's one node: its circuit is open
+                    raise self.last_error or admit.pinned_refusal(pinned) from None
+                self.link += 1
+                if self.link < len(self.chain):
+                    self.exclude.clear()
+                    gw.metrics.fallbacks += 1
+                    continue
+                raise self.last_error or _no_healthy_node(self.req.model) from None
+            except QueueTimeout:
+                raise _queue_timeout() from None
+            except QueueFull:
+                raise _queue_full() from None
+            self.call.queue_s += lease.queue_seconds
+            return model, lease
+
+    async def _try(self, model: str, lease: Lease, cred: RoutableCredential) -> _Try:
+        """One try on the leased node with ``cred``: the client answered, or
+        the error to retry with; every try's outcome feeds the breakers."""
+        gw, call, req = self.gw, self.call, self.req
+        node = lease.node
         call.node_id = node.node_id
         call.node_name = node.name
         call.credential_id = cred.credential_id
         call.cost_price = node.cost
         call.model = model
         dialect = dialect_for(node.kind)
-        native_call = _native(req, node, dialect)
+        native_call = is_native(req, node, dialect)
         try:
-            path, payload = _request(req, node, dialect, native_call)
+            path, payload = request_for(req, node, dialect, native_call)
         except GatewayError:
             lease.release(Outcome.NEUTRAL)
             raise
         if req.dropped:
-            _say_dropped(call, req, native_call)
+            say_dropped(call, req, native_call)
         up_headers = [
             ("content-type", "application/json"),
             ("x-request-id", call.request_id),
             ("traceparent", call.trace.header),
             *dialect.auth_headers(cred.secret, call.client_headers),
         ]
+        keys = gw.keys
         probe = keys.taken(cred, req.prompt_tokens_estimate)
         t_up = time.perf_counter()
-        outcome = Outcome.FAILURE
-        key_outcome = None  # as outcome unless the key, not the channel, failed
-        key_failed = False
-        retry_error: GatewayError | None = None
+        tried = _Try()
         try:
             resp = await gw.pool.request(
-                "POST",
-                node.base_url,
-                path,
-                payload,
-                up_headers,
-                public_only=node.public_only,
-                **gw.timeouts,
-            )
+                "POST", node.base_url, path, payload, up_headers,
+                public_only=node.public_only, **gw.timeouts,
+            )  # fmt: skip
             try:
-                status = resp.status
-                if status in (401, 403) and cred.credential_id is not None:
-                    err = dialect.error_of(status, await resp.read())
-                    keys.refuse(cred, status, err.message)
-                    outcome, key_outcome, key_failed = Outcome.NEUTRAL, Outcome.FAILURE, True
-                    retry_error = GatewayError(
-                        UPSTREAM,
-                        "upstream_auth_failed",
-                        "The channel's vendor refused its API key, and no other key could "
-                        "take the call.",
-                    )
-                elif status == 429 and cred.credential_id is not None:
-                    raw = await resp.read()
-                    keys.cool(cred, retry_after_seconds(resp.headers))
-                    outcome, key_outcome, key_failed = Outcome.NEUTRAL, Outcome.FAILURE, True
-                    retry_error = dialect.error_of(status, raw)
-                elif status == 429 or status >= 500:
-                    raw = await resp.read()
-                    retry_error = (
-                        answers.upstream_status_error(status, raw)
-                        if dialect.PROTOCOL == "openai"
-                        else dialect.error_of(status, raw)
-                    )
-                    if retry_error.status < 500 and status >= 500:
-                        retry_error = answers.upstream_status_error(status, raw)
-                elif status >= 400:
-                    raw = await resp.read()
-                    outcome = Outcome.NEUTRAL
-                    if native_call:
-                        # Already in the client's own protocol: relayed as it came.
-                        err = dialect.error_of(status, raw)
-                        call.error_type = err.code
-                        await relay.respond(send, status, raw, call)
-                        return model
-                    if dialect.PROTOCOL == "openai":
-                        raise answers.upstream_client_error(status, raw)
-                    raise dialect.error_of(status, raw)
-                elif native_call:
-                    if req.stream:
-                        done = await native.stream(
-                            gw, call, req, resp, dialect, receive, send, t_up
-                        )
-                    else:
-                        await native.plain(gw, call, req, resp, dialect, send)
-                        call.upstream_s = time.perf_counter() - t_up
-                        done = True
-                    outcome = Outcome.SUCCESS if done else Outcome.NEUTRAL
-                    return model
-                elif req.stream:
-                    reader = (
-                        None if dialect.PROTOCOL == "openai" else dialect.StreamReader(req.model)
-                    )
-                    done = await relay.stream(
-                        gw, call, req, resp, receive, send, t_up, ckey, cache_ttl, reader
-                    )
-                    outcome = Outcome.SUCCESS if done else Outcome.NEUTRAL
-                    return model
-                else:
-                    raw = await resp.read()
-                    call.upstream_s = time.perf_counter() - t_up
-                    obj = answers.json_object(raw)
-                    if obj is None:
-                        retry_error = GatewayError(
-                            UPSTREAM, "upstream_invalid_response",
-                            "The node answered with something that is not JSON.",
-                        )  # fmt: skip
-                    else:
-                        usage = None
-                        if dialect.PROTOCOL != "openai":
-                            obj, usage = dialect.to_chat(obj, req.model)
-                        outcome = Outcome.SUCCESS
-                        await relay.plain(gw, call, req, obj, send, ckey, cache_ttl, usage)
-                        return model
+                await self._answer(tried, resp, cred, dialect, native_call, t_up)
             finally:
                 resp.release()
         except StreamStarted as started:
             # Bytes reached the client: no retry; the stream already ended with an error frame.
-            outcome = Outcome.FAILURE if started.node_fault else Outcome.NEUTRAL
-            return model
+            tried.outcome = Outcome.FAILURE if started.node_fault else Outcome.NEUTRAL
+            tried.error = None
         except Retry as retry:
-            retry_error = retry.error
+            tried.error = retry.error
         except UpstreamError as exc:
-            retry_error = answers.upstream_exception_error(exc)
+            tried.error = answers.upstream_exception_error(exc)
         finally:
+            outcome = tried.outcome
             lease.release(outcome)
-            keys.release(cred, key_outcome or outcome, probe)
+            keys.release(cred, tried.key_outcome or outcome, probe)
             gw.metrics.node_outcomes[(node.name, _OUTCOME_NAMES[outcome])] += 1
             if call.upstream_s is None:
                 call.upstream_s = time.perf_counter() - t_up
-        # A failure before anything reached the client: retry elsewhere.
-        last_error = retry_error
-        if key_failed:
-            # The key failed, not the channel: the pool's next key at once.
-            spent.add(cred.credential_id)
-            switches += 1
-            if switches <= MAX_KEY_SWITCHES:
-                continue
-        attempt += 1
-        if attempt > gw.retries:
-            raise retry_error
-        gw.metrics.retries += 1
-        exclude.add(node.node_id)
-        delay = gw.backoff * (2 ** (attempt - 1))
-        await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter
+        return tried
+
+    async def _answer(
+        self,
+        tried: _Try,
+        resp: UpstreamResponse,
+        cred: RoutableCredential,
+        dialect: Dialect,
+        native_call: bool,
+        t_up: float,
+    ) -> None:
+        """The channel's answer to one try: relayed to the client (``tried``
+        succeeds or is neutral), or ``tried.error`` set to retry with."""
+        status = resp.status
+        if (status in (401, 403) and cred.credential_id is not None) or (
+            status == 429 or status >= 500
+        ):
+            await _failed(self.gw, tried, resp, cred, dialect)
+        elif status >= 400:
+            tried.outcome = Outcome.NEUTRAL
+            await self._client_error(status, await resp.read(), dialect, native_call)
+        elif native_call:
+            if self.req.stream:
+                done = await native.stream(
+                    self.gw, self.call, self.req, resp, dialect, self.receive, self.send, t_up
+                )
+            else:
+                await native.plain(self.gw, self.call, self.req, resp, dialect, self.send)
+                self.call.upstream_s = time.perf_counter() - t_up
+                done = True
+            tried.outcome = Outcome.SUCCESS if done else Outcome.NEUTRAL
+        elif self.req.stream:
+            reader = None if dialect.PROTOCOL == "openai" else dialect.StreamReader(self.req.model)
+            done = await relay.stream(
+                self.gw, self.call, self.req, resp, self.receive, self.send, t_up,
+                self.ckey, self.cache_ttl, reader,
+            )  # fmt: skip
+            tried.outcome = Outcome.SUCCESS if done else Outcome.NEUTRAL
+        else:
+            await self._plain(tried, resp, dialect, t_up)
+
+    async def _client_error(
+        self, status: int, raw: bytes, dialect: Dialect, native_call: bool
+    ) -> None:
+        """A 4xx from the channel: the client's error, never retried."""
+        if native_call:
+            # Already in the client's own protocol: relayed as it came.
+            err = dialect.error_of(status, raw)
+            self.call.error_type = err.code
+            await relay.respond(self.send, status, raw, self.call)
+            return
+        if dialect.PROTOCOL == "openai":
+            raise answers.upstream_client_error(status, raw)
+        raise dialect.error_of(status, raw)
+
+    async def _plain(
+        self, tried: _Try, resp: UpstreamResponse, dialect: Dialect, t_up: float
+    ) -> None:
+        """A whole (not streamed) answer, turned into an OpenAI chat object."""
+        raw = await resp.read()
+        self.call.upstream_s = time.perf_counter() - t_up
+        obj = answers.json_object(raw)
+        if obj is None:
+            tried.error = GatewayError(
+                UPSTREAM, "upstream_invalid_response",
+                "The node answered with something that is not JSON.",
+            )  # fmt: skip
+            return
+        usage = None
+        if dialect.PROTOCOL != "openai":
+            obj, usage = dialect.to_chat(obj, self.req.model)
+        tried.outcome = Outcome.SUCCESS
+        await relay.plain(
+            self.gw, self.call, self.req, obj, self.send, self.ckey, self.cache_ttl, usage
+        )
+
+
+async def _failed(
+    gw: Gateway,
+    tried: _Try,
+    resp: UpstreamResponse,
+    cred: RoutableCredential,
+    dialect: Dialect,
+) -> None:
+    """A refused key (401 / 403), a throttled one (429), or a failing channel
+    (a self-hosted node's 429, a 5xx): ``tried.error`` to retry with."""
+    status = resp.status
+    keys = gw.keys
+    if status in (401, 403) and cred.credential_id is not None:
+        err = dialect.error_of(status, await resp.read())
+        keys.refuse(cred, status, err.message)
+        tried.key_refused(
+            GatewayError(
+                UPSTREAM,
+                "upstream_auth_failed",
+                "The channel's vendor refused its API key, and no other key could take the call.",
+            )
+        )
+    elif status == 429 and cred.credential_id is not None:
+        raw = await resp.read()
+        keys.cool(cred, retry_after_seconds(resp.headers))
+        tried.key_refused(dialect.error_of(status, raw))
+    else:
+        raw = await resp.read()
+        error = (
+            answers.upstream_status_error(status, raw)
+            if dialect.PROTOCOL == "openai"
+            else dialect.error_of(status, raw)
+        )
+        if error.status < 500 and status >= 500:
+            error = answers.upstream_status_error(status, raw)
+        tried.error = error
+
+
+def _no_healthy_node(model: str) -> GatewayError:
+    return GatewayError(
+        OVERLOADED,
+        "no_healthy_node",
+        f"Every node serving '{model}' is failing right now; retry shortly.",
+        headers=[("retry-after", "5")],
+    )
+
+
+def _queue_timeout() -> GatewayError:
+    return GatewayError(
+        OVERLOADED,
+        "queue_timeout",
+        "Every node serving this model is at capacity; the call waited "
+        f"{settings.GATEWAY_QUEUE_TIMEOUT:g} s for a slot.",
+        headers=[("retry-after", "1")],
+    )
+
+
+def _queue_full() -> GatewayError:
+    return GatewayError(
+        RATE_LIMIT,
+        "queue_full",
+        "Too many calls are waiting for this model; retry shortly.",
+        headers=[("retry-after", "1")],
+    )
+
+
+async def forward(
+    gw: Gateway,
+    call: Call,
+    req: CallRequest,
+    chain: Chain,
+    receive: Receive,
+    send: Send,
+    ckey: str | None,
+    cache_ttl: int,
+) -> str:
+    """Send the call to a channel (retrying, falling back); answer the client.
+    Returns the public model that served it."""
+    return await _Forward(gw, call, req, chain, receive, send, ckey, cache_ttl).run()

@@ -16,7 +16,7 @@ import pytest
 from django.urls import reverse
 from django.utils import translation
 
-from gateway_bridge.pipeline.forward import _prefixed
+from gateway_bridge.pipeline.channel_request import prefixed as _prefixed
 from inference_node import presets, services
 from inference_node.models import HealthCheck, Node, NodeKind
 from inference_node.serializers import NodeInput
