@@ -17,6 +17,8 @@ The limit is ``CONSOLE_MAX_BODY_BYTES``; the gateway's paths have their own,
 
 from __future__ import annotations
 
+from django.conf import settings
+
 
 def _too_large(limit: int) -> bytes:
     return f"The request body is larger than the limit of {limit} bytes.\n".encode()
@@ -30,8 +32,6 @@ class BodyLimit:
     @property
     def max_bytes(self) -> int:
         if self._max_bytes is None:
-            from django.conf import settings
-
             self._max_bytes = settings.CONSOLE_MAX_BODY_BYTES
         return self._max_bytes
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from console.kernel import ipnet
@@ -57,8 +58,6 @@ class ServerLimits:
 
     @classmethod
     def from_settings(cls) -> ServerLimits:
-        from django.conf import settings
-
         return cls(
             header_timeout=settings.CONSOLE_HEADER_TIMEOUT_SECONDS,
             body_timeout=settings.CONSOLE_BODY_TIMEOUT_SECONDS,

@@ -41,6 +41,7 @@ then takes over.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -51,6 +52,7 @@ from pathlib import Path
 
 from celery.beat import PersistentScheduler
 from django.conf import settings
+from django.db import connections
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +90,6 @@ class FileBeatLock:
         return f"file lock {self.path}"
 
     def acquire(self) -> None:
-        import fcntl
-
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -107,8 +107,6 @@ class FileBeatLock:
     def release(self) -> None:
         if self._fd is None:
             return
-        import fcntl
-
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -143,6 +141,7 @@ class PostgresBeatLock:
         return f"PostgreSQL advisory lock {LOCK_KEY} in database {self.params.get('dbname')}"
 
     def _connect(self):
+        # deferred: psycopg (and libpq) load only where PostgreSQL is the database
         import psycopg
 
         params = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **self.params}
@@ -195,8 +194,6 @@ def beat_lock() -> FileBeatLock | PostgresBeatLock | None:
     """The lock for this deployment's settings (``None``: turned off)."""
     if not settings.CONSOLE_BEAT_LOCK:
         return None
-    from django.db import connections
-
     connection = connections["default"]
     if connection.vendor == "postgresql":
         return PostgresBeatLock(connection.get_connection_params())

@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from console.kernel import redis_url
+
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
 
@@ -180,8 +182,6 @@ def sqlite_database(path: Path) -> dict:
 def parse_redis_url(url: str, name: str = "REDIS_URL") -> str:
     """``url`` if it is a Redis URL ``console.kernel.redis_url`` accepts (one Redis,
     Sentinel or Cluster), else ``ImproperlyConfigured`` naming the forms."""
-    from console.kernel import redis_url
-
     try:
         redis_url.parse(url, name)
     except ValueError as exc:
@@ -201,8 +201,6 @@ def broker_url(url: str) -> tuple[str, dict]:
     through ``console.kernel.redis_url.broker`` (Sentinel becomes kombu's
     ``sentinel://`` transport with ``master_name``; Cluster is refused),
     RabbitMQ and the local transports as they are."""
-    from console.kernel import redis_url
-
     scheme = urlsplit(url).scheme.lower()
     if scheme in {"redis", "rediss", "redis+sentinel", "sentinel", "redis+cluster"}:
         try:

@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
+from django.utils.translation import get_language
+
 BOM = "\ufeff"
 HEADER_PARAM = "header"  # ?header=keys
 KEYS = "keys"
@@ -39,8 +41,6 @@ def wants_labels(request) -> bool:
     """A console download whose header row is in the reader's language:
     a request (never the API's own, which passes none), not ``?header=keys``,
     and a language other than English active."""
-    from django.utils.translation import get_language
-
     if request is None or request.GET.get(HEADER_PARAM) == KEYS:
         return False
     language = get_language() or "en"

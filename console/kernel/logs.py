@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import logging.config
 import logging.handlers
 import queue
 import threading
@@ -32,6 +33,7 @@ import time
 from collections.abc import Callable
 
 import orjson
+from django.conf import settings
 
 from console.kernel.redact import redact
 
@@ -130,6 +132,7 @@ class TaskContextFilter(logging.Filter):
     """Adds the running Celery task's id and name to a record (a worker's handlers)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # deferred: Celery loads only in a worker (the settings import this module)
         from celery import current_task
 
         task = current_task
@@ -143,10 +146,6 @@ def configure_worker_logging(loglevel=None, **_kwargs) -> None:
     """Celery's ``setup_logging`` receiver: Django's ``LOGGING`` for the worker
     too (connecting a receiver is what stops Celery from installing its own),
     at the worker's ``--loglevel`` when it was given one."""
-    import logging.config
-
-    from django.conf import settings
-
     logging.config.dictConfig(settings.LOGGING)
     root = logging.getLogger()
     if loglevel:

@@ -26,6 +26,9 @@ import importlib
 import logging
 
 import orjson
+from django.conf import settings
+
+from console.kernel.redact import redact
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +41,6 @@ def setup() -> None:
     if _done:
         return
     _done = True
-    from django.conf import settings
-
     setup_sentry(
         settings.SENTRY_DSN,
         environment=settings.SENTRY_ENVIRONMENT,
@@ -82,8 +83,6 @@ def setup_sentry(dsn: str, *, environment: str = "", traces_sample_rate: float =
 def scrub_event(event: dict, _hint=None) -> dict:
     """The event with ``console.kernel.redact`` applied to all its text (gateway keys,
     access tokens, invitation links), whatever field they hide in."""
-    from console.kernel.redact import redact
-
     try:
         return orjson.loads(redact(orjson.dumps(event, default=str).decode()))
     except (TypeError, orjson.JSONDecodeError):  # never lose the report over the mask
@@ -96,11 +95,14 @@ def setup_otel(endpoint: str, *, service_name: str) -> bool:
     if not endpoint:
         return False
     try:
-        from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        # optional dependency, each of these (the SDK and its exporter: the otel extra)
+        from opentelemetry import trace  # optional
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # optional
+            OTLPSpanExporter,
+        )
+        from opentelemetry.sdk.resources import Resource  # optional
+        from opentelemetry.sdk.trace import TracerProvider  # optional
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # optional
     except ImportError:
         logger.warning(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed "

@@ -46,6 +46,9 @@ from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
+from django.core.cache import cache
+from django.db import connections
+from django.urls import Resolver404, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +73,6 @@ class CheckResult:
 
 
 def check_database() -> None:
-    from django.db import connections
-
     connection = connections["default"]
     try:
         with connection.cursor() as cursor:
@@ -82,12 +83,11 @@ def check_database() -> None:
 
 
 def check_cache() -> None:
-    from django.core.cache import cache
-
     cache.get("console:readyz")
 
 
 def check_broker() -> None:
+    # deferred: the Celery app and its broker transport load only when /readyz asks
     from console.kernel.celery import app
 
     timeout = settings.CONSOLE_READYZ_TIMEOUT_SECONDS
@@ -188,8 +188,6 @@ class ProbeMiddleware:
     def _probe_view(request):
         if request.method not in ("GET", "HEAD") or request.path_info not in PROBE_PATHS:
             return None
-        from django.urls import Resolver404, resolve
-
         try:
             match = resolve(request.path_info)
         except Resolver404:

@@ -20,6 +20,7 @@ into ``ImproperlyConfigured``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 PLAIN, SENTINEL, CLUSTER = "plain", "sentinel", "cluster"
@@ -84,107 +85,148 @@ def parse(url: str, name: str = "REDIS_URL") -> RedisTarget:
     if not sep or not rest:
         raise ValueError(f"{name} is not a URL: use {FORMS}")
     if scheme in {"redis", "rediss", "unix"}:
-        parts = urlsplit(url)
-        try:
-            parts.port  # noqa: B018 - validates the port
-        except ValueError:
-            raise ValueError(f"{name} has an invalid port; use {FORMS}") from None
-        return RedisTarget(PLAIN, url)
+        return _parse_plain(url, name)
     if scheme == "redis+sentinel":
-        netloc, _, path = rest.partition("/")
-        segments = [s for s in path.split("?")[0].split("/") if s]
-        if not segments:
-            raise ValueError(f"{name} names no Sentinel service: use {FORMS}")
-        if len(segments) > 2:
-            raise ValueError(f"{name} has too many path segments: use {FORMS}")
-        user, password = _credentials(netloc)
-        return RedisTarget(
-            SENTINEL,
-            url,
-            _hosts(netloc.rpartition("@")[2].split(","), 26379, name),
-            service=unquote(segments[0]),
-            db=_db(segments[1], name) if len(segments) == 2 else 0,
-            username=user,
-            password=password,
-        )
+        return _parse_sentinel(url, rest, name)
     if scheme == "sentinel":  # kombu: sentinel://h1:p1;sentinel://h2:p2/db?master_name=...
-        query = parse_qs(urlsplit(url).query)
-        service = (query.get("master_name") or [""])[0]
-        if not service:
-            raise ValueError(f"{name} in kombu's sentinel:// form needs ?master_name=; use {FORMS}")
-        netlocs, db, user, password = [], 0, None, None
-        for part in url.split("?")[0].split(";"):
-            p_scheme, _, p_rest = part.strip().partition("://")
-            if p_scheme.lower() != "sentinel" or not p_rest:
-                raise ValueError(f"{name} mixes sentinel:// with {p_scheme!r}; use {FORMS}")
-            netloc, _, path = p_rest.partition("/")
-            if path.strip("/"):
-                db = _db(path.strip("/"), name)
-            u, p = _credentials(netloc)
-            user, password = u or user, p or password
-            netlocs.append(netloc.rpartition("@")[2])
-        return RedisTarget(
-            SENTINEL,
-            url,
-            _hosts(netlocs, 26379, name),
-            service=service,
-            db=db,
-            username=user,
-            password=password,
-        )
+        return _parse_kombu_sentinel(url, name)
     if scheme == "redis+cluster":
-        netloc, _, path = rest.partition("/")
-        if path.strip("/") not in {"", "0"}:
-            raise ValueError(f"{name}: Redis Cluster has database 0 only")
-        user, password = _credentials(netloc)
-        return RedisTarget(
-            CLUSTER,
-            url,
-            _hosts(netloc.rpartition("@")[2].split(","), 6379, name),
-            username=user,
-            password=password,
-        )
+        return _parse_cluster(url, rest, name)
     raise ValueError(f"{name} has unsupported scheme {scheme!r}; use {FORMS}")
 
 
-def sync_client(url: str, **options):
+def _parse_plain(url: str, name: str) -> RedisTarget:
+    """One Redis: ``redis://``, ``rediss://`` or ``unix://``, taken as is once its port reads."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise ValueError(f"{name} has an invalid port; use {FORMS}") from None
+    return RedisTarget(PLAIN, url)
+
+
+def _parse_sentinel(url: str, rest: str, name: str) -> RedisTarget:
+    """``redis+sentinel://[user:password@]host:26379[,host:26379]/service_name[/db]``."""
+    netloc, _, path = rest.partition("/")
+    segments = [s for s in path.split("?")[0].split("/") if s]
+    if not segments:
+        raise ValueError(f"{name} names no Sentinel service: use {FORMS}")
+    if len(segments) > 2:
+        raise ValueError(f"{name} has too many path segments: use {FORMS}")
+    user, password = _credentials(netloc)
+    return RedisTarget(
+        SENTINEL,
+        url,
+        _hosts(netloc.rpartition("@")[2].split(","), 26379, name),
+        service=unquote(segments[0]),
+        db=_db(segments[1], name) if len(segments) == 2 else 0,
+        username=user,
+        password=password,
+    )
+
+
+def _parse_kombu_sentinel(url: str, name: str) -> RedisTarget:
+    """Kombu's ``sentinel://h1:p1;sentinel://h2:p2/db?master_name=service_name``."""
+    query = parse_qs(urlsplit(url).query)
+    service = (query.get("master_name") or [""])[0]
+    if not service:
+        raise ValueError(f"{name} in kombu's sentinel:// form needs ?master_name=; use {FORMS}")
+    netlocs: list[str] = []
+    db, user, password = 0, None, None
+    for part in url.split("?")[0].split(";"):
+        p_scheme, _, p_rest = part.strip().partition("://")
+        if p_scheme.lower() != "sentinel" or not p_rest:
+            raise ValueError(f"{name} mixes sentinel:// with {p_scheme!r}; use {FORMS}")
+        netloc, _, path = p_rest.partition("/")
+        if path.strip("/"):
+            db = _db(path.strip("/"), name)
+        u, p = _credentials(netloc)
+        user, password = u or user, p or password
+        netlocs.append(netloc.rpartition("@")[2])
+    return RedisTarget(
+        SENTINEL,
+        url,
+        _hosts(netlocs, 26379, name),
+        service=service,
+        db=db,
+        username=user,
+        password=password,
+    )
+
+
+def _parse_cluster(url: str, rest: str, name: str) -> RedisTarget:
+    """``redis+cluster://[user:password@]host:7000[,host:7001]`` (database 0 only)."""
+    netloc, _, path = rest.partition("/")
+    if path.strip("/") not in {"", "0"}:
+        raise ValueError(f"{name}: Redis Cluster has database 0 only")
+    user, password = _credentials(netloc)
+    return RedisTarget(
+        CLUSTER,
+        url,
+        _hosts(netloc.rpartition("@")[2].split(","), 6379, name),
+        username=user,
+        password=password,
+    )
+
+
+def sync_client(url: str, **options: Any) -> Any:
     """A redis-py client for ``url`` (``redis.Redis``, a Sentinel-resolved
     ``redis.Redis`` that follows failovers, or ``redis.cluster.RedisCluster``);
     ``options`` are redis-py's (``socket_timeout``, ...)."""
+    # deferred: redis-py loads only in a process that opens a client (not the settings')
     import redis
 
     target = parse(url)
     if target.kind == PLAIN:
         return redis.Redis.from_url(url, **options)
-    auth = {"username": target.username, "password": target.password}
     if target.kind == SENTINEL:
+        # deferred: as redis above
         from redis.sentinel import Sentinel
 
         sentinel = Sentinel(list(target.hosts), sentinel_kwargs=_sentinel_options(options))
-        return sentinel.master_for(target.service, db=target.db, **auth, **options)
+        return sentinel.master_for(
+            target.service,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            **options,
+        )
+    # deferred: as redis above
     from redis.cluster import ClusterNode, RedisCluster
 
     nodes = [ClusterNode(h, p) for h, p in target.hosts]
-    return RedisCluster(startup_nodes=nodes, **auth, **options)
+    return RedisCluster(
+        startup_nodes=nodes, username=target.username, password=target.password, **options
+    )
 
 
-def async_client(url: str, **options):
+def async_client(url: str, **options: Any) -> Any:
     """``sync_client``'s asyncio twin (``redis.asyncio``)."""
+    # deferred: redis-py loads only in a process that opens a client (not the settings')
     import redis.asyncio as aioredis
 
     target = parse(url)
     if target.kind == PLAIN:
         return aioredis.Redis.from_url(url, **options)
-    auth = {"username": target.username, "password": target.password}
     if target.kind == SENTINEL:
+        # deferred: as redis.asyncio above
         from redis.asyncio.sentinel import Sentinel
 
         sentinel = Sentinel(list(target.hosts), sentinel_kwargs=_sentinel_options(options))
-        return sentinel.master_for(target.service, db=target.db, **auth, **options)
+        return sentinel.master_for(
+            target.service,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            **options,
+        )
+    # deferred: as redis.asyncio above
     from redis.asyncio.cluster import ClusterNode, RedisCluster
 
     nodes = [ClusterNode(h, p) for h, p in target.hosts]
-    return RedisCluster(startup_nodes=nodes, **auth, **options)
+    return RedisCluster(
+        startup_nodes=nodes, username=target.username, password=target.password, **options
+    )
 
 
 def _sentinel_options(options: dict) -> dict:

@@ -462,7 +462,7 @@ def run_load(
     )
     if use_uvloop:
         try:
-            import uvloop
+            import uvloop  # optional dependency (a faster event loop)
         except ImportError:
             pass
         else:

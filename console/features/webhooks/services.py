@@ -8,6 +8,8 @@ import secrets
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 from django.utils.translation import gettext as _
 
@@ -102,9 +104,6 @@ def clean_events(value) -> list[str]:
 
 
 def clean_recipients(value) -> list[str]:
-    from django.core.exceptions import ValidationError
-    from django.core.validators import validate_email
-
     items = value if isinstance(value, list) else str(value or "").replace(",", "\n").split()
     out: list[str] = []
     for raw in items:
