@@ -41,12 +41,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from console.kernel.tokens import count_tokens
 from gateway_bridge import answers
+from gateway_bridge.pipeline import relay
 from gateway_bridge.pipeline.call import Call, Retry, StreamStarted
 from gateway_bridge.pipeline.model_name import (
     ANSWER_MODEL_KEYS,
@@ -60,13 +62,17 @@ from gateway_bridge.upstreams import UpstreamError
 from gateway_bridge.usage_mapping import TokenUsage
 
 if TYPE_CHECKING:
+    from gateway_bridge.asgi import Receive, Send
     from gateway_bridge.gateway import Gateway
+    from gateway_bridge.upstreams.response import UpstreamResponse
+    from gateway_bridge.vendors.base import Dialect, NativeStreamReader
+
 
 def _events(buffer: bytes) -> tuple[list[tuple[bytes | None, bytes]], bytes]:
     """The complete SSE events of ``buffer`` as (event name, data), and the rest."""
     if b"\r" in buffer:
         buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    out = []
+    out: list[tuple[bytes | None, bytes]] = []
     start = 0
     while True:
         end = buffer.find(b"\n\n", start)
@@ -90,7 +96,9 @@ class _Splitter:
     as they complete, or (Gemini's ``streamGenerateContent`` without
     ``alt=sse``: one JSON array) the array's elements at the end."""
 
-    def __init__(self, reader, sse: bool, rewriter: ModelRewriter | None = None):
+    def __init__(
+        self, reader: NativeStreamReader, sse: bool, rewriter: ModelRewriter | None = None
+    ) -> None:
         self.reader = reader
         self.sse = sse
         self.buffer = b""
@@ -125,7 +133,7 @@ class _Splitter:
             self.reader.feed(None, orjson.dumps(item))
 
 
-def _estimate(call: Call, req: CallRequest, reader) -> TokenUsage:
+def _estimate(call: Call, req: CallRequest, reader: NativeStreamReader) -> TokenUsage:
     """What a call that produced no vendor usage cost: the prompt estimate and
     no output, or the tokens of the text streamed when the reader kept it (never
     zero input; the vendor's own counts whenever it sent any)."""
@@ -138,10 +146,15 @@ def _estimate(call: Call, req: CallRequest, reader) -> TokenUsage:
     )
 
 
-async def plain(gw: Gateway, call: Call, req: CallRequest, resp, dialect, send) -> None:
+async def plain(
+    gw: Gateway,
+    call: Call,
+    req: CallRequest,
+    resp: UpstreamResponse,
+    dialect: Dialect,
+    send: Send,
+) -> None:
     """A native plain answer: its bytes to the client, its usage recorded."""
-    from gateway_bridge.pipeline import relay
-
     raw = await resp.read()
     try:
         obj = orjson.loads(raw)
@@ -168,7 +181,16 @@ async def plain(gw: Gateway, call: Call, req: CallRequest, resp, dialect, send) 
     await relay.respond(send, 200, raw, call)
 
 
-async def stream(gw: Gateway, call: Call, req: CallRequest, resp, dialect, receive, send, t_up) -> bool:  # fmt: skip  # noqa: E501
+async def stream(
+    gw: Gateway,
+    call: Call,
+    req: CallRequest,
+    resp: UpstreamResponse,
+    dialect: Dialect,
+    receive: Receive,
+    send: Send,
+    t_up: float,
+) -> bool:
     """Relay a native stream chunk by chunk. Returns True when it ran to its
     end; raises StreamStarted after bytes reached the client, Retry or
     UpstreamError before."""
@@ -177,29 +199,7 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, dialect, recei
     rewriter = model_rewriter(req, dialect.PROTOCOL)
     splitter = _Splitter(reader, "event-stream" in content_type, rewriter)
     chunks = resp.chunks().__aiter__()
-    held: list[bytes] = []
-    # Nothing reaches the client before the first complete event (or, for a JSON
-    # array stream, the first bytes): until then a failure is retryable.
-    while True:
-        try:
-            data = await chunks.__anext__()
-        except StopAsyncIteration:
-            splitter.close()
-            if reader.error is not None:
-                raise Retry(reader.error) from None
-            if not held:
-                raise Retry(
-                    GatewayError(
-                        UPSTREAM, "upstream_empty_stream", "The vendor ended the stream at once."
-                    )
-                ) from None
-            break
-        held.append(data)
-        splitter.feed(data)
-        if reader.error is not None:
-            raise Retry(reader.error)
-        if splitter.events or not splitter.sse:
-            break
+    held = await _held_start(chunks, splitter, reader)
     call.status = 200
     await send(
         {
@@ -214,70 +214,134 @@ async def stream(gw: Gateway, call: Call, req: CallRequest, resp, dialect, recei
         }
     )
     disconnected = asyncio.Event()
-
-    async def watch():
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                disconnected.set()
-                resp.abort()
-                return
-
-    watcher = asyncio.create_task(watch())
+    watcher = asyncio.create_task(relay.watch_disconnect(receive, resp, disconnected))
     try:
         try:
-            out = rewriter.feed(b"".join(held))
-            while True:
-                if call.ttft is None and (reader.content or not splitter.sse):
-                    call.ttft = time.perf_counter() - call.t0
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-                out = await chunks.__anext__()
-                splitter.feed(out)
-                out = rewriter.feed(out)
-        except StopAsyncIteration:
-            pass
+            await _relay_chunks(call, chunks, splitter, reader, rewriter, held, send)
         except (UpstreamError, OSError) as exc:
             call.upstream_s = time.perf_counter() - t_up
             splitter.close()
             call.usage = _estimate(call, req, reader)
-            if disconnected.is_set() or isinstance(exc, OSError):
-                gw.metrics.disconnects += 1
-                call.status = 499
-                call.error_type = "client_disconnected"
-                raise StreamStarted(node_fault=False) from None
-            # The vendor broke off: end the stream with an error event in the
-            # client's protocol (its SDK raises instead of taking a cut answer).
-            err = answers.upstream_exception_error(exc)
-            call.status = err.status
-            call.error_type = err.code
-            with contextlib.suppress(OSError):
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": rewriter.close() + req.response.stream_error(err),
-                        "more_body": False,
-                    }
-                )
-            raise StreamStarted(node_fault=True) from None
+            await _broke(gw, call, req, exc, rewriter, disconnected.is_set(), send)
         call.upstream_s = time.perf_counter() - t_up
         splitter.close()
-        call.usage = _estimate(call, req, reader)
-        if call.usage.cache_read:
-            call.cache_status = "prefix_hit"
-        if reader.error is not None:
-            # The vendor streamed an error event (relayed as it came): record it.
-            call.status = reader.error.status
-            call.error_type = reader.error.code
-        elif req.on_answer is not None and getattr(reader, "final", None) is not None:
-            final = reader.final
-            if rewriter.renames(final.get(rewriter.key)):  # as the client got it
-                final = {**final, rewriter.key: rewriter.public}
-            await req.on_answer(final)
-        try:
-            await send({"type": "http.response.body", "body": rewriter.close(), "more_body": False})
-        except OSError:
-            gw.metrics.disconnects += 1
-        return reader.error is None
+        return await _end_stream(gw, call, req, reader, rewriter, send)
     finally:
         watcher.cancel()
+
+
+async def _held_start(
+    chunks: AsyncIterator[bytes], splitter: _Splitter, reader: NativeStreamReader
+) -> list[bytes]:
+    """The stream's first chunks, held back: nothing reaches the client
+    before the first complete event (or, for a JSON array stream, the first
+    bytes); until then a failure is retryable (``Retry``)."""
+    held: list[bytes] = []
+    while True:
+        try:
+            data = await chunks.__anext__()
+        except StopAsyncIteration:
+            splitter.close()
+            if reader.error is not None:
+                raise Retry(reader.error) from None
+            if not held:
+                raise Retry(
+                    GatewayError(
+                        UPSTREAM, "upstream_empty_stream", "The vendor ended the stream at once."
+                    )
+                ) from None
+            return held
+        held.append(data)
+        splitter.feed(data)
+        if reader.error is not None:
+            raise Retry(reader.error)
+        if splitter.events or not splitter.sse:
+            return held
+
+
+async def _relay_chunks(
+    call: Call,
+    chunks: AsyncIterator[bytes],
+    splitter: _Splitter,
+    reader: NativeStreamReader,
+    rewriter: ModelRewriter,
+    held: list[bytes],
+    send: Send,
+) -> None:
+    """The held chunks, then every chunk as it comes (model id renamed), to
+    the vendor's stream end."""
+    try:
+        out = rewriter.feed(b"".join(held))
+        while True:
+            if call.ttft is None and (reader.content or not splitter.sse):
+                call.ttft = time.perf_counter() - call.t0
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            out = await chunks.__anext__()
+            splitter.feed(out)
+            out = rewriter.feed(out)
+    except StopAsyncIteration:
+        pass
+
+
+async def _broke(
+    gw: Gateway,
+    call: Call,
+    req: CallRequest,
+    exc: UpstreamError | OSError,
+    rewriter: ModelRewriter,
+    disconnected: bool,
+    send: Send,
+) -> None:
+    """A stream that broke after it started (its usage already estimated):
+    ended with an error event when the vendor broke it; always raises
+    ``StreamStarted``."""
+    if disconnected or isinstance(exc, OSError):
+        gw.metrics.disconnects += 1
+        call.status = 499
+        call.error_type = "client_disconnected"
+        raise StreamStarted(node_fault=False) from None
+    # The vendor broke off: end the stream with an error event in the
+    # client's protocol (its SDK raises instead of taking a cut answer).
+    err = answers.upstream_exception_error(exc)
+    call.status = err.status
+    call.error_type = err.code
+    with contextlib.suppress(OSError):
+        await send(
+            {
+                "type": "http.response.body",
+                "body": rewriter.close() + req.response.stream_error(err),
+                "more_body": False,
+            }
+        )
+    raise StreamStarted(node_fault=True) from None
+
+
+async def _end_stream(
+    gw: Gateway,
+    call: Call,
+    req: CallRequest,
+    reader: NativeStreamReader,
+    rewriter: ModelRewriter,
+    send: Send,
+) -> bool:
+    """The stream's end: its usage and (a vendor's error event) its error
+    recorded, its last bytes sent; True unless the vendor streamed an error."""
+    call.usage = _estimate(call, req, reader)
+    if call.usage.cache_read:
+        call.cache_status = "prefix_hit"
+    error = reader.error
+    if error is not None:
+        # The vendor streamed an error event (relayed as it came): record it.
+        call.status = error.status
+        call.error_type = error.code
+    elif req.on_answer is not None and getattr(reader, "final", None) is not None:
+        final: dict[str, Any] = getattr(reader, "final")  # noqa: B009 - not every reader has it
+        if rewriter.renames(final.get(rewriter.key)):  # as the client got it
+            final = {**final, rewriter.key: rewriter.public}
+        await req.on_answer(final)
+    try:
+        await send({"type": "http.response.body", "body": rewriter.close(), "more_body": False})
+    except OSError:
+        gw.metrics.disconnects += 1
+    return error is None

@@ -154,7 +154,7 @@ async def stream(
     await start_stream(call, adapter, send)
     texts: list[str] = []
     disconnected = asyncio.Event()
-    watcher = asyncio.create_task(_watch(receive, resp, disconnected))
+    watcher = asyncio.create_task(watch_disconnect(receive, resp, disconnected))
     collected: list[dict[str, Any]] | None = [] if ckey and cache_ttl else None
     try:
         try:
@@ -184,8 +184,10 @@ async def stream(
         watcher.cancel()
 
 
-async def _watch(receive: Receive, resp: UpstreamResponse, disconnected: asyncio.Event) -> None:
-    """Abort the node's stream when the client leaves."""
+async def watch_disconnect(
+    receive: Receive, resp: UpstreamResponse, disconnected: asyncio.Event
+) -> None:
+    """Abort the node's stream when the client leaves (``disconnected`` set)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
