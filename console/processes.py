@@ -94,6 +94,13 @@ class Child:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def spawned(self) -> subprocess.Popen:
+        """Its process, once it was started (a supervisor's code past ``_spawn``)."""
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self.proc
+
 
 class ChildDied(RuntimeError):
     def __init__(self, child: Child):
@@ -238,7 +245,7 @@ class Supervisor:
     def _exited(self, child: Child, now: float) -> None:
         ran = now - child.started_at
         self._signal_group(child, signal.SIGKILL)  # strays, e.g. a killed worker's pool
-        child.last_exit = describe_exit(child.proc.returncode)
+        child.last_exit = describe_exit(child.spawned.returncode)
         child.exits.append(now)
         while child.exits and now - child.exits[0] > self.crash_window:
             child.exits.popleft()
@@ -283,6 +290,8 @@ class Supervisor:
             time.sleep(interval)
 
     def _signal_group(self, child: Child, sig: int) -> None:
+        if child.pid is None:  # never started: no process group
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, sig)
 
@@ -293,16 +302,16 @@ class Supervisor:
         started = [c for c in self.children if c.proc is not None]
         for child in started:
             if child.running():
-                child.proc.send_signal(signal.SIGTERM)
+                child.spawned.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.grace_seconds
         for child in started:
             remaining = max(0.0, deadline - time.monotonic())
             try:
-                child.proc.wait(timeout=remaining)
+                child.spawned.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
                 self.log(f"{child.name} did not stop in {self.grace_seconds:.0f} s; killing it")
                 self._signal_group(child, signal.SIGKILL)
-                child.proc.wait()
+                child.spawned.wait()
             # Reap strays left in the group (e.g. pool processes of a killed worker).
             self._signal_group(child, signal.SIGKILL)
         # Their last lines, before whatever the caller says next.

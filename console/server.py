@@ -109,7 +109,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         limits = self.current_limits()
-        self.timeout_keep_alive = limits.keepalive_timeout
+        # uvicorn declares an int; it only hands it to loop.call_later, which takes seconds
+        self.timeout_keep_alive = limits.keepalive_timeout  # type: ignore[assignment]
         self._guard_timer: asyncio.TimerHandle | None = None
         self._phase = _IDLE
         self._address = self.client[0] if self.client else ""

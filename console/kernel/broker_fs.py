@@ -112,7 +112,8 @@ def _move(source: str, target: str) -> None:
 class Channel(kombu_fs.Channel):
     """kombu's filesystem channel with atomic writes and a quarantine."""
 
-    def _put(self, queue, payload, **kwargs):
+    # kombu's filesystem channel names AbstractChannel's "message" "payload"; as it does:
+    def _put(self, queue, payload, **kwargs):  # type: ignore[override]
         """Write ``payload`` to a temporary file, fsync it, then rename it to
         the message's final name."""
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
@@ -132,9 +133,10 @@ class Channel(kombu_fs.Channel):
                 os.unlink(temp)
             raise ChannelError(f"Cannot add file {final!r} to directory") from exc
 
-    def _get(self, queue):
+    def _get(self, queue, timeout=None):
         """The next whole message of ``queue``; a malformed one is quarantined
-        and the next one tried. ``Empty`` when there is none."""
+        and the next one tried. ``Empty`` when there is none (at once: ``timeout``,
+        kombu's, is not waited on, as by kombu's own filesystem channel)."""
         queue_find = f"{queue}.msg"
         folder = self.data_folder_in
         try:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
@@ -118,7 +118,13 @@ def hint(secret: str) -> str:
     return f"…{secret[-4:]}" if len(secret) >= 12 else "set"
 
 
-_Response = TypeVar("_Response")
+class _HasHeaders(Protocol):
+    """A response that takes headers by item (Django's ``HttpResponse``, DRF's)."""
+
+    def __setitem__(self, header: str, value: str) -> None: ...
+
+
+_Response = TypeVar("_Response", bound=_HasHeaders)
 
 
 def no_store(response: _Response) -> _Response:

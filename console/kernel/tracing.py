@@ -24,13 +24,19 @@ upstream names the span the exporter reports.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import random
 import secrets
+from typing import Any
 
-try:  # the API is optional: without it, no spans (pip install .[otel])
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace as otel_trace
+# The API is optional: without it, no spans (pip install .[otel]). Imported by name
+# so that the type checker reads the same whether or not this environment has it.
+otel_context: Any
+otel_trace: Any
+try:
+    otel_context = importlib.import_module("opentelemetry.context")
+    otel_trace = importlib.import_module("opentelemetry.trace")
 except ImportError:  # pragma: no cover - depends on the environment
     otel_trace = None
     otel_context = None
