@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from accounts.facade import ApiKey, Organization, SubAccount
-from inference_node.facade import Credential, Node, NodeModel
+from inference_node.facade import Node, connect_node_rows_changed
 from usage.facade import CatalogModel, Price
 
 logger = logging.getLogger(__name__)
@@ -160,9 +160,9 @@ def connect_signals() -> None:
         (Price, on_prices),
         (CatalogModel, on_prices),
         (Node, on_nodes),
-        (NodeModel, on_nodes),
-        (Credential, on_nodes),  # a key added, disabled or removed (the admin too)
     ):
         uid = f"gateway-{model._meta.label_lower}"
         post_save.connect(handler, sender=model, dispatch_uid=uid + "-save", weak=False)
         post_delete.connect(handler, sender=model, dispatch_uid=uid + "-delete", weak=False)
+    # a node's models, and its keys added, disabled or removed (the admin too)
+    connect_node_rows_changed(on_nodes, dispatch_uid="gateway")

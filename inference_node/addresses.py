@@ -262,7 +262,9 @@ class PublicOnlyResolver(AbstractResolver):
     def __init__(self) -> None:
         self._inner = aiohttp.ThreadedResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET):
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ):
         results = await self._inner.resolve(host, port, family)
         for result in results:
             address = ipaddress.ip_address(str(result["host"]).split("%", 1)[0])

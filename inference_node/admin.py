@@ -197,11 +197,11 @@ class NodeModelInline(admin.TabularInline):
 
 
 def _set_status(status):
+    @admin.action(description=f"Set status: {status}")
     def act(modeladmin, request, queryset):
         queryset.update(status=status)
         transaction.on_commit(invalidate_routing_snapshot)
 
-    act.short_description = f"Set status: {status}"
     act.__name__ = f"set_{status}"
     return act
 

@@ -6,12 +6,19 @@ Other apps import from here and nowhere else in ``inference_node`` (the
 The simulator, ``tooling.simulator``, is not published at all: it is a
 separate program (``python -m tooling.simulator``) that imports no app.
 
-Published: the node models with their choices (other apps filter calls and
-credits by node and seed the simulator node); ``nodes_own_and_shared``, the
+Published: the node model with its choices (other apps' rows point at a
+node: calls and credits are filtered by node); ``nodes_own_and_shared``, the
 one rule for which nodes an organization sees (its own plus the shared
-platform nodes); and the gateway's routing snapshot (``RoutingSnapshot`` of
-``RoutableNode``, built by ``build_routing_snapshot``, dropped by
-``invalidate_routing_snapshot`` after a change).
+platform nodes); ``node_serves_model`` and ``credential_states`` (a node's
+API keys as plain data, never the secret); and the gateway's routing snapshot
+(of ``RoutableNode``, built by ``build_routing_snapshot``, dropped by
+``invalidate_routing_snapshot`` after a change), with
+``connect_node_rows_changed`` for a cache of it to hear of a node's models and
+keys changing.
+
+For the programs that set a deployment up (the demo, the benchmarks, the
+soak): ``seed_node_model`` and ``seed_credential`` (rows written without an
+actor or an audit event), with ``SeedCost``.
 
 For ``manage.py up``: ``probe_nodes`` (one probe round of the given nodes,
 recorded as a scheduled round would be: the same health flips and audit
@@ -21,7 +28,7 @@ For the gateway's key pools and upstream connections: ``credential_refused``
 (a vendor refused a key with 401 / 403: disable it, audit it, take the
 channel down when it was the last active one; idempotent, callable from a
 worker thread), and the address rules a tenant's upstream must pass at
-connect time too (``is_public_address``, ``why_not_public``,
+connect time too (``why_not_public``,
 ``refuse_internal_host``: DNS can change after a node was saved; a
 ``RoutableNode`` with ``public_only`` is reached at checked addresses only).
 The same rules for any other tenant-given URL this deployment sends to (the
@@ -41,52 +48,48 @@ from inference_node.addresses import (
     refuse_internal_host,
     why_not_public,
 )
-from inference_node.addresses import is_public as is_public_address
 from inference_node.health import probe_nodes
-from inference_node.models import (
-    Credential,
-    CredentialStatus,
-    HealthCheck,
-    Node,
-    NodeHealth,
-    NodeKind,
-    NodeModel,
-    NodeStatus,
-)
+from inference_node.models import HealthCheck, Node, NodeHealth, NodeKind, NodeStatus
+from inference_node.seeding import SeedCost, seed_credential, seed_node_model
 from inference_node.selectors import (
     CostPrice,
+    CredentialState,
     RoutableCredential,
     RoutableNode,
-    RoutingSnapshot,
     build_routing_snapshot,
+    credential_states,
     invalidate_routing_snapshot,
+    node_serves_model,
     nodes_own_and_shared,
 )
 from inference_node.services.credentials import credential_refused
+from inference_node.signals import connect_node_rows_changed
 
 __all__ = [
     "CostPrice",
-    "Credential",
-    "CredentialStatus",
+    "CredentialState",
     "HealthCheck",
     "Node",
     "NodeHealth",
     "NodeKind",
-    "NodeModel",
     "NodeStatus",
     "PrivateAddressRefused",
     "PublicOnlyResolver",
     "RoutableCredential",
     "RoutableNode",
-    "RoutingSnapshot",
+    "SeedCost",
     "build_routing_snapshot",
+    "connect_node_rows_changed",
     "credential_refused",
+    "credential_states",
     "guarded",
     "invalidate_routing_snapshot",
-    "is_public_address",
     "literal_refusal",
+    "node_serves_model",
     "nodes_own_and_shared",
     "probe_nodes",
     "refuse_internal_host",
+    "seed_credential",
+    "seed_node_model",
     "why_not_public",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import Any
 
 from django import forms
 from django.utils.translation import gettext as _
@@ -94,7 +95,7 @@ def parse_models_text(text: str) -> list[dict]:
                 % {"number": number}
             )
             continue
-        item = {"public_name": public, "upstream_name": upstream or public}
+        item: dict[str, Any] = {"public_name": public, "upstream_name": upstream or public}
         item["context_window"] = context
         _parse_options(number, words, item, errors)
         out.append(item)

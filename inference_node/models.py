@@ -16,8 +16,6 @@ Secrets (the node token, every credential) are sealed at rest
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
-
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone as tz
@@ -26,24 +24,6 @@ from django.utils.translation import pgettext_lazy
 
 from console.kernel.choices import TextChoices
 from console.kernel.crypto import SealedTextField, hint
-
-if TYPE_CHECKING:
-    from enum import StrEnum
-
-    class TextChoices(StrEnum):
-        """What mypy is to see of ``models.TextChoices`` (Django has no type
-        stubs here, so its classes are ``Any``): members are strings with a
-        label, the class lists its choices."""
-
-        choices: ClassVar[list[tuple[str, str]]]
-        values: ClassVar[list[str]]
-        labels: ClassVar[list[str]]
-
-        @property
-        def label(self) -> str: ...
-
-else:
-    TextChoices = models.TextChoices
 
 
 class NodeKind(TextChoices):

@@ -37,7 +37,7 @@ from django.utils.translation import gettext_lazy as _
 from inference_node.models import HealthCheck, NodeKind
 
 # Where a kind's API starts when a node gives no api_path.
-DEFAULT_API_PATH = {
+DEFAULT_API_PATH: dict[str, str] = {
     NodeKind.OPENAI_COMPATIBLE: "/v1",
     NodeKind.OPENAI: "/v1",
     NodeKind.ANTHROPIC: "/v1",

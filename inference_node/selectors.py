@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -41,6 +41,34 @@ def nodes_own_and_shared(*organization_ids: int) -> QuerySet[Node]:
     return Node.objects.filter(
         Q(organization__isnull=True) | Q(organization_id__in=organization_ids)
     )
+
+
+def node_serves_model(node_id: int, public_name: str) -> bool:
+    """Whether this node serves a model under this public name."""
+    return NodeModel.objects.filter(node_id=node_id, public_name=public_name).exists()
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialState:
+    """One API key of a channel's pool as other apps see it: never the secret."""
+
+    id: int
+    node_name: str
+    name: str  # its label (or "credential") and the last four characters
+    disabled: bool
+
+
+def credential_states(node_ids: Iterable[int]) -> list[CredentialState]:
+    """The API keys of these nodes, in the pool's order (by node, then key)."""
+    return [
+        CredentialState(
+            id=cred.pk,
+            node_name=cred.node.name,
+            name=str(cred),
+            disabled=cred.status == CredentialStatus.DISABLED,
+        )
+        for cred in Credential.objects.filter(node_id__in=list(node_ids)).select_related("node")
+    ]
 
 
 def _visible(actor: Actor) -> QuerySet[Node]:

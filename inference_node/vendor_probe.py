@@ -24,8 +24,8 @@ from inference_node.models import NodeKind
 from inference_node.presets import ANTHROPIC_VERSION, api_prefix
 
 MAX_DISCOVERED_MODELS = 200
-_QUERY = {NodeKind.ANTHROPIC: "?limit=1000", NodeKind.GEMINI: "?pageSize=1000"}
-_LENGTH_KEYS = {
+_QUERY: dict[str, str] = {NodeKind.ANTHROPIC: "?limit=1000", NodeKind.GEMINI: "?pageSize=1000"}
+_LENGTH_KEYS: dict[str, tuple[str, ...]] = {
     NodeKind.ANTHROPIC: ("max_input_tokens",),
     NodeKind.GEMINI: ("inputTokenLimit",),
 }

@@ -7,6 +7,8 @@ service or selector, and renders the page (or, for htmx, just the partial)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -102,7 +104,7 @@ def node_detail(request, node_id: int):
     may_change = actor.can(Perm.NODES_MANAGE) and not node.is_shared
     form = NodeForm(request.POST or None, node=node) if may_change else None
     if request.method == "POST":
-        if not may_change:
+        if form is None:  # not may_change
             return _forbidden(request, _("Your role cannot change this node."))
         if form.is_valid():
             try:
@@ -127,7 +129,7 @@ def node_detail(request, node_id: int):
 
 
 # (heading verb, button, what the node will be, the message once done): translated when shown.
-_STATUS_VERBS = {
+_STATUS_VERBS: dict[str, tuple[Any, Any, Any, Any]] = {
     NodeStatus.DRAINING: (
         pgettext_lazy("node action", "Drain"),
         pgettext_lazy("node action", "Drain node"),

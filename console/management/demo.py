@@ -24,13 +24,14 @@ from accounts.facade import (
     organization_create,
 )
 from inference_node.facade import (
-    Credential,
     HealthCheck,
     Node,
     NodeHealth,
     NodeKind,
-    NodeModel,
+    SeedCost,
     invalidate_routing_snapshot,
+    seed_credential,
+    seed_node_model,
 )
 
 DEMO_EMAIL = "demo@example.com"
@@ -123,11 +124,7 @@ def ensure_simulator_node(port: int) -> None:
         for name, context in SIMULATOR_MODELS:
             # the simulator serves these contexts (up starts it so): an older demo's
             # smaller ones are brought up to date
-            NodeModel.objects.update_or_create(
-                node=node,
-                public_name=name,
-                defaults={"upstream_name": name, "context_window": context},
-            )
+            seed_node_model(node.pk, name, upstream_name=name, context_window=context)
     invalidate_routing_snapshot()
 
 
@@ -160,21 +157,13 @@ def ensure_vendor_channels(port: int) -> None:
                 node.health = NodeHealth.UNKNOWN
                 node.save(update_fields=["base_url", "health", "updated_at"])
             if not node.credentials.exists():
-                Credential.objects.create(
-                    node=node, label="simulator key", secret=secret, secret_hint=secret[-4:]
-                )
-            inp, read, write, out = cost
-            NodeModel.objects.get_or_create(
-                node=node,
-                public_name=public,
-                defaults={
-                    "upstream_name": upstream,
-                    "context_window": context,
-                    "cost_currency": "USD",
-                    "cost_input_per_mtok": inp,
-                    "cost_cache_read_per_mtok": read,
-                    "cost_cache_write_per_mtok": write,
-                    "cost_output_per_mtok": out,
-                },
+                seed_credential(node.pk, secret=secret, label="simulator key")
+            seed_node_model(
+                node.pk,
+                public,
+                upstream_name=upstream,
+                context_window=context,
+                cost=SeedCost("USD", *cost),
+                keep_existing=True,
             )
     invalidate_routing_snapshot()

@@ -298,7 +298,7 @@ def node_update(*, actor: Actor, node_id: int, **fields) -> Node:
     return node
 
 
-_STATUS_ACTIONS = {
+_STATUS_ACTIONS: dict[str, str] = {
     NodeStatus.ACTIVE: "node.enable",
     NodeStatus.DRAINING: "node.drain",
     NodeStatus.DISABLED: "node.disable",

@@ -53,13 +53,13 @@ from django.core.management.base import BaseCommand
 
 from accounts.facade import Actor, ApiKey, Membership, Organization, Role, User, api_key_issue
 from inference_node.facade import (
-    Credential,
     HealthCheck,
     Node,
     NodeHealth,
     NodeKind,
-    NodeModel,
     NodeStatus,
+    seed_credential,
+    seed_node_model,
 )
 from usage.facade import CallRecord, CatalogModel, Price
 
@@ -246,8 +246,8 @@ class Command(BaseCommand):
             organization=org, name="bench-node", base_url=node_url, token=NODE_TOKEN,
             status=NodeStatus.ACTIVE, health=NodeHealth.HEALTHY, max_concurrency=4096,
         )  # fmt: skip
-        NodeModel.objects.create(
-            node=node, public_name=BENCH_MODEL, upstream_name="sim-chat-small", context_window=8192
+        seed_node_model(
+            node.pk, BENCH_MODEL, upstream_name="sim-chat-small", context_window=8192
         )
         if vendor_url:
             channel = Node.objects.create(
@@ -255,11 +255,10 @@ class Command(BaseCommand):
                 base_url=vendor_url, health_check=HealthCheck.TRAFFIC,
                 status=NodeStatus.ACTIVE, max_concurrency=4096,
             )  # fmt: skip
-            Credential.objects.create(node=channel, secret=VENDOR_KEY, secret_hint=VENDOR_KEY[-4:])
-            NodeModel.objects.create(
-                node=channel, public_name=NATIVE_MODEL, upstream_name="claude-sim",
-                context_window=8192,
-            )  # fmt: skip
+            seed_credential(channel.pk, secret=VENDOR_KEY)
+            seed_node_model(
+                channel.pk, NATIVE_MODEL, upstream_name="claude-sim", context_window=8192
+            )
         ApiKey.objects.filter(organization=org).update(status="revoked")
         actor = Actor(membership, "127.0.0.1")
         _, raw = api_key_issue(
@@ -451,10 +450,9 @@ class Command(BaseCommand):
                     status=NodeStatus.ACTIVE, health=NodeHealth.HEALTHY, max_concurrency=256,
                 )  # fmt: skip
                 for public in (AFFINITY_MODEL, RR_MODEL):
-                    NodeModel.objects.create(
-                        node=node, public_name=public, upstream_name="sim-chat-small",
-                        context_window=8192,
-                    )  # fmt: skip
+                    seed_node_model(
+                        node.pk, public, upstream_name="sim-chat-small", context_window=8192
+                    )
                 nodes.append((node, url))
             time.sleep(2.5)  # the gateway's node snapshot refreshes every second
             rng = random.Random(7)  # noqa: S311 - benchmark text, not secrets

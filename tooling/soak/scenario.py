@@ -32,7 +32,7 @@ from accounts.facade import (
     sub_account_create,
 )
 from console.kernel import redis_url
-from inference_node.facade import Node, NodeHealth, NodeModel, NodeStatus
+from inference_node.facade import Node, NodeHealth, NodeStatus, seed_node_model
 from invoicing.facade import LedgerKind, ledger_entry_create
 from tooling.soak.cluster import NODE_MODELS, NODE_TOKEN
 from usage.facade import seed_catalog
@@ -117,9 +117,7 @@ def register_nodes(node_urls: list[str]) -> list[int]:
             max_concurrency=512,
         )
         for model in NODE_MODELS.split(","):
-            NodeModel.objects.create(
-                node=node, public_name=model, upstream_name=model, context_window=8192
-            )
+            seed_node_model(node.pk, model, upstream_name=model, context_window=8192)
         ids.append(node.id)
     return ids
 

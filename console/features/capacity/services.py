@@ -23,7 +23,7 @@ from accounts.facade import (
 )
 from console.features.capacity.models import ACTIVE, Billing, LoadTest, Status
 from console.kernel.celery import registered_task
-from inference_node.facade import NodeModel, nodes_own_and_shared
+from inference_node.facade import node_serves_model, nodes_own_and_shared
 from usage.facade import CatalogModel
 
 DEFAULT_STEPS = (50, 100, 200, 400)
@@ -104,7 +104,7 @@ def _pinned_node(actor: Actor, node_id: int, model: str):
     node = pinnable_nodes(actor).filter(pk=node_id).first()
     if node is None:
         raise ValidationFailed.from_fields({"node": _("No such node.")})
-    if not NodeModel.objects.filter(node=node, public_name=model).exists():
+    if not node_serves_model(node.pk, model):
         raise ValidationFailed.from_fields(
             {"node": _("This node does not serve %(model)s.") % {"model": model}}
         )
