@@ -126,7 +126,7 @@ def test_the_node_flags_are_the_simulator_s(source):
 
 def test_the_environment_example_names_real_settings():
     """Every variable of console.env.example but the units' own is one the
-    console reads (README "Configuration")."""
+    console reads (docs/configuration.md)."""
     text = (SYSTEMD / "console.env.example").read_text()
     names = re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", text, flags=re.MULTILINE)
     settings_source = "".join(p.read_text() for p in (ROOT / "console" / "settings").glob("*.py"))

@@ -17,7 +17,7 @@ from accounts import keys
 from accounts.models import ApiKey
 from tests.factories import issue_key
 
-# The shape the README, ``manage.py up`` and tests/console/test_up.py show.
+# The shape the README's quickstart, ``manage.py up`` and tests/console/test_up.py show.
 KEY_RE = re.compile(r"^sk-[a-z2-9]{10}_[A-Za-z0-9_-]{43}$")
 NEW_KEY_RE = re.compile(r"^sk-[a-z2-9]{10}_[0-9A-Za-z]{42}V$")
 

@@ -6,7 +6,9 @@ installed with ``npm ci --prefix tests/agents``) and aider from PyPI
 (``tests/agents/requirements.txt``, in a virtual environment of its own at
 ``.venv-aider``: its pins clash with the product's). ``.ci/run`` installs both.
 
-Each run follows the README's "Client set-up" as printed: the environment
+Each run follows the client set-up as printed (docs/clients.md, "The coding
+agents"; read with the README's and every docs/*.md's blocks through
+``tests/docs_snippets.py``, so a block counts wherever it lives): the environment
 variables of its ``sh`` blocks and the files of its ``toml`` / ``json`` blocks
 tagged ``agent=<name>`` (``file=<path under $HOME>``), in a fresh ``$HOME``,
 with only the base URL changed to the recorder's and the model named on the
@@ -27,7 +29,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import shlex
 import sqlite3
 import subprocess
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, web
+
+from tests.docs_snippets import doc_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = ROOT / "tests" / "agents"
@@ -135,42 +138,35 @@ class Recorder:
         return answer
 
 
-# --------------------------------------------------------------------------- README
-
-
-FENCE = re.compile(r"^```(.*)$")
+# --------------------------------------------------------------------------- set-up
 
 
 @dataclass
 class Setup:
-    """What the README's "Client set-up" prints for one agent."""
+    """What the client set-up (docs/clients.md) prints for one agent."""
 
     env: dict[str, str] = field(default_factory=dict)
     unset: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # path under $HOME → text
 
 
-def readme_setup(agent: str, readme: Path = ROOT / "README.md") -> Setup:
-    """The README blocks tagged ``agent=<agent>``: ``export`` / ``unset``
-    lines of ``sh`` blocks, and the text of blocks with ``file=<path>``."""
-    setup, opened, body = Setup(), None, []
-    for line in readme.read_text(encoding="utf-8").splitlines():
-        m = FENCE.match(line)
-        if opened is None:
-            if m:
-                opened, body = m.group(1).split(), []
+def documented_setup(agent: str, files: list[Path] | None = None) -> Setup:
+    """The blocks tagged ``agent=<agent>`` in README.md and docs/*.md (or in
+    ``files``): ``export`` / ``unset`` lines of ``sh`` blocks, and the text of
+    blocks with ``file=<path>``. An agent with no block at all is an error, so a
+    set-up that moved or lost its tag cannot run the agent unconfigured."""
+    setup = Setup()
+    for block in doc_blocks(files):
+        options = block.options
+        if options.get("agent") != agent:
             continue
-        if not (m and not m.group(1).strip()):
-            body.append(line)
-            continue
-        words = dict(w.split("=", 1) for w in opened[1:] if "=" in w)
-        if words.get("agent") == agent:
-            text = "\n".join(body) + "\n"
-            if "file" in words:
-                setup.files[words["file"]] = text
-            else:
-                _shell_setup(text, setup)
-        opened = None
+        if "file" in options:
+            setup.files[options["file"]] = block.code
+        else:
+            _shell_setup(block.code, setup)
+    assert setup.env or setup.unset or setup.files, (
+        f"no block tagged agent={agent} in README.md or docs/*.md"
+    )
     return setup
 
 
@@ -186,7 +182,7 @@ def _shell_setup(text: str, setup: Setup) -> None:
         elif words[0] == "unset":
             setup.unset.extend(words[1:])
         else:
-            raise AssertionError(f"README agent block line is not export/unset: {line!r}")
+            raise AssertionError(f"agent set-up block line is not export/unset: {line!r}")
 
 
 # --------------------------------------------------------------------------- runs
@@ -228,7 +224,7 @@ def scratch_repo(path: Path) -> Path:
 
 
 def environment(setup: Setup, home: Path, base_url: str, key: str) -> dict[str, str]:
-    """This process's environment with the README's set-up applied, in a fresh
+    """This process's environment with the documented set-up applied, in a fresh
     ``home``: the base URL is the recorder's, ``$GATEWAY_API_KEY`` the key."""
     env = {k: v for k, v in os.environ.items() if k not in setup.unset}
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
@@ -259,12 +255,12 @@ def run_agent(
     key: str,
     env_overrides: dict[str, str] | None = None,
 ) -> Run:
-    """One headless run of ``argv`` in a scratch repository with the README's
-    set-up for ``agent``, through ``recorder``."""
+    """One headless run of ``argv`` in a scratch repository with the documented
+    set-up for ``agent`` (docs/clients.md), through ``recorder``."""
     home = tmp / "home"
     home.mkdir(parents=True)
     repo = scratch_repo(tmp / "repo")
-    env = environment(readme_setup(agent), home, recorder.url, key)
+    env = environment(documented_setup(agent), home, recorder.url, key)
     env.update(env_overrides or {})
     recorder.take()
     argv = [a.replace("{repo}", str(repo)) for a in argv]

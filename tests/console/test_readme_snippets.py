@@ -1,8 +1,10 @@
-"""Every example in README.md runs as printed against a started ``manage.py up``.
+"""Every example in README.md and docs/*.md runs as printed against a started
+``manage.py up``.
 
-Each fenced block of the README is either run here or marked as not meant to
-run: a data or config language (``text``, ``json``, ``toml``, ...) or a
-``no-run`` word after the language (```` ```sh no-run ````, for install
+The README keeps the quickstart and docs/ the rest (``tests/docs_snippets.py``
+reads the blocks of both). Each fenced block is either run here or marked as
+not meant to run: a data or config language (``text``, ``json``, ``toml``,
+...) or a ``no-run`` word after the language (```` ```sh no-run ````, for install
 commands and placeholders). A ``python`` block runs as a script; a ``sh``
 block must be one curl command, run by bash. Any other block fails
 ``test_every_readme_block_is_run_or_marked``, so an example nobody runs
@@ -23,16 +25,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.console.up_process import ROOT, start, up_env_for
+from tests.console.up_process import start, up_env_for
+from tests.docs_snippets import Fenced, doc_blocks, fenced_blocks
 
-README = ROOT / "README.md"
 README_BASE_URL = "http://127.0.0.1:8000"
 KEY_VARIABLE = "GATEWAY_API_KEY"
 NOT_RUN_LANGUAGES = frozenset({"text", "json", "toml", "yaml", "ini"})
 SHELL_LANGUAGES = frozenset({"sh", "bash", "shell"})
 NO_RUN = "no-run"
 SNIPPET_TIMEOUT = 60
-FENCE = re.compile(r"^```(.*)$")
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,15 @@ class Block:
     language: str
     words: tuple[str, ...]  # the rest of the info string
     code: str
+    source: str = "README.md"  # the file: "README.md", "docs/clients.md"
+
+    @classmethod
+    def of(cls, fenced: Fenced) -> Block:
+        return cls(fenced.line, fenced.language, fenced.words, fenced.code, fenced.source)
 
     @property
     def id(self) -> str:
-        return f"README.md:{self.line}:{self.language or 'bare'}"
+        return f"{self.source}:{self.line}:{self.language or 'bare'}"
 
     def verdict(self) -> str:
         """How the block is run (``python``, ``curl``), ``skip`` when it is not
@@ -66,26 +72,12 @@ class Block:
         return f"an unknown language '{self.language}': add a runner here, or mark it {NO_RUN}"
 
 
-def readme_blocks(text: str) -> list[Block]:
-    blocks, opened, body = [], None, []
-    for number, line in enumerate(text.splitlines(), start=1):
-        m = FENCE.match(line)
-        if opened is None:
-            if m:
-                opened, body = (number, m.group(1).split()), []
-        elif m and not m.group(1).strip():
-            first, info = opened
-            blocks.append(
-                Block(first, info[0] if info else "", tuple(info[1:]), "\n".join(body) + "\n")
-            )
-            opened = None
-        else:
-            body.append(line)
-    assert opened is None, f"README.md:{opened[0]}: a code block is never closed"
-    return blocks
+def readme_blocks(text: str, source: str = "README.md") -> list[Block]:
+    return [Block.of(fenced) for fenced in fenced_blocks(text, source)]
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+# README.md's blocks, then those of docs/*.md: every example, wherever it lives.
+BLOCKS = [Block.of(fenced) for fenced in doc_blocks()]
 RUNNABLE = [b for b in BLOCKS if b.verdict() in ("python", "curl")]
 
 
@@ -93,12 +85,16 @@ def test_every_readme_block_is_run_or_marked():
     unrunnable = [
         f"{b.id}: {b.verdict()}" for b in BLOCKS if b.verdict() not in ("python", "curl", "skip")
     ]
-    assert not unrunnable, "README blocks this test cannot run:\n" + "\n".join(unrunnable)
-    # The quickstart's examples are all here: each SDK and curl.
+    assert not unrunnable, "README/docs blocks this test cannot run:\n" + "\n".join(unrunnable)
+    # The quickstart's examples are all here (README.md and docs/clients.md): each
+    # SDK and curl.
     code = "\n".join(b.code for b in RUNNABLE)
     for needle in ("from openai import", "from anthropic import", "from google import genai"):
         assert needle in code
     assert sum(b.verdict() == "curl" for b in RUNNABLE) >= 3
+    assert any(b.source == "README.md" and b.verdict() == "curl" for b in RUNNABLE), (
+        "the README's quickstart lost its curl example"
+    )
     for block in RUNNABLE:
         assert README_BASE_URL in block.code, f"{block.id} does not call the gateway"
 

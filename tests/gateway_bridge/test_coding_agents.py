@@ -1,7 +1,7 @@
 """The real coding agents, unmodified, through a started ``manage.py up``.
 
 Claude Code, Codex, Gemini CLI and Qwen Code (npm) and aider (PyPI), each set up
-exactly as the README's "Client set-up" prints it (``tests/agents/harness.py``),
+exactly as docs/clients.md prints it (``tests/agents/harness.py``),
 run headless on a scripted task in a scratch repository: read ``notes.txt``,
 then change "hello" to "goodbye" in it with the agent's own tools. Each run
 must exit 0 with the file edited, every call it made answered without a 4xx or
@@ -75,7 +75,7 @@ def gemini_cli(model: str) -> tuple[list[str], dict]:
                      "old_string": "hello", "new_string": "goodbye"}),
     )
     argv = [str(NODE_BIN / "gemini"), "-m", model, "-p", task, "--yolo"]
-    # a headless run trusts the scratch folder (the README says so)
+    # a headless run trusts the scratch folder (docs/clients.md says so)
     return [*argv, "--output-format", "json"], {"GEMINI_CLI_TRUST_WORKSPACE": "true"}
 
 

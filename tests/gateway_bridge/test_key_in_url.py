@@ -1,7 +1,7 @@
 """A key in the URL (``?key=``) is Gemini's convention and is taken on Gemini
-paths only (the README's client set-up): on OpenAI and Anthropic paths the
-same key, in the query string alone, is refused with that protocol's own 401,
-and no call reaches a node."""
+paths only (docs/gateway.md's protocol table; docs/architecture.md, "Hostile
+input"): on OpenAI and Anthropic paths the same key, in the query string
+alone, is refused with that protocol's own 401, and no call reaches a node."""
 
 from __future__ import annotations
 
