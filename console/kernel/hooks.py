@@ -1,6 +1,6 @@
 """Cross-app reactions without cross-app imports.
 
-The apps are layered (see the README's architecture section and the
+The apps are layered (see docs/architecture.md and the
 ``[tool.importlinter]`` contracts): ``gateway_bridge`` and ``invoicing`` sit
 on ``usage``, which sits on ``inference_node`` and ``accounts``. A lower app
 never imports a higher one, and the two top apps never import each other.
