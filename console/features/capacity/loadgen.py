@@ -35,16 +35,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
-import ssl as ssl_module
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
-from urllib.parse import urlsplit
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import httptools
+
+from console.features.capacity.cputime import CpuClocks, cpu_of
+from console.features.capacity.wire import Headers, has_content, request_payloads
 
 DEFAULT_BODY = {
     "model": "sim-chat-small",
@@ -76,7 +77,7 @@ class _Run:
         self.error_kinds: Counter[str] = Counter()
         self.clients: set[_Client] = set()
         self.users_left = 0
-        self.all_done: asyncio.Future | None = None
+        self.all_done: asyncio.Future[None] | None = None
 
     def payload(self) -> bytes:
         payloads = self.payloads
@@ -113,6 +114,12 @@ class _Run:
                 self.error("connect", _perf())
                 delay = 0.05
 
+    def abort_all(self) -> None:
+        """Abort every open connection; its client stops (opens no other)."""
+        for client in list(self.clients):
+            client.stopping = True
+            client.transport.abort()
+
     def user_done(self) -> None:
         self.users_left -= 1
         if self.users_left <= 0 and self.all_done is not None and not self.all_done.done():
@@ -122,13 +129,14 @@ class _Run:
 class _Client(asyncio.Protocol):
     """One keep-alive connection of a virtual client; sends the next request when one ends."""
 
+    transport: asyncio.Transport  # from connection_made, before any other callback
+
     def __init__(self, run: _Run):
         self.run = run
         self.parser = httptools.HttpResponseParser(self)
-        self.transport = None
         self.sent_at = 0.0
         self.busy = False  # a request is in flight
-        self.ttft = None
+        self.ttft: float | None = None
         self.sse = b""
         self.tail = b""  # the end of the body read so far (a usage figure may straddle reads)
         self.output = 0
@@ -184,7 +192,7 @@ class _Client(asyncio.Protocol):
                 break
             block, buffer = buffer[:end], buffer[end + 2 :]
             for line in block.split(b"\n"):
-                if line[:5] == b"data:" and _has_content(line[5:]):
+                if line[:5] == b"data:" and has_content(line[5:]):
                     self.ttft = _perf() - self.sent_at
                     self.sse = b""
                     return
@@ -223,105 +231,16 @@ class _Client(asyncio.Protocol):
             self.transport.abort()
 
 
-def _has_content(payload: bytes) -> bool:
-    """Whether one SSE data payload carries generated text (OpenAI, Anthropic, Gemini)."""
-    payload = payload.strip()
-    if not payload or payload == b"[DONE]":
-        return False
-    try:
-        event = json.loads(payload)
-    except ValueError:
-        return False
-    if not isinstance(event, dict):
-        return False
-    for choice in event.get("choices") or ():
-        delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("tool_calls") or choice.get("text"):
-            return True
-    delta = event.get("delta")
-    if isinstance(delta, dict) and (delta.get("text") or delta.get("partial_json")):
-        return True
-    for candidate in event.get("candidates") or ():
-        for part in (candidate.get("content") or {}).get("parts") or ():
-            if part.get("text"):
-                return True
-    return False
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (all threads) from /proc; None if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
-
-
-def _cpu_of(pids) -> dict[int, float | None]:
-    return {pid: process_cpu_seconds(pid) for pid in pids}
-
-
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
 
 
-def _payloads(url, bodies, headers, stream: bool, method: str):
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    secure = parts.scheme == "https"
-    port = parts.port or (443 if secure else 80)
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
-    if isinstance(headers, dict):
-        headers = list(headers.items())
-    headers = list(headers or ())
-    names = {name.lower() for name, _ in headers}
-    lines = [f"{method} {target} HTTP/1.1", f"host: {parts.netloc}"]
-    if "content-type" not in names:
-        lines.append("content-type: application/json")
-    lines += [f"{name}: {value}" for name, value in headers if name.lower() != "host"]
-    head = "\r\n".join(lines)
-    payloads = []
-    for body in bodies:
-        raw = _body_bytes(body, stream and ":streamGenerateContent" not in target)
-        payloads.append(f"{head}\r\ncontent-length: {len(raw)}\r\n\r\n".encode("latin-1") + raw)
-    if not payloads:
-        raise ValueError("no request bodies")
-    ssl = ssl_module.create_default_context() if secure else None
-    return payloads, parts.hostname, port, ssl, (parts.hostname if secure else None)
-
-
-def _body_bytes(body, add_stream: bool) -> bytes:
-    if isinstance(body, str):
-        body = body.encode()
-    if isinstance(body, bytes):
-        if not add_stream:
-            return body
-        try:
-            decoded = json.loads(body)
-        except ValueError:
-            return body
-        if not isinstance(decoded, dict) or "stream" in decoded:
-            return body
-        body = decoded
-    if add_stream and isinstance(body, dict) and "stream" not in body:
-        body = {**body, "stream": True}
-    return json.dumps(body).encode()
-
-
 async def drive(
     url: str,
     bodies: Iterable,
-    headers=(),
+    headers: Headers = (),
     concurrency: int = 10,
     seconds: float = 10.0,
     stream: bool = False,
@@ -331,65 +250,80 @@ async def drive(
     drain: float = 2.0,
     method: str = "POST",
     cpu_pids: Iterable[int] = (),
-    stop=None,
-) -> dict:
+    stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """Run the load inside the running event loop; returns the summary dict."""
-    payloads, host, port, ssl, server_hostname = _payloads(url, bodies, headers, stream, method)
+    payloads, host, port, ssl, server_hostname = request_payloads(
+        url, bodies, headers, stream, method
+    )
     run = _Run(payloads, host, port, ssl, server_hostname, stream, timeout)
     loop = asyncio.get_running_loop()
-    run.all_done = loop.create_future()
+    all_done: asyncio.Future[None] = loop.create_future()
+    run.all_done = all_done
     run.users_left = concurrency
     started = _perf()
     run.window_start = started + warmup
     run.deadline = run.window_start + seconds
-    cpu_at_start = cpu_at_end = None
-    cpu_pids = list(cpu_pids)
-    servers_at_start: dict = {}
-    servers_at_end: dict = {}
+    cpu = CpuClocks(list(cpu_pids))
     connecting = [loop.create_task(run.connect()) for _ in range(concurrency)]
-    stopped_at = None
-    while not run.all_done.done():
-        now = _perf()
-        if stop is not None and stopped_at is None and stop():
-            stopped_at = now
-            run.deadline = min(run.deadline, now)
-            for client in list(run.clients):
-                client.stopping = True
-                client.transport.abort()
-            break
-        if cpu_at_start is None and now >= run.window_start:
-            cpu_at_start = time.process_time()
-            servers_at_start = _cpu_of(cpu_pids)
-        if cpu_at_end is None and now >= run.deadline:
-            cpu_at_end = time.process_time()
-            servers_at_end = _cpu_of(cpu_pids)
-        if now >= run.deadline + drain + 1.0:
-            break  # connections that never came up
-        if now >= run.deadline + drain:
-            for client in list(run.clients):
-                client.stopping = True
-                client.transport.abort()
-        for client in list(run.clients):
-            client.check_timeout(now)
-        tick = 0.25 if cpu_at_start is not None else max(0.0, min(0.25, run.window_start - now))
-        if now < run.deadline:
-            tick = min(tick, max(0.0, run.deadline - now))
-        await asyncio.wait([run.all_done], timeout=tick)
-    end = cpu_at_end if cpu_at_end is not None else time.process_time()
-    cpu = end - (cpu_at_start if cpu_at_start is not None else end)
+    stopped_at = await _watch(run, all_done, cpu, stop, drain)
+    cpu_seconds = cpu.seconds()
     for task in connecting:
         task.cancel()
     if stopped_at is not None:
         seconds = max(0.0, stopped_at - run.window_start)
-    if cpu_pids and not servers_at_end:
-        servers_at_end = _cpu_of(cpu_pids)
+    if cpu.pids and not cpu.servers_at_end:
+        cpu.servers_at_end = cpu_of(cpu.pids)
+    result = _summary(run, seconds, stopped=stopped_at is not None)
+    result.update(concurrency=concurrency, stream=stream, warmup=warmup)
+    result["cpu_seconds"] = round(cpu_seconds, 3)
+    if cpu.pids:
+        result["server_cpu_seconds"] = cpu.servers()
+    return result
+
+
+async def _watch(
+    run: _Run,
+    all_done: asyncio.Future[None],
+    cpu: CpuClocks,
+    stop: Callable[[], bool] | None,
+    drain: float,
+) -> float | None:
+    """Tick (a quarter second at most) until every virtual client is done: read the
+    CPU clocks as the window opens and closes, time out stuck requests, abort what is
+    still open ``drain`` seconds past the deadline. When ``stop`` answers true the
+    open requests are aborted at once and the time it did is returned (else None)."""
+    stopped_at = None
+    while not all_done.done():
+        now = _perf()
+        if stop is not None and stopped_at is None and stop():
+            stopped_at = now
+            run.deadline = min(run.deadline, now)
+            run.abort_all()
+            break
+        cpu.read(now, run.window_start, run.deadline)
+        if now >= run.deadline + drain + 1.0:
+            break  # connections that never came up
+        if now >= run.deadline + drain:
+            run.abort_all()
+        for client in list(run.clients):
+            client.check_timeout(now)
+        tick = 0.25 if cpu.at_start is not None else max(0.0, min(0.25, run.window_start - now))
+        if now < run.deadline:
+            tick = min(tick, max(0.0, run.deadline - now))
+        await asyncio.wait([all_done], timeout=tick)
+    return stopped_at
+
+
+def _summary(run: _Run, seconds: float, *, stopped: bool) -> dict[str, Any]:
+    """The measured window's counts, rates and latency percentiles (milliseconds)."""
     run.latencies.sort()
     run.ttfts.sort()
     requests = sum(run.statuses.values())
     ok = len(run.latencies)
     errors = requests - ok + sum(run.error_kinds.values())
     mean = sum(run.latencies) / ok * 1000 if ok else None
-    result = {
+    return {
         "requests": requests,
         "ok": ok,
         "errors": errors,
@@ -406,29 +340,16 @@ async def drive(
         "ttft_p99_ms": _percentile(run.ttfts, 0.99),
         "ttft_p999_ms": _percentile(run.ttfts, 0.999),
         "output_tokens": run.output_tokens,
-        "stopped": stopped_at is not None,
+        "stopped": stopped,
         "statuses": dict(sorted(run.statuses.items())),
         "error_kinds": dict(sorted(run.error_kinds.items())),
-        "concurrency": concurrency,
-        "stream": stream,
-        "warmup": warmup,
-        "cpu_seconds": round(cpu, 3),
     }
-    if cpu_pids:
-        server_cpu = {}
-        for pid in cpu_pids:
-            start, end = servers_at_start.get(pid), servers_at_end.get(pid)
-            server_cpu[str(pid)] = (
-                round(end - start, 3) if start is not None and end is not None else None
-            )
-        result["server_cpu_seconds"] = server_cpu
-    return result
 
 
 def run_load(
     url: str,
     bodies: Iterable,
-    headers=(),
+    headers: Headers = (),
     concurrency: int = 10,
     seconds: float = 10.0,
     stream: bool = False,
@@ -439,8 +360,8 @@ def run_load(
     method: str = "POST",
     use_uvloop: bool = True,
     cpu_pids: Iterable[int] = (),
-    stop=None,
-) -> dict:
+    stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """Run a closed-loop load on a fresh event loop (uvloop when importable).
 
     ``bodies``: request bodies (bytes, str, or JSON-able objects), used round-robin.
@@ -497,6 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     add("--no-uvloop", action="store_true")
     add("--cpu-pid", type=int, action="append", default=[], help="report this process's CPU")
     options = parser.parse_args(argv)
+    bodies: list[bytes | dict[str, Any]]
     if options.bodies_file:
         with open(options.bodies_file, "rb") as f:
             bodies = [line.strip() for line in f if line.strip()]

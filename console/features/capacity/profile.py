@@ -19,7 +19,7 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 def _words(seed: str, count: int) -> str:
     """``count`` words of four letters, each one token (a leading space attaches)."""
-    out = []
+    out: list[str] = []
     block = b""
     n = 0
     while len(out) < count:

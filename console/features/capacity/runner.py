@@ -111,30 +111,8 @@ def run_load_test(load_test_id: int) -> None:
         test.api_key_id, test.key_prefix = key.pk, key.prefix
         test.save(update_fields=["api_key_id", "key_prefix"])
         payloads = bodies(test.model, test.input_tokens, test.output_tokens, test.prefix_share)
-        url = settings.CAPACITY_GATEWAY_URL + "/v1/chat/completions"
-        headers = {"authorization": f"Bearer {raw}"}
-        with _CancelWatch(test.pk) as watch:
-            for index, clients in enumerate(test.steps):
-                if watch.cancelled.is_set():
-                    break
-                test.current_step, test.step_started_at = index, tz.now()
-                test.save(update_fields=["current_step", "step_started_at"])
-                summary = run_load(
-                    url,
-                    payloads,
-                    headers,
-                    concurrency=clients,
-                    seconds=test.step_seconds,
-                    stream=True,
-                    timeout=REQUEST_TIMEOUT_SECONDS,
-                    drain=1.0,
-                    stop=watch.cancelled.is_set,
-                )
-                _store_step(test, index, clients, summary)
-                test.current_step = index + 1
-                test.save(update_fields=["current_step"])
-            if watch.cancelled.is_set():
-                status = Status.CANCELLED
+        if _run_steps(test, payloads, raw):
+            status = Status.CANCELLED
     except Exception as exc:  # the run ends as failed, with the reason shown
         log.exception("load test %s failed", test.pk)
         status, error = Status.FAILED, str(exc)[:500] or type(exc).__name__
@@ -146,6 +124,34 @@ def run_load_test(load_test_id: int) -> None:
             except Exception:
                 log.exception("load test %s: could not revoke key %s", test.pk, key.prefix)
     _finish(test, status, error)
+
+
+def _run_steps(test: LoadTest, payloads: list[dict], raw_key: str) -> bool:
+    """Each step of ``test`` in turn, its clients calling the gateway with the test's
+    own key, its figures stored as it ends; whether the test was cancelled."""
+    url = settings.CAPACITY_GATEWAY_URL + "/v1/chat/completions"
+    headers = {"authorization": f"Bearer {raw_key}"}
+    with _CancelWatch(test.pk) as watch:
+        for index, clients in enumerate(test.steps):
+            if watch.cancelled.is_set():
+                break
+            test.current_step, test.step_started_at = index, tz.now()
+            test.save(update_fields=["current_step", "step_started_at"])
+            summary = run_load(
+                url,
+                payloads,
+                headers,
+                concurrency=clients,
+                seconds=test.step_seconds,
+                stream=True,
+                timeout=REQUEST_TIMEOUT_SECONDS,
+                drain=1.0,
+                stop=watch.cancelled.is_set,
+            )
+            _store_step(test, index, clients, summary)
+            test.current_step = index + 1
+            test.save(update_fields=["current_step"])
+        return watch.cancelled.is_set()
 
 
 def _finish(test: LoadTest, status: str, error: str) -> None:

@@ -51,7 +51,7 @@ def load_test_list(request):
     nodes = services.pinnable_nodes(request.actor) if services.is_staff(request.actor) else None
     form = LoadTestForm(request.POST or None, currency=currency, nodes=nodes) if may_run else None
     if request.method == "POST":
-        if not may_run:
+        if form is None:  # not may_run
             return render(request, "403.html", status=403)
         if form.is_valid():
             test = _start(request, form)

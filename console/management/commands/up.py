@@ -186,68 +186,14 @@ class Command(BaseCommand):
         slowed the simulators' and the probe's. The load-test worker takes only
         ``CAPACITY_QUEUE`` (a test holds its process for minutes) and sends its
         calls to this web server."""
-        sup.start(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "-l",
-                "info",
-                "--concurrency",
-                "2",
-                "--pool",
-                "prefork",
-                "-Q",
-                settings.CELERY_TASK_DEFAULT_QUEUE,
-                # The filesystem broker has no broadcast; these need it.
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-        )
+        sup.start("worker", _celery_worker(settings.CELERY_TASK_DEFAULT_QUEUE, 2))
         sup.start(
             "loadtests",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "-l",
-                "info",
-                "--concurrency",
-                "1",
-                "--pool",
-                "prefork",
-                "-Q",
-                settings.CAPACITY_QUEUE,
-                "-n",
-                "loadtests@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
+            _celery_worker(settings.CAPACITY_QUEUE, 1, "-n", "loadtests@%h"),
             env_extra={"CAPACITY_GATEWAY_URL": gateway_url},
         )
         sup.start(
-            "beat",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "beat",
-                "-l",
-                "info",
-                "-s",
-                settings.CELERY_BEAT_SCHEDULE_FILENAME,
-            ],
+            "beat", _celery("beat", "-l", "info", "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME)
         )
 
     def start_web(self, sup: Supervisor, host: str, port: int) -> None:
@@ -273,52 +219,30 @@ class Command(BaseCommand):
             ],
         )
 
+    def start_simulators(self, sup: Supervisor, node_port: int, vendor_port: int) -> None:
+        """The inference-node simulator (the demo's own node) and the vendor simulator
+        (the demo's vendor channels), each when its port is set."""
+        if node_port:
+            models = ",".join(f"{name}:{context}" for name, context in SIMULATOR_MODELS)
+            sup.start("node", _simulator(node_port, models))
+        if vendor_port:
+            models = ",".join(f"{up}:{ctx}" for _, _, _, up, ctx, _ in VENDOR_CHANNELS)
+            sup.start(
+                "vendor-sim",
+                _simulator(vendor_port, models),
+                env_extra={"SIM_API_KEYS": vendor_key()},
+            )
+
     def run_children(
         self, host: str, port: int, node_port: int, vendor_port: int, raw_key: str | None
     ) -> int:
-        py = sys.executable
         env = os.environ.copy()
         env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
         sup = Supervisor(env=env, cwd=str(settings.BASE_DIR), log=self.say)
         sup.install_signal_handlers()
         code = 0
         try:
-            if node_port:
-                sup.start(
-                    "node",
-                    [
-                        py,
-                        "-m",
-                        "tooling.simulator",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(node_port),
-                        "--profile",
-                        "realistic",
-                        "--models",
-                        ",".join(f"{name}:{context}" for name, context in SIMULATOR_MODELS),
-                    ],
-                )
-            if vendor_port:
-                models = ",".join(f"{up}:{ctx}" for _, _, _, up, ctx, _ in VENDOR_CHANNELS)
-                sup.start(
-                    "vendor-sim",
-                    [
-                        py,
-                        "-m",
-                        "tooling.simulator",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(vendor_port),
-                        "--profile",
-                        "realistic",
-                        "--models",
-                        models,
-                    ],
-                    env_extra={"SIM_API_KEYS": vendor_key()},
-                )
+            self.start_simulators(sup, node_port, vendor_port)
             waiter = Waiter(say=self.say, alive=sup.alive, timeout=READY_TIMEOUT_SECONDS)
             if self.wait_until_ready(
                 sup,
@@ -331,7 +255,8 @@ class Command(BaseCommand):
             ):
                 self.say("Ready.")
                 sup.watch()
-            name = {2: "SIGINT", 15: "SIGTERM"}.get(sup.stop_requested, sup.stop_requested)
+            stop = sup.stop_requested
+            name = _SIGNAL_NAMES.get(stop, stop) if stop is not None else stop
             self.say(f"Got {name}; stopping.")
         except CrashLoop as exc:
             self.stderr.write(f"up: {exc.report()}")
@@ -343,6 +268,51 @@ class Command(BaseCommand):
             sup.stop()
         self.say("Stopped.")
         return code
+
+
+_SIGNAL_NAMES = {2: "SIGINT", 15: "SIGTERM"}
+
+
+def _celery(*args: str) -> list[str]:
+    """``python -m celery -A console`` and ``args``."""
+    return [sys.executable, "-m", "celery", "-A", "console", *args]
+
+
+def _celery_worker(queue: str, concurrency: int, *more: str) -> list[str]:
+    """A prefork worker of ``concurrency`` processes that takes ``queue`` only."""
+    return _celery(
+        "worker",
+        "-l",
+        "info",
+        "--concurrency",
+        str(concurrency),
+        "--pool",
+        "prefork",
+        "-Q",
+        queue,
+        *more,
+        # The filesystem broker has no broadcast; these need it.
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    )
+
+
+def _simulator(port: int, models: str) -> list[str]:
+    """``python -m tooling.simulator`` on loopback ``port``, realistic, serving ``models``."""
+    return [
+        sys.executable,
+        "-m",
+        "tooling.simulator",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--profile",
+        "realistic",
+        "--models",
+        models,
+    ]
 
 
 def _url_host(host: str) -> str:
