@@ -3,6 +3,8 @@ errors or messages, the API into ``{"error": {...}}`` bodies. Never a 500."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class DomainError(Exception):
     code = "error"
@@ -21,7 +23,7 @@ class ValidationFailed(DomainError):
     http_status = 400
 
     @classmethod
-    def from_fields(cls, fields: dict[str, str | list[str]]) -> ValidationFailed:
+    def from_fields(cls, fields: Mapping[str, str | list[str]]) -> ValidationFailed:
         normalized = {k: v if isinstance(v, list) else [v] for k, v in fields.items()}
         first_field, first_msgs = next(iter(normalized.items()))
         message = first_msgs[0] if first_field == "__all__" else f"{first_field}: {first_msgs[0]}"

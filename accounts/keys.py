@@ -36,6 +36,7 @@ import secrets
 import zlib
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeGuard
 
 from django.conf import settings
 from django.db.models import Q
@@ -81,7 +82,7 @@ def key_checksum(text: str) -> str:
     return _BASE62_PAIRS[high] + _BASE62_PAIRS[mid] + _BASE62_PAIRS[low]
 
 
-def is_checksummed(raw: object, prefix: str = KEY_PREFIX) -> bool:
+def is_checksummed(raw: object, prefix: str = KEY_PREFIX) -> TypeGuard[str]:
     """Whether ``raw`` claims the checksummed format: the key's length and its
     last character (``CHECKSUM_MARK``). No legacy key ever does."""
     return (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from rest_framework import serializers
 
 from accounts import validators
@@ -16,8 +18,13 @@ from accounts.models import (
 )
 from accounts.services.api_keys import MAX_GRACE
 
+if TYPE_CHECKING:
+    _FieldBase: TypeAlias = serializers.Field  # what _TextOnly is mixed into
+else:
+    _FieldBase = object
 
-class _TextOnly:
+
+class _TextOnly(_FieldBase):
     """Text as the schema says (``type: string``): DRF's own CharField turns a
     number into text, so ``{"name": 5}`` would pass as the name "5"."""
 
@@ -56,7 +63,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiKey
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "name",
             "prefix",

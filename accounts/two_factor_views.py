@@ -27,7 +27,7 @@ def login_code(request):
     addresses never refuses a right code)."""
     pending = two_factor.pending_sign_in(request)
     user = User.objects.filter(pk=pending["user"], is_active=True).first() if pending else None
-    if user is None:
+    if pending is None or user is None:
         messages.info(request, _("Sign in again."))
         return redirect("accounts:login")
     context = {"error": "", "locked": ""}

@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from accounts.facade import IsOrgMember, OrgViewSet, ValidationFailed
 from invoicing import selectors, services
-from invoicing.forms import PeriodStatusForm
+from invoicing.forms.lists import PeriodStatusForm
 from invoicing.models import CreditNote, Invoice, InvoiceStatus, LedgerEntry, LedgerKind
 from invoicing.serializers import (
     BalanceSerializer,

@@ -198,7 +198,7 @@ class InvoiceFilters:
 
 @dataclass
 class InvoiceTable:
-    invoices: object  # the filtered, sorted queryset (``decorate`` the rows shown)
+    invoices: models.QuerySet  # the filtered, sorted queryset (``decorate`` the rows shown)
     totals: list[Totals] = field(default_factory=list)
 
 

@@ -47,7 +47,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Invoice
-        fields = INVOICE_FIELDS
+        fields: tuple[str, ...] = INVOICE_FIELDS
         read_only_fields = fields
 
 

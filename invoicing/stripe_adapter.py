@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import stripe
 from django.conf import settings
@@ -121,8 +122,10 @@ def _translate(exc: stripe.StripeError) -> StripeError:
     message = getattr(exc, "user_message", None) or str(exc) or exc.__class__.__name__
     code = getattr(exc, "code", None) or ""
     pi_id = ""
-    body = exc.json_body if isinstance(getattr(exc, "json_body", None), dict) else {}
-    err = body.get("error") if isinstance(body.get("error"), dict) else {}
+    json_body = getattr(exc, "json_body", None)
+    body: dict[str, Any] = json_body if isinstance(json_body, dict) else {}
+    error = body.get("error")
+    err: dict[str, Any] = error if isinstance(error, dict) else {}
     pi = err.get("payment_intent")
     if isinstance(pi, dict):
         pi_id = pi.get("id") or ""

@@ -67,6 +67,43 @@ def clean_unique_name(
     return name
 
 
+def _clean_allowed_models(
+    raw, errors: FieldErrors, *, ceiling, org_models: list[str] | None
+) -> list[str] | None:
+    """The model allow-list normalized: names the catalogue has, within what
+    the organization (``org_models``) and the ``ceiling`` allow."""
+    models = errors.run("allowed_models", validators.normalize_models, raw or [])
+    unknown = _not_in_catalogue(models or [])
+    if unknown:
+        errors.add(
+            "allowed_models",
+            ngettext(
+                "Unknown model: %(names)s. Choose names from the list; the Models & "
+                "prices page shows every model in the catalogue.",
+                "Unknown models: %(names)s. Choose names from the list; the Models & "
+                "prices page shows every model in the catalogue.",
+                len(unknown),
+            )
+            % {"names": ", ".join(unknown)},
+        )
+    if models is not None:
+        outside = []
+        if org_models:
+            outside += [m for m in models if m not in org_models]
+        if ceiling is not None and ceiling.allowed_models:
+            outside += [m for m in models if m not in ceiling.allowed_models and m not in outside]
+        if outside:
+            errors.add(
+                "allowed_models",
+                _(
+                    "Not allowed here: %(names)s. A key may only narrow what its "
+                    "sub-account and organization allow."
+                )
+                % {"names": ", ".join(outside)},
+            )
+    return models
+
+
 def clean_limits(
     data: dict, errors: FieldErrors, *, ceiling=None, org_models: list[str] | None = None
 ) -> dict:
@@ -74,39 +111,10 @@ def clean_limits(
     sub-account a key belongs to) bounds every cap, rate and model list."""
     out: dict = {}
     if "allowed_models" in data:
-        models = errors.run(
-            "allowed_models", validators.normalize_models, data["allowed_models"] or []
+        models = _clean_allowed_models(
+            data["allowed_models"], errors, ceiling=ceiling, org_models=org_models
         )
-        unknown = _not_in_catalogue(models or [])
-        if unknown:
-            errors.add(
-                "allowed_models",
-                ngettext(
-                    "Unknown model: %(names)s. Choose names from the list; the Models & "
-                    "prices page shows every model in the catalogue.",
-                    "Unknown models: %(names)s. Choose names from the list; the Models & "
-                    "prices page shows every model in the catalogue.",
-                    len(unknown),
-                )
-                % {"names": ", ".join(unknown)},
-            )
         if models is not None:
-            outside = []
-            if org_models:
-                outside += [m for m in models if m not in org_models]
-            if ceiling is not None and ceiling.allowed_models:
-                outside += [
-                    m for m in models if m not in ceiling.allowed_models and m not in outside
-                ]
-            if outside:
-                errors.add(
-                    "allowed_models",
-                    _(
-                        "Not allowed here: %(names)s. A key may only narrow what its "
-                        "sub-account and organization allow."
-                    )
-                    % {"names": ", ".join(outside)},
-                )
             out["allowed_models"] = models
     if "required_tag_keys" in data:
         keys = errors.run(

@@ -13,9 +13,9 @@ to collect once (``api_key_collect_secret``)."""
 
 from __future__ import annotations
 
-import ipaddress
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -32,26 +32,21 @@ from accounts.models import (
     ApiKey,
     ApiKeyStatus,
     Membership,
-    Organization,
     Priority,
     SubAccount,
     SubAccountStatus,
     role_noun,
 )
 from accounts.permissions import Perm, can_receive_key_secret, has_perm
-from accounts.services._common import (
-    CAP_FIELDS,
-    LIMIT_FIELDS,
-    RATE_FIELDS,
-    FieldErrors,
-    changed,
-    clean_limits,
+from accounts.services._common import LIMIT_FIELDS, FieldErrors, changed, clean_limits
+from accounts.services.key_ceiling import (
+    ceiling_after,
+    check_ceiling,
+    developer_cap,
+    manages_all_keys,
 )
-from console.kernel.money import format_exact
 
 KEY_FIELDS = (*LIMIT_FIELDS, "name", "ip_allowlist", "priority", "expires_at")
-# The limits a key manager's setting makes a ceiling for the key's owner.
-CEILING_FIELDS = (*LIMIT_FIELDS, "ip_allowlist", "expires_at")
 MAX_GRACE = timedelta(days=30)
 # A key's state as a sentence names it (``ApiKey.effective_status`` codes).
 _STATUS_WORDS = {
@@ -153,162 +148,33 @@ def _clean(
     return out
 
 
-def _manages_all(actor: Actor) -> bool:
-    return actor.can(Perm.KEYS_MANAGE_ALL)
-
-
-def _ceiling_value(field: str, value):
-    """A limit as the ceiling stores it (JSON); None when it restricts nothing."""
-    if value in (None, [], ""):
-        return None
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return list(value) if isinstance(value, (list, tuple)) else value
-
-
-def _within_networks(entry: str, ceiling: list[str]) -> bool:
-    try:
-        net = ipaddress.ip_network(entry, strict=False)
-    except ValueError:
-        return False
-    for allowed in ceiling:
-        try:
-            outer = ipaddress.ip_network(allowed, strict=False)
-        except ValueError:
-            continue
-        if outer.version == net.version and net.subnet_of(outer):
-            return True
-    return False
-
-
-def _developer_cap(actor: Actor) -> int | None:
-    """The organization's cap on developers' keys, read now (not from the
-    actor's possibly older copy of the organization)."""
-    return (
-        Organization.objects.filter(pk=actor.organization_id)
-        .values_list("developer_key_cap", flat=True)
-        .first()
-    )
-
-
-def _money(actor: Actor, micro: int) -> str:
-    return format_exact(micro, actor.organization.currency)
-
-
-def _check_ceiling(actor: Actor, values: dict, *, key: ApiKey | None) -> None:
-    """For a key's owner who is not a key manager: each limit they change must
-    stay within what a manager set (the key's ceiling) and, for the monthly
-    cap, within the organization's cap for developers' keys."""
-    if _manages_all(actor):
-        return
-    ceiling = dict(key.ceiling or {}) if key is not None else {}
-    org_cap = _developer_cap(actor)
-    if org_cap is not None:
-        current = ceiling.get("spend_cap_monthly")
-        ceiling["spend_cap_monthly"] = org_cap if current is None else min(current, org_cap)
-    errors = FieldErrors()
-    by_admin = key is not None and bool(key.ceiling)
-    for field, limit in ceiling.items():
-        if field not in values or limit is None:
-            continue
-        new = values[field]
-        if key is not None and getattr(key, field) == new:
-            continue  # unchanged: only a change must respect the ceiling
-        if field in CAP_FIELDS:
-            if new is None or new > limit:
-                errors.add(
-                    field,
-                    (
-                        _(
-                            "Capped at %(cap)s by an admin: you may lower it, "
-                            "not raise or remove it."
-                        )
-                        if by_admin
-                        else _(
-                            "Capped at %(cap)s by your organization: you may lower it, "
-                            "not raise or remove it."
-                        )
-                    )
-                    % {"cap": _money(actor, limit)},
-                )
-        elif field in RATE_FIELDS:
-            if new is None or new > limit:
-                errors.add(
-                    field,
-                    _("Limited to %(limit)s by an admin: you may lower it, not raise or remove it.")
-                    % {"limit": limit},
-                )
-        elif field == "allowed_models":
-            outside = [m for m in new or [] if m not in limit]
-            if not new or outside:
-                errors.add(
-                    field,
-                    _(
-                        "An admin allowed only %(allowed)s: you may narrow the list, "
-                        "not widen or clear it."
-                    )
-                    % {"allowed": ", ".join(limit)},
-                )
-        elif field == "required_tag_keys":
-            dropped = [k for k in limit if k not in (new or [])]
-            if dropped:
-                errors.add(
-                    field,
-                    _("An admin requires the tag keys %(keys)s: you may add keys, not remove them.")
-                    % {"keys": ", ".join(limit)},
-                )
-        elif field == "ip_allowlist":
-            if not new or not all(_within_networks(e, limit) for e in new):
-                errors.add(
-                    field,
-                    _(
-                        "An admin allowed only %(allowed)s: you may narrow it, "
-                        "not widen or clear it."
-                    )
-                    % {"allowed": ", ".join(limit)},
-                )
-        elif field == "expires_at":
-            ends = datetime.fromisoformat(limit)
-            if new is None or new > ends:
-                errors.add(
-                    field,
-                    _(
-                        "An admin set this key to expire by %(ends)s UTC: "
-                        "you may bring it forward, not postpone or remove it."
-                    )
-                    % {"ends": f"{ends:%Y-%m-%d %H:%M}"},
-                )
-    errors.raise_if_any()
-
-
-def _ceiling_after(actor: Actor, key: ApiKey, values: dict, *, issued: bool) -> dict:
-    """The key's ceiling after ``actor`` set ``values``: a manager's setting of a
-    limit (every limit when issuing, a changed one when updating) becomes its
-    ceiling, or lifts it when cleared; an owner's own changes leave it alone,
-    except that a developer's key keeps the organization's cap as a ceiling."""
-    ceiling = dict(key.ceiling or {})
-    if _manages_all(actor):
-        for field in CEILING_FIELDS:
-            if field not in values:
-                continue
-            if not issued and getattr(key, field) == values[field]:
-                continue
-            value = _ceiling_value(field, values[field])
-            if value is None:
-                ceiling.pop(field, None)
-            else:
-                ceiling[field] = value
-    elif issued and (org_cap := _developer_cap(actor)) is not None:
-        ceiling["spend_cap_monthly"] = org_cap
-    return ceiling
-
-
 def _audit_params(values: dict) -> dict:
     return {
         k: (v.isoformat() if isinstance(v, datetime) else v)
         for k, v in values.items()
         if v not in (None, [], "")
     }
+
+
+def _check_pin(actor: Actor, pinned_node_id: int) -> None:
+    """Only platform staff pin a key to a node, and to a node's id."""
+    user = actor.user
+    if not (user.is_active and user.is_staff):
+        raise PermissionDenied(_("Only platform staff may pin a key to a node."))
+    if not isinstance(pinned_node_id, int) or pinned_node_id <= 0:
+        raise ValidationFailed.from_fields({"pinned_node_id": _("Give a node's id.")})
+
+
+def _issue_params(key: ApiKey, values: dict[str, Any]) -> dict[str, Any]:
+    """The audit trail's record of a new key: its limits, prefix and how it was made."""
+    params = _audit_params(values) | {"prefix": key.prefix}
+    if key.test_traffic:
+        params["test_traffic"] = True
+    if key.pinned_node_id is not None:
+        params["pinned_node_id"] = key.pinned_node_id
+    if key.sub_account:
+        params["sub_account"] = key.sub_account.name
+    return params
 
 
 def api_key_issue(
@@ -332,20 +198,16 @@ def api_key_issue(
     The caller checks that the node exists (accounts cannot see nodes)."""
     _require_key_management(actor)
     if pinned_node_id is not None:
-        user = actor.user
-        if not (user.is_active and user.is_staff):
-            raise PermissionDenied(_("Only platform staff may pin a key to a node."))
-        if not isinstance(pinned_node_id, int) or pinned_node_id <= 0:
-            raise ValidationFailed.from_fields({"pinned_node_id": _("Give a node's id.")})
+        _check_pin(actor, pinned_node_id)
     unknown = set(fields) - set(KEY_FIELDS)
     if unknown:
         raise ValidationFailed.from_fields(dict.fromkeys(sorted(unknown), _("Unknown field.")))
     sub = _resolve_sub_account(actor, sub_account_id)
-    org_cap = None if _manages_all(actor) else _developer_cap(actor)
+    org_cap = None if manages_all_keys(actor) else developer_cap(actor)
     if org_cap is not None and fields.get("spend_cap_monthly") in (None, ""):
         fields["spend_cap_monthly"] = org_cap  # the organization's default for developers
     values = _clean(actor, {"name": name, **fields}, sub=sub)
-    _check_ceiling(actor, values, key=None)
+    check_ceiling(actor, values, key=None)
     public_id, raw, digest = key_secrets.new_secret(key_secrets.KEY_PREFIX)
     try:
         with transaction.atomic():
@@ -359,16 +221,11 @@ def api_key_issue(
                 pinned_node_id=pinned_node_id,
                 **values,
             )
-            key.ceiling = _ceiling_after(actor, key, values, issued=True)
+            key.ceiling = ceiling_after(actor, key, values, issued=True)
             key.save(force_insert=True)
-            params = _audit_params(values) | {"prefix": key.prefix}
-            if key.test_traffic:
-                params["test_traffic"] = True
-            if pinned_node_id is not None:
-                params["pinned_node_id"] = pinned_node_id
-            if sub:
-                params["sub_account"] = sub.name
-            audit_record(actor=actor, action="api_key.issue", target=key, params=params)
+            audit_record(
+                actor=actor, action="api_key.issue", target=key, params=_issue_params(key, values)
+            )
     except IntegrityError:
         raise ValidationFailed.from_fields(
             {"name": _("A key named '%(name)s' already exists.") % {"name": values["name"]}}
@@ -386,8 +243,8 @@ def api_key_update(*, actor: Actor, key_id: int, **fields) -> ApiKey:
         if key.status == ApiKeyStatus.REVOKED:
             raise Conflict(_("A revoked key cannot be changed."), code="key_revoked")
         values = _clean(actor, fields, sub=key.sub_account, instance=key)
-        _check_ceiling(actor, values, key=key)
-        ceiling = _ceiling_after(actor, key, values, issued=False)
+        check_ceiling(actor, values, key=key)
+        ceiling = ceiling_after(actor, key, values, issued=False)
         diff = changed(key, values)
         if diff or ceiling != key.ceiling:
             key.ceiling = ceiling
@@ -558,6 +415,7 @@ def member_keys_dispose(
     for key in keys:
         key.pending_secret = ""
         if disposal == KeyDisposal.HAND_OVER:
+            assert recipient is not None  # _check_recipient refused a hand-over to no one
             key.owner_id = recipient.user_id
             key.save(update_fields=["owner", "pending_secret"])
             audit_record(

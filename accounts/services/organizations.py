@@ -92,7 +92,7 @@ def _clean_org_fields(data: dict, errors: FieldErrors) -> dict:
                 "discount_rate",
                 _("Enter the share of list price paid, between 0 and 1 (e.g. 0.85)."),
             )
-        elif rate.as_tuple().exponent < -6:
+        elif int(rate.as_tuple().exponent) < -6:  # finite: the exponent is a number
             errors.add("discount_rate", _("Use at most six decimal places."))
         else:
             out["discount_rate"] = rate
@@ -168,7 +168,9 @@ def organization_update(*, actor: Actor, **fields) -> Organization:
 # --- memberships -------------------------------------------------------------
 
 
-def _get_membership(actor: Actor, membership_id: int, *, lock: bool = False) -> Membership:
+def _get_membership(
+    actor: Actor, membership_id: int | None, *, lock: bool = False
+) -> Membership:
     qs = Membership.objects.select_related("user").filter(organization_id=actor.organization_id)
     if lock:
         qs = qs.select_for_update()

@@ -19,10 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 from django.utils.translation import pgettext
 from fpdf import FPDF
+from fpdf.drawing import DeviceGray, DeviceRGB
 from fpdf.enums import Align, MethodReturnValue, TextMode, WrapMode, XPos, YPos
+from fpdf.fonts import TTFFont
 
 from invoicing.pdf.fonts import pdf_fonts
 
@@ -65,13 +68,14 @@ class Document(FPDF):
         self.set_creator("Token Billing Console")
         self.set_lang(lang)  # BCP 47, for screen readers and text extraction
         fonts = pdf_fonts()
-        self.unicode = fonts.main is not None
+        main = fonts.main
+        self.unicode = main is not None
         # The CJK font is opened only for a document with a character the main
         # font lacks: opening and subsetting it costs half a second.
         self._fallback = fonts.cjk
-        if self.unicode:
-            self.add_font("body", "", str(fonts.main.path), collection_font_number=fonts.main.index)
-            self._main_chars = self.fonts["body"].cmap
+        if main is not None:
+            self.add_font("body", "", str(main.path), collection_font_number=main.index)
+            self._main_chars = cast(TTFFont, self.fonts["body"]).cmap  # added from a file
             self.family = "body"
         else:
             self.core_fonts_encoding = "windows-1252"
@@ -80,6 +84,7 @@ class Document(FPDF):
 
     def _open_fallback(self) -> None:
         font, self._fallback = self._fallback, None
+        assert font is not None  # called only while the fallback is unopened
         self.add_font("cjk", "", str(font.path), collection_font_number=font.index)
         self.set_fallback_fonts(["cjk"], exact_match=False)
 
@@ -120,7 +125,7 @@ class Document(FPDF):
     def measure(self, width: float, text: str, size: float) -> float:
         """The height ``text`` takes wrapped into ``width`` at ``size`` points."""
         with self.styled(size):
-            return self.multi_cell(
+            return self.multi_cell(  # type: ignore[return-value]  # HEIGHT: a float
                 width,
                 line_height(size),
                 text,
@@ -179,7 +184,7 @@ class Document(FPDF):
         self.set_draw_color(*color)
         self.set_line_width(width)
         self.line(x1, y, x2, y)
-        self.set_draw_color(*self.text_color.colors255)
+        self.set_draw_color(*cast(DeviceGray | DeviceRGB, self.text_color).colors255)
 
     # --- pages -----------------------------------------------------------------------
 

@@ -97,9 +97,9 @@ def _find(configured: str, candidates, what: str) -> FontFile | None:
             return FontFile(path, _face_index(path))
         logger.warning("%s %s does not exist; looking for the default fonts", what, configured)
     for candidate in candidates:
-        path = _candidate(candidate)
-        if path is not None:
-            return FontFile(path, _face_index(path))
+        found = _candidate(candidate)
+        if found is not None:
+            return FontFile(found, _face_index(found))
     return None
 
 

@@ -220,7 +220,7 @@ def _payment(invoice: Invoice) -> list[str]:
 
 def invoice_pdf(invoice: Invoice, *, breakdown=None) -> bytes:
     """The invoice as a PDF in the buyer's document language; ``breakdown``
-    (``invoicing.exports.Breakdown``) adds its usage by tag value or end user."""
+    (``invoicing.breakdown.Breakdown``) adds its usage by tag value or end user."""
     buyer = buyer_of(invoice)
     language = document_language(buyer)
     with translation.override(language):

@@ -18,7 +18,7 @@ from django.conf import settings
 from invoicing.models import DocumentLanguage
 
 # The PDF's /Lang entry (BCP 47) for each document language.
-PDF_LANG = {DocumentLanguage.EN: "en", DocumentLanguage.ZH_HANS: "zh-Hans"}
+PDF_LANG: dict[str, str] = {DocumentLanguage.EN: "en", DocumentLanguage.ZH_HANS: "zh-Hans"}
 
 
 def document_language(buyer: dict) -> str:

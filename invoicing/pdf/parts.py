@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
@@ -29,7 +30,7 @@ from invoicing.pdf.document import (
 
 # What a credit note did, in the customer's words (the console's own labels
 # are written for finance: "Refund to be paid by hand").
-EFFECT_WORDING = {
+EFFECT_WORDING: dict[str, Any] = {  # lazy texts
     CreditNoteEffect.REDUCE_DUE: pgettext_lazy("invoice PDF", "Reduces the amount due"),
     CreditNoteEffect.REFUND_CARD: pgettext_lazy(
         "invoice PDF", "Refunded to your original payment method"

@@ -278,7 +278,7 @@ def _charge(invoice: Invoice, payment: Payment) -> str:
             off_session=True,
             idempotency_key=f"invoice-{invoice.pk}-pi-{payment.pk}",
             metadata={
-                "kind": PaymentKind.INVOICE.value,
+                "kind": str(PaymentKind.INVOICE),
                 "payment_id": payment.pk,
                 "invoice_id": invoice.pk,
                 "invoice_number": invoice.number or "",

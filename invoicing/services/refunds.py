@@ -60,6 +60,33 @@ def _settle_refund(payment: Payment, refund: Refund) -> str:
     return refund.status  # pending, requires_action
 
 
+def _lock_card_refund(payment_id: int) -> Payment:
+    """The card refund's row, locked (with its invoice)."""
+    payment = (
+        Payment.objects.select_for_update(of=("self",))
+        .select_related("invoice")
+        .filter(pk=payment_id)
+        .first()
+    )
+    if payment is None:
+        raise NotFound("No such payment.")
+    if payment.kind != PaymentKind.REFUND or payment.method != PaymentMethod.STRIPE:
+        raise Conflict("This payment is not a card refund.")
+    return payment
+
+
+def _known_refund(payment: Payment) -> stripe_adapter.Refund | None:
+    """The Stripe refund already made for this row, if any: the one it
+    records, else one whose metadata names it (sent before a crash)."""
+    if payment.stripe_refund_id:
+        return stripe_adapter.refund_retrieve(payment.stripe_refund_id)
+    return stripe_adapter.refund_find(
+        payment_intent_id=payment.stripe_payment_intent_id,
+        metadata_key="payment_id",
+        value=str(payment.pk),
+    )
+
+
 def refund_execute(*, payment_id: int) -> str:
     """Send a pending card refund (made by ``credit_note_create`` on a card-
     paid invoice) to Stripe, as a partial refund of the invoice's
@@ -71,29 +98,13 @@ def refund_execute(*, payment_id: int) -> str:
         return "stripe_off"
     outage = None
     with transaction.atomic():
-        payment = (
-            Payment.objects.select_for_update(of=("self",))
-            .select_related("invoice")
-            .filter(pk=payment_id)
-            .first()
-        )
-        if payment is None:
-            raise NotFound("No such payment.")
-        if payment.kind != PaymentKind.REFUND or payment.method != PaymentMethod.STRIPE:
-            raise Conflict("This payment is not a card refund.")
+        payment = _lock_card_refund(payment_id)
         if payment.status != PaymentStatus.PENDING:
             return f"already_{payment.status}"
         if not payment.stripe_payment_intent_id:
             _fail(payment, "No card payment to refund.", payment.invoice)
             return "failed"
-        if payment.stripe_refund_id:
-            refund = stripe_adapter.refund_retrieve(payment.stripe_refund_id)
-        else:
-            refund = stripe_adapter.refund_find(
-                payment_intent_id=payment.stripe_payment_intent_id,
-                metadata_key="payment_id",
-                value=str(payment.pk),
-            )
+        refund = _known_refund(payment)
         if refund is None:
             payment.attempts += 1
             try:
@@ -102,7 +113,7 @@ def refund_execute(*, payment_id: int) -> str:
                     amount_minor=payment.amount_minor,
                     idempotency_key=f"refund-payment-{payment.pk}",
                     metadata={
-                        "kind": PaymentKind.REFUND.value,
+                        "kind": str(PaymentKind.REFUND),
                         "payment_id": payment.pk,
                         "organization_id": payment.organization_id,
                         "credit_note": payment.reference,
@@ -116,7 +127,7 @@ def refund_execute(*, payment_id: int) -> str:
                 payment.save(update_fields=["attempts"])
                 _fail(payment, exc.message, payment.invoice, code=exc.stripe_code)
                 return "failed"
-        if outage is None:
+        if refund is not None:  # found or made: no outage
             why = _refund_mismatch(payment, refund)
             if why:
                 logger.error("refund %s does not match payment %s (%s)", refund.id, payment.pk, why)
@@ -124,6 +135,7 @@ def refund_execute(*, payment_id: int) -> str:
             payment.stripe_refund_id = refund.id
             payment.save(update_fields=["attempts", "stripe_refund_id"])
             return _settle_refund(payment, refund)
+    assert outage is not None  # no refund: an outage stopped it
     raise outage
 
 

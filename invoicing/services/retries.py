@@ -8,7 +8,9 @@ late changes nothing."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from django.db.models import F, Q
 from django.utils import timezone as tz
@@ -108,7 +110,7 @@ def payments_retry_pending(
     pending = Payment.objects.filter(
         method=PaymentMethod.STRIPE, status=PaymentStatus.PENDING, updated_at__lt=cutoff
     ).order_by("pk")
-    work = [
+    work: list[tuple[str, Callable[..., str], dict[str, Any]]] = [
         ("refunds", refund_execute, {"payment_id": pk})
         for pk in pending.filter(kind=PaymentKind.REFUND).values_list("pk", flat=True)
     ]

@@ -106,7 +106,7 @@ def _topup_intent(payment: Payment, customer_id: str, **options) -> Intent:
         customer_id=customer_id,
         idempotency_key=f"topup-{payment.pk}-pi",
         metadata={
-            "kind": PaymentKind.TOP_UP.value,
+            "kind": str(PaymentKind.TOP_UP),
             "payment_id": payment.pk,
             "organization_id": payment.organization_id,
         },
@@ -220,26 +220,9 @@ def topup_record_manual(
     return payment
 
 
-def topup_charge_card(*, actor, amount_minor: int, request_key: str = "") -> Payment:
-    """Top up the actor's prepaid organization by charging its card on file,
-    confirmed here with the manager present. The payment is committed before
-    Stripe is called (idempotency key ``topup-{payment.id}-pi``); the same
-    ``request_key`` (the form's one-time token) returns the same payment, so
-    a double submit charges once.
-
-    The returned payment carries ``client_secret`` and ``requires_action``:
-    when the bank asks for 3-D Secure, the page finishes it with
-    ``stripe.confirmCardPayment``. Either way the balance rises only when the
-    ``payment_intent.succeeded`` webhook (or the beat's sync) says so."""
-    org = _topup_checks(actor, amount_minor)
-    _require_stripe()
-    request_key = (request_key or "").strip()[:64]
-    customer_id = stripe_adapter.customer_ensure(organization_id=org.pk)
-    method = stripe_adapter.customer_default_payment_method(customer_id=customer_id)
-    if method is None:
-        raise ValidationFailed.from_fields(
-            {"__all__": _("No card on file: add one on the payment method page first.")}
-        )
+def _card_topup_row(org, actor, amount_minor: int, request_key: str) -> Payment:
+    """The card top-up's payment row, committed: the one ``request_key`` made
+    already (a double submit: ``duplicate``) or a new one."""
     with transaction.atomic():
         Organization.objects.select_for_update().get(pk=org.pk)
         existing = (
@@ -262,6 +245,32 @@ def topup_charge_card(*, actor, amount_minor: int, request_key: str = "") -> Pay
     payment.client_secret = ""
     payment.requires_action = False
     payment.duplicate = False
+    return payment
+
+
+def topup_charge_card(*, actor, amount_minor: int, request_key: str = "") -> Payment:
+    """Top up the actor's prepaid organization by charging its card on file,
+    confirmed here with the manager present. The payment is committed before
+    Stripe is called (idempotency key ``topup-{payment.id}-pi``); the same
+    ``request_key`` (the form's one-time token) returns the same payment, so
+    a double submit charges once.
+
+    The returned payment carries ``client_secret`` and ``requires_action``:
+    when the bank asks for 3-D Secure, the page finishes it with
+    ``stripe.confirmCardPayment``. Either way the balance rises only when the
+    ``payment_intent.succeeded`` webhook (or the beat's sync) says so."""
+    org = _topup_checks(actor, amount_minor)
+    _require_stripe()
+    request_key = (request_key or "").strip()[:64]
+    customer_id = stripe_adapter.customer_ensure(organization_id=org.pk)
+    method = stripe_adapter.customer_default_payment_method(customer_id=customer_id)
+    if method is None:
+        raise ValidationFailed.from_fields(
+            {"__all__": _("No card on file: add one on the payment method page first.")}
+        )
+    payment = _card_topup_row(org, actor, amount_minor, request_key)
+    if payment.duplicate:
+        return payment
     try:
         intent = _topup_intent(payment, customer_id, payment_method=method, confirm=True)
     except (StripeDeclined, StripeRejected) as exc:

@@ -16,7 +16,7 @@ from accounts.facade import BillingMode, DomainError, apply_errors, org_view
 from console.kernel.money import format_amount
 from console.kernel.timezones import org_zone
 from invoicing import exports, selectors, services
-from invoicing.forms import (
+from invoicing.forms.balance import (
     AdjustmentForm,
     BillingProfileForm,
     CardTopUpForm,
@@ -170,6 +170,13 @@ def topup(request):
                 form = _fresh_key(posted)
             else:
                 with_micro(payment, "amount_minor")
+    return _topup_page(request, form, manual_form, payment, stripe_on=stripe_on)
+
+
+def _topup_page(request, form, manual_form, payment, *, stripe_on: bool):
+    """The top-up page: both forms, the card on file, the balance and the
+    recent top-ups; with Stripe.js when the card's bank asks for 3-D Secure."""
+    actor = request.actor
     card, card_error = (
         card_on_file_or_error(actor) if stripe_on and actor.can(MANAGE) else (None, "")
     )

@@ -19,7 +19,8 @@ from django.views.decorators.http import require_GET
 from accounts.facade import Conflict, DomainError, NotFound, apply_errors, org_view
 from console.kernel.money import format_amount
 from invoicing import selectors, services
-from invoicing.forms import CreditNoteForm, IncidentCreditForm, RefundPaidForm
+from invoicing.forms.credit_notes import CreditNoteForm, IncidentCreditForm
+from invoicing.forms.invoices import RefundPaidForm
 from invoicing.models import PaymentKind, PaymentMethod, PaymentStatus
 from invoicing.money import from_minor
 from invoicing.pdf import credit_note_pdf as render_pdf

@@ -11,7 +11,7 @@ from accounts.facade import org_view
 from console.kernel.crypto import no_store
 from console.kernel.db_router import on_replica
 from invoicing import exports
-from invoicing.forms import (
+from invoicing.forms.lists import (
     PeriodStatusForm,
 )
 from invoicing.services._common import org_zone

@@ -23,13 +23,10 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.facade import DomainError, NotFound, apply_errors, org_view
 from console.kernel.crypto import no_store
 from console.kernel.money import format_amount
+from invoicing import breakdown as usage_breakdown
 from invoicing import exports, lists, selectors, services
-from invoicing.forms import (
-    DraftForm,
-    InvoiceListForm,
-    PaymentForm,
-    ReasonForm,
-)
+from invoicing.forms.invoices import PaymentForm, ReasonForm
+from invoicing.forms.lists import DraftForm, InvoiceListForm
 from invoicing.models import InvoiceStatus
 from invoicing.money import from_minor
 from invoicing.pdf import invoice_pdf as invoice_pdf_with
@@ -158,11 +155,11 @@ def invoice_list(request):
     return render(request, "invoicing/invoices.html", context)
 
 
-def _breakdown(request, invoice) -> tuple[object, str]:
-    """The ``?breakdown=`` section asked for (``invoicing.exports.invoice_breakdown``)
+def _breakdown(request, invoice) -> tuple[usage_breakdown.Breakdown | None, str]:
+    """The ``?breakdown=`` section asked for (``invoicing.breakdown.invoice_breakdown``)
     and, when it is malformed, why."""
     try:
-        return exports.invoice_breakdown(invoice, request.GET.get("breakdown")), ""
+        return usage_breakdown.invoice_breakdown(invoice, request.GET.get("breakdown")), ""
     except ValueError as exc:
         return None, str(exc)
 
@@ -199,7 +196,7 @@ def _detail_context(request, invoice):
         "finalize_blocker": selectors.finalize_blocker(invoice),
         "breakdown": breakdown,
         "breakdown_error": breakdown_error,
-        "breakdown_choices": exports.breakdown_choices(invoice),
+        "breakdown_choices": usage_breakdown.breakdown_choices(invoice),
         "breakdown_query": urlencode({"breakdown": breakdown.choice}) if breakdown else "",
         "pay_now": actor.can(MANAGE)
         and invoice.status == InvoiceStatus.FINALIZED
@@ -438,7 +435,8 @@ def _seller():
 
 def _breakdown_csv(request, invoice, breakdown) -> HttpResponse:
     response = HttpResponse(
-        exports.breakdown_csv(breakdown, request=request), content_type="text/csv; charset=utf-8"
+        usage_breakdown.breakdown_csv(breakdown, request=request),
+        content_type="text/csv; charset=utf-8",
     )
     name = invoice.number or f"draft-{invoice.period}-{invoice.pk}"
     choice = breakdown.choice.replace(":", "-")

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db.models import Sum
 
-from invoicing import exports
+from invoicing.breakdown import invoice_breakdown
 from invoicing.models import LedgerKind, LineKind
 from invoicing.reconcile import reconcile
 from invoicing.selectors import prepaid_balance
@@ -60,7 +60,7 @@ def test_the_invoice_and_the_balance_count_the_billed_calls_only(mixed_month):
     usage = sum(ln.amount for ln in invoice.lines.filter(kind=LineKind.USAGE))
     assert usage == invoice.usage_amount == billed
     assert invoice.calls == 6
-    breakdown = exports.invoice_breakdown(invoice, "end_user")
+    breakdown = invoice_breakdown(invoice, "end_user")
     assert sum(r.amount for r in breakdown.rows) == billed
     report = reconcile("2025-03")
     (mine,) = [o for o in report["organizations"] if o["organization_id"] == org.pk]

@@ -15,7 +15,7 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from invoicing import exports
+from invoicing.breakdown import invoice_breakdown
 from tests.invoicing.pages import as_member, html
 from tests.usage.factories import event
 from usage.ingest import ingest_events
@@ -60,7 +60,7 @@ def tagged_month(org, month_calls, key, make_key, other_org):
 @pytest.mark.parametrize("choice", ["tag:team", "tag:env", "end_user"])
 def test_the_breakdown_sums_to_the_invoices_usage_to_the_micro_unit(tagged_month, choice):
     invoice = tagged_month
-    b = exports.invoice_breakdown(invoice, choice)
+    b = invoice_breakdown(invoice, choice)
     assert b.amount == invoice.usage_amount == sum(r.amount for r in b.rows)
     assert b.calls == invoice.calls == sum(r.calls for r in b.rows)
     assert b.rows[-1].value is None  # the untagged (or anonymous) calls, last
@@ -71,7 +71,7 @@ def test_the_finalized_invoice_breaks_down_the_same(tagged_month):
     from invoicing.services import invoice_finalize
 
     invoice = invoice_finalize(invoice_id=tagged_month.pk)
-    b = exports.invoice_breakdown(invoice, "tag:team")
+    b = invoice_breakdown(invoice, "tag:team")
     assert {r.value for r in b.rows} == {"search", "ads", None}
     assert b.amount == invoice.usage_amount
 
