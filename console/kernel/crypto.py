@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
@@ -137,6 +137,12 @@ def no_store(response: _Response) -> _Response:
 class SealedTextField(models.TextField):
     """A text column that stores ``seal(value)`` and reads back the clear text.
     Not for lookups: equal clear texts seal differently."""
+
+    if TYPE_CHECKING:
+        # A model instance's attribute holds the clear text (Django's descriptor);
+        # without django-stubs the type checker would take it for the field itself.
+        def __get__(self, instance: Any, owner: Any) -> Any: ...
+        def __set__(self, instance: Any, value: str) -> None: ...
 
     def from_db_value(self, value, expression, connection):
         if value is None or value == "":

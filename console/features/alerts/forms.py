@@ -79,13 +79,13 @@ class PercentListField(forms.CharField):
         return out
 
 
-_SCOPE_FIELDS = {
+_SCOPE_FIELDS: dict[str, str] = {
     Scope.KEY: "api_key",
     Scope.SUB_ACCOUNT: "sub_account",
     Scope.MODEL: "model",
     Scope.NODE: "node",
 }
-_KIND_FIELDS = {
+_KIND_FIELDS: dict[str, tuple[str, ...]] = {
     Kind.SPEND_CAP: ("percents",),
     Kind.BALANCE_LOW: ("amount",),
     Kind.BALANCE_RUNWAY: ("threshold",),

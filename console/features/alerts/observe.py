@@ -127,13 +127,13 @@ def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
         for sub in subs.order_by("id"):
             if not (sub.spend_cap_daily or sub.spend_cap_monthly or sub.spend_cap_lifetime):
                 continue
-            spent = spend_by_period(
+            sub_spent = spend_by_period(
                 organization_id=rule.organization_id,
                 grain=SPEND_BY_SUB_ACCOUNT,
                 ident=sub.pk,
                 periods=bounds,
             )
-            out += _cap_observations(rule, f"sub_account:{sub.pk}", sub.name, sub, spent, names)
+            out += _cap_observations(rule, f"sub_account:{sub.pk}", sub.name, sub, sub_spent, names)
     return out
 
 

@@ -31,7 +31,7 @@ def _not_found(request):
 def rules(request):
     actor = request.actor
     items = list(services.rule_list(actor=actor).select_related("organization"))
-    open_counts = {}
+    open_counts: dict[int, int] = {}
     for incident in services.incident_list(actor=actor, open_only=True).only("rule_id"):
         open_counts[incident.rule_id] = open_counts.get(incident.rule_id, 0) + 1
     for rule in items:

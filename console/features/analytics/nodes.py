@@ -6,6 +6,7 @@ circuit-breaker openings the gateways reported. None reads call records."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import plotly.graph_objects as go
 from django.conf import settings
@@ -258,7 +259,7 @@ def node_health(q: Query) -> Chart:
         flips.setdefault(target, []).append(
             (at, (params or {}).get("from", "unknown"), (params or {}).get("to", "unknown"))
         )
-    traces = {}
+    traces: dict[str, dict[str, list[Any]]] = {}  # per state: the bars' x, y and base
     for node in nodes:
         for seg_from, seg_to, state in health_segments(
             node, flips.get(str(node.pk), []), start, end

@@ -26,7 +26,7 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Destination
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "name",
             "kind",
@@ -39,7 +39,7 @@ class DestinationSerializer(serializers.ModelSerializer):
             "state_reason",
             "created_at",
         )
-        read_only_fields = fields
+        read_only_fields: tuple[str, ...] = fields
 
     def get_url_display(self, obj) -> str:
         return url_display(obj.url)
