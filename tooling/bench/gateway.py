@@ -87,6 +87,7 @@ def _start_node(*flags: str) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.DEVNULL,
         text=True,
     )  # fmt: skip
+    assert proc.stdout is not None  # stdout=PIPE
     line = proc.stdout.readline()
     match = re.search(r"http://[\d.]+:\d+", line)
     if not match:
@@ -540,8 +541,9 @@ def _median_of(results: list[dict]) -> dict:
     out = {}
     for key in results[0]:
         values = [r.get(key) for r in results]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            out[key] = round(statistics.median(values), 3)
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if len(numbers) == len(values):
+            out[key] = round(statistics.median(numbers), 3)
     return out
 
 

@@ -79,7 +79,8 @@ class Command(BaseCommand):
         except DatabaseError as exc:
             raise CommandError(f"No key table ({exc}): run manage.py migrate first.") from exc
         bad = [_mistyped() for _ in range(min(refusals, 5_000))]
-        rounds = {name: [] for name in ("stage_refusal", "stage_lookup", "fn_refusal", "fn_lookup")}
+        names = ("stage_refusal", "stage_lookup", "fn_refusal", "fn_lookup")
+        rounds: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(repeat):
             stage_refusal, stage_lookup = asyncio.run(_stage_round(bad, refusals, lookups))
             rounds["stage_refusal"].append(stage_refusal)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from . import prompt_cache, protocol
 from .anthropic_request import MessagesRequest, parse_messages
 from .config import CHAT
+from .generation import GenerationEndpoints
 from .http import Response
 from .protocol import ApiError
 from .text import (
@@ -113,6 +114,7 @@ def _answer(req: MessagesRequest, max_tokens: int) -> _Answer:
             call = generate_tool_call(
                 req.prompt_ids, function, words=plan.words, max_tokens=left, index=index
             )
+            assert call.tool_call is not None  # generate_tool_call always sets it
             extra = {"id": "toolu_" + call.tool_call["id"][5:], "name": call.tool_call["name"]}
             blocks.append(_Block("tool_use", call.deltas, call.completion_tokens, extra=extra))
             if call.finish_reason == "length":
@@ -170,8 +172,8 @@ def _iso(seconds: int) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class AnthropicEndpoints:
-    """Mixed into NodeApp, which provides config, engines and the shared generation flow."""
+class AnthropicEndpoints(GenerationEndpoints):
+    """Mixed into NodeApp; the shared generation flow is inherited."""
 
     def _anthropic_engine(self, name: str):
         engine = self.engines.get(name)
@@ -195,10 +197,12 @@ class AnthropicEndpoints:
         req = parse_messages(protocol.load_json_object(request.body))
         engine = self._anthropic_engine(req.model)
         total = len(req.prompt_ids)
+        max_tokens = req.max_tokens
+        assert max_tokens is not None  # parse_messages requires it of all but count_tokens
         context = engine.spec.context
         if total >= context:
             raise ApiError(400, f"prompt is too long: {total} tokens > {context - 1} maximum")
-        if total + req.max_tokens > context:
+        if total + max_tokens > context:
             raise ApiError(
                 400,
                 f"input length and `max_tokens` exceed context limit: {total} + "
@@ -214,7 +218,7 @@ class AnthropicEndpoints:
             return total - box["cache"].read
 
         async def respond(cached: int, started: float):
-            answer = _answer(req, req.max_tokens)
+            answer = _answer(req, max_tokens)
             head = {
                 "id": "msg_" + uuid.uuid4().hex[:24],
                 "type": "message",

@@ -27,6 +27,7 @@ or "1h", 1h ones first, at most four).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from . import prompt_cache, protocol
 from .protocol import ApiError
@@ -325,7 +326,8 @@ class Reader:
             if not protocol._FUNCTION_NAME.fullmatch(name):
                 raise bad(f"{path}.name", "String should match pattern '^[a-zA-Z0-9_-]{1,64}$'")
             schema = dictionary(tool.get("input_schema"), f"{path}.input_schema")
-            function = {"name": name}  # in the gateway's key order: the same template text
+            # in the gateway's key order: the same template text
+            function: dict[str, Any] = {"name": name}
             if isinstance(tool.get("description"), str):
                 function["description"] = tool["description"]
             function["parameters"] = schema

@@ -23,7 +23,9 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
+from typing import Any
 
 from . import metrics
 from .anthropic import AnthropicEndpoints
@@ -33,7 +35,6 @@ from .dialects import ANTHROPIC, GEMINI, dialect_of, error_response, is_gemini_m
 from .engine import ModelEngine
 from .faults import FaultInjector
 from .gemini import GeminiEndpoints
-from .generation import GenerationEndpoints
 from .http import Request, Response, close_connections, start_server, sweep_idle
 from .latency import LatencyModel
 from .protocol import ApiError
@@ -43,11 +44,16 @@ from .vendor_auth import KeyGuard
 VERSION = "0.1.0-sim"
 
 
+# An endpoint: (request, connection, **path parameters) -> the response, or None
+# when it wrote a stream itself.
+Handler = Callable[..., Awaitable[Response | None]]
+
+
 def _json(status: int, obj) -> Response:
     return Response(status, json.dumps(obj).encode())
 
 
-class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
+class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
     def __init__(self, config: NodeConfig):
         self.config = config
         self.engines = {
@@ -70,7 +76,7 @@ class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints, Response
         self.captured = RequestLog()
         self.started = int(time.time())
         self._token = config.token.encode()
-        self._routes = {
+        self._routes: dict[str, dict[str, Handler]] = {
             "/v1/chat/completions": {"POST": self._chat},
             "/v1/completions": {"POST": self._completions},
             "/v1/embeddings": {"POST": self.embeddings},
@@ -87,7 +93,7 @@ class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints, Response
             "/admin/reset": {"POST": self._reset},
         }
 
-    def _model_route(self, path: str, dialect: str | None) -> dict | None:
+    def _model_route(self, path: str, dialect: str | None) -> dict[str, Handler] | None:
         """The routes with a model in the path: ``/v1/models/{id}`` and Gemini's
         ``/{version}/models/{model}[:method]``."""
         version, _, rest = path[1:].partition("/")
@@ -109,6 +115,7 @@ class NodeApp(GenerationEndpoints, AnthropicEndpoints, GeminiEndpoints, Response
         return {"GET": partial(self._models, model=model)}
 
     def _resolve(self, request: Request, path: str, dialect: str | None):
+        route: dict[str, Handler] | None
         route = self._routes.get(path) or self._model_route(path, dialect)
         if path == "/v1/models" and dialect == ANTHROPIC:
             route = {"GET": self.anthropic_models}
@@ -251,10 +258,13 @@ async def serve(config: NodeConfig, stop: asyncio.Event, on_ready=None) -> None:
 def run(config: NodeConfig, out=None) -> None:
     """Run a node in this process until SIGTERM or SIGINT; prints the ready line."""
     out = out or sys.stdout
+    runner: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     try:
-        import uvloop
+        import uvloop  # optional dependency: the faster event loop when installed
+
+        runner = uvloop.run
     except ImportError:  # plain asyncio works, only slower
-        uvloop = None
+        pass
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -268,7 +278,4 @@ def run(config: NodeConfig, out=None) -> None:
 
         await serve(config, stop, ready)
 
-    if uvloop is not None:
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+    runner(main())

@@ -14,7 +14,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httptools
 
@@ -46,7 +48,7 @@ class _Client(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.done = asyncio.get_running_loop().create_future()
         self.sent_at = 0.0
-        self.transport = None
+        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -54,6 +56,7 @@ class _Client(asyncio.Protocol):
 
     def _send(self) -> None:
         self.sent_at = time.perf_counter()
+        assert self.transport is not None  # sent from connection_made on
         self.transport.write(self.payload)
 
     def data_received(self, data: bytes) -> None:
@@ -67,7 +70,7 @@ class _Client(asyncio.Protocol):
             self.errors.append(self.parser.get_status_code())
         if now < self.deadline:
             self._send()
-        else:
+        elif self.transport is not None:
             self.transport.close()
 
     def connection_lost(self, exc) -> None:
@@ -114,6 +117,7 @@ def start_node(extra: list[str] | None = None) -> tuple[subprocess.Popen, str, i
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
         command, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env
     )
+    assert process.stdout is not None  # stdout=PIPE
     line = process.stdout.readline()
     if not line.startswith("Node listening on http://"):
         process.kill()
@@ -125,8 +129,9 @@ def start_node(extra: list[str] | None = None) -> tuple[subprocess.Popen, str, i
 def run_bench(*, seconds: float = 5.0, concurrency: int = 32, stream_seconds: float = 1.0) -> dict:
     process, host, port = start_node(["--profile", "instant"])
     try:
+        runner: Callable[..., Any]
         try:
-            import uvloop
+            import uvloop  # optional dependency: the faster event loop when installed
 
             runner = uvloop.run
         except ImportError:

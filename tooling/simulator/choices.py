@@ -33,6 +33,7 @@ def generation_of(req, max_tokens: int, index: int) -> Generation:
                 seed=req.seed,
                 index=index + k * req.n,
             )
+            assert more.tool_call is not None  # generate_tool_call always sets it
             answer.more_calls.append((more.tool_call, len(answer.deltas)))
             answer.deltas += more.deltas
             answer.completion_tokens += more.completion_tokens

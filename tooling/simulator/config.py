@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 CHAT = "chat"
 EMBEDDING = "embedding"
@@ -118,7 +119,7 @@ class FaultSettings:
         if not isinstance(changes, dict):
             raise FaultError("", "The body must be a JSON object of fault fields.")
         known = {f.name for f in fields(self)}
-        values = {}
+        values: dict[str, Any] = {}
         for name, value in changes.items():
             if name not in known:
                 raise FaultError(name, f"Unknown fault field '{name}'; known: {sorted(known)}.")

@@ -41,6 +41,7 @@ from urllib.parse import parse_qs
 from . import protocol
 from .config import CHAT
 from .gemini_request import GenerateRequest, parse_generate
+from .generation import GenerationEndpoints
 from .http import Response
 from .output_options import gemini_logprobs, token_logprobs
 from .protocol import ApiError
@@ -127,6 +128,7 @@ def _candidate(req: GenerateRequest, max_tokens: int, index: int) -> _Candidate:
             out.finish = "MAX_TOKENS"
         else:
             args = json.loads(call.text)
+            assert call.tool_call is not None  # generate_tool_call always sets it
             out.steps.append(
                 ("call", {"functionCall": {"name": call.tool_call["name"], "args": args}})
             )
@@ -170,8 +172,8 @@ def _response_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes[:12]).decode()
 
 
-class GeminiEndpoints:
-    """Mixed into NodeApp, which provides config, engines and the shared generation flow."""
+class GeminiEndpoints(GenerationEndpoints):
+    """Mixed into NodeApp; the shared generation flow is inherited."""
 
     def _gemini_engine(self, name: str, method: str, version: str):
         engine = self.engines.get(name)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TypeVar
 
 from .protocol import ApiError
 
@@ -81,7 +82,10 @@ def array(value: object, path: str) -> list:
     return value
 
 
-def typed(value: object, path: str, kind, proto: str):
+T = TypeVar("T")
+
+
+def typed(value: object, path: str, kind: type[T], proto: str) -> T:
     if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
         raise ApiError(400, f"Invalid value at '{path}' ({proto}), {json.dumps(value)[:60]}")
     return value

@@ -30,12 +30,15 @@ import sys
 import time
 import uuid
 from array import array
+from typing import Any
 
 from . import output_options, protocol
 from .choices import first_delta, generation_of, message_of
-from .config import CHAT, EMBEDDING
-from .faults import fault_error
+from .config import CHAT, EMBEDDING, NodeConfig
+from .engine import ModelEngine
+from .faults import FaultInjector, fault_error
 from .http import Response
+from .latency import LatencyModel
 from .protocol import ApiError
 from .text import Generation, prompt_seed
 
@@ -51,7 +54,14 @@ def _event(obj) -> bytes:
 
 
 class GenerationEndpoints:
-    """Mixed into NodeApp, which provides engines, latency, faults."""
+    """The flow every front-end shares (their endpoint classes derive from
+    this one); NodeApp sets what it works with in its ``__init__``."""
+
+    config: NodeConfig
+    engines: dict[str, ModelEngine]
+    latency: LatencyModel
+    faults: FaultInjector
+    started: int
 
     def _engine_for(self, name: str, kind: str):
         engine = self.engines.get(name)
@@ -218,12 +228,7 @@ class GenerationEndpoints:
 
     async def _stream(self, conn, engine, req, gens: list[Generation], meta) -> None:
         loop = asyncio.get_running_loop()
-        created = int(time.time())
-        if meta.chat:
-            head = {"id": _id("chatcmpl"), "object": "chat.completion.chunk"}
-        else:
-            head = {"id": _id("cmpl"), "object": "text_completion"}
-        head.update(created=created, model=meta.model)
+        head = _stream_head(meta)
         extra = {"usage": None} if req.include_usage else {}
 
         def chunk(choices) -> bytes:
@@ -231,30 +236,8 @@ class GenerationEndpoints:
 
         probs = output_options.Logprobs(meta.logprobs, meta.prompt_ids, gens, chat=meta.chat)
 
-        def content(index: int, step: int, finish=None) -> dict:
-            g = gens[index]
-            text = g.deltas[step] if finish is None else ""
-            logprobs = probs.of(index, step, step + 1) if finish is None else None
-            if meta.chat:
-                if finish is not None:
-                    delta = {}
-                elif g.tool_call:
-                    # A parallel call opens with its id, type and name (as OpenAI streams it).
-                    k, opens = g.call_at(step)
-                    call = {"index": k, "function": {"arguments": text}}
-                    if opens is not None:
-                        call.update(id=opens["id"], type="function")
-                        call["function"] = {"name": opens["name"], "arguments": text}
-                    delta = {"tool_calls": [call]}
-                else:
-                    delta = {"content": text}
-                part = {"index": index, "delta": delta, "logprobs": logprobs}
-            else:
-                part = {"index": index, "text": text, "logprobs": logprobs}
-            part["finish_reason"] = finish
-            if finish is not None:
-                part["stop_reason"] = g.stop_sequence  # vLLM's: the stop string that matched
-            return part
+        def content(index: int, step: int, finish=None) -> dict[str, Any]:
+            return _stream_part(meta, gens[index], probs, index, step, finish)
 
         conn.start_stream("text/event-stream")
         first_token_at = loop.time()
@@ -328,10 +311,52 @@ class GenerationEndpoints:
         engine.metrics.success["stop"] += 1
         engine.metrics.ttft.observe(elapsed)
         engine.metrics.e2e.observe(elapsed)
-        usage = {"prompt_tokens": total, "total_tokens": total}
+        usage: dict[str, Any] = {"prompt_tokens": total, "total_tokens": total}
         usage["prompt_tokens_details"] = {"cached_tokens": 0}
         body = {"object": "list", "data": data, "model": req.model, "usage": usage}
         return Response(200, _dumps(body))
+
+
+def _stream_head(meta) -> dict[str, Any]:
+    """What every chunk of a streamed answer starts with."""
+    if meta.chat:
+        head: dict[str, Any] = {"id": _id("chatcmpl"), "object": "chat.completion.chunk"}
+    else:
+        head = {"id": _id("cmpl"), "object": "text_completion"}
+    head.update(created=int(time.time()), model=meta.model)
+    return head
+
+
+def _chat_delta(g: Generation, step: int, text: str) -> dict[str, Any]:
+    """A chat chunk's delta at ``step``: text, or a piece of a tool call's arguments."""
+    if not g.tool_call:
+        return {"content": text}
+    # A parallel call opens with its id, type and name (as OpenAI streams it).
+    k, opens = g.call_at(step)
+    call: dict[str, Any] = {"index": k, "function": {"arguments": text}}
+    if opens is not None:
+        call.update(id=opens["id"], type="function")
+        call["function"] = {"name": opens["name"], "arguments": text}
+    return {"tool_calls": [call]}
+
+
+def _stream_part(
+    meta, g: Generation, probs: output_options.Logprobs, index: int, step: int, finish=None
+) -> dict[str, Any]:
+    """One choice's part of a streamed chunk: its ``step``-th delta, or (with
+    ``finish``) its closing part."""
+    text = g.deltas[step] if finish is None else ""
+    logprobs = probs.of(index, step, step + 1) if finish is None else None
+    part: dict[str, Any]
+    if meta.chat:
+        delta = {} if finish is not None else _chat_delta(g, step, text)
+        part = {"index": index, "delta": delta, "logprobs": logprobs}
+    else:
+        part = {"index": index, "text": text, "logprobs": logprobs}
+    part["finish_reason"] = finish
+    if finish is not None:
+        part["stop_reason"] = g.stop_sequence  # vLLM's: the stop string that matched
+    return part
 
 
 class _Meta:

@@ -92,6 +92,13 @@ class HttpConnection(asyncio.Protocol):
         return self._task is None
 
     # asyncio.Protocol
+    @property
+    def wire(self) -> asyncio.Transport:
+        """The transport (every callback but ``connection_made`` comes after it is set)."""
+        if self.transport is None:
+            raise RuntimeError("the connection is not made yet")
+        return self.transport
+
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.last_active = asyncio.get_running_loop().time()
@@ -138,7 +145,7 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         if self._headers.get("expect", "").lower() == "100-continue":
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wire.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -164,7 +171,7 @@ class HttpConnection(asyncio.Protocol):
         else:
             self._pending.append(request)
             if len(self._pending) > 64:
-                self.transport.pause_reading()
+                self.wire.pause_reading()
 
     # serving
     async def _serve(self, request: Request) -> None:
@@ -184,7 +191,7 @@ class HttpConnection(asyncio.Protocol):
             if response is not None:
                 self.send(response, request.keep_alive)
             if not request.keep_alive:
-                self.transport.close()
+                self.wire.close()
                 self.closed = True
                 return
             if not self._pending:
@@ -193,13 +200,13 @@ class HttpConnection(asyncio.Protocol):
                 return
             request = self._pending.popleft()
             if len(self._pending) < 16:
-                self.transport.resume_reading()
+                self.wire.resume_reading()
 
     def send(self, response: Response, keep_alive: bool = True) -> None:
         parts = _head(response.status, response.content_type, response.headers, keep_alive)
         parts.append(b"content-length: %d\r\n\r\n" % len(response.body))
         parts.append(response.body)
-        self.transport.write(b"".join(parts))
+        self.wire.write(b"".join(parts))
 
     def _reject(self, status: int, message: bytes) -> None:
         if self.closed:
@@ -209,34 +216,34 @@ class HttpConnection(asyncio.Protocol):
             b'"param": null, "code": null}}'
         )
         self.send(Response(status, body), keep_alive=False)
-        self.transport.close()
+        self.wire.close()
         self.closed = True
 
     # streaming API used by handlers that return None
     def start_stream(self, content_type: str, headers=()) -> None:
         parts = _head(200, content_type, headers, True)
         parts.append(b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n")
-        self.transport.write(b"".join(parts))
+        self.wire.write(b"".join(parts))
         self._streaming = True
 
     async def write_chunk(self, data: bytes) -> None:
         if self.closed:
             raise ConnectionResetError("client went away")
-        self.transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wire.write(b"%x\r\n%s\r\n" % (len(data), data))
         if self._writable is not None and not self._writable.done():
             await self._writable
 
     def end_stream(self) -> None:
         self._streaming = False
         if not self.closed:
-            self.transport.write(b"0\r\n\r\n")
+            self.wire.write(b"0\r\n\r\n")
 
     def abort(self) -> None:
         """Drop the connection at once, mid-response (fault injection)."""
         self._streaming = False
         if not self.closed:
             self.closed = True
-            self.transport.abort()
+            self.wire.abort()
 
 
 async def start_server(handler: Handler, host: str, port: int):

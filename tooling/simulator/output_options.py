@@ -139,9 +139,10 @@ class Logprobs:
         )
 
     def of(self, index: int, start: int, end: int) -> dict | None:
-        if self.entries is None or self.entries[index] is None:
+        rows = None if self.entries is None else self.entries[index]
+        if rows is None:
             return None
-        entries = self.entries[index][start:end]
+        entries = rows[start:end]
         if self.chat:
             return {"content": entries, "refusal": None}
         return completion_shape(entries, self.starts[index][start])

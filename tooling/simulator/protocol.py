@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from console.kernel import tokens as tokenizer
 from console.kernel.tokens import content_text, template_messages
@@ -419,7 +420,7 @@ def parse_chat(body: dict) -> GenerationRequest:
     return request
 
 
-def _token_array(value: object) -> bool:
+def _token_array(value: object) -> TypeGuard[list[int]]:
     return isinstance(value, list) and bool(value) and all(_is_int(t) and t >= 0 for t in value)
 
 

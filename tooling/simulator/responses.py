@@ -26,6 +26,7 @@ import uuid
 
 from . import protocol
 from .config import CHAT
+from .generation import GenerationEndpoints
 from .http import Response
 from .protocol import ApiError
 from .text import generate, generate_tool_call, results_lead
@@ -65,7 +66,7 @@ def chat_body(body: dict) -> dict:
             raise protocol.invalid(param, f"'{param}' must be an object.")
         kind = item.get("type", "message")
         if kind == "message":
-            role = {"developer": "system"}.get(item.get("role"), item.get("role"))
+            role = "system" if item.get("role") == "developer" else item.get("role")
             messages.append({"role": role, "content": _text(item.get("content"), param)})
         elif kind == "function_call":
             call = {
@@ -120,8 +121,8 @@ class _Events:
         return f"event: {kind}\ndata: {data}\n\n".encode()
 
 
-class ResponsesEndpoints:
-    """Mixed into NodeApp, which provides engines, latency, faults and the flow."""
+class ResponsesEndpoints(GenerationEndpoints):
+    """Mixed into NodeApp; the shared generation flow is inherited."""
 
     async def responses(self, request, conn):
         body = protocol.load_json_object(request.body)

@@ -19,14 +19,19 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from console.processes import _die_with_parent
 from console.server import server_args
+
+if TYPE_CHECKING:
+    from tooling.soak.sentinel import SentinelSet
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_TOKEN = "soak-node-token"  # noqa: S105 - loopback simulator's admin token
@@ -90,18 +95,21 @@ class Proc:
             self.proc.wait(timeout=10)
 
     def stop(self, grace: float = 15.0) -> None:
-        if not self.running():
+        proc = self.proc
+        if proc is None or proc.poll() is not None:  # not running
             self.signal_group(signal.SIGKILL)
             return
-        self.proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=grace)
+            proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             self.signal_group(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            proc.wait(timeout=10)
         self.signal_group(signal.SIGKILL)  # strays in the group
 
     def wait_port(self, timeout: float = 60.0) -> None:
+        if self.port is None:
+            raise RuntimeError(f"{self.name} listens on no port")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running():
@@ -117,7 +125,7 @@ class Cluster:
     workdir: Path
     database_url: str
     redis_url: str
-    log: callable = print
+    log: Callable[..., None] = print
     nodes: list[Proc] = field(default_factory=list)
     gateways: list[Proc] = field(default_factory=list)
     workers: list[Proc] = field(default_factory=list)
@@ -125,7 +133,7 @@ class Cluster:
     broker: Proc | None = None
     # ``--redis sentinel``: the soak's own Sentinel set (tooling.soak.sentinel),
     # whose URL is ``redis_url``; None: the single Redis the caller gave.
-    redis: object | None = None
+    redis: SentinelSet | None = None
     # A broker the soak shares (RabbitMQ: amqp://...) instead of its private
     # Redis: the processes reach it through a relay (tooling.soak.relay), and
     # the broker fault stops the relay, never the server.
@@ -166,13 +174,21 @@ class Cluster:
         return env
 
     @property
+    def started_broker(self) -> Proc:
+        """The broker (or the relay to the shared one) that ``start`` started."""
+        if self.broker is None:
+            raise RuntimeError("the cluster is not started")
+        return self.broker
+
+    @property
     def broker_url(self) -> str:
+        port = self.started_broker.port
         if self.external_broker_url:
             parts = urlsplit(self.external_broker_url)
             auth, at, _ = parts.netloc.rpartition("@")
-            netloc = f"{auth}{at}127.0.0.1:{self.broker.port}"
+            netloc = f"{auth}{at}127.0.0.1:{port}"
             return parts._replace(netloc=netloc).geturl()
-        return f"redis://127.0.0.1:{self.broker.port}/0"
+        return f"redis://127.0.0.1:{port}/0"
 
     def _broker_proc(self) -> Proc:
         broker_port = free_port()
@@ -202,7 +218,65 @@ class Cluster:
             port=broker_port,
         )  # fmt: skip
 
-    def start(self, *, gateways: int = 2, nodes: int = 3, workers: int = 2, before_gateways=None):
+    def _node_proc(self, i: int, env: dict[str, str]) -> Proc:
+        port = free_port()
+        return Proc(
+            f"node-{i + 1}",
+            [sys.executable, "-m", "tooling.simulator", "--host", "127.0.0.1",
+             "--port", str(port), "--profile", "realistic", "--token", NODE_TOKEN,
+             "--models", NODE_MODELS, "--max-running", "256", "--seed", str(i)],
+            env, self.workdir / f"node-{i + 1}.log", port=port,
+        )  # fmt: skip
+
+    def _gateway_proc(self, i: int, env: dict[str, str]) -> Proc:
+        port = free_port()
+        spool = self.workdir / f"spool-{i + 1}"
+        # Each gateway is its own scrape target (the soak compares them):
+        # its own metrics directory, not the var dir's shared one.
+        metrics_dir = self.workdir / f"metrics-{i + 1}"
+        argv = [
+            sys.executable, "-m", "uvicorn", "console.asgi:application",
+            "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
+            "--no-access-log", "--log-level", "warning", "--no-proxy-headers",
+            "--timeout-graceful-shutdown", "10", *server_args(),
+        ]  # fmt: skip
+        with contextlib.suppress(ImportError):
+            import uvloop  # noqa: F401 - optional: the gateways use it when installed
+
+            argv += ["--loop", "uvloop"]
+        return Proc(
+            f"gateway-{i + 1}",
+            argv,
+            {**env, "GATEWAY_SPOOL_DIR": str(spool), "GATEWAY_METRICS_DIR": str(metrics_dir)},
+            self.workdir / f"gateway-{i + 1}.log",
+            port=port,
+        )
+
+    def _worker_proc(self, i: int, env: dict[str, str]) -> Proc:
+        return Proc(
+            f"worker-{i + 1}",
+            [sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "warning",
+             "--pool", "solo", "-n", f"soak{i + 1}@%h", "--without-gossip",
+             "--without-mingle", "--without-heartbeat"],
+            env, self.workdir / f"worker-{i + 1}.log",
+        )  # fmt: skip
+
+    def _beat_proc(self, env: dict[str, str]) -> Proc:
+        return Proc(
+            "beat",
+            [sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning",
+             "-s", str(self.workdir / "beat-schedule")],
+            env, self.workdir / "beat.log",
+        )  # fmt: skip
+
+    def start(
+        self,
+        *,
+        gateways: int = 2,
+        nodes: int = 3,
+        workers: int = 2,
+        before_gateways: Callable[[], object] | None = None,
+    ) -> None:
         """Broker and nodes, then ``before_gateways()`` (register the nodes: the
         gateways' first routing snapshot must already have them), then the
         gateways, workers and beat."""
@@ -212,14 +286,7 @@ class Cluster:
         self.broker.wait_port()
         base = self.env()
         for i in range(nodes):
-            port = free_port()
-            node = Proc(
-                f"node-{i + 1}",
-                [sys.executable, "-m", "tooling.simulator", "--host", "127.0.0.1",
-                 "--port", str(port), "--profile", "realistic", "--token", NODE_TOKEN,
-                 "--models", NODE_MODELS, "--max-running", "256", "--seed", str(i)],
-                base, self.workdir / f"node-{i + 1}.log", port=port,
-            )  # fmt: skip
+            node = self._node_proc(i, base)
             node.start()
             self.nodes.append(node)
         for node in self.nodes:
@@ -227,46 +294,14 @@ class Cluster:
         if before_gateways is not None:
             before_gateways()
         for i in range(gateways):
-            port = free_port()
-            spool = self.workdir / f"spool-{i + 1}"
-            # Each gateway is its own scrape target (the soak compares them):
-            # its own metrics directory, not the var dir's shared one.
-            metrics_dir = self.workdir / f"metrics-{i + 1}"
-            argv = [
-                sys.executable, "-m", "uvicorn", "console.asgi:application",
-                "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
-                "--no-access-log", "--log-level", "warning", "--no-proxy-headers",
-                "--timeout-graceful-shutdown", "10", *server_args(),
-            ]  # fmt: skip
-            with contextlib.suppress(ImportError):
-                import uvloop  # noqa: F401 - optional: the gateways use it when installed
-
-                argv += ["--loop", "uvloop"]
-            gw = Proc(
-                f"gateway-{i + 1}",
-                argv,
-                {**base, "GATEWAY_SPOOL_DIR": str(spool), "GATEWAY_METRICS_DIR": str(metrics_dir)},
-                self.workdir / f"gateway-{i + 1}.log",
-                port=port,
-            )
+            gw = self._gateway_proc(i, base)
             gw.start()
             self.gateways.append(gw)
         for i in range(workers):
-            worker = Proc(
-                f"worker-{i + 1}",
-                [sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "warning",
-                 "--pool", "solo", "-n", f"soak{i + 1}@%h", "--without-gossip",
-                 "--without-mingle", "--without-heartbeat"],
-                base, self.workdir / f"worker-{i + 1}.log",
-            )  # fmt: skip
+            worker = self._worker_proc(i, base)
             worker.start()
             self.workers.append(worker)
-        self.beat = Proc(
-            "beat",
-            [sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning",
-             "-s", str(self.workdir / "beat-schedule")],
-            base, self.workdir / "beat.log",
-        )  # fmt: skip
+        self.beat = self._beat_proc(base)
         self.beat.start()
         for proc in self.gateways:
             proc.wait_port()
@@ -313,11 +348,11 @@ class Cluster:
         self.nodes[i].wait_port()
 
     def stop_broker(self) -> None:
-        self.broker.stop()
+        self.started_broker.stop()
 
     def start_broker(self) -> None:
-        self.broker.start()
-        self.broker.wait_port()
+        self.started_broker.start()
+        self.started_broker.wait_port()
 
     def kill_worker(self, i: int) -> None:
         self.workers[i].kill()
@@ -335,6 +370,8 @@ class Cluster:
         self.gateways[i].wait_port()
 
     def kill_redis_primary(self) -> dict:
+        if self.redis is None:
+            raise RuntimeError("the soak runs no Sentinel set of its own (--redis sentinel)")
         return self.redis.kill_primary()
 
     def metrics(self, i: int) -> str:
@@ -364,7 +401,10 @@ class Cluster:
         got = self.series(
             i, "gateway_key_invalidations_total", "gateway_last_key_invalidation_timestamp_seconds"
         )
-        return (0.0, 0.0) if got is None else tuple(got.values())
+        if got is None:
+            return (0.0, 0.0)
+        heard, last = got.values()
+        return heard, last
 
     def circuit_openings(self) -> dict[str, int | None]:
         """Circuit openings per gateway (``None``: it did not answer)."""

@@ -74,9 +74,10 @@ def check(scenario: Scenario, maintained: dict | None) -> dict:
     close_old_connections()
     rows = call_rows_by_partition([o.id for o in scenario.orgs.values()])
     in_default = rows.get(DEFAULT, 0)
-    done = maintained is not None and "error" not in maintained
-    created = done and (not maintained["create"] or maintained["create"] in maintained["created"])
-    retired = done and maintained["retired"]
+    created = retired = False
+    if maintained is not None and "error" not in maintained:
+        created = not maintained["create"] or maintained["create"] in maintained["created"]
+        retired = maintained["retired"]
     return {
         "ok": bool(rows) and in_default == 0 and created and retired,
         "rows_by_partition": rows,
