@@ -67,7 +67,8 @@ def deliver(message: str) -> None:
 def _redis_client():
     global _redis
     if _redis is None:
-        from console import redis_url  # only with REDIS_URL: the embedded setup never loads it
+        # deferred: only with REDIS_URL; the embedded setup never loads it
+        from console.kernel import redis_url
 
         _redis = redis_url.sync_client(
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
@@ -82,7 +83,8 @@ def listen(stop: threading.Event, on_message: Listener, *, on_subscribed=None) -
     the current primary (a failover drops the connection; the next
     subscription asks the sentinels again); on Cluster, on one node: a
     PUBLISH on any node reaches every node's subscribers."""
-    from console import redis_url  # only with REDIS_URL: the embedded setup never loads it
+    # deferred: only with REDIS_URL; the embedded setup never loads it
+    from console.kernel import redis_url
 
     while not stop.is_set():
         client = None

@@ -61,7 +61,7 @@ def credit_balance(organization_id: int, delta: int) -> None:
         return
     if settings.GATEWAY_LIMITS_STORE == "redis":
         from console.kernel import redis_url
-        from gateway_bridge.limits.redis_store import CREDIT
+        from gateway_bridge.limits.scripts import CREDIT
 
         client = redis_url.sync_client(settings.REDIS_URL, socket_timeout=2)
         try:

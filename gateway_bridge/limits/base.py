@@ -25,6 +25,7 @@ from gateway_bridge.protocols.base import PAYMENT_REQUIRED, RATE_LIMIT, GatewayE
 PREPAID_CODE = "prepaid_balance_exhausted"
 # Refusal kinds as the stores report them.
 REFUSED_CAP, REFUSED_RPM, REFUSED_TPM, REFUSED_TPM_NEVER = 1, 2, 3, 4
+RECORD_GRACE_MS = 300_000  # a reservation's record outlives its hold, for late settles
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ class BucketsMissing(Exception):
     again. Admitting against an unseeded bucket would forget what the
     database already holds, so the stores never create one implicitly."""
 
-    def __init__(self, keys: list[str]):
+    def __init__(self, keys: list[str]) -> None:
         super().__init__(", ".join(keys))
         self.keys = list(keys)
 
@@ -183,7 +184,12 @@ def _window_text(window_ms: int) -> str:
 
 
 def cap_refusal(
-    bucket: CapBucket, used: int, reserved: int, amount: int, now: float, headers
+    bucket: CapBucket,
+    used: int,
+    reserved: int,
+    amount: int,
+    now: float,
+    headers: list[tuple[str, str]],
 ) -> GatewayError:
     headers = list(headers)
     if bucket.code == PREPAID_CODE:
@@ -220,7 +226,7 @@ def rate_refusal(
     tokens: int,
     retry_ms: int,
     window_ms: int,
-    headers,
+    headers: list[tuple[str, str]],
 ) -> GatewayError:
     headers = list(headers)
     scope = _SCOPE.get(rule.scope, rule.scope)
@@ -247,8 +253,55 @@ def rate_refusal(
     return GatewayError(RATE_LIMIT, "tpm_limit_exceeded", message, headers=headers)
 
 
+def refusal(
+    kind: int,
+    index: int,
+    caps: list[CapBucket],
+    rates: list[RateRule],
+    states: list[RuleState],
+    amount: int,
+    tokens: int,
+    detail: tuple[int, int],
+    now_ms: int,
+    window_ms: int,
+) -> GatewayError:
+    """The error of a refused admission, as either store found it: ``kind``
+    (``REFUSED_*``) and the index of the cap or rule that refused, with the
+    windows' ``states``; ``detail``: a cap's (used, reserved), a rule's (wait
+    in ms, 0)."""
+    if kind == REFUSED_CAP:
+        headers = rate_headers(rates, states)
+        used, reserved = detail
+        return cap_refusal(caps[index], used, reserved, amount, now_ms / 1000, headers)
+    dim = "requests" if kind == REFUSED_RPM else "tokens"
+    headers = rate_headers(rates, states, forced=(dim, index))
+    return rate_refusal(kind, rates[index], states[index], tokens, detail[0], window_ms, headers)
+
+
 def check_args(amount: int, tokens: int, hold_seconds: float) -> None:
     if amount < 0 or tokens < 0:
         raise ValueError("amount and tokens cannot be negative")
     if hold_seconds <= 0:
         raise ValueError("hold_seconds must be positive")
+
+
+def check_settle(cost: int, tokens: int) -> None:
+    if cost < 0 or tokens < 0:
+        raise ValueError("cost and tokens cannot be negative")
+
+
+def hold_ms(hold_seconds: float) -> int:
+    """How long an admission holds its reservation (ms, at least 1)."""
+    return max(1, round(hold_seconds * 1000))
+
+
+class SlottedWindow:
+    """The rate window's geometry both stores share: ``window_ms`` cut in
+    ``slots`` slots of ``slot_ms``."""
+
+    def __init__(self, window_seconds: float, slots: int) -> None:
+        self.window_ms = round(window_seconds * 1000)
+        if slots < 1 or self.window_ms % slots:
+            raise ValueError("the window must split into whole milliseconds per slot")
+        self.slots = slots
+        self.slot_ms = self.window_ms // slots

@@ -12,8 +12,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from gateway_bridge.limits.base import (
+    RECORD_GRACE_MS,
+    REFUSED_CAP,
     REFUSED_RPM,
     REFUSED_TPM,
     REFUSED_TPM_NEVER,
@@ -23,13 +26,14 @@ from gateway_bridge.limits.base import (
     DuplicateReservation,
     RateRule,
     RuleState,
-    cap_refusal,
+    SlottedWindow,
     check_args,
+    check_settle,
+    hold_ms,
     rate_headers,
-    rate_refusal,
+    refusal,
 )
 
-RECORD_GRACE_MS = 300_000  # a reservation's record outlives its hold, for late settles
 _SWEEP_EVERY = 1024
 
 
@@ -69,19 +73,15 @@ class _Record:
     expires_ms: int
 
 
-class MemoryLimitStore:
+class MemoryLimitStore(SlottedWindow):
     def __init__(
         self,
         *,
         window_seconds: float = 60.0,
         slots: int = 60,
         clock: Callable[[], float] = time.time,
-    ):
-        self.window_ms = round(window_seconds * 1000)
-        if slots < 1 or self.window_ms % slots:
-            raise ValueError("the window must split into whole milliseconds per slot")
-        self.slots = slots
-        self.slot_ms = self.window_ms // slots
+    ) -> None:
+        super().__init__(window_seconds, slots)
         self._clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, _Bucket] = {}
@@ -166,55 +166,22 @@ class MemoryLimitStore:
                 self._sweep(now_ms)
             if reservation_id in self._records:
                 raise DuplicateReservation(reservation_id)
-            buckets = [self._bucket(c.key, now_ms) for c in caps]
-            if None in buckets:
-                raise BucketsMissing([c.key for c, b in zip(caps, buckets, strict=True) if not b])
+            found = [self._bucket(c.key, now_ms) for c in caps]
+            if None in found:
+                raise BucketsMissing([c.key for c, b in zip(caps, found, strict=True) if not b])
+            buckets = cast(list[_Bucket], found)  # none is None (checked above)
             cur = now_ms // self.slot_ms
             windows = [self._window(r.key, cur) for r in rates]
-            for cap, b in zip(caps, buckets, strict=True):
-                if b.used + b.reserved + amount > cap.limit:
-                    headers = rate_headers(rates, self._states(windows, now_ms))
-                    raise cap_refusal(cap, b.used, b.reserved, amount, now_ms / 1000, headers)
-            for i, rule in enumerate(rates):
-                w = windows[i]
-                reqs, toks = (w.requests, w.tokens) if w else (0, 0)
-                kind = 0
-                if rule.rpm is not None and reqs + 1 > rule.rpm:
-                    kind, wait = REFUSED_RPM, self._wait_ms(w, now_ms, 0, 1, rule.rpm)
-                elif rule.tpm is not None and tokens > rule.tpm:
-                    kind, wait = REFUSED_TPM_NEVER, 0
-                elif rule.tpm is not None and toks + tokens > rule.tpm:
-                    kind, wait = REFUSED_TPM, self._wait_ms(w, now_ms, 1, tokens, rule.tpm)
-                if kind:
-                    states = self._states(windows, now_ms)
-                    dim = "requests" if kind == REFUSED_RPM else "tokens"
-                    headers = rate_headers(rates, states, forced=(dim, i))
-                    raise rate_refusal(kind, rule, states[i], tokens, wait, self.window_ms, headers)
+            self._check(caps, buckets, rates, windows, amount, tokens, now_ms)
             # Admitted: reserve on every bucket, count on every rule.
-            deadline = now_ms + max(1, round(hold_seconds * 1000))
+            deadline = now_ms + hold_ms(hold_seconds)
             held = (amount, deadline)
             entry = (deadline, reservation_id)
             for b in buckets:
                 b.reserved += amount
                 b.live[reservation_id] = held
                 heapq.heappush(b.heap, entry)
-            after = []
-            # Every window now counts this request, so each rule's window resets one
-            # full window after the current slot.
-            reset = (cur + self.slots + 1) * self.slot_ms - now_ms
-            for i, rule in enumerate(rates):
-                w = windows[i]
-                if w is None:
-                    w = self._windows[rule.key] = _Window(oldest=cur, newest=cur)
-                counts = w.slots.get(cur)
-                if counts is None:
-                    counts = w.slots[cur] = [0, 0]
-                counts[0] += 1
-                counts[1] += tokens
-                w.requests += 1
-                w.tokens += tokens
-                w.newest = cur
-                after.append(RuleState(w.requests, w.tokens, reset))
+            after = self._count(rates, windows, cur, tokens, now_ms)
             self._records[reservation_id] = _Record(
                 amount,
                 tokens,
@@ -224,6 +191,70 @@ class MemoryLimitStore:
                 deadline + RECORD_GRACE_MS,
             )
             return Admission(reservation_id, rate_headers(rates, after))
+
+    def _check(
+        self,
+        caps: list[CapBucket],
+        buckets: list[_Bucket],
+        rates: list[RateRule],
+        windows: list[_Window | None],
+        amount: int,
+        tokens: int,
+        now_ms: int,
+    ) -> None:
+        """Raise the refusal of the first cap, then the first rule, that the
+        admission would overrun."""
+        for i, (cap, b) in enumerate(zip(caps, buckets, strict=True)):
+            if b.used + b.reserved + amount > cap.limit:
+                states = self._states(windows, now_ms)
+                raise refusal(
+                    REFUSED_CAP, i, caps, rates, states, amount, tokens,
+                    (b.used, b.reserved), now_ms, self.window_ms,
+                )  # fmt: skip
+        for i, rule in enumerate(rates):
+            w = windows[i]
+            reqs, toks = (w.requests, w.tokens) if w else (0, 0)
+            kind = wait = 0
+            if rule.rpm is not None and reqs + 1 > rule.rpm:
+                kind, wait = REFUSED_RPM, self._wait_ms(w, now_ms, 0, 1, rule.rpm)
+            elif rule.tpm is not None and tokens > rule.tpm:
+                kind = REFUSED_TPM_NEVER
+            elif rule.tpm is not None and toks + tokens > rule.tpm:
+                kind, wait = REFUSED_TPM, self._wait_ms(w, now_ms, 1, tokens, rule.tpm)
+            if kind:
+                states = self._states(windows, now_ms)
+                raise refusal(
+                    kind, i, caps, rates, states, amount, tokens, (wait, 0), now_ms, self.window_ms
+                )
+
+    def _count(
+        self,
+        rates: list[RateRule],
+        windows: list[_Window | None],
+        cur: int,
+        tokens: int,
+        now_ms: int,
+    ) -> list[RuleState]:
+        """Count an admitted request (and its tokens) on every rule, in slot
+        ``cur``: the rules' states after it."""
+        after = []
+        # Every window now counts this request, so each rule's window resets one
+        # full window after the current slot.
+        reset = (cur + self.slots + 1) * self.slot_ms - now_ms
+        for i, rule in enumerate(rates):
+            w = windows[i]
+            if w is None:
+                w = self._windows[rule.key] = _Window(oldest=cur, newest=cur)
+            counts = w.slots.get(cur)
+            if counts is None:
+                counts = w.slots[cur] = [0, 0]
+            counts[0] += 1
+            counts[1] += tokens
+            w.requests += 1
+            w.tokens += tokens
+            w.newest = cur
+            after.append(RuleState(w.requests, w.tokens, reset))
+        return after
 
     def _states(self, windows: list[_Window | None], now_ms: int) -> list[RuleState]:
         return [self._state(w, now_ms) for w in windows]
@@ -253,13 +284,12 @@ class MemoryLimitStore:
             for key in rec.rules:
                 w = self._window(key, cur)
                 counts = w.slots.get(rec.slot) if w else None
-                if counts is not None:
+                if w is not None and counts is not None:
                     counts[1] += delta
                     w.tokens += delta
 
     async def settle(self, reservation_id: str, cost: int, tokens: int) -> None:
-        if cost < 0 or tokens < 0:
-            raise ValueError("cost and tokens cannot be negative")
+        check_settle(cost, tokens)
         self._finish(reservation_id, cost, tokens)
 
     async def release(self, reservation_id: str) -> None:

@@ -32,227 +32,33 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
+from console.kernel import redis_url
+from gateway_bridge.limits import resp
 from gateway_bridge.limits.base import (
-    REFUSED_CAP,
+    RECORD_GRACE_MS,
     Admission,
     BucketsMissing,
     CapBucket,
     DuplicateReservation,
     RateRule,
     RuleState,
-    cap_refusal,
+    SlottedWindow,
     check_args,
+    check_settle,
+    hold_ms,
     rate_headers,
-    rate_refusal,
+    refusal,
 )
-from gateway_bridge.limits.memory import RECORD_GRACE_MS
+from gateway_bridge.limits.scripts import ADMIT, CREDIT, FINISH, PURGE, SEED
 
 logger = logging.getLogger(__name__)
 
 RECORD_PREFIX = "lim:res:"
 
-_NOW = """
-local function now_ms(arg)
-  if arg ~= '' then return tonumber(arg) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function I(x) return string.format('%d', x) end
-"""
 
-ADMIT = (
-    _NOW
-    + r"""
-local now = now_ms(ARGV[5])
-local rec = KEYS[1]
-if redis.call('EXISTS', rec) == 1 then return {3} end
-local rid, amount, tokens = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local hold, nc, nr = tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local N, S, grace = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local cur = math.floor(now / S)
-
--- caps: purge reservations past their deadline, read used and reserved
-local used, res, missing = {}, {}, {}
-for i = 1, nc do
-  local k, z = KEYS[2 * i], KEYS[2 * i + 1]
-  local v = redis.call('HMGET', k, 'u', 'r')
-  if not v[1] then
-    missing[#missing + 1] = k
-  else
-    local r = tonumber(v[2]) or 0
-    local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-    if #gone > 0 then
-      local freed = 0
-      for _, m in ipairs(gone) do freed = freed + tonumber(string.match(m, '^(%-?%d+):')) end
-      redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
-      if freed ~= 0 then r = redis.call('HINCRBY', k, 'r', I(-freed)) end
-    end
-    used[i], res[i] = tonumber(v[1]), r
-  end
-end
-if #missing > 0 then return {2, unpack(missing)} end
-
--- rules: drop the slots that left the window
-local Q, T, O, NW = {}, {}, {}, {}
-for j = 1, nr do
-  local k = KEYS[1 + 2 * nc + j]
-  local h = redis.call('HMGET', k, 'Q', 'T', 'o', 'n')
-  local q, t, o, n = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]), tonumber(h[4])
-  local cutoff = cur - N
-  if o and n < cutoff then
-    redis.call('DEL', k); q, t, o, n = 0, 0, nil, nil
-  elseif o and o < cutoff then
-    local f = {}
-    for s = o, cutoff - 1 do f[#f + 1] = 'q' .. I(s); f[#f + 1] = 't' .. I(s) end
-    local vals = redis.call('HMGET', k, unpack(f))
-    for x = 1, #vals, 2 do
-      q = q - (tonumber(vals[x]) or 0); t = t - (tonumber(vals[x + 1]) or 0)
-    end
-    redis.call('HDEL', k, unpack(f))
-    o = cutoff
-    redis.call('HSET', k, 'Q', I(q), 'T', I(t), 'o', I(o))
-  end
-  Q[j], T[j], O[j], NW[j] = q, t, o, n
-end
-
-local function states(out)
-  for j = 1, nr do
-    local reset = 0
-    if NW[j] and (Q[j] > 0 or T[j] > 0) then reset = (NW[j] + N + 1) * S - now end
-    out[#out + 1] = Q[j]; out[#out + 1] = T[j]; out[#out + 1] = reset
-  end
-  return out
-end
-
-local function wait(k, j, field, total, need, limit)
-  if not O[j] then return N * S end
-  local freed = 0
-  for s = O[j], NW[j] do
-    freed = freed + (tonumber(redis.call('HGET', k, field .. I(s))) or 0)
-    if total - freed + need <= limit then return (s + N + 1) * S - now end
-  end
-  return (NW[j] + N + 1) * S - now
-end
-
-for i = 1, nc do
-  if used[i] + res[i] + amount > tonumber(ARGV[10 + i]) then
-    return states({0, 1, i, used[i], res[i], now})
-  end
-end
-for j = 1, nr do
-  local k = KEYS[1 + 2 * nc + j]
-  local rpm, tpm = tonumber(ARGV[10 + nc + 2 * j - 1]), tonumber(ARGV[10 + nc + 2 * j])
-  if rpm >= 0 and Q[j] + 1 > rpm then
-    return states({0, 2, j, wait(k, j, 'q', Q[j], 1, rpm), 0, now})
-  elseif tpm >= 0 and tokens > tpm then
-    return states({0, 4, j, 0, 0, now})
-  elseif tpm >= 0 and T[j] + tokens > tpm then
-    return states({0, 3, j, wait(k, j, 't', T[j], tokens, tpm), 0, now})
-  end
-end
-
--- admitted: reserve on every bucket, count on every rule, keep the record
-local deadline = now + hold
-local member = ARGV[2] .. ':' .. rid
-local ckeys, rkeys = {}, {}
-for i = 1, nc do
-  local k, z = KEYS[2 * i], KEYS[2 * i + 1]
-  redis.call('HINCRBY', k, 'r', ARGV[2])
-  redis.call('ZADD', z, I(deadline), member)
-  local pt = redis.call('PTTL', k)
-  if pt > 0 then redis.call('PEXPIRE', z, pt) end
-  ckeys[i] = k
-end
-for j = 1, nr do
-  local k = KEYS[1 + 2 * nc + j]
-  if not O[j] then redis.call('HSET', k, 'o', I(cur)); O[j] = cur end
-  redis.call('HINCRBY', k, 'q' .. I(cur), 1)
-  redis.call('HINCRBY', k, 't' .. I(cur), ARGV[3])
-  Q[j] = redis.call('HINCRBY', k, 'Q', 1)
-  T[j] = redis.call('HINCRBY', k, 'T', ARGV[3])
-  redis.call('HSET', k, 'n', I(cur))
-  NW[j] = cur
-  redis.call('PEXPIRE', k, I((N + 2) * S))
-  rkeys[j] = k
-end
-redis.call('SET', rec, cjson.encode({m = member, a = ARGV[2], t = ARGV[3], s = cur,
-  c = ckeys, q = rkeys}), 'PX', I(hold + grace))
-return states({1, 0, 0, 0, 0, now})
-"""
-)
-
-FINISH = (
-    _NOW
-    + r"""
-local raw = redis.call('GET', KEYS[1])
-if not raw then return 0 end
-redis.call('DEL', KEYS[1])
-local rec = cjson.decode(raw)
-local settle = ARGV[1] == '1'
-local nc = tonumber(ARGV[7])
-for i = 1, nc do
-  local k, z = KEYS[2 * i], KEYS[2 * i + 1]
-  if redis.call('ZREM', z, rec.m) == 1 and rec.a ~= '0' then
-    redis.call('HINCRBY', k, 'r', '-' .. rec.a)
-  end
-  if settle and ARGV[2] ~= '0' and redis.call('EXISTS', k) == 1 then
-    redis.call('HINCRBY', k, 'u', ARGV[2])
-  end
-end
-if not settle then return 1 end
-local delta = tonumber(ARGV[3]) - tonumber(rec.t)
-if delta == 0 then return 1 end
-local now = now_ms(ARGV[4])
-local N, S = tonumber(ARGV[5]), tonumber(ARGV[6])
-local cutoff = math.floor(now / S) - N
-if rec.s < cutoff then return 1 end
-for j = 2 + 2 * nc, #KEYS do
-  local k = KEYS[j]
-  local f = 't' .. I(rec.s)
-  if redis.call('HEXISTS', k, f) == 1 then
-    redis.call('HINCRBY', k, f, I(delta))
-    redis.call('HINCRBY', k, 'T', I(delta))
-  end
-end
-return 1
-"""
-)
-
-PURGE = (
-    _NOW
-    + r"""
-local now = now_ms(ARGV[1])
-local k = KEYS[1]
-local v = redis.call('HMGET', k, 'u', 'r')
-if not v[1] then return {0, 0, 0} end
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-local r = tonumber(v[2]) or 0
-if #gone > 0 then
-  local freed = 0
-  for _, m in ipairs(gone) do freed = freed + tonumber(string.match(m, '^(%-?%d+):')) end
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if freed ~= 0 then r = redis.call('HINCRBY', k, 'r', I(-freed)) end
-end
-return {tonumber(v[1]), r, 1}
-"""
-)
-
-SEED = r"""
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'u', ARGV[1], 'r', 0)
-if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return 1
-"""
-
-CREDIT = r"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'u', ARGV[1])
-return 1
-"""
-
-
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -276,7 +82,7 @@ class MixedTags(ValueError):
     them atomically. ``limits.plan`` never builds one."""
 
 
-class RedisLimitStore:
+class RedisLimitStore(SlottedWindow):
     """``client`` is a ``redis.asyncio.Redis`` (or RedisCluster) or one of
     ``limits.resp``'s pipelined clients (``RespClient``, ``SentinelClient``,
     ``ClusterClient``): anything with ``register_script(lua)`` -> ``await
@@ -288,18 +94,14 @@ class RedisLimitStore:
 
     def __init__(
         self,
-        client,
+        client: Any,
         *,
         window_seconds: float = 60.0,
         slots: int = 60,
         clock: Callable[[], float] | None = None,
         replicas: int = 0,
-    ):
-        self.window_ms = round(window_seconds * 1000)
-        if slots < 1 or self.window_ms % slots:
-            raise ValueError("the window must split into whole milliseconds per slot")
-        self.slots = slots
-        self.slot_ms = self.window_ms // slots
+    ) -> None:
+        super().__init__(window_seconds, slots)
         self.client = client
         self._clock = clock
         # Replicas that must acknowledge an admission or a settle (WAIT) before
@@ -323,7 +125,7 @@ class RedisLimitStore:
         client: str = "resp",
         timeout: float | None = None,
         replicas: int | None = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> RedisLimitStore:
         """A store with its own connection. ``url``: any ``console.kernel.redis_url``
         form. ``client="resp"`` (the default): the pipelined client
@@ -339,13 +141,10 @@ class RedisLimitStore:
         ``limits_unavailable``. ``replicas``: how many replicas must hold an
         admission or settle before it counts on Sentinel and Cluster (default
         1; the pipelined clients only); ignored on one Redis."""
-        from console.kernel import redis_url
-
         target = redis_url.parse(url)
         if client == "resp" and target.highly_available:
-            from gateway_bridge.limits import resp
-
             auth = {"username": target.username, "password": target.password}
+            conn: resp.SentinelClient | resp.ClusterClient
             if target.kind == redis_url.SENTINEL:
                 conn = resp.SentinelClient(
                     target.hosts, target.service, db=target.db, timeout=timeout, **auth
@@ -354,15 +153,12 @@ class RedisLimitStore:
                 conn = resp.ClusterClient(target.hosts, timeout=timeout, **auth)
             return cls(conn, replicas=1 if replicas is None else replicas, **kwargs)
         if client == "resp" and url.startswith("redis://"):
-            from gateway_bridge.limits.resp import RespClient
-
-            conn = RespClient.from_url(url, timeout=timeout)
-            return cls(conn, **kwargs)  # one Redis: no replica to wait for
+            # One Redis: no replica to wait for.
+            return cls(resp.RespClient.from_url(url, timeout=timeout), **kwargs)
         if target.highly_available:
-            conn = redis_url.async_client(
-                url, socket_timeout=timeout, socket_connect_timeout=timeout
-            )
-            return cls(conn, **kwargs)
+            ha = redis_url.async_client(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+            return cls(ha, **kwargs)
+        # deferred: redis-py is costly to import, and only this client needs it
         import redis.asyncio as aioredis
 
         pool = aioredis.BlockingConnectionPool.from_url(
@@ -374,7 +170,9 @@ class RedisLimitStore:
         )
         return cls(aioredis.Redis(connection_pool=pool), **kwargs)
 
-    async def _run(self, script, keys: list[str], args: list, durable: bool = False):
+    async def _run(
+        self, script: Any, keys: list[str], args: list[Any], durable: bool = False
+    ) -> Any:
         if durable and self.replicas:
             return await script(keys=keys, args=args, replicas=self.replicas)
         return await script(keys=keys, args=args)
@@ -393,7 +191,7 @@ class RedisLimitStore:
         hold_seconds: float,
     ) -> Admission:
         check_args(amount, tokens, hold_seconds)
-        bucket_keys = []
+        bucket_keys: list[str] = []
         for c in caps:
             bucket_keys += [c.key, z_key(c.key)]
         bucket_keys += [r.key for r in rates]
@@ -402,11 +200,11 @@ class RedisLimitStore:
             raise MixedTags(f"one admission's keys span hash tags {sorted(tags)}")
         record = (tags.pop() if tags else "") + RECORD_PREFIX + reservation_id
         keys = [record, *bucket_keys]
-        args: list = [
+        args: list[Any] = [
             reservation_id,
             int(amount),
             int(tokens),
-            max(1, round(hold_seconds * 1000)),
+            hold_ms(hold_seconds),
             self._now_arg(),
             len(caps),
             len(rates),
@@ -429,14 +227,9 @@ class RedisLimitStore:
         if status == 1:
             self._hold(reservation_id, record, bucket_keys, len(caps), hold_seconds)
             return Admission(reservation_id, rate_headers(rates, states))
-        if kind == REFUSED_CAP:
-            cap = caps[index - 1]
-            headers = rate_headers(rates, states)
-            raise cap_refusal(cap, a, b, amount, now_ms / 1000, headers)
-        dim = "requests" if kind == 2 else "tokens"
-        headers = rate_headers(rates, states, forced=(dim, index - 1))
-        rule = rates[index - 1]
-        raise rate_refusal(kind, rule, states[index - 1], tokens, a, self.window_ms, headers)
+        raise refusal(
+            kind, index - 1, caps, rates, states, amount, tokens, (a, b), now_ms, self.window_ms
+        )
 
     def _hold(self, rid: str, record: str, keys: list[str], nc: int, hold_s: float) -> None:
         held = self._held
@@ -448,8 +241,7 @@ class RedisLimitStore:
             self._sweep_at = 2 * len(held) + 1024
 
     async def settle(self, reservation_id: str, cost: int, tokens: int) -> None:
-        if cost < 0 or tokens < 0:
-            raise ValueError("cost and tokens cannot be negative")
+        check_settle(cost, tokens)
         held = self._held.pop(reservation_id, None)
         if held is None:  # unknown, or settled / released already
             return
