@@ -56,16 +56,29 @@ cached parts, ``output_tokens`` includes ``reasoning_tokens``.
 from __future__ import annotations
 
 import ipaddress
-import re
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from functools import lru_cache
 from operator import itemgetter
-from typing import NamedTuple, get_type_hints
+from typing import Any, NamedTuple, get_type_hints
 
 import orjson
 from django.conf import settings
+
+from usage.event_rules import (
+    A_BOOLEAN,
+    A_STRING,
+    AN_INTEGER,
+    AN_INTEGER_OR_NULL,
+    CONTROL,
+    Field,
+    InvalidEvent,
+    Rule,
+    Together,
+    check,
+    fast_parser,
+)
 
 SCHEMA_VERSION = 1
 
@@ -100,16 +113,6 @@ MAX_TAGS = 10
 MAX_TAG_KEY = 32
 MAX_TAG_VALUE = 128
 _TAG_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
-# C0 and C1 control characters: refused in an end user or a tag value.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-class InvalidEvent(ValueError):
-    """An event ingest cannot store. ``reason`` says precisely why."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 # Not frozen and without __slots__, on purpose: the gateway builds one per
@@ -235,12 +238,14 @@ def _stored(values, started: datetime, finished: datetime) -> ParsedEvent:
     return _new_tuple(ParsedEvent, out)
 
 
-_NULLABLE_INTS = ("sub_account_id", "node_id", "ttft_us", "upstream_us", "overhead_us", "queue_us")
-
-
 def _is_currency(code: str) -> bool:
     """An ISO 4217 code's shape: three ASCII capital letters."""
     return len(code) == 3 and code.isascii() and code.isalpha() and code.isupper()
+
+
+def _is_currency_or_none(code: str) -> bool:
+    """A currency code, or "" (no vendor charge)."""
+    return not code or _is_currency(code)
 
 
 def _with_added(d):
@@ -255,21 +260,6 @@ def _with_added(d):
                     out["tags"] = {}  # a dict of its own per event
                 return out
     return d
-
-
-def _parse_time(name: str, value) -> datetime:
-    if type(value) is str:
-        try:
-            dt = datetime.fromisoformat(value)
-        except ValueError:
-            raise InvalidEvent(f"{name} is not an ISO 8601 timestamp: {value[:40]!r}") from None
-    elif isinstance(value, datetime):
-        dt = value
-    else:
-        raise InvalidEvent(f"{name} must be an ISO 8601 string, not {type(value).__name__}")
-    if dt.tzinfo is None:
-        raise InvalidEvent(f"{name} has no time zone offset")
-    return dt
 
 
 @lru_cache(maxsize=65536)
@@ -297,13 +287,8 @@ def _field_error(d: dict) -> InvalidEvent:
     return InvalidEvent(f"unknown field(s): {', '.join(unknown)}")
 
 
-def _bad_type(name: str, want: str, value) -> InvalidEvent:
-    return InvalidEvent(f"{name} must be {want}, not {type(value).__name__}")
-
-
 _values = itemgetter(*FIELD_NAMES)
 _N_FIELDS = len(FIELD_NAMES)
-_fromisoformat = datetime.fromisoformat
 
 
 def latest_start() -> float:
@@ -330,234 +315,6 @@ def parse(d: dict, latest: float | None = None) -> ParsedEvent:
     return _parse_checked(d, latest)
 
 
-def _parse_valid(v: tuple, latest: float) -> ParsedEvent | None:
-    """The fast path for a valid event (the common case): every rule of
-    ``_parse_checked`` as one expression over the values; ``None`` (or an
-    exception) on any failure, and ``_parse_checked`` then says which."""
-    (
-        request_id,
-        started,
-        finished,
-        org,
-        sub,
-        key,
-        model,
-        node,
-        protocol,
-        endpoint,
-        stream,
-        status,
-        error_type,
-        inp,
-        cr,
-        cw,
-        out,
-        rsn,
-        ttft,
-        latency,
-        upstream,
-        overhead,
-        queue,
-        ip,
-        priority,
-        cache_status,
-        credential,
-        upstream_cost,
-        upstream_currency,
-        end_user,
-        tags,
-        is_test,
-        version,
-    ) = v
-    d_max = MAX_DURATION_US
-    t_max = MAX_TOKENS
-    if not (
-        version == SCHEMA_VERSION
-        and str is type(request_id) is type(model) is type(error_type)
-        and int is type(version) is type(org) is type(key) is type(latency) is type(status)
-        and int is type(inp) is type(cr) is type(cw) is type(out) is type(rsn) is type(priority)
-        and int is type(upstream_cost)
-        and type(upstream_currency) is str
-        and type(stream) is bool is type(is_test)
-        and 0 < len(request_id) <= MAX_REQUEST_ID
-        and request_id.isprintable()
-        and "\\" not in request_id
-        and 0 < len(model) <= MAX_MODEL
-        and model.isprintable()
-        and "\\" not in model
-        and len(error_type) <= MAX_ERROR_TYPE
-        and (not error_type or (error_type.isprintable() and "\\" not in error_type))
-        and org > 0
-        and key > 0
-        and (sub is None or (type(sub) is int and 0 <= sub <= d_max))
-        and (node is None or (type(node) is int and 0 <= node <= d_max))
-        and (ttft is None or (type(ttft) is int and 0 <= ttft <= d_max))
-        and (upstream is None or (type(upstream) is int and 0 <= upstream <= d_max))
-        and (overhead is None or (type(overhead) is int and 0 <= overhead <= d_max))
-        and (queue is None or (type(queue) is int and 0 <= queue <= d_max))
-        and 0 <= latency <= d_max
-        and 0 <= inp <= t_max
-        and 0 <= cr <= t_max
-        and 0 <= cw <= t_max
-        and 0 <= out <= t_max
-        and 0 <= rsn <= out
-        and protocol in PROTOCOLS
-        and endpoint in ENDPOINTS
-        and cache_status in CACHE_STATUSES
-        and 100 <= status <= 599
-        and -32768 <= priority <= 32767
-        and (ip is None or (type(ip) is str and _check_ip(ip)))
-        and (credential is None or (type(credential) is int and 0 < credential <= MAX_ID))
-        and 0 <= upstream_cost <= MAX_UPSTREAM_COST
-        and (_is_currency(upstream_currency) or not (upstream_currency or upstream_cost))
-        and type(started) is str
-        and type(finished) is str
-        and type(end_user) is str
-        and type(tags) is dict
-        and (not end_user or (len(end_user) <= MAX_END_USER and not _CONTROL.search(end_user)))
-        and (not tags or tags_problem(tags) is None)
-    ):
-        return None
-    started = _fromisoformat(started)
-    finished = _fromisoformat(finished)
-    if (
-        started.tzinfo is None
-        or finished.tzinfo is None
-        or finished < started
-        or started.timestamp() > latest
-    ):
-        return None
-    return _stored(v, started, finished)
-
-
-def _parse_checked(d: dict, latest: float) -> ParsedEvent:
-    """``parse`` one rule at a time, raising the first rule's ``InvalidEvent``."""
-    d = _with_added(d)
-    if type(d) is not dict or d.keys() != FIELD_SET:
-        raise _field_error(d)
-    version = d["version"]
-    if version != SCHEMA_VERSION or type(version) is not int:
-        raise InvalidEvent(f"unsupported version {version!r}; this worker reads {SCHEMA_VERSION}")
-
-    request_id = d["request_id"]
-    if type(request_id) is not str or not 0 < len(request_id) <= MAX_REQUEST_ID:
-        raise InvalidEvent(f"request_id must be a string of 1 to {MAX_REQUEST_ID} characters")
-    if not request_id.isprintable() or "\\" in request_id:
-        raise InvalidEvent("request_id contains control characters or a backslash")
-    model = d["model"]
-    if type(model) is not str or not 0 < len(model) <= MAX_MODEL:
-        raise InvalidEvent(f"model must be a string of 1 to {MAX_MODEL} characters")
-    if not model.isprintable() or "\\" in model:
-        raise InvalidEvent("model contains control characters or a backslash")
-    error_type = d["error_type"]
-    if type(error_type) is not str or len(error_type) > MAX_ERROR_TYPE:
-        raise InvalidEvent(f"error_type must be a string of at most {MAX_ERROR_TYPE} characters")
-    if error_type and (not error_type.isprintable() or "\\" in error_type):
-        raise InvalidEvent("error_type contains control characters or a backslash")
-
-    for name in ("organization_id", "api_key_id"):
-        v = d[name]
-        if type(v) is not int:
-            raise _bad_type(name, "an integer", v)
-        if v <= 0:
-            raise InvalidEvent(f"{name} must be positive")
-    for name in _NULLABLE_INTS:
-        v = d[name]
-        if v is not None:
-            if type(v) is not int:
-                raise _bad_type(name, "an integer or null", v)
-            if v < 0 or v > MAX_DURATION_US:
-                raise InvalidEvent(f"{name} must be between 0 and {MAX_DURATION_US}")
-    latency = d["latency_us"]
-    if type(latency) is not int:
-        raise _bad_type("latency_us", "an integer", latency)
-    if latency < 0 or latency > MAX_DURATION_US:
-        raise InvalidEvent(f"latency_us must be between 0 and {MAX_DURATION_US}")
-
-    inp = d["input_tokens"]
-    cr = d["cache_read_tokens"]
-    cw = d["cache_write_tokens"]
-    out = d["output_tokens"]
-    rsn = d["reasoning_tokens"]
-    for name, v in (
-        ("input_tokens", inp),
-        ("cache_read_tokens", cr),
-        ("cache_write_tokens", cw),
-        ("output_tokens", out),
-        ("reasoning_tokens", rsn),
-    ):
-        if type(v) is not int:
-            raise _bad_type(name, "an integer", v)
-        if v < 0:
-            raise InvalidEvent(f"{name} is negative ({v})")
-        if v > MAX_TOKENS:
-            raise InvalidEvent(f"{name} is implausibly large ({v})")
-    if rsn > out:
-        raise InvalidEvent(
-            f"reasoning_tokens ({rsn}) exceed output_tokens ({out}); reasoning is part of output"
-        )
-
-    protocol = d["protocol"]
-    if type(protocol) is not str or protocol not in PROTOCOLS:
-        raise InvalidEvent(f"protocol {protocol!r} is not one of {', '.join(sorted(PROTOCOLS))}")
-    endpoint = d["endpoint"]
-    if type(endpoint) is not str or endpoint not in ENDPOINTS:
-        raise InvalidEvent(f"endpoint {endpoint!r} is not a known endpoint")
-    cache_status = d["cache_status"]
-    if type(cache_status) is not str or cache_status not in CACHE_STATUSES:
-        raise InvalidEvent(
-            f"cache_status {cache_status!r} is not one of {', '.join(sorted(CACHE_STATUSES))}"
-        )
-    for name in ("stream", "is_test"):
-        if type(d[name]) is not bool:
-            raise _bad_type(name, "a boolean", d[name])
-    status = d["status_code"]
-    if type(status) is not int or not 100 <= status <= 599:
-        raise InvalidEvent(f"status_code must be an HTTP status between 100 and 599: {status!r}")
-    priority = d["priority"]
-    if type(priority) is not int or not -32768 <= priority <= 32767:
-        raise InvalidEvent("priority must be a small integer")
-    ip = d["client_ip"]
-    if ip is not None and (type(ip) is not str or not _check_ip(ip)):
-        raise InvalidEvent(f"client_ip is not an IP address: {str(ip)[:64]!r}")
-    _check_upstream(d)
-    _check_attribution(d)
-
-    started = _parse_time("started_at", d["started_at"])
-    finished = _parse_time("finished_at", d["finished_at"])
-    if finished < started:
-        raise InvalidEvent("finished_at is before started_at")
-    if started.timestamp() > latest:
-        skew = settings.USAGE_MAX_FUTURE_SKEW_SECONDS
-        raise InvalidEvent(f"started_at is more than {skew} s in the future")
-
-    return _stored(_values(d), started, finished)
-
-
-def _check_upstream(d: dict) -> None:
-    """The rules of the added fields: the credential and the vendor's charge."""
-    credential = d["credential_id"]
-    if credential is not None:
-        if type(credential) is not int:
-            raise _bad_type("credential_id", "an integer or null", credential)
-        if not 0 < credential <= MAX_ID:
-            raise InvalidEvent("credential_id must be a positive id")
-    cost = d["upstream_cost"]
-    if type(cost) is not int:
-        raise _bad_type("upstream_cost", "an integer", cost)
-    if not 0 <= cost <= MAX_UPSTREAM_COST:
-        raise InvalidEvent(f"upstream_cost must be between 0 and {MAX_UPSTREAM_COST}")
-    currency = d["upstream_currency"]
-    if type(currency) is not str:
-        raise _bad_type("upstream_currency", "a string", currency)
-    if currency and not _is_currency(currency):
-        raise InvalidEvent(
-            f"upstream_currency must be a three-letter currency code: {currency[:8]!r}"
-        )
-    if cost and not currency:
-        raise InvalidEvent("upstream_cost is set without its upstream_currency")
-
-
 def tags_problem(tags) -> str | None:
     """Why ``tags`` are not a call's tags, or None: a JSON object of at most
     ``MAX_TAGS`` entries, each key 1 to ``MAX_TAG_KEY`` characters of
@@ -579,23 +336,96 @@ def tags_problem(tags) -> str | None:
             )
         if type(value) is not str or not 0 < len(value) <= MAX_TAG_VALUE:
             return f"tag {key!r} must have a string value of 1 to {MAX_TAG_VALUE} characters"
-        if _CONTROL.search(value):
+        if CONTROL.search(value):
             return f"tag {key!r} has control characters in its value"
     return None
 
 
-def _check_attribution(d: dict) -> None:
-    """The rules of the cost attribution fields: the end user and the tags."""
-    end_user = d["end_user"]
-    if type(end_user) is not str:
-        raise _bad_type("end_user", "a string", end_user)
-    if len(end_user) > MAX_END_USER:
-        raise InvalidEvent(f"end_user must be at most {MAX_END_USER} characters")
-    if _CONTROL.search(end_user):
-        raise InvalidEvent("end_user contains control characters")
-    problem = tags_problem(d["tags"])
-    if problem:
-        raise InvalidEvent(problem)
+def _tags_ok(tags: dict[str, Any]) -> bool:
+    return not tags or tags_problem(tags) is None
+
+
+# The rules of the event, one line a field, in the order the checked path
+# reads them (the first failing rule gives the reason): ``usage.event_rules``
+# derives both parsers from this table. A field added to ``UsageEvent`` gets
+# its line here.
+_BETWEEN = "{name} must be between {lo} and {hi}"
+_TEXT = "{name} must be a string of 1 to {hi} characters"
+_INT_ID = {"lo": 1, "wrong_type": AN_INTEGER, "says": "{name} must be positive"}
+_DURATION = {"lo": 0, "hi": MAX_DURATION_US, "says": _BETWEEN}
+_TOKENS = {
+    "lo": 0,
+    "hi": MAX_TOKENS,
+    "wrong_type": AN_INTEGER,
+    "too_low": "{name} is negative ({v})",
+    "too_high": "{name} is implausibly large ({v})",
+}
+
+
+def _one_of(choices: frozenset[str]) -> str:
+    return "{name} {v!r} is not one of " + ", ".join(sorted(choices))
+
+
+def _skew(values: dict[str, Any]) -> str:
+    return f"started_at is more than {settings.USAGE_MAX_FUTURE_SKEW_SECONDS} s in the future"
+
+
+RULES: tuple[Rule, ...] = (
+    Field("version", int, f"unsupported version {{v!r}}; this worker reads {SCHEMA_VERSION}",
+          lo=SCHEMA_VERSION, hi=SCHEMA_VERSION),
+    Field("request_id", str, _TEXT, lo=1, hi=MAX_REQUEST_ID, plain=True),
+    Field("model", str, _TEXT, lo=1, hi=MAX_MODEL, plain=True),
+    Field("error_type", str, "{name} must be a string of at most {hi} characters",
+          hi=MAX_ERROR_TYPE, plain=True),
+    Field("organization_id", int, **_INT_ID),
+    Field("api_key_id", int, **_INT_ID),
+    *(Field(name, int, null=True, wrong_type=AN_INTEGER_OR_NULL, **_DURATION)
+      for name in ("sub_account_id", "node_id", "ttft_us", "upstream_us", "overhead_us",
+                   "queue_us")),
+    Field("latency_us", int, wrong_type=AN_INTEGER, **_DURATION),
+    *(Field(name, int, **_TOKENS)
+      for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+                   "reasoning_tokens")),
+    Together("reasoning_tokens <= output_tokens", "reasoning_tokens ({reasoning_tokens}) exceed "
+             "output_tokens ({output_tokens}); reasoning is part of output"),
+    Field("protocol", str, _one_of(PROTOCOLS), among=PROTOCOLS),
+    Field("endpoint", str, "{name} {v!r} is not a known endpoint", among=ENDPOINTS),
+    Field("cache_status", str, _one_of(CACHE_STATUSES), among=CACHE_STATUSES),
+    Field("stream", bool, A_BOOLEAN),
+    Field("is_test", bool, A_BOOLEAN),
+    Field("status_code", int, "{name} must be an HTTP status between 100 and 599: {v!r}",
+          lo=100, hi=599),
+    Field("priority", int, "{name} must be a small integer", lo=-32768, hi=32767),
+    Field("client_ip", str, lambda v: f"client_ip is not an IP address: {str(v)[:64]!r}",
+          null=True, test=_check_ip),
+    Field("credential_id", int, "{name} must be a positive id", null=True, lo=1, hi=MAX_ID,
+          wrong_type=AN_INTEGER_OR_NULL),
+    Field("upstream_cost", int, _BETWEEN, lo=0, hi=MAX_UPSTREAM_COST, wrong_type=AN_INTEGER),
+    Field("upstream_currency", str, test=_is_currency_or_none, wrong_type=A_STRING,
+          says=lambda v: f"upstream_currency must be a three-letter currency code: {v[:8]!r}"),
+    Together("not upstream_cost or upstream_currency",
+             "upstream_cost is set without its upstream_currency"),
+    Field("end_user", str, "{name} must be at most {hi} characters", hi=MAX_END_USER,
+          clean=True, wrong_type=A_STRING),
+    Field("tags", dict, tags_problem, test=_tags_ok),
+    Field("started_at", datetime),
+    Field("finished_at", datetime),
+    Together("finished_at >= started_at", "finished_at is before started_at"),
+    Together("started_at.timestamp() <= latest", _skew),
+)  # fmt: skip
+_parse_valid = fast_parser(RULES, FIELD_NAMES, _stored)
+_parse_valid.__doc__ = """The fast path for a valid event (the common case): every rule of
+``RULES`` as one expression over the values; ``None`` (or an exception) on any
+failure, and ``_parse_checked`` then says which."""
+
+
+def _parse_checked(d: dict[str, Any], latest: float) -> ParsedEvent:
+    """``parse`` one rule at a time, raising the first rule's ``InvalidEvent``."""
+    d = _with_added(d)
+    if type(d) is not dict or d.keys() != FIELD_SET:
+        raise _field_error(d)
+    values = check(RULES, d, latest)
+    return _stored(_values(d), values["started_at"], values["finished_at"])
 
 
 def utc(dt: datetime) -> datetime:

@@ -17,7 +17,7 @@ from tests.usage.factories import event, expected_rollups, stored_rollups
 from tests.usage.margin_fixtures import T0, USD_COST, brute_force, seed_margin
 from usage import ingest
 from usage.facade import PPM, margin_basis_points, margin_report, rate
-from usage.ingest import ingest_events
+from usage.ingest import generic, ingest_events, pg
 from usage.margin import NO_UPSTREAM, grouped_query
 from usage.models import CallRecord, Rollup
 
@@ -86,13 +86,13 @@ def test_the_credential_and_the_vendors_charge_are_stored_and_rolled_up(
 def test_the_generic_writer_stores_them_too(catalog, org, key, team_key):
     """SQLite's writer; on PostgreSQL the same writer, run on purpose."""
     events = _batch(key, team_key)
-    ingest._ingest_generic(events[:3])
-    ingest._ingest_generic(events)
+    ingest._ingest(events[:3], generic.STORE)
+    ingest._ingest(events, generic.STORE)
     _stored_as_sent(events)
     assert stored_rollups(org.pk) == expected_rollups(org.pk)
     if connection.vendor == "postgresql":
         later = [_charged(key, credential_id=14) for _ in range(3)]
-        ingest._ingest_postgresql(later)
+        ingest._ingest(later, pg.STORE)
         _stored_as_sent(later)
         assert stored_rollups(org.pk) == expected_rollups(org.pk)
 

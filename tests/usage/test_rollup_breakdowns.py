@@ -14,7 +14,7 @@ from django.db import connection
 
 from tests.usage.factories import PriceFactory, event, expected_rollups, stored_rollups
 from usage import ingest
-from usage.ingest import ingest_events
+from usage.ingest import generic, ingest_events, pg
 from usage.ingest.aggregate import SUM_COLUMNS, sum_calls
 from usage.ingest.rows import CALL_COLUMNS, CallRow
 from usage.models import CallRecord, CatalogModel, Rollup
@@ -132,12 +132,12 @@ def test_redelivered_and_overlapping_batches_add_each_call_once(catalog, org, ke
 def test_the_generic_writer_keeps_them_too(catalog, org, keys):
     """SQLite's writer; on PostgreSQL the same writer, run on purpose."""
     events = mixed(keys)
-    ingest._ingest_generic(events[:30])
-    ingest._ingest_generic(events[15:])
+    ingest._ingest(events[:30], generic.STORE)
+    ingest._ingest(events[15:], generic.STORE)
     assert_consistent(org.pk)
     if connection.vendor == "postgresql":
         # The PostgreSQL writer adds to the rows the generic one created.
-        ingest._ingest_postgresql(mixed(keys, start=T0 + timedelta(minutes=1)))
+        ingest._ingest(mixed(keys, start=T0 + timedelta(minutes=1)), pg.STORE)
         assert_consistent(org.pk)
 
 

@@ -7,14 +7,18 @@ first statement and no other worker can interleave."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
-from django.db import connection
+from django.db import connection, transaction
 
 from usage.ingest.aggregate import ATTRIBUTION_SUMS, HISTS
 from usage.ingest.rollup_sql import HIST_COLUMNS, KEY_COLUMNS, N_SUMS, SUM_COLUMNS, merged_hist
-from usage.ingest.rows import CallRow
+from usage.ingest.rows import CALL_COLUMNS, CallRow
+from usage.ingest.store import AttributionCell, RollupCell
 
 # SQLite allows 32766 parameters per statement; 31 columns x 500 rows stays well under.
 CHUNK = 500
@@ -123,3 +127,45 @@ def touch_keys(last_used: dict[int, datetime]) -> None:
                 "WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
                 [value, key_id, value],
             )
+
+
+class _Insert:
+    """The generic call insert: it collects the batch's rows and writes them
+    when the batch is ready, in the transaction it opens then."""
+
+    def __init__(self, transaction_scope: ExitStack):
+        self.rows: list[CallRow] = []
+        self._scope = transaction_scope
+
+    def add(self, row: CallRow, raw: dict[str, Any]) -> None:
+        self.rows.append(row)
+
+    def result(self) -> set[str] | None:
+        self._scope.enter_context(transaction.atomic())
+        return insert_calls(self.rows, CALL_COLUMNS) if self.rows else None
+
+
+class GenericStore:
+    """The store for SQLite and any other backend (``usage.ingest.store.Store``):
+    the batch is prepared outside the transaction, which opens at the insert,
+    so SQLite's write lock is held only while writing."""
+
+    @contextmanager
+    def open(self, now: datetime) -> Iterator[_Insert]:
+        with ExitStack() as scope:
+            yield _Insert(scope)
+
+    def rollups(self, cells: list[RollupCell], currencies: dict[int, str]) -> list[RollupCell]:
+        return cells
+
+    def apply_rollups(self, ready: list[RollupCell], currencies: dict[int, str]) -> None:
+        apply_rollups(ready, currencies)
+
+    def apply_attribution(self, cells: list[AttributionCell], currencies: dict[int, str]) -> None:
+        apply_attribution(cells, currencies)
+
+    def touch_keys(self, last_used: dict[int, datetime]) -> None:
+        touch_keys(last_used)
+
+
+STORE = GenericStore()

@@ -12,16 +12,20 @@ columns as array literals, histograms as binary ``bytea[]``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from operator import itemgetter
+from typing import Any
 
 import orjson
 import psycopg
-from django.db import connection
+from django.db import connection, transaction
 
 from usage.ingest.aggregate import ATTRIBUTION_SUMS, LAT_BINS, TPS_BINS, TTFT_BINS, bucket_counts
 from usage.ingest.rollup_sql import HIST_COLUMNS, KEY_COLUMNS, N_SUMS, SUM_COLUMNS
 from usage.ingest.rows import CALL_COLUMNS, CallRow
+from usage.ingest.store import AttributionCell, RollupCell
 from usage.sketch import add_counts_to_encoded, encode_counts
 
 STAGE = "usage_call_stage"
@@ -138,7 +142,11 @@ class StreamingInsert:
         self._copy_cm = self._cur.copy(f"COPY usage_call ({self._cols}) FROM STDIN")
         self._copy = self._copy_cm.__enter__()
 
-    def add(self, row: CallRow, started: str, finished: str) -> None:
+    def add(self, row: CallRow, raw: dict[str, Any]) -> None:
+        """Stream one call row (``raw``: the wire dict it was read from, whose
+        timestamps' own text the COPY takes when it can, see ``copy_stamp``)."""
+        started = copy_stamp(raw["started_at"], row.started_at)
+        finished = copy_stamp(raw["finished_at"], row.finished_at)
         values = _rest(row)  # ``_line``, with the ingestion time already in the format
         self.lines.append(
             self._format % (started, finished, *map(_null, values, values), *_attribution(row))
@@ -149,7 +157,10 @@ class StreamingInsert:
             self._unsent = 0
 
     def abort(self, exc: BaseException) -> None:
-        """End the COPY after a failure while preparing (the transaction rolls back)."""
+        """End the COPY after a failure while preparing (the transaction rolls
+        back); nothing to do once ``result`` has ended it."""
+        if self._cur.closed:
+            return
         try:
             self._copy_cm.__exit__(type(exc), exc, exc.__traceback__)
         finally:
@@ -390,3 +401,34 @@ def touch_keys(last_used: dict[int, datetime]) -> None:
     with _raw_cursor() as cur:
         ordered = sorted(last_used.items())
         cur.execute(TOUCH, [[k for k, _ in ordered], [t for _, t in ordered]], prepare=True)
+
+
+class PostgresStore:
+    """The PostgreSQL store (``usage.ingest.store.Store``): the transaction
+    opens with the call insert, whose COPY streams while the batch is
+    prepared; the rollups are readied as array literals meanwhile."""
+
+    @contextmanager
+    def open(self, now: datetime) -> Iterator[StreamingInsert]:
+        with transaction.atomic():
+            stream = StreamingInsert(now)
+            try:
+                yield stream
+            except BaseException as exc:
+                stream.abort(exc)
+                raise
+
+    def rollups(self, cells: list[RollupCell], currencies: dict[int, str]) -> RollupArrays:
+        return RollupArrays(cells, currencies)
+
+    def apply_rollups(self, ready: RollupArrays, currencies: dict[int, str]) -> None:
+        apply_rollups(ready, currencies)
+
+    def apply_attribution(self, cells: list[AttributionCell], currencies: dict[int, str]) -> None:
+        apply_attribution(cells, currencies)
+
+    def touch_keys(self, last_used: dict[int, datetime]) -> None:
+        touch_keys(last_used)
+
+
+STORE = PostgresStore()
