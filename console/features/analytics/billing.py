@@ -36,6 +36,29 @@ CSV_NAMES = {
 }
 
 
+def _billing_note(bucket: str, first: str, last: str, zone: str) -> str:
+    """What the buckets are (days or months of ``zone``, ``first`` to ``last``) and
+    what each series counts."""
+    span = first if first == last else _("%(first)s to %(last)s") % {"first": first, "last": last}
+    where = {"zone": zone, "span": span}
+    if bucket == "day":
+        said = _("Days in %(zone)s, %(span)s; only what happened inside the range counts.")
+    else:
+        said = _(
+            "Months in %(zone)s, %(span)s; only what happened inside the range counts (a month "
+            "at either end is the part of it inside the range)."
+        )
+    return (
+        said % where
+        + " "
+        + _(
+            "Invoiced: invoices issued (finalized), by issue date, void ones left out. Paid: "
+            "invoice payments received, by the day the money moved. Refunded: refunds "
+            "completed, by refund date; a refund still pending is not counted."
+        )
+    )
+
+
 def billing(q: Query) -> Chart:
     """Invoiced, paid and refunded per day or month of the range. Read-only."""
     cur = q.currency
@@ -61,24 +84,7 @@ def billing(q: Query) -> Chart:
     for k in keys:
         chart.rows.append([k, *(Decimal(series[name][k]).scaleb(-places) for name, _c in SERIES)])
     first, last = (keys[0], keys[-1]) if keys else ("", "")
-    span = first if first == last else _("%(first)s to %(last)s") % {"first": first, "last": last}
-    where = {"zone": q.tz.key, "span": span}
-    if bucket == "day":
-        said = _("Days in %(zone)s, %(span)s; only what happened inside the range counts.")
-    else:
-        said = _(
-            "Months in %(zone)s, %(span)s; only what happened inside the range counts (a month "
-            "at either end is the part of it inside the range)."
-        )
-    chart.note = (
-        said % where
-        + " "
-        + _(
-            "Invoiced: invoices issued (finalized), by issue date, void ones left out. Paid: "
-            "invoice payments received, by the day the money moved. Refunded: refunds "
-            "completed, by refund date; a refund still pending is not counted."
-        )
-    )
+    chart.note = _billing_note(bucket, first, last, q.tz.key)
     if not any(v for name, _c in SERIES for v in series[name].values()):
         chart.empty = _(
             "No invoices issued, payments or completed refunds in %(currency)s from %(first)s "

@@ -67,60 +67,64 @@ def cache_hit(q: Query) -> Chart:
         label = q.names.label(column, group)
         colour = q.names.colour(column, group, i)
         if column is None:
-            traces.append(
-                line(
-                    _("Prompt tokens served from cache"),
-                    colour,
-                    x,
-                    [hit_rate(p) for p in points],
-                    unit=" %",
-                )
-            )
-            traces.append(
-                line(
-                    _("Calls with a prefix-cache hit"),
-                    "#E69F00",
-                    x,
-                    [share_pct(_prefix_hits(p), p["calls"]) for p in points],
-                    dash="dot",
-                    unit=" %",
-                )
-            )
-            traces.append(
-                line(
-                    _("Calls answered from the response cache"),
-                    "#009E73",
-                    x,
-                    [share_pct(p["response_cache_calls"], p["calls"]) for p in points],
-                    dash="dash",
-                    unit=" %",
-                )
-            )
+            traces += _uncompared_lines(colour, x, points)
         else:
             traces.append(line(label, colour, x, [hit_rate(p) for p in points], unit=" %"))
-        for p in points:
-            prompt = p["input_tokens"] + p["cache_read_tokens"] + p["cache_write_tokens"]
-            chart.rows.append(
-                [
-                    iso_local(p["start"], q.tz),
-                    label,
-                    p["calls"],
-                    p["cache_hit_calls"],
-                    prompt,
-                    p["cache_read_tokens"],
-                    hit_rate(p),
-                    share_pct(p["cache_hit_calls"], p["calls"]),
-                    _prefix_hits(p),
-                    p["response_cache_calls"],
-                    share_pct(_prefix_hits(p), p["calls"]),
-                    share_pct(p["response_cache_calls"], p["calls"]),
-                ]
-            )
+        chart.rows += [_cache_hit_row(q, label, p) for p in points]
     if rest:
         chart.note = busiest_note(len(shown), len(s.groups))
     _cache_totals(chart, s)
     chart.figure = figure(traces, x_title=time_title(q), y_title=_("Hit rate (%)"), y_suffix=" %")
     return chart
+
+
+def _uncompared_lines(colour: str, x: list, points: list[dict]) -> list:
+    """With nothing compared, three lines: the share of prompt tokens served from
+    cache, of calls with a prefix-cache hit, of calls answered from the response cache."""
+    return [
+        line(
+            _("Prompt tokens served from cache"),
+            colour,
+            x,
+            [hit_rate(p) for p in points],
+            unit=" %",
+        ),
+        line(
+            _("Calls with a prefix-cache hit"),
+            "#E69F00",
+            x,
+            [share_pct(_prefix_hits(p), p["calls"]) for p in points],
+            dash="dot",
+            unit=" %",
+        ),
+        line(
+            _("Calls answered from the response cache"),
+            "#009E73",
+            x,
+            [share_pct(p["response_cache_calls"], p["calls"]) for p in points],
+            dash="dash",
+            unit=" %",
+        ),
+    ]
+
+
+def _cache_hit_row(q: Query, label: str, p: dict) -> list:
+    """One bucket's CSV row of the hit-rate chart."""
+    prompt = p["input_tokens"] + p["cache_read_tokens"] + p["cache_write_tokens"]
+    return [
+        iso_local(p["start"], q.tz),
+        label,
+        p["calls"],
+        p["cache_hit_calls"],
+        prompt,
+        p["cache_read_tokens"],
+        hit_rate(p),
+        share_pct(p["cache_hit_calls"], p["calls"]),
+        _prefix_hits(p),
+        p["response_cache_calls"],
+        share_pct(_prefix_hits(p), p["calls"]),
+        share_pct(p["response_cache_calls"], p["calls"]),
+    ]
 
 
 def _cache_totals(chart: Chart, s: usage.Series) -> None:
@@ -196,6 +200,33 @@ def cache_savings(q: Query) -> Chart:
             )
         )
         return chart
+    traces, total = _savings_bars(chart, q, saved)
+    chart.total_row(
+        "Total",
+        sum(p["cache_read_tokens"] for points in saved.values() for p in points),
+        exact_decimal(total, cur),
+        sum(p["unpriced_tokens"] for points in saved.values() for p in points),
+    )
+    chart.summary = _("%(amount)s saved in all over this range.") % {
+        "amount": format_amount(total, cur)
+    }
+    chart.note = _(
+        "Cached prompt tokens priced at the input price minus the cache-read price of the "
+        "price book, at your rates."
+    )
+    chart.figure = figure(
+        traces,
+        x_title=time_title(q),
+        y_title=_("Saved (%(currency)s)") % {"currency": cur},
+        barmode="stack",
+        y_currency=cur,
+    )
+    return chart
+
+
+def _savings_bars(chart: Chart, q: Query, saved: dict[str, list[dict]]) -> tuple[list, int]:
+    """A bar per model over the buckets, each bucket's CSV row; and the total saved."""
+    cur = q.currency
     traces = []
     x = None
     total = 0
@@ -221,24 +252,4 @@ def cache_savings(q: Query) -> Chart:
                     p["unpriced_tokens"],
                 ]
             )
-    chart.total_row(
-        "Total",
-        sum(p["cache_read_tokens"] for points in saved.values() for p in points),
-        exact_decimal(total, cur),
-        sum(p["unpriced_tokens"] for points in saved.values() for p in points),
-    )
-    chart.summary = _("%(amount)s saved in all over this range.") % {
-        "amount": format_amount(total, cur)
-    }
-    chart.note = _(
-        "Cached prompt tokens priced at the input price minus the cache-read price of the "
-        "price book, at your rates."
-    )
-    chart.figure = figure(
-        traces,
-        x_title=time_title(q),
-        y_title=_("Saved (%(currency)s)") % {"currency": cur},
-        barmode="stack",
-        y_currency=cur,
-    )
-    return chart
+    return traces, total

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import functools
 from datetime import UTC, datetime, time, timedelta
+from typing import Any
 
 import plotly.graph_objects as go
 from django.urls import reverse
@@ -209,6 +210,42 @@ def overview_top(q: Query) -> Chart:
     return chart
 
 
+def _sla_table(f: invoicing.SlaFigures) -> dict[str, Any]:
+    """The month's SLA figures (``invoicing.sla_figures``) as the page's table, the
+    availability linked to the SLA ledger."""
+    pct = invoicing.percent_text
+    link = reverse("invoicing:sla")
+    left = (
+        _("over by %(count)s") % {"count": f"{-f.budget_left:,}"}
+        if f.budget_left < 0
+        else f"{f.budget_left:,}"
+    )
+    table: dict[str, Any] = {
+        "headers": [_("Figure"), _("This month")],
+        "numeric": [False, True],
+        "rows": [
+            [(_("Availability target"), None), (pct(f.target_ppm), None)],
+            [(_("Availability"), link), (pct(f.availability_ppm), link)],
+            [(_("Calls"), None), (f"{f.calls:,}", None)],
+            [(_("Failed calls"), None), (f"{f.failed:,}", None)],
+            [(_("Failure budget"), None), (f"{f.budget:,}", None)],
+            [(_("Budget left"), None), (left, None)],
+        ],
+    }
+    if f.ttft_bound_ms:
+        p99 = f"{f.ttft_p99_ms:,} ms" if f.ttft_p99_ms is not None else "—"
+        table["rows"].append(
+            [
+                (
+                    _("p99 time to first token (bound %(bound)s ms)") % {"bound": f.ttft_bound_ms},
+                    None,
+                ),
+                (p99, None),
+            ]
+        )
+    return table
+
+
 def overview_sla(q: Query) -> Chart:
     """The SLA ledger's month so far (owners, admins, finance): the target,
     the availability, the failure budget and what is left of it."""
@@ -239,35 +276,7 @@ def overview_sla(q: Query) -> Chart:
             f.budget_left,
         ]
     )
-    link = reverse("invoicing:sla")
-    left = (
-        _("over by %(count)s") % {"count": f"{-f.budget_left:,}"}
-        if f.budget_left < 0
-        else f"{f.budget_left:,}"
-    )
-    chart.table = {
-        "headers": [_("Figure"), _("This month")],
-        "numeric": [False, True],
-        "rows": [
-            [(_("Availability target"), None), (pct(f.target_ppm), None)],
-            [(_("Availability"), link), (pct(f.availability_ppm), link)],
-            [(_("Calls"), None), (f"{f.calls:,}", None)],
-            [(_("Failed calls"), None), (f"{f.failed:,}", None)],
-            [(_("Failure budget"), None), (f"{f.budget:,}", None)],
-            [(_("Budget left"), None), (left, None)],
-        ],
-    }
-    if f.ttft_bound_ms:
-        p99 = f"{f.ttft_p99_ms:,} ms" if f.ttft_p99_ms is not None else "—"
-        chart.table["rows"].append(
-            [
-                (
-                    _("p99 time to first token (bound %(bound)s ms)") % {"bound": f.ttft_bound_ms},
-                    None,
-                ),
-                (p99, None),
-            ]
-        )
+    chart.table = _sla_table(f)
     chart.note = _(
         "Failed calls are those the platform or an upstream failed (5xx); client errors "
         "count as served. The failure budget is how many the target allows for the calls so far."

@@ -22,7 +22,13 @@ from console.features.analytics.chart import (
 )
 from console.features.analytics.query import PALETTE, TOKEN_COLOURS, Query, can_see_all
 from console.kernel.money import exact_decimal, format_amount
-from usage.facade import ATTRIBUTE_BY_END_USER, ATTRIBUTE_BY_TAG, attribution, tag_keys
+from usage.facade import (
+    ATTRIBUTE_BY_END_USER,
+    ATTRIBUTE_BY_TAG,
+    Attribution,
+    attribution,
+    tag_keys,
+)
 
 STACK_TITLES = {
     "model": gettext_lazy("Spend by model"),
@@ -215,20 +221,7 @@ def attribution_chart(q: Query) -> Chart:
         ],
     )
     if choice not in ("tag", "end_user"):
-        keys = tag_keys(organization_id=q.organization_id, start=q.start, end=q.end)
-        chart.empty = (
-            _(
-                "Choose “Group spend by” above: a tag's value (tag keys in this range: "
-                "%(keys)s) or the end user."
-            )
-            % {"keys": ", ".join(keys)}
-            if keys
-            else _(
-                "No call in this range carries a tag. Callers tag calls with the "
-                "x-gateway-tags header; end users come from the OpenAI user field or "
-                "Anthropic metadata.user_id. Choose “Group spend by” above for end users."
-            )
-        )
+        chart.empty = _no_grouping_text(q)
         return chart
     by = ATTRIBUTE_BY_TAG if choice == "tag" else ATTRIBUTE_BY_END_USER
     a = attribution(
@@ -243,6 +236,39 @@ def attribution_chart(q: Query) -> Chart:
         chart.empty = empty_calls(q)
         return chart
     untagged_label = _("(untagged)") if by == ATTRIBUTE_BY_TAG else _("(no end user)")
+    _attribution_bars(chart, a, by, untagged_label, cur)
+    _attribution_table(chart, q, a, by, untagged_label)
+    total = a.total.cost
+    chart.summary = ngettext(
+        "%(amount)s in all over this range, for %(calls)s call.",
+        "%(amount)s in all over this range, for %(calls)s calls.",
+        a.total.calls,
+    ) % {"amount": format_amount(total, cur), "calls": f"{a.total.calls:,}"}
+    return chart
+
+
+def _no_grouping_text(q: Query) -> str:
+    """What the chart says before a grouping is chosen: the range's tag keys, or how
+    calls get tags and end users when none has any."""
+    keys = tag_keys(organization_id=q.organization_id, start=q.start, end=q.end)
+    return (
+        _(
+            "Choose “Group spend by” above: a tag's value (tag keys in this range: "
+            "%(keys)s) or the end user."
+        )
+        % {"keys": ", ".join(keys)}
+        if keys
+        else _(
+            "No call in this range carries a tag. Callers tag calls with the "
+            "x-gateway-tags header; end users come from the OpenAI user field or "
+            "Anthropic metadata.user_id. Choose “Group spend by” above for end users."
+        )
+    )
+
+
+def _attribution_bars(chart: Chart, a: Attribution, by: str, untagged_label: str, cur: str) -> None:
+    """The bars: the biggest ``MAX_GROUPS`` groups, the rest as one, then the calls
+    without the tag (or an end user)."""
     named = [g for g in a.groups if g.value is not None]
     shown, rest = named[:MAX_GROUPS], named[MAX_GROUPS:]
     labels = [g.value for g in shown]
@@ -267,6 +293,23 @@ def attribution_chart(q: Query) -> Chart:
         x_type="category",
         y_currency=cur,
     )
+
+
+def _group_calls_url(q: Query, a: Attribution, by: str, value: str | None) -> str | None:
+    """The calls of one group (none for the calls without the tag or an end user)."""
+    if value is None:
+        return None
+    if by == ATTRIBUTE_BY_TAG:
+        return q.calls_url(tag=f"{a.tag_key}:{value}")
+    return q.calls_url(end_user=value)
+
+
+def _attribution_table(
+    chart: Chart, q: Query, a: Attribution, by: str, untagged_label: str
+) -> None:
+    """Every group's row (its CSV row and its table row, linked to its calls), then
+    the total's CSV row."""
+    cur = q.currency
     total = a.total.cost
     rows = []
     for g in a.groups:
@@ -285,15 +328,9 @@ def attribution_chart(q: Query) -> Chart:
                 share,
             ]
         )
-        if g.value is None:
-            href = None
-        elif by == ATTRIBUTE_BY_TAG:
-            href = q.calls_url(tag=f"{a.tag_key}:{g.value}")
-        else:
-            href = q.calls_url(end_user=g.value)
         rows.append(
             [
-                (label, href),
+                (label, _group_calls_url(q, a, by, g.value)),
                 (f"{g.calls:,}", None),
                 (f"{g.tokens:,}", None),
                 (format_amount(g.cost, cur), None),
@@ -324,9 +361,3 @@ def attribution_chart(q: Query) -> Chart:
         "numeric": [False, True, True, True, True],
         "rows": rows,
     }
-    chart.summary = ngettext(
-        "%(amount)s in all over this range, for %(calls)s call.",
-        "%(amount)s in all over this range, for %(calls)s calls.",
-        a.total.calls,
-    ) % {"amount": format_amount(total, cur), "calls": f"{a.total.calls:,}"}
-    return chart
