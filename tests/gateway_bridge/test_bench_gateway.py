@@ -15,7 +15,7 @@ import pytest
 
 from tests.inference_node.server_helpers import ROOT
 from tooling.bench.floor import Floor
-from tooling.bench.gateway import _free_port, start_floor
+from tooling.bench.gateway_procs import free_port, start_floor
 
 ANSWER = b'{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":3}}'
 EVENTS = [b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', b"data: [DONE]\n\n"]
@@ -77,7 +77,7 @@ def _post(port: int, path: str, body: bytes, headers: dict):
 
 
 def test_floor_forwards_a_call_and_a_stream_verbatim(upstream):
-    proc, url = start_floor(upstream, _free_port())
+    proc, url = start_floor(upstream, free_port())
     port = int(url.rsplit(":", 1)[1])
     try:
         # given a call with its own headers and a body
