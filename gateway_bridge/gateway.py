@@ -32,23 +32,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
-import hmac
 import logging
 import os
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from gateway_bridge import access_log
+from gateway_bridge import access_log, metrics_http
 from gateway_bridge import cache as response_cache
 from gateway_bridge.circuits import CircuitReporter
 from gateway_bridge.gauges import register_gauges
 from gateway_bridge.keypool import KeyPool
-from gateway_bridge.limits import Limits, build_store
-from gateway_bridge.metrics import GatewayMetrics, merge
+from gateway_bridge.limits import Limits, apply_local_credit, build_store
+from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.metrics_dir import MetricsDirectory
 from gateway_bridge.pipeline import (
     account,
@@ -68,9 +66,24 @@ from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
 from gateway_bridge.pipeline.usage_event import usage_event
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
 from gateway_bridge.routing import Router, RouterConfig
+from gateway_bridge.spool_slot import open_spool
 from gateway_bridge.state import GatewayState
 from gateway_bridge.upstreams import UpstreamPool
 from inference_node.facade import why_not_public
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from accounts.facade import AuthenticatedKey
+    from gateway_bridge.asgi import Receive, Scope, Send
+    from gateway_bridge.circuits import CircuitReporter as Circuits
+    from gateway_bridge.emitter import UsageEmitter
+    from gateway_bridge.limits import LimitStore
+    from gateway_bridge.limits.base import CapBucket, RateRule
+    from gateway_bridge.state import KeyEntry
+
+    # A route's action: (call, scope, receive, send, headers, the path's model).
+    Action = Callable[[Call, Scope, Receive, Send, dict[str, str], str | None], Awaitable[None]]
 
 logger = logging.getLogger(__name__)
 
@@ -78,68 +91,44 @@ logger = logging.getLogger(__name__)
 METRICS_PUBLISH_SECONDS = 1.0
 
 
-def _lock_slot(directory: Path, slot: int) -> int | None:
-    fd = os.open(directory / f"usage-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+def router_config() -> RouterConfig:
+    """The router's policies, breakers and queue, as the settings say."""
+    return RouterConfig(
+        default_policy=settings.GATEWAY_ROUTING_POLICY,
+        policies=dict(settings.GATEWAY_ROUTING_OVERRIDES),
+        load_factor=settings.GATEWAY_LOAD_FACTOR,
+        prefix_chars=settings.GATEWAY_AFFINITY_PREFIX_CHARS,
+        breaker_window=settings.GATEWAY_BREAKER_WINDOW_SECONDS,
+        breaker_error_rate=settings.GATEWAY_BREAKER_ERROR_RATE,
+        breaker_min_calls=settings.GATEWAY_BREAKER_MIN_CALLS,
+        breaker_open_seconds=settings.GATEWAY_BREAKER_OPEN_SECONDS,
+        queue_timeout=settings.GATEWAY_QUEUE_TIMEOUT,
+        max_queue_depth=settings.GATEWAY_QUEUE_MAX_DEPTH,
+    )
 
 
-def _open_spool():
-    """This process's spool and usage journal: the first free slot of
-    GATEWAY_SPOOL_DIR (a lock file per slot), so a restarted process takes
-    over (and replays) the spool a dead one left. With the journal on, the
-    journal files a dead process left, on this slot or on any other slot
-    whose lock is free, are moved into this spool first."""
-    from gateway_bridge import journal
-    from gateway_bridge.spool import Spool
-
-    directory = Path(settings.GATEWAY_SPOOL_DIR)
-    directory.mkdir(parents=True, exist_ok=True)
-    for slot in range(1024):
-        fd = _lock_slot(directory, slot)
-        if fd is None:
-            continue
-        spool = Spool(directory / f"usage-{slot}.spool")
-        if not settings.GATEWAY_USAGE_JOURNAL:
-            return spool, fd, None
-        journal.adopt(directory / f"usage-{slot}", spool)
-        for lock in sorted(directory.glob("usage-*.lock")):
-            other = lock.name[len("usage-") : -len(".lock")]
-            if not other.isdigit() or int(other) == slot:
-                continue
-            other_fd = _lock_slot(directory, int(other))
-            if other_fd is not None:  # no live owner: its journal is orphaned
-                try:
-                    journal.adopt(directory / f"usage-{other}", spool)
-                finally:
-                    os.close(other_fd)
-        return spool, fd, journal.Journal(directory / f"usage-{slot}")
-    raise RuntimeError(f"no free spool slot in {directory}")
-
-
-def metrics_allowed(authorization: str) -> bool:
-    """Whether a request with this ``Authorization`` header may read /metrics:
-    with ``GATEWAY_METRICS_TOKEN`` set, only with that bearer token (compared
-    in constant time); without one, only when ``GATEWAY_METRICS_PUBLIC`` opens
-    it. Closed by default: the metrics name every node, shared and private."""
-    token = settings.GATEWAY_METRICS_TOKEN
-    if token:
-        scheme, _, presented = authorization.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            presented.strip().encode(), token.encode()
-        )
-    return bool(settings.GATEWAY_METRICS_PUBLIC)
+def upstream_timeouts() -> dict[str, float | None]:
+    """Every upstream request's timeouts (``UpstreamPool.request``'s keywords)."""
+    return {
+        "connect_timeout": settings.GATEWAY_CONNECT_TIMEOUT,
+        "first_byte_timeout": settings.GATEWAY_FIRST_BYTE_TIMEOUT,
+        "idle_timeout": settings.GATEWAY_IDLE_TIMEOUT,
+        "total_timeout": settings.GATEWAY_TOTAL_TIMEOUT,
+    }
 
 
 class Gateway:
     """The gateway bridge of one process: its caches, router, limits, emitter
     and metrics, and ``handle``, which runs a call through the pipeline."""
 
-    def __init__(self, *, emitter=None, limits=None, circuits=None, metrics_dir=None):
+    def __init__(
+        self,
+        *,
+        emitter: UsageEmitter | None = None,
+        limits: LimitStore | None = None,
+        circuits: Circuits | None = None,
+        metrics_dir: str | None = None,
+    ) -> None:
         self.state = GatewayState()
         self.metrics = GatewayMetrics(max_models=settings.GATEWAY_METRICS_MAX_MODELS)
         # The host's shared metrics (opened on start; None: this process alone).
@@ -147,21 +136,8 @@ class Gateway:
             metrics_dir if metrics_dir is not None else settings.GATEWAY_METRICS_DIR
         )
         self.metrics_dir: MetricsDirectory | None = None
-        self._metrics_task: asyncio.Task | None = None
-        self.router = Router(
-            RouterConfig(
-                default_policy=settings.GATEWAY_ROUTING_POLICY,
-                policies=dict(settings.GATEWAY_ROUTING_OVERRIDES),
-                load_factor=settings.GATEWAY_LOAD_FACTOR,
-                prefix_chars=settings.GATEWAY_AFFINITY_PREFIX_CHARS,
-                breaker_window=settings.GATEWAY_BREAKER_WINDOW_SECONDS,
-                breaker_error_rate=settings.GATEWAY_BREAKER_ERROR_RATE,
-                breaker_min_calls=settings.GATEWAY_BREAKER_MIN_CALLS,
-                breaker_open_seconds=settings.GATEWAY_BREAKER_OPEN_SECONDS,
-                queue_timeout=settings.GATEWAY_QUEUE_TIMEOUT,
-                max_queue_depth=settings.GATEWAY_QUEUE_MAX_DEPTH,
-            )
-        )
+        self._metrics_task: asyncio.Task[None] | None = None
+        self.router = Router(router_config())
         # Circuit openings and closings go to the audit trail (the Errors page).
         self.circuits = circuits if circuits is not None else CircuitReporter()
         self.router.on_transition = self.circuits.report
@@ -172,7 +148,7 @@ class Gateway:
         self.keys.on_refused = self.state.report_refused_credential
         self.limits = Limits(limits if limits is not None else build_store())
         self._emitter = emitter
-        self._spool_lock_fd = None
+        self._spool_lock_fd: int | None = None
         self.cache = response_cache.ResponseCache()
         self.responses = response_cache.TtlStore(
             "resp",
@@ -187,21 +163,23 @@ class Gateway:
             settings.GATEWAY_LARGE_BODY_CONCURRENCY,
             settings.GATEWAY_PARSE_WORKERS,
         )
-        self.timeouts = {
-            "connect_timeout": settings.GATEWAY_CONNECT_TIMEOUT,
-            "first_byte_timeout": settings.GATEWAY_FIRST_BYTE_TIMEOUT,
-            "idle_timeout": settings.GATEWAY_IDLE_TIMEOUT,
-            "total_timeout": settings.GATEWAY_TOTAL_TIMEOUT,
-        }
+        self.timeouts = upstream_timeouts()
         self.hold_seconds = settings.GATEWAY_TOTAL_TIMEOUT + settings.GATEWAY_QUEUE_TIMEOUT + 60
         self.retries = settings.GATEWAY_RETRIES
         self.backoff = settings.GATEWAY_RETRY_BACKOFF_SECONDS
         self.default_max_tokens = settings.GATEWAY_DEFAULT_MAX_TOKENS
-        self._plans: dict[int, tuple] = {}
+        # key id -> (its auth, valid until (POSIX s), its caps and rate rules)
+        self._plans: dict[
+            int, tuple[AuthenticatedKey, float, tuple[list[CapBucket], list[RateRule]]]
+        ] = {}
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         # What each route's action runs (bound once, not per call).
-        self._actions = {
+        self._actions = self._bind_actions()
+        register_gauges(self)
+
+    def _bind_actions(self) -> dict[str, Action]:
+        return {
             route.GENERATE: self._generate,
             route.COUNT: functools.partial(local.count, self),
             route.MODELS: functools.partial(local.models, self),
@@ -209,21 +187,22 @@ class Gateway:
             route.ACCOUNT: functools.partial(account.handle, self),
             route.STORED: functools.partial(stored.stored, self),
         }
-        register_gauges(self)
 
     # --- lifecycle --------------------------------------------------------
 
     @property
-    def started_emitter(self):
+    def started_emitter(self) -> UsageEmitter | None:
         """The usage emitter when one was made (``emitter`` makes it), else None."""
         return self._emitter
 
     @property
-    def emitter(self):
+    def emitter(self) -> UsageEmitter:
         if self._emitter is None:
+            # deferred: kombu (the emitter's) is costly to import; a gateway
+            # given its emitter (tests, the benchmarks) never needs it
             from gateway_bridge.emitter import UsageEmitter
 
-            spool, self._spool_lock_fd, journal = _open_spool()
+            spool, self._spool_lock_fd, journal = open_spool()
             self._emitter = UsageEmitter(
                 None,
                 spool,
@@ -271,8 +250,11 @@ class Gateway:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(METRICS_PUBLISH_SECONDS)
+            directory = self.metrics_dir
+            if directory is None:
+                return
             try:
-                await loop.run_in_executor(None, self.metrics_dir.write, self.metrics.snapshot())
+                await loop.run_in_executor(None, directory.write, self.metrics.snapshot())
             except Exception:
                 logger.exception("gateway: writing the metrics snapshot failed")
 
@@ -307,22 +289,20 @@ class Gateway:
         if kind == "balance":
             # A memory store lives in this process: apply the credit here.
             org, _, delta = rest.partition(":")
-            from gateway_bridge.limits import apply_local_credit
-
             apply_local_credit(self, int(org), int(delta))
 
     # --- ASGI entry -------------------------------------------------------
 
-    async def handle(self, scope, receive, send) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._started:
             await self.start()
         path = scope["path"]
         method = scope["method"]
-        headers = {}
+        headers: dict[str, str] = {}
         for k, v in scope["headers"]:
             headers[k.decode("latin-1").lower()] = v.decode("latin-1")
         if path == "/metrics":
-            await self._metrics(headers, send)
+            await metrics_http.serve(self, headers, send)
             return
         where = route.resolve(path, headers, scope.get("query_string") or b"", method)
         call = Call(where.protocol, where.endpoint, headers.get("traceparent"))
@@ -356,7 +336,15 @@ class Gateway:
 
     # --- actions ------------------------------------------------------------
 
-    async def _generate(self, call: Call, scope, receive, send, headers, path_model) -> None:
+    async def _generate(
+        self,
+        call: Call,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[str, str],
+        path_model: str | None,
+    ) -> None:
         entry = await auth.authenticate(self.state, self.trusted, call, scope, headers)
         call.client_headers = headers
         if path_model is not None:
@@ -380,12 +368,21 @@ class Gateway:
         await stored.prepare(self, call, req)
         await self._serve(call, entry, req, headers, receive, send)
 
-    async def _serve(self, call: Call, entry, req: CallRequest, headers, receive, send) -> None:
+    async def _serve(
+        self,
+        call: Call,
+        entry: KeyEntry,
+        req: CallRequest,
+        headers: dict[str, str],
+        receive: Receive,
+        send: Send,
+    ) -> None:
         """Admit the call, answer it from the cache or a node, settle its cost."""
         chain = admit.chain(self, call, req)
         budget = admit.budget(self, req, chain[0][1])
         prices, amount = admit.worst_case(self, call, chain, req, budget, time.time())
-        ckey, cache_ttl = None, 0
+        ckey: str | None = None
+        cache_ttl = 0
         if req.deterministic:
             ckey, cache_ttl, hit = await cached.lookup(self, call, req, headers)
             if hit is not None:
@@ -432,14 +429,14 @@ class Gateway:
             self._emit(call, elapsed, overhead)
         access_log.finish(call, elapsed, overhead)  # the access line, the span's end
 
-    def _recording(self, call: Call, send):
+    def _recording(self, call: Call, send: Send) -> Send:
         """``send``, handing the call's usage event to the emitter (and its
         journal) just before the answer's last bytes: a process killed once
         the client may have its whole answer still has the event on disk.
         By then the call's status, tokens and cost are final."""
         emit = self._emit
 
-        async def send_recorded(message) -> None:
+        async def send_recorded(message: dict[str, Any]) -> None:
             if (
                 not call.emitted
                 and message["type"] == "http.response.body"
@@ -450,7 +447,7 @@ class Gateway:
 
         return send_recorded
 
-    def _emit(self, call: Call, elapsed: float | None = None, overhead: float | None = None):
+    def _emit(self, call: Call, elapsed: float | None = None, overhead: float = 0.0) -> None:
         """The call's usage event to the emitter, once (a recorded call only)."""
         if not call.record or call.entry is None or call.emitted:
             return
@@ -459,44 +456,3 @@ class Gateway:
             overhead = max(0.0, elapsed - (call.upstream_s or 0.0) - call.queue_s)
         call.emitted = True
         self.emitter.emit(usage_event(call, elapsed, overhead))
-
-    async def host_metrics(self) -> str:
-        """Prometheus text for the whole host: every live process sharing
-        the metrics directory, and the archived counters of dead ones."""
-        own = self.metrics.snapshot()
-        directory = self.metrics_dir
-        if directory is None:
-            return self.metrics.render()
-        try:
-            loop = asyncio.get_running_loop()
-            live, archive = await loop.run_in_executor(None, directory.collect, own)
-        except Exception:
-            logger.exception("gateway: reading the host's metrics failed; this process only")
-            live, archive = [own], None
-        specs = self.metrics.specs()
-        return self.metrics.render(merge(live, archive, specs))
-
-    async def _metrics(self, headers: dict, send) -> None:
-        extra = []
-        if metrics_allowed(headers.get("authorization", "")):
-            body = (await self.host_metrics()).encode()
-            status = 200
-        else:
-            body = (
-                b"/metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>' "
-                b"(or GATEWAY_METRICS_PUBLIC=true)\n"
-            )
-            status = 401
-            extra = [(b"www-authenticate", b'Bearer realm="metrics"')]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-                    (b"content-length", str(len(body)).encode()),
-                    *extra,
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})

@@ -40,7 +40,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway_bridge.breaker import POLICIES, Breaker, Outcome, RouterConfig
 
@@ -52,6 +52,7 @@ __all__ = [
     "Breaker",
     "Lease",
     "NoCandidates",
+    "NodeSnapshot",
     "Outcome",
     "QueueFull",
     "QueueTimeout",
@@ -64,6 +65,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
+
+
+class NodeSnapshot(Protocol):
+    """The healthy nodes by public model, as ``inference_node`` builds them
+    (``build_routing_snapshot``): what the gateway routes over."""
+
+    def for_model(
+        self, public_model: str, organization_id: int | None
+    ) -> tuple[RoutableNode, ...]: ...
 
 
 class NoCandidates(Exception):

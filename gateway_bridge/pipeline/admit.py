@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway_bridge.limits.plan import plan
 from gateway_bridge.pipeline.call import NO_USAGE, Call
@@ -36,7 +37,15 @@ from gateway_bridge.protocols.base import (
 from usage.facade import discount_for, rate
 
 if TYPE_CHECKING:
+    from accounts.facade import AuthenticatedKey
     from gateway_bridge.gateway import Gateway
+    from gateway_bridge.limits.base import CapBucket, RateRule
+    from gateway_bridge.routing import NodeSnapshot
+    from inference_node.facade import RoutableNode
+    from usage.facade import PriceRow
+
+    # The models to try, in order, with their candidate nodes.
+    Chain = list[tuple[str, tuple[RoutableNode, ...]]]
 
 logger = logging.getLogger("gateway_bridge.gateway")
 
@@ -44,7 +53,7 @@ EMBEDDING_ENDPOINTS = frozenset({"embeddings", "embedContent", "batchEmbedConten
 MEDIA_PARTS = frozenset({"image_url", "input_audio", "file"})
 
 
-def has_media(body: dict) -> bool:
+def has_media(body: dict[str, Any]) -> bool:
     """Whether the pivot body's messages carry an image, audio or document part."""
     for message in body.get("messages") or ():
         content = message.get("content") if type(message) is dict else None
@@ -69,7 +78,7 @@ def check_model(call: Call, model: str) -> None:
         )
 
 
-def chain(gw: Gateway, call: Call, req: CallRequest):
+def chain(gw: Gateway, call: Call, req: CallRequest) -> Chain:
     """The models to try, in order, with their candidate nodes."""
     auth = call.entry.auth
     state = gw.state
@@ -92,7 +101,7 @@ def chain(gw: Gateway, call: Call, req: CallRequest):
     names = [req.model]
     if info is not None:
         names += [m for m in info.fallbacks if m != req.model and auth.model_allowed(m)]
-    out = []
+    out: Chain = []
     for name in names:
         nodes = snapshot.for_model(name, auth.organization_id) if snapshot else ()
         if nodes:
@@ -127,10 +136,11 @@ def pinned_refusal(node_id: int) -> GatewayError:
     )
 
 
-def pinned_chain(call: Call, req: CallRequest, snapshot):
+def pinned_chain(call: Call, req: CallRequest, snapshot: NodeSnapshot | None) -> Chain:
     """A pinned key's one candidate: its node, if the node routes ``req.model``
     now (a vendor channel with its credentials); no fallback model."""
     pinned = call.entry.auth.pinned_node_id
+    assert pinned is not None  # only pinned keys come here (chain)
     nodes = snapshot.for_model(req.model, call.entry.auth.organization_id) if snapshot else ()
     nodes = tuple(n for n in nodes if n.node_id == pinned)
     if not nodes:
@@ -138,7 +148,7 @@ def pinned_chain(call: Call, req: CallRequest, snapshot):
     return [(req.model, nodes)]
 
 
-def budget(gw: Gateway, req: CallRequest, nodes) -> int:
+def budget(gw: Gateway, req: CallRequest, nodes: Sequence[RoutableNode]) -> int:
     """The call's output budget; the node gets it as max_tokens."""
     if req.endpoint in EMBEDDING_ENDPOINTS:
         return 0
@@ -155,7 +165,7 @@ def budget(gw: Gateway, req: CallRequest, nodes) -> int:
             param="messages",
         )
     if req.max_output_tokens is not None:
-        out = req.max_output_tokens
+        out: int = req.max_output_tokens
         if ctx and prompt + out > ctx:
             raise GatewayError(
                 INVALID_REQUEST,
@@ -172,7 +182,7 @@ def budget(gw: Gateway, req: CallRequest, nodes) -> int:
     return out
 
 
-def cost(call: Call, tokens: tuple[int, int, int, int], price) -> int:
+def cost(call: Call, tokens: tuple[int, int, int, int], price: PriceRow | None) -> int:
     """What ``tokens`` (input, cache read, cache write, output) cost this call's
     organization at ``price`` (0 without a price): ``usage.rating.rate`` with
     the one discount rule, as ingest rates the call afterwards."""
@@ -181,11 +191,13 @@ def cost(call: Call, tokens: tuple[int, int, int, int], price) -> int:
     return rate(tokens, price, discount_for(price, call.entry.discount_ppm))
 
 
-def worst_case(gw: Gateway, call: Call, models, req: CallRequest, out_budget: int, ts: float):
+def worst_case(
+    gw: Gateway, call: Call, models: Chain, req: CallRequest, out_budget: int, ts: float
+) -> tuple[dict[str, PriceRow | None], int]:
     """(price of each model, worst-case amount over the chain)."""
     auth = call.entry.auth
     price_of = gw.state.price
-    prices = {}
+    prices: dict[str, PriceRow | None] = {}
     worst = 0
     prompt = req.prompt_tokens_estimate
     for name, _ in models:
@@ -202,7 +214,9 @@ def worst_case(gw: Gateway, call: Call, models, req: CallRequest, out_budget: in
     return prices, worst
 
 
-def _plan(gw: Gateway, auth, now_ts: float):
+def _plan(
+    gw: Gateway, auth: AuthenticatedKey, now_ts: float
+) -> tuple[list[CapBucket], list[RateRule]]:
     """The key's caps and rate rules, cached until the earliest period end."""
     cached = gw._plans.get(auth.key_id)
     if cached is not None and cached[0] is auth and now_ts < cached[1]:
@@ -251,7 +265,7 @@ async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
     return True
 
 
-async def settle(gw: Gateway, call: Call, price) -> None:
+async def settle(gw: Gateway, call: Call, price: PriceRow | None) -> None:
     """Book what a reserved call actually cost (its usage at ``price``) and
     free the rest of its reservation; release it whole when it used nothing."""
     usage = call.usage

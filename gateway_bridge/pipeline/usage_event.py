@@ -16,9 +16,14 @@ costs nothing for a call without a cost price (0 and "").
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from usage.facade import ENDPOINTS, PPM, UsageEvent, rate
+
+if TYPE_CHECKING:
+    from gateway_bridge.state import KeyEntry
+    from gateway_bridge.usage_mapping import TokenUsage
+    from inference_node.facade import CostPrice
 
 # A key's priority class, as the event's small integer.
 PRIORITY_CODES = {"low": 0, "normal": 1, "high": 2}
@@ -30,7 +35,7 @@ class CallState(Protocol):
 
     request_id: str
     started: float  # time.time() when the call arrived
-    entry: object  # the key cache entry: ``.auth`` is the authenticated key
+    entry: KeyEntry  # the key cache entry: ``.auth`` is the authenticated key
     model: str | None
     node_id: int | None
     protocol: str
@@ -38,14 +43,14 @@ class CallState(Protocol):
     stream: bool
     status: int
     error_type: str
-    usage: object  # gateway_bridge.usage_mapping.TokenUsage
+    usage: TokenUsage
     ttft: float | None
     upstream_s: float | None
     queue_s: float
     client_ip: str | None
     cache_status: str
     credential_id: int | None
-    cost_price: object | None  # inference_node's CostPrice: currency and prices per Mtok
+    cost_price: CostPrice | None  # currency and prices per Mtok
     end_user: str
     tags: dict[str, str]
 
@@ -64,7 +69,9 @@ def usage_event(call: CallState, elapsed: float, overhead: float) -> UsageEvent:
         upstream_cost = 0
         upstream_currency = ""
     else:
-        upstream_cost = rate((u.input, u.cache_read, u.cache_write, u.output), price, PPM)
+        # ``rate`` reads only the per-Mtok prices, which a CostPrice has too.
+        tokens = (u.input, u.cache_read, u.cache_write, u.output)
+        upstream_cost = rate(tokens, price, PPM)  # type: ignore[arg-type]
         upstream_currency = price.currency
     return UsageEvent(
         request_id=call.request_id,
