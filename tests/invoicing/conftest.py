@@ -354,6 +354,32 @@ def bill_month(organization, api_key, *, period_day=None, n: int = 3) -> list[st
 
 
 @pytest.fixture
+def add_model_lines():
+    """Adds to a draft 80 more usage lines, one per model (as many models as a
+    busy month can bring): what makes its PDF run over pages."""
+    from invoicing.models import InvoiceLine, LineKind, TokenClass
+
+    def add(draft) -> None:
+        last = draft.lines.order_by("-position").first().position
+        InvoiceLine.objects.bulk_create(
+            InvoiceLine(
+                invoice=draft,
+                position=last + 1 + i,
+                kind=LineKind.USAGE,
+                description=f"model-{i:03d} · input tokens",
+                model=f"model-{i:03d}",
+                token_class=TokenClass.INPUT,
+                quantity=1_000_000 + i,
+                unit_price_per_mtok=1_500_000,
+                amount=1_500_000,
+            )
+            for i in range(80)
+        )
+
+    return add
+
+
+@pytest.fixture
 def draft(org, month_calls):
     """Acme's March 2025 invoice, drafted (six calls, Europe/Berlin)."""
     from invoicing.services import invoice_draft

@@ -60,3 +60,33 @@ def union(boxes):
 
 def intersects(a, b) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def header_blocks(
+    textpage,
+    *,
+    title: str,
+    status: str,
+    number_and_dates: list[str],
+    seller: list[str],
+    buyer: list[str],
+) -> dict[str, tuple[float, float, float, float]]:
+    """The first page's header blocks, each the union of its texts' boxes."""
+    return {
+        "title": box(textpage, title),
+        "status": box(textpage, status),
+        "number and dates": union([box(textpage, s) for s in number_and_dates]),
+        "seller": union(box(textpage, s) for s in seller),
+        "buyer": union(box(textpage, s) for s in buyer),
+    }
+
+
+def assert_apart(blocks: dict[str, tuple[float, float, float, float]]) -> None:
+    """No two header blocks overlap; the title is above the parties, the
+    seller left of the buyer."""
+    names = list(blocks)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not intersects(blocks[a], blocks[b]), f"{a} overlaps {b}"
+    assert blocks["title"][1] > blocks["seller"][3]
+    assert blocks["seller"][2] < blocks["buyer"][0]

@@ -15,12 +15,12 @@ from django.utils import translation
 
 from accounts.models import Role
 from console.kernel.money import format_amount
-from invoicing.models import BillingProfile, DocumentLanguage, InvoiceLine, LineKind, TokenClass
+from invoicing.models import BillingProfile, DocumentLanguage
 from invoicing.pdf import credit_note_pdf, invoice_pdf
 from invoicing.pdf.parts import MINUS, local_date
 from invoicing.services import credit_note_create, invoice_draft, invoice_finalize
 from tests.invoicing.pages import as_member
-from tests.invoicing.pdf_text import SELLER, box, flat, intersects, pages, union
+from tests.invoicing.pdf_text import SELLER, assert_apart, flat, header_blocks, pages
 
 pytestmark = pytest.mark.django_db
 
@@ -111,49 +111,29 @@ def test_the_chinese_header_blocks_do_not_overlap(org, month_calls, chinese_prof
     )
     textpage = pdfium.PdfDocument(bytes(invoice.pdf))[0].get_textpage()
     issued = local_date(invoice.issued_at, org.timezone)
-    blocks = {
-        "title": box(textpage, "发票"),
-        "status": box(textpage, "状态：已开具"),
-        "number and dates": union(
-            [
-                box(textpage, "发票号"),
-                box(textpage, invoice.number),
-                box(textpage, "开具日期"),
-                box(textpage, issued),
-                box(textpage, "到期日"),
-                box(textpage, "2025-03（自然月，时区 Europe/Berlin）"),
-            ]
-        ),
-        "seller": union(
-            box(textpage, s) for s in [SELLER["name"], "Friedrichstraße 1", "税号：DE123456789"]
-        ),
-        "buyer": union(box(textpage, s) for s in [BUYER, "Suite 1", "税号：91310000MA1FL4XQ3K"]),
-    }
-    names = list(blocks)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            assert not intersects(blocks[a], blocks[b]), f"{a} overlaps {b}"
-    assert blocks["title"][1] > blocks["seller"][3]
-    assert blocks["seller"][2] < blocks["buyer"][0]
-
-
-def test_a_long_chinese_draft_numbers_its_pages_in_chinese(org, month_calls, chinese_profile):
-    draft = invoice_draft(organization_id=org.pk, period="2025-03")
-    last = draft.lines.order_by("-position").first().position
-    InvoiceLine.objects.bulk_create(
-        InvoiceLine(
-            invoice=draft,
-            position=last + 1 + i,
-            kind=LineKind.USAGE,
-            description=f"model-{i:03d} · input tokens",
-            model=f"model-{i:03d}",
-            token_class=TokenClass.INPUT,
-            quantity=1_000_000 + i,
-            unit_price_per_mtok=1_500_000,
-            amount=1_500_000,
-        )
-        for i in range(80)
+    blocks = header_blocks(
+        textpage,
+        title="发票",
+        status="状态：已开具",
+        number_and_dates=[
+            "发票号",
+            invoice.number,
+            "开具日期",
+            issued,
+            "到期日",
+            "2025-03（自然月，时区 Europe/Berlin）",
+        ],
+        seller=[SELLER["name"], "Friedrichstraße 1", "税号：DE123456789"],
+        buyer=[BUYER, "Suite 1", "税号：91310000MA1FL4XQ3K"],
     )
+    assert_apart(blocks)
+
+
+def test_a_long_chinese_draft_numbers_its_pages_in_chinese(
+    org, month_calls, chinese_profile, add_model_lines
+):
+    draft = invoice_draft(organization_id=org.pk, period="2025-03")
+    add_model_lines(draft)
     texts = pages(invoice_pdf(draft))
     assert len(texts) >= 3
     for number, text in enumerate(texts, start=1):

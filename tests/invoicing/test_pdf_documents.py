@@ -21,7 +21,7 @@ from PIL import Image
 
 from accounts.models import Role
 from console.kernel.money import format_amount
-from invoicing.models import BillingProfile, CreditNoteEffect, InvoiceLine, LineKind, TokenClass
+from invoicing.models import BillingProfile, CreditNoteEffect
 from invoicing.pdf import credit_note_pdf, fonts, invoice_pdf
 from invoicing.pdf.parts import MINUS, local_date
 from invoicing.services import (
@@ -30,7 +30,7 @@ from invoicing.services import (
     invoice_draft,
     invoice_finalize,
 )
-from tests.invoicing.pdf_text import SELLER, box, flat, intersects, minor, pages, union
+from tests.invoicing.pdf_text import SELLER, assert_apart, flat, header_blocks, minor, pages
 from tests.usage.factories import event
 from usage.ingest import ingest_events
 
@@ -120,35 +120,23 @@ def test_header_blocks_do_not_overlap_on_the_rendered_first_page(finalized):
     page = doc[0]
     textpage = page.get_textpage()
     issued = local_date(invoice.issued_at, "Europe/Berlin")
-    blocks = {
-        "title": box(textpage, "Invoice"),
-        "status": box(textpage, "Status: Issued"),
-        "number and dates": union(
-            [
-                box(textpage, "Invoice number"),
-                box(textpage, invoice.number),
-                box(textpage, "Issue date"),
-                box(textpage, issued),
-                box(textpage, "Due date"),
-                box(textpage, "2025-03 (calendar month, Europe/Berlin)"),
-            ]
-        ),
-        "seller": union(
-            box(textpage, s)
-            for s in [SELLER["name"], "Friedrichstraße 1", "Germany", "Tax ID: DE123456789"]
-        ),
-        "buyer": union(
-            box(textpage, s)
-            for s in ["株式会社テスト", "Suite 1", "Tax ID: 91310000MA1FL4XQ3K", "ap@buyer.example"]
-        ),
-    }
-    names = list(blocks)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            assert not intersects(blocks[a], blocks[b]), f"{a} overlaps {b}"
-    # The title is above the parties; seller left of buyer.
-    assert blocks["title"][1] > blocks["seller"][3]
-    assert blocks["seller"][2] < blocks["buyer"][0]
+    blocks = header_blocks(
+        textpage,
+        title="Invoice",
+        status="Status: Issued",
+        number_and_dates=[
+            "Invoice number",
+            invoice.number,
+            "Issue date",
+            issued,
+            "Due date",
+            "2025-03 (calendar month, Europe/Berlin)",
+        ],
+        seller=[SELLER["name"], "Friedrichstraße 1", "Germany", "Tax ID: DE123456789"],
+        buyer=["株式会社テスト", "Suite 1", "Tax ID: 91310000MA1FL4XQ3K", "ap@buyer.example"],
+    )
+    # Apart; the title is above the parties; seller left of buyer.
+    assert_apart(blocks)
 
     # Rendered to PNG, every block has ink where its text is.
     scale = 2
@@ -171,27 +159,15 @@ def test_header_blocks_do_not_overlap_on_the_rendered_first_page(finalized):
 # --- long documents ----------------------------------------------------------------------
 
 
-def test_a_long_invoice_numbers_its_pages_and_repeats_the_table_header(org, month_calls, seller):
+def test_a_long_invoice_numbers_its_pages_and_repeats_the_table_header(
+    org, month_calls, seller, add_model_lines
+):
     profile(org, "ООО «Ромашка»")  # noqa: RUF001
     draft = invoice_draft(organization_id=org.pk, period="2025-03")
     short = pages(invoice_pdf(draft))
     assert len(short) == 1 and "Page 1 of" not in short[0]
     # Given 80 more usage lines (as many models as a busy month can bring) ...
-    last = draft.lines.order_by("-position").first().position
-    InvoiceLine.objects.bulk_create(
-        InvoiceLine(
-            invoice=draft,
-            position=last + 1 + i,
-            kind=LineKind.USAGE,
-            description=f"model-{i:03d} · input tokens",
-            model=f"model-{i:03d}",
-            token_class=TokenClass.INPUT,
-            quantity=1_000_000 + i,
-            unit_price_per_mtok=1_500_000,
-            amount=1_500_000,
-        )
-        for i in range(80)
-    )
+    add_model_lines(draft)
     # ... the PDF runs over pages, each says which of how many it is, and
     # each page the table runs onto starts with its header row again.
     texts = pages(invoice_pdf(draft))
