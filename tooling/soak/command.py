@@ -61,32 +61,41 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, connections, transaction
+from django.db import connection, connections
+from kombu import Connection
 
-from accounts.facade import api_key_revoke
+from console.kernel import config
 from console.kernel import redis_url as redis_urls
 from tooling.soak import checks
 from tooling.soak import partitions as call_partitions
 from tooling.soak import scenario as scenarios
-from tooling.soak.cluster import Cluster, local_postgres_cluster, restart_postgres
+from tooling.soak.cluster import Cluster, local_postgres_cluster
+from tooling.soak.faults import Faults
 from tooling.soak.sentinel import SentinelSet
 from tooling.soak.traffic import Traffic
 
-PROBE_MODEL = "soak-probe-no-such-model"  # answered without a node: a fast probe
 
-
-def _db(fn, *args, **kwargs):
-    """Run ORM work in a worker thread on a fresh connection (PostgreSQL may
-    have been restarted under a cached one)."""
-
-    def run():
-        connections.close_all()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            connections.close_all()
-
-    return asyncio.to_thread(run)
+def _checks(scenario: scenarios.Scenario, report: dict, results: list, killed) -> dict:
+    """Every check of the run (tooling.soak.checks), by name."""
+    faults = report["faults"]
+    out = {
+        "records": checks.records(scenario, results, killed),
+        "money": checks.money(scenario),
+        "caps": checks.caps(scenario),
+        "server_errors": checks.server_errors(results, excused=faults.get("excused", [])),
+        "disconnects": checks.disconnects(scenario, results),
+        "burst": checks.burst(scenario, results),
+        "revocation": checks.revocation(
+            results,
+            "a-revoked",
+            faults.get("revoked_at"),
+            faults.get("revocation_seconds", {}),
+        ),
+    }
+    out["partitions"] = call_partitions.check(scenario, faults.get("partitions"))
+    if "hostile" in report:
+        out["hostile"] = checks.hostile(report["hostile"])
+    return out
 
 
 class Command(BaseCommand):
@@ -171,10 +180,6 @@ class Command(BaseCommand):
 
     @staticmethod
     def _check_broker(url: str) -> None:
-        from kombu import Connection
-
-        from console.kernel import config
-
         scheme = urlsplit(config.parse_broker_url(url)).scheme
         if scheme in ("filesystem", "memory"):
             raise CommandError("--broker-url needs a broker server (amqp://... or redis://...)")
@@ -192,6 +197,37 @@ class Command(BaseCommand):
         if not steps or min(steps) < 1:
             raise CommandError("--steps needs positive numbers, e.g. 50,100,200,400")
         seconds = max(20.0, opts["minutes"] * 60)
+        cluster, pg = self._prepare(opts, steps)
+        workdir = cluster.workdir
+        self.hostile = None
+        if opts["hostile"]:
+            self.hostile = {
+                "seconds": max(10.0, opts["hostile_minutes"] * 60),
+                "clients": opts["hostile_clients"] or steps[0],
+            }
+        report: dict = {}
+        ok = False
+        try:
+            report = self._run(cluster, opts, steps, seconds, pg)
+            ok = report["ok"]
+        finally:
+            self.log("stopping processes")
+            cluster.stop()
+            if ok and not opts["keep"]:
+                shutil.rmtree(workdir, ignore_errors=True)
+            else:
+                report["workdir"] = str(workdir)
+        text = json.dumps(report, indent=2, default=str)
+        self.stdout.write(text)
+        if opts["out"]:
+            Path(opts["out"]).write_text(text + "\n")
+        if not ok:
+            raise CommandError("the soak found a problem (see the report)")
+
+    def _prepare(self, opts, steps: list[int]) -> tuple[Cluster, tuple[str, str] | None]:
+        """Services checked, the database migrated, the soak's own Sentinel set
+        started (``--redis sentinel``): the cluster to start, and the local
+        PostgreSQL cluster to restart (None: that fault is skipped)."""
         own_redis = opts["redis"] == "sentinel"
         database_url, redis_url = self._check_services(own_redis)
         call_command("migrate", verbosity=0)
@@ -217,76 +253,37 @@ class Command(BaseCommand):
         cluster.redis = sentinels
         # Every normal client may hold a connection to each gateway, plus the probes.
         cluster.max_connections_per_address = max(600, max(steps) + 200)
-        self.hostile = None
-        if opts["hostile"]:
-            self.hostile = {
-                "seconds": max(10.0, opts["hostile_minutes"] * 60),
-                "clients": opts["hostile_clients"] or steps[0],
-            }
-        report: dict = {}
-        ok = False
-        try:
-            self.log(f"starting processes (logs in {workdir})")
-            balance = opts["prepaid_balance"] or int(250 * seconds)
-            made = {}
+        return cluster, pg
 
-            def make_scenario():
-                made["scenario"] = scenarios.create(
-                    [cluster.node_url(i) for i in range(len(cluster.nodes))],
-                    prepaid_balance=balance,
-                )
+    def _run(self, cluster: Cluster, opts, steps: list[int], seconds: float, pg) -> dict:
+        """Start the processes, drive the load and the faults, drain, check."""
+        self.log(f"starting processes (logs in {cluster.workdir})")
+        balance = opts["prepaid_balance"] or int(250 * seconds)
+        made = {}
 
-            cluster.start(before_gateways=make_scenario)
-            scenario = made["scenario"]
-            self.partition_plan = call_partitions.prepare()
-            self.log(f"scenario {scenario.run}: 3 organizations, {len(scenario.keys)} keys")
-            connections.close_all()
-            report = asyncio.run(self.drive(cluster, scenario, steps, seconds, pg))
-            died = cluster.dead()
-            report["processes_died"] = died
-            self.log("waiting for the pipeline to drain")
-            results = report.pop("_results")
-            killed = report["faults"].get("gateway_killed")
-            report["drain"] = checks.wait_drained(scenario, results, opts["drain_timeout"], killed)
-            report["checks"] = {
-                "records": checks.records(scenario, results, killed),
-                "money": checks.money(scenario),
-                "caps": checks.caps(scenario),
-                "server_errors": checks.server_errors(
-                    results, excused=report["faults"].get("excused", [])
-                ),
-                "disconnects": checks.disconnects(scenario, results),
-                "burst": checks.burst(scenario, results),
-                "revocation": checks.revocation(
-                    results,
-                    "a-revoked",
-                    report["faults"].get("revoked_at"),
-                    report["faults"].get("revocation_seconds", {}),
-                ),
-            }
-            report["checks"]["partitions"] = call_partitions.check(
-                scenario, report["faults"].get("partitions")
+        def make_scenario():
+            made["scenario"] = scenarios.create(
+                [cluster.node_url(i) for i in range(len(cluster.nodes))],
+                prepaid_balance=balance,
             )
-            if "hostile" in report:
-                report["checks"]["hostile"] = checks.hostile(report["hostile"])
-            ok = all(c["ok"] for c in report["checks"].values()) and not died
-            report["ok"] = ok
-        finally:
-            self.log("stopping processes")
-            cluster.stop()
-            if ok and not opts["keep"]:
-                shutil.rmtree(workdir, ignore_errors=True)
-            else:
-                report["workdir"] = str(workdir)
-        text = json.dumps(report, indent=2, default=str)
-        self.stdout.write(text)
-        if opts["out"]:
-            Path(opts["out"]).write_text(text + "\n")
-        if not ok:
-            raise CommandError("the soak found a problem (see the report)")
+
+        cluster.start(before_gateways=make_scenario)
+        scenario = made["scenario"]
+        self.partition_plan = call_partitions.prepare()
+        self.log(f"scenario {scenario.run}: 3 organizations, {len(scenario.keys)} keys")
+        connections.close_all()
+        report = asyncio.run(self.drive(cluster, scenario, steps, seconds, pg))
+        died = cluster.dead()
+        report["processes_died"] = died
+        self.log("waiting for the pipeline to drain")
+        results = report.pop("_results")
+        killed = report["faults"].get("gateway_killed")
+        report["drain"] = checks.wait_drained(scenario, results, opts["drain_timeout"], killed)
+        report["checks"] = _checks(scenario, report, results, killed)
+        report["ok"] = all(c["ok"] for c in report["checks"].values()) and not died
+        return report
 
     async def drive(self, cluster: Cluster, scenario, steps, seconds, pg) -> dict:
-        self._cluster = cluster
         gateways = [cluster.gateway_url(i) for i in range(len(cluster.gateways))]
         traffic = Traffic(gateways, scenario.traffic_keys())
         await traffic.open(connections=max(steps) + 64)
@@ -301,8 +298,11 @@ class Command(BaseCommand):
             clients: list[asyncio.Task] = []
             t0 = time.time()
             fault_task = asyncio.create_task(
-                self.faults(cluster, traffic, scenario, seconds, pg, faults, t0)
-            )
+                Faults(
+                    cluster, traffic, scenario, seconds, pg, faults, t0, self.log,
+                    self.partition_plan,
+                ).run()
+            )  # fmt: skip
             windows = []
             step_seconds = seconds / len(steps)
             for index, n in enumerate(steps, 1):
@@ -411,149 +411,3 @@ class Command(BaseCommand):
                     if r.status != 503 or time.monotonic() > deadline:
                         break
                     await asyncio.sleep(0.5)
-
-    async def faults(self, cluster, traffic, scenario, seconds, pg, out, t0) -> None:
-        def at(share: float) -> float:
-            return t0 + share * seconds
-
-        async def until(when: float) -> None:
-            await asyncio.sleep(max(0.0, when - time.time()))
-
-        def note(event: str, **data) -> None:
-            out["timeline"].append({"t": round(time.time() - t0, 1), "event": event, **data})
-            self.log(event)
-
-        outage = 30.0 if seconds >= 120 else 15.0
-
-        await until(at(0.10))
-        await asyncio.to_thread(cluster.node_faults, 1, fault_500_rate=1.0)
-        note("node-2 answers 500")
-        await until(at(0.20))
-        await asyncio.to_thread(cluster.kill_node, 2)
-        note("node-3 killed (SIGKILL)")
-        await until(at(0.30))
-        await asyncio.to_thread(cluster.restart_node, 2)
-        note("node-3 restarted")
-        await until(at(0.35))
-        openings = await asyncio.to_thread(cluster.circuit_openings)
-        out["circuit_openings_by_gateway"] = openings
-        await asyncio.to_thread(cluster.node_faults, 1, fault_500_rate=0.0)
-        note("node-2 healthy again", circuit_openings=openings)
-
-        await until(at(0.40))
-        await asyncio.to_thread(cluster.stop_broker)
-        note(f"broker stopped for {outage:.0f} s")
-        await asyncio.sleep(min(5.0, outage / 2))
-        out["spooled_batches_during_outage"] = await asyncio.to_thread(cluster.spooled_batches)
-        await asyncio.sleep(max(0.0, outage - min(5.0, outage / 2)))
-        await asyncio.to_thread(cluster.start_broker)
-        note("broker started", spooled=out["spooled_batches_during_outage"])
-
-        if cluster.redis is not None:
-            await until(at(0.45))
-            killed = time.time()
-            note("Redis primary killed (SIGKILL)")
-            failover = await asyncio.to_thread(cluster.kill_redis_primary)
-            out["redis_failover"] = failover
-            # Calls admitted against the store while it fails over are refused
-            # (503 limits_unavailable, recorded): refused, not lost, not errors.
-            # (From a second before the kill: a call under way then meets it.)
-            out["excused"] = [[killed - 1.0, time.time() + 5.0, "limits_unavailable"]]
-            note("Redis failed over; the old primary is a replica", **failover)
-
-        await until(at(0.50))
-        try:
-            out["partitions"] = await _db(call_partitions.maintain, self.partition_plan)
-        except Exception as exc:  # the check reports it; the run goes on
-            out["partitions"] = {"error": repr(exc)}
-        note("call partitions maintained under load", **out["partitions"])
-
-        await until(at(0.55))
-        await asyncio.to_thread(cluster.kill_worker, 0)
-        note("worker-1 killed (SIGKILL)")
-        await asyncio.sleep(2.0)
-        await asyncio.to_thread(cluster.restart_worker, 0)
-        note("worker-1 restarted")
-
-        await until(at(0.60))
-        if pg is None:
-            out["postgres_restart"] = "skipped (not a local Debian cluster, or disabled)"
-            note("PostgreSQL restart skipped")
-        else:
-            took = await asyncio.to_thread(restart_postgres, pg)
-            out["postgres_restart_seconds"] = round(took, 2)
-            note(f"PostgreSQL restarted in {took:.1f} s")
-
-        # After the PostgreSQL restart, not during it: a restarted gateway knows no
-        # key yet, and while the database is down it could only answer 503.
-        await until(at(0.65))
-        last = len(cluster.gateways) - 1
-        await asyncio.to_thread(cluster.kill_gateway, last)
-        out["gateway_killed"] = {"gateway": last, "at": time.time()}  # once it is dead
-        note(f"gateway-{last + 1} killed (SIGKILL)")
-        await asyncio.sleep(2.0)
-        await asyncio.to_thread(cluster.restart_gateway, last)
-        note(f"gateway-{last + 1} restarted")
-
-        await until(at(0.75))
-        await self.revoke(traffic, scenario, out)
-        note("key revoked", seconds=out.get("revocation_seconds"))
-
-        await until(at(0.85))
-        key = scenario.keys["c-burst"]
-        results = await traffic.burst(key, 100)
-        note(
-            "burst against a nearly exhausted cap",
-            admitted=sum(1 for r in results if r.status == 200),
-            refused=sum(1 for r in results if r.status == 429),
-        )
-
-    async def revoke(self, traffic: Traffic, scenario, out: dict) -> None:
-        """Revoke a key that is in use, then measure, per gateway process, when
-        it heard the change (its own clock, from /metrics: what the check
-        judges) and when a client first saw a refusal (an upper bound that
-        also holds the queueing of a loaded machine)."""
-
-        key = scenario.keys["a-revoked"]
-        probe = scenarios.KeySpec(key.label, key.org, key.raw, key.key_id, model=PROBE_MODEL)
-        n = len(traffic.gateway_urls)
-        cluster = self._cluster
-        before = await asyncio.to_thread(lambda: [cluster.key_invalidation(i) for i in range(n)])
-        committed: list[float] = []
-
-        def revoke() -> None:
-            with transaction.atomic():
-                # Registered first, so it runs first after the commit: the instant
-                # the revocation is the truth, before anyone has been told.
-                transaction.on_commit(lambda: committed.append(time.time()))
-                api_key_revoke(actor=scenario.actors["a"], key_id=key.key_id)
-
-        called = time.time()
-        await _db(revoke)
-        revoked_at = committed[0]
-        out["revoked_at"] = revoked_at
-        out["revoke_commit_seconds"] = round(revoked_at - called, 3)
-
-        async def refused(gw: int) -> float | None:
-            while time.time() - revoked_at < 15:
-                r = await traffic.call(probe, "openai", False, gateway=gw)
-                if r.status == 401:
-                    return round(max(0.0, r.t1 - revoked_at), 3)
-                await asyncio.sleep(0.01)
-            return None
-
-        async def heard(gw: int) -> float | None:
-            while time.time() - revoked_at < 15:
-                count, ts = await asyncio.to_thread(cluster.key_invalidation, gw)
-                if count > before[gw][0]:
-                    return round(max(0.0, ts - revoked_at), 3)
-                await asyncio.sleep(0.05)
-            return None
-
-        seen = await asyncio.gather(*(heard(gw) for gw in range(n)))
-        first = await asyncio.gather(*(refused(gw) for gw in range(n)))
-        names = [f"gateway-{i + 1}" for i in range(n)]
-        out["revocation_seconds"] = {
-            name: (s if s is not None else 999.0) for name, s in zip(names, seen, strict=True)
-        }
-        out["first_refusal_seconds"] = dict(zip(names, first, strict=True))
