@@ -25,7 +25,7 @@ from django.db.models.signals import post_delete, post_save
 
 from accounts.facade import ApiKey, Organization, SubAccount
 from inference_node.facade import Node, connect_node_rows_changed
-from usage.facade import CatalogModel, Price
+from usage.facade import connect_catalog_changes
 
 logger = logging.getLogger(__name__)
 
@@ -159,12 +159,11 @@ def connect_signals() -> None:
         (ApiKey, on_key),
         (SubAccount, on_sub),
         (Organization, on_org),
-        (Price, on_prices),
-        (CatalogModel, on_prices),
         (Node, on_nodes),
     ):
         uid = f"gateway-{model._meta.label_lower}"
         post_save.connect(handler, sender=model, dispatch_uid=uid + "-save", weak=False)
         post_delete.connect(handler, sender=model, dispatch_uid=uid + "-delete", weak=False)
+    connect_catalog_changes(on_prices, dispatch_uid="gateway")
     # a node's models, and its keys added, disabled or removed (the admin too)
     connect_node_rows_changed(on_nodes, dispatch_uid="gateway")

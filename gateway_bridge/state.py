@@ -45,7 +45,7 @@ from gateway_bridge import notify
 from gateway_bridge.negative_cache import NegativeCache
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError
 from inference_node.facade import build_routing_snapshot
-from usage.facade import CatalogModel, PriceBook, discount_ppm_for
+from usage.facade import PriceBook, catalog_models, discount_ppm_for
 
 logger = logging.getLogger(__name__)
 
@@ -152,12 +152,12 @@ def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
                 display_name=m.display_name,
                 kind=m.kind,
                 context_window=m.context_window,
-                fallbacks=tuple(str(f) for f in (m.fallbacks or ())),
+                fallbacks=m.fallbacks,
                 enabled=m.enabled,
                 created=int(m.created_at.timestamp()),
                 modality=m.modality,
             )
-            for m in CatalogModel.objects.all()
+            for m in catalog_models()
         }
         return book, catalog
     finally:

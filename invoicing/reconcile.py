@@ -13,16 +13,12 @@ from accounts.facade import Organization
 from invoicing.models import CreditNote, Invoice, InvoiceStatus, LedgerEntry, LineKind
 from invoicing.selectors import prepaid_balance
 from invoicing.services._common import parse_period, period_bounds
-from usage.facade import CallRecord
+from usage.facade import billed_cost, has_billed_calls
 
 
 def _org_report(org: Organization, period: str) -> dict:
     start, end = period_bounds(period, org.timezone)
-    calls = CallRecord.objects.billed().filter(
-        organization_id=org.pk, started_at__gte=start, started_at__lt=end
-    )
-    in_currency = calls.filter(currency=org.currency).aggregate(s=Sum("cost"))["s"] or 0
-    other_currency = calls.exclude(currency=org.currency).count()
+    in_currency, other_currency = billed_cost(org.pk, start, end, org.currency)
     problems: list[str] = []
     report: dict = {
         "organization_id": org.pk,
@@ -84,9 +80,7 @@ def reconcile(period: str) -> dict:
     for org in Organization.objects.order_by("pk"):
         start, end = period_bounds(period, org.timezone)
         has = (
-            CallRecord.objects.billed()
-            .filter(organization_id=org.pk, started_at__gte=start, started_at__lt=end)
-            .exists()
+            has_billed_calls(org.pk, start, end)
             or Invoice.objects.filter(Q(organization=org) & Q(period=period)).exists()
             or LedgerEntry.objects.filter(organization=org).exists()
         )

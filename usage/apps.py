@@ -1,4 +1,7 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
+
+from console.kernel import hooks
 
 
 class UsageConfig(AppConfig):
@@ -8,15 +11,14 @@ class UsageConfig(AppConfig):
     def ready(self) -> None:
         # Ingest caches prices, organizations and keys; drop them in this
         # process as soon as one changes (other workers follow within the TTL).
-        from django.db.models.signals import post_delete, post_save
-
-        from accounts.facade import ApiKey, Organization
-        from console.kernel import hooks
-        from usage.catalog import catalogue_entries
-        from usage.ingest.directory import invalidate_directory
-        from usage.models import Price
-        from usage.prices import invalidate_price_book
-        from usage.spend import key_spend
+        # deferred, each of these: they import models, and the app registry is
+        # not ready while the app configs are imported
+        from accounts.facade import ApiKey, Organization  # deferred: models (see above)
+        from usage.catalog import catalogue_entries  # deferred: models (see above)
+        from usage.ingest.directory import invalidate_directory  # deferred: models
+        from usage.models import Price  # deferred: models (see above)
+        from usage.prices import invalidate_price_book  # deferred: models (see above)
+        from usage.spend import key_spend  # deferred: models (see above)
 
         hooks.KEY_SPEND.provide(key_spend)
         hooks.MODEL_CATALOGUE.provide(catalogue_entries)

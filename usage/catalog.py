@@ -3,11 +3,13 @@ effect for one organization, and which models need a price."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from django.db.models import Q
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from accounts.facade import Actor, Perm
@@ -163,6 +165,63 @@ def catalogue_entries() -> list[CatalogueEntry]:
             "name", "display_name", "enabled"
         )
     ]
+
+
+def model_names(*, enabled: bool | None = None, kind: str | None = None) -> list[str]:
+    """The catalogue's model names in order (only the enabled ones, or one
+    kind's, when asked)."""
+    models = CatalogModel.objects.all()
+    if enabled is not None:
+        models = models.filter(enabled=enabled)
+    if kind is not None:
+        models = models.filter(kind=kind)
+    return list(models.order_by("name").values_list("name", flat=True))
+
+
+@dataclass(frozen=True)
+class CatalogModelRow:
+    """One catalogue model, everything the gateway routes and lists by."""
+
+    name: str
+    display_name: str
+    provider: str
+    kind: str
+    context_window: int
+    fallbacks: tuple[str, ...]
+    enabled: bool
+    created_at: datetime
+    modality: str
+
+
+def catalog_models(*, enabled: bool | None = None) -> list[CatalogModelRow]:
+    """Every catalogue model by name (only the enabled ones, or the disabled
+    ones, when asked): the gateway's catalogue snapshot, the marketplace."""
+    models = CatalogModel.objects.all()
+    if enabled is not None:
+        models = models.filter(enabled=enabled)
+    return [
+        CatalogModelRow(
+            name=m.name,
+            display_name=m.display_name,
+            provider=m.provider,
+            kind=m.kind,
+            context_window=m.context_window,
+            fallbacks=tuple(str(f) for f in (m.fallbacks or ())),
+            enabled=m.enabled,
+            created_at=m.created_at,
+            modality=m.modality,
+        )
+        for m in models.order_by("name")
+    ]
+
+
+def connect_catalog_changes(handler: Callable[..., None], dispatch_uid: str) -> None:
+    """Call ``handler`` (a signal receiver) whenever a catalogue model or a price
+    row is saved or deleted; ``dispatch_uid`` keeps each connection single."""
+    for model in (Price, CatalogModel):
+        uid = f"{dispatch_uid}-{model._meta.label_lower}"
+        post_save.connect(handler, sender=model, dispatch_uid=uid + "-save", weak=False)
+        post_delete.connect(handler, sender=model, dispatch_uid=uid + "-delete", weak=False)
 
 
 def list_prices(at: datetime | None = None) -> dict[str, dict[str, PerMtok]]:

@@ -12,21 +12,29 @@ What is published, by topic:
   negotiated price pays full), ``PriceRow`` and ``TokenCounts``, and the
   ``PriceBook`` of every price row in memory;
 * the usage contract: the event the gateway builds and the emitter encodes
-  (``UsageEvent``, ``encode``, ``to_wire``, ``SCHEMA_VERSION``, ``ENDPOINTS``),
+  (``UsageEvent``, ``encode``, ``to_wire``, ``ENDPOINTS``),
   and the per-organization totals ingest hands to ``console.kernel.hooks.CALLS_INGESTED``
   receivers (``OrgUsageTotals``);
 * what a key or sub-account spent per period, for the gateway's cap seeding
   (``spend_by_period`` with ``SPEND_BY_KEY`` / ``SPEND_BY_SUB_ACCOUNT``);
-* the models other apps read: call records (``CallRecord.objects.billed()``
-  for money: load-test calls marked "not billed" left out) and hourly
-  rollups (with their ``Grain``; billed calls only), the catalogue and its
-  prices, and what re-rating leaves for invoicing (``Adjustment``,
-  ``RerateRun``, ``PeriodClose``);
+* no model but plain rows: what billing reads and marks (``usage.billing``:
+  the period's billed calls grouped by price row, ``billed_usage_groups``;
+  ``price_rows``; the re-rating adjustments on no invoice yet,
+  ``unbilled_adjustments``, ``has_unbilled_adjustments``, ``rerate_reasons``,
+  and locking, billing and releasing them; ``close_period``;
+  ``has_billed_calls``, ``billed_cost``, ``costly_billed_calls``); call
+  records as ``StoredCall`` rows (``call_rows``), the 5xx calls of a month
+  (``failed_billed_calls``), an organization's rolled-up cost
+  (``org_rollup_cost``) and per-key calls and tokens
+  (``calls_and_tokens_by_key``); the catalogue's models (``model_names``,
+  ``catalog_models`` of ``CatalogModelRow``, ``connect_catalog_changes`` for
+  a receiver of every catalogue or price change);
 * the rollup reads the analytics pages draw (``series`` into a ``Series``,
   ``cache_savings``; ``unserved_models``, the names called that are no
   model), the keys a caller may see in call logs
   (``visible_keys``), the filter form pieces those pages share
-  (``KeyChoiceField``, ``OrganizationFilterMixin``) and the CSV guard
+  (``OrganizationFilterMixin`` with ``key_filter_field``,
+  ``sub_account_filter_field`` and ``node_filter_field``) and the CSV guard
   (``csv_text``);
 * cost attribution: ``attribution`` (calls grouped by a tag's value or by
   end user over a range, from the attribution rollups, into an
@@ -44,7 +52,7 @@ What is published, by topic:
   each model's up / degraded / down per day);
 * cost attribution (``usage.attribution_rules``): the ``x-gateway-tags`` parser
   (``parse_tags_header``), ``clean_end_user``, ``missing_required``, their
-  limits and ``AttributionError``;
+  headers and ``AttributionError``;
 * ``seed_catalog``, the default models and list prices;
 * the call table's month partitions on PostgreSQL, for the soak's
   maintenance under load: ``ensure_call_partitions`` (what beat runs daily),
@@ -58,7 +66,7 @@ What is published, by topic:
 
 from __future__ import annotations
 
-from usage.analytics import Series, cache_savings, series, unserved_models
+from usage.analytics import unserved_models
 from usage.attribution import (
     BY_END_USER as ATTRIBUTE_BY_END_USER,
 )
@@ -73,31 +81,49 @@ from usage.attribution import (
 )
 from usage.attribution_rules import (
     END_USER_HEADER,
-    MAX_END_USER,
-    MAX_TAG_KEY,
-    MAX_TAG_VALUE,
-    MAX_TAGS,
     TAGS_HEADER,
     AttributionError,
     clean_end_user,
     missing_required,
     parse_tags_header,
 )
-from usage.catalog import ModelPrices, PerMtok, list_prices, model_price_list
-from usage.events import ENDPOINTS, SCHEMA_VERSION, UsageEvent, encode, to_wire
-from usage.forms import KeyChoiceField, OrganizationFilterMixin
+from usage.billing import (
+    AdjustmentRow,
+    BilledCost,
+    UsageGroup,
+    billed_cost,
+    billed_usage_groups,
+    close_period,
+    costly_billed_calls,
+    has_billed_calls,
+    has_unbilled_adjustments,
+    lock_unbilled_adjustments,
+    mark_adjustments_billed,
+    price_rows,
+    release_adjustments,
+    rerate_reasons,
+    unbilled_adjustments,
+)
+from usage.catalog import (
+    CatalogModelRow,
+    ModelPrices,
+    PerMtok,
+    catalog_models,
+    connect_catalog_changes,
+    list_prices,
+    model_names,
+    model_price_list,
+)
+from usage.charts import Series, cache_savings, series
+from usage.events import ENDPOINTS, UsageEvent, encode, to_wire
+from usage.forms import (
+    OrganizationFilterMixin,
+    key_filter_field,
+    node_filter_field,
+    sub_account_filter_field,
+)
 from usage.logs import csv_text, visible_keys
 from usage.margin import MarginDay, MarginLine, MarginReport, margin_basis_points, margin_report
-from usage.models import (
-    Adjustment,
-    CallRecord,
-    CatalogModel,
-    Grain,
-    PeriodClose,
-    Price,
-    RerateRun,
-    Rollup,
-)
 from usage.partitions import Partition as CallPartition
 from usage.partitions import add_months, month_start
 from usage.partitions import drop_empty_partitions_after as drop_empty_call_partitions_after
@@ -120,6 +146,14 @@ from usage.performance import (
 from usage.performance import WINDOWS as PERFORMANCE_WINDOWS
 from usage.prices import PriceBook
 from usage.rating import PPM, PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
+from usage.records import (
+    FailedCall,
+    StoredCall,
+    call_rows,
+    calls_and_tokens_by_key,
+    failed_billed_calls,
+    org_rollup_cost,
+)
 from usage.seed import seed_catalog
 from usage.spend import KEY as SPEND_BY_KEY
 from usage.spend import SUB_ACCOUNT as SPEND_BY_SUB_ACCOUNT
@@ -134,28 +168,22 @@ __all__ = [
     "DOWN_BELOW",
     "ENDPOINTS",
     "END_USER_HEADER",
-    "MAX_END_USER",
-    "MAX_TAGS",
-    "MAX_TAG_KEY",
-    "MAX_TAG_VALUE",
     "PERFORMANCE_WINDOWS",
     "PPM",
-    "SCHEMA_VERSION",
     "SPEND_BY_KEY",
     "SPEND_BY_SUB_ACCOUNT",
     "STATUS_DAYS",
     "TAGS_HEADER",
-    "Adjustment",
+    "AdjustmentRow",
     "Attribution",
     "AttributionError",
     "AttributionGroup",
+    "BilledCost",
     "CallPartition",
-    "CallRecord",
-    "CatalogModel",
+    "CatalogModelRow",
     "ChannelFigures",
+    "FailedCall",
     "Figures",
-    "Grain",
-    "KeyChoiceField",
     "MarginDay",
     "MarginLine",
     "MarginReport",
@@ -164,24 +192,30 @@ __all__ = [
     "OrgUsageTotals",
     "OrganizationFilterMixin",
     "PerMtok",
-    "PeriodClose",
-    "Price",
     "PriceBook",
     "PriceRow",
-    "RerateRun",
-    "Rollup",
     "Series",
+    "StoredCall",
     "TokenCounts",
     "UsageEvent",
+    "UsageGroup",
     "WindowStats",
     "add_months",
     "attribution",
+    "billed_cost",
+    "billed_usage_groups",
     "cache_savings",
     "call_partition_name",
     "call_partitions",
+    "call_rows",
     "call_rows_by_partition",
+    "calls_and_tokens_by_key",
+    "catalog_models",
     "channel_performance",
     "clean_end_user",
+    "close_period",
+    "connect_catalog_changes",
+    "costly_billed_calls",
     "csv_text",
     "daily_status",
     "discount_for",
@@ -190,20 +224,34 @@ __all__ = [
     "drop_empty_call_partitions_after",
     "encode",
     "ensure_call_partitions",
+    "failed_billed_calls",
+    "has_billed_calls",
+    "has_unbilled_adjustments",
+    "key_filter_field",
     "list_prices",
+    "lock_unbilled_adjustments",
     "margin_basis_points",
     "margin_report",
+    "mark_adjustments_billed",
     "missing_required",
+    "model_names",
     "model_performance",
     "model_price_list",
     "month_start",
+    "node_filter_field",
+    "org_rollup_cost",
     "parse_tags_header",
+    "price_rows",
     "rate",
+    "release_adjustments",
+    "rerate_reasons",
     "seed_catalog",
     "series",
     "spend_by_period",
+    "sub_account_filter_field",
     "tag_keys",
     "to_wire",
+    "unbilled_adjustments",
     "unserved_models",
     "visible_keys",
     "window_stats",

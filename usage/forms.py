@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
 
 from django import forms
 from django.utils import timezone
@@ -84,14 +86,62 @@ class TagFilterField(forms.Field):
 
 
 class KeyChoiceField(forms.ModelChoiceField):
-    def label_from_instance(self, obj):
+    def label_from_instance(self, obj: Any) -> str:
         return f"{obj.prefix} {obj.name}"
 
 
-class OrganizationFilterMixin:
+def key_filter_field(label: str) -> KeyChoiceField:
+    """The key filter (its options: the keys the actor may see, set by
+    ``OrganizationFilterMixin.for_organization``)."""
+    return KeyChoiceField(
+        queryset=None, required=False, empty_label=gettext_lazy("All keys"), label=label
+    )
+
+
+def sub_account_filter_field() -> forms.ModelChoiceField:
+    """The sub-account filter (its options: the organization's sub-accounts)."""
+    return forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        label=gettext_lazy("Sub-account"),
+        empty_label=gettext_lazy("All sub-accounts"),
+    )
+
+
+def node_filter_field() -> forms.ModelChoiceField:
+    """The node filter (its options: the organization's own and the shared nodes)."""
+    return forms.ModelChoiceField(
+        queryset=None, required=False, empty_label=gettext_lazy("All nodes"),
+        label=gettext_lazy("Node"),
+    )  # fmt: skip
+
+
+class OrganizationFilterMixin(forms.Form):
     """What the call-log and analytics filter forms share: the key, sub-account
-    and node options read once, and times typed without an offset read in the
-    organization's time zone (``self.tz``)."""
+    and node options of the actor's organization (the fields made by
+    ``key_filter_field``, ``sub_account_filter_field`` and
+    ``node_filter_field``), read once; times typed without an offset read in
+    the organization's time zone (``self.tz``); the model and tag key filters
+    cleaned alike."""
+
+    actor: Actor
+    tz: ZoneInfo
+
+    def for_organization(self, actor: Actor) -> None:
+        """Filter for ``actor``: its organization's time zone, and the options
+        of whichever of the key, sub-account and node fields the form has."""
+        self.actor = actor
+        self.tz = timezones.org_zone(actor.organization)
+        if "key" in self.fields:
+            self.fields["key"].queryset = logs.visible_keys(actor=actor).order_by("name", "pk")
+        if "sub_account" in self.fields:
+            self.fields["sub_account"].queryset = SubAccount.objects.filter(
+                organization_id=actor.organization_id
+            ).order_by("name")
+        if "node" in self.fields:
+            self.fields["node"].queryset = nodes_own_and_shared(actor.organization_id).order_by(
+                "name", "pk"
+            )
 
     def prepare_choices(self) -> None:
         """Read the key, sub-account and node options once, with plain
@@ -103,9 +153,21 @@ class OrganizationFilterMixin:
                 (obj.pk, field.label_from_instance(obj)) for obj in field.queryset
             ]
 
-    def full_clean(self):
+    def full_clean(self) -> None:
         with timezone.override(self.tz):
             super().full_clean()
+
+    def clean_model(self) -> str:
+        model: str = self.cleaned_data["model"].strip()
+        return model
+
+    def clean_tag_key(self) -> str:
+        value: str = self.cleaned_data["tag_key"].strip()
+        if value and not _TAG_KEY_RE.match(value):
+            raise forms.ValidationError(
+                _("A tag key is 1 to 32 letters, digits or _ . - characters.")
+            )
+        return value
 
 
 class CallFilterForm(OrganizationFilterMixin, forms.Form):
@@ -123,26 +185,15 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
             ("30d", gettext_lazy("Last 30 days")),
         ],
     )
-    key = KeyChoiceField(
-        queryset=None, required=False, empty_label=gettext_lazy("All keys"),
-        label=gettext_lazy("Key"),
-    )  # fmt: skip
-    sub_account = forms.ModelChoiceField(
-        queryset=None,
-        required=False,
-        label=gettext_lazy("Sub-account"),
-        empty_label=gettext_lazy("All sub-accounts"),
-    )
+    key = key_filter_field(gettext_lazy("Key"))
+    sub_account = sub_account_filter_field()
     # A choice on the page (``prepare_choices``: the models the organization
     # has called and the catalogue's); any exact name is still accepted, so a
     # link or an API query for a model no longer offered still works.
     model = forms.CharField(
         required=False, max_length=128, widget=forms.Select, label=gettext_lazy("Model")
     )
-    node = forms.ModelChoiceField(
-        queryset=None, required=False, empty_label=gettext_lazy("All nodes"),
-        label=gettext_lazy("Node"),
-    )  # fmt: skip
+    node = node_filter_field()
     status = forms.CharField(
         required=False,
         max_length=6,
@@ -180,16 +231,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
 
     def __init__(self, data=None, *, actor: Actor, **kwargs):
         super().__init__(data, **kwargs)
-        self.actor = actor
-        self.tz = timezones.org_zone(actor.organization)
-        self.fields["key"].queryset = logs.visible_keys(actor=actor).order_by("name", "pk")
-        self.fields["sub_account"].queryset = SubAccount.objects.filter(
-            organization_id=actor.organization_id
-        ).order_by("name")
-
-        self.fields["node"].queryset = nodes_own_and_shared(actor.organization_id).order_by(
-            "name", "pk"
-        )
+        self.for_organization(actor)
         for name in ("from", "to"):
             self.fields[name].help_text = _("ISO 8601; without an offset, %(zone)s time") % {
                 "zone": self.tz.key
@@ -208,9 +250,6 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
         if value and not _REQUEST_ID_RE.match(value):
             raise forms.ValidationError(_("A request id has letters, digits and . _ : - only."))
         return value
-
-    def clean_model(self):
-        return self.cleaned_data["model"].strip()
 
     def prepare_choices(self) -> None:
         super().prepare_choices()
@@ -312,19 +351,9 @@ class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
     tag_key = forms.CharField(required=False, max_length=32, label=gettext_lazy("Tag key"))
     key = KeyChoiceField(queryset=None, required=False, label=gettext_lazy("Key"))
 
-    def __init__(self, data=None, *, actor: Actor, **kwargs):
+    def __init__(self, data: Any = None, *, actor: Actor, **kwargs: Any) -> None:
         super().__init__(data, **kwargs)
-        self.actor = actor
-        self.tz = timezones.org_zone(actor.organization)
-        self.fields["key"].queryset = logs.visible_keys(actor=actor)
-
-    def clean_tag_key(self):
-        value = self.cleaned_data["tag_key"].strip()
-        if value and not _TAG_KEY_RE.match(value):
-            raise forms.ValidationError(
-                _("A tag key is 1 to 32 letters, digits or _ . - characters.")
-            )
-        return value
+        self.for_organization(actor)
 
     def clean(self):
         data = super().clean()

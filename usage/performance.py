@@ -35,9 +35,9 @@ from datetime import UTC, date, datetime, timedelta
 from django.db.models import Sum
 from django.utils import timezone
 
-from usage.analytics import encoded_quantiles
 from usage.margin import node_labels
 from usage.models import Grain, Rollup
+from usage.quantiles import encoded_quantiles
 
 HOUR = timedelta(hours=1)
 WINDOWS: dict[str, timedelta] = {

@@ -19,6 +19,7 @@ import math
 import struct
 import sys
 from array import array
+from collections.abc import Iterable
 
 RELATIVE_ACCURACY = 0.01
 GAMMA = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
@@ -135,7 +136,7 @@ class LogHistogram:
         return f"LogHistogram(count={self.count}, buckets={len(self.bins)})"
 
 
-def merge_encoded(encoded: list[bytes | memoryview | None]) -> LogHistogram:
+def merge_encoded(encoded: Iterable[bytes | memoryview | None]) -> LogHistogram:
     """Decode and merge many encodings at once (the analytics read path)."""
     total: dict[int, int] = {}
     zero = 0

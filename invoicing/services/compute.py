@@ -3,7 +3,7 @@ and the billing profile, without writing anything (drafts, refreshes,
 finalization and the running month's preview all use this).
 
 Usage lines: the period's billed calls (load-test calls marked "not billed"
-left out: ``CallRecord.objects.billed()``) grouped by the price row they were
+left out: ``usage.facade.billed_usage_groups``) grouped by the price row they were
 rated with; for each group, one line per token class with tokens as the
 quantity, the effective price per million tokens, and the group's exact
 cost split across the classes by ``invoicing.money.allocate``. So the usage
@@ -15,13 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Sum
-
 from accounts.facade import BillingMode, Organization
 from console.kernel.money import format_rate
 from invoicing.models import BillingProfile, LineKind, TokenClass
 from invoicing.money import PPM, allocate, div_round, to_minor
-from usage.facade import Adjustment, CallRecord, Price, RerateRun, discount_for, discount_ppm_for
+from usage.facade import (
+    billed_usage_groups,
+    discount_for,
+    discount_ppm_for,
+    price_rows,
+    rerate_reasons,
+    unbilled_adjustments,
+)
 
 CLASSES = (
     (TokenClass.INPUT, "input_tokens", "input_per_mtok"),
@@ -63,31 +68,9 @@ class Computed:
     adjustment_ids: list[int]
 
 
-def usage_groups(organization_id: int, start: datetime, end: datetime, currency: str):
-    return (
-        CallRecord.objects.billed()
-        .filter(
-            organization_id=organization_id,
-            started_at__gte=start,
-            started_at__lt=end,
-            currency=currency,
-        )
-        .values("price_id", "model")
-        .annotate(
-            n=Count("request_id"),
-            input_tokens=Sum("input_tokens"),
-            cache_read_tokens=Sum("cache_read_tokens"),
-            cache_write_tokens=Sum("cache_write_tokens"),
-            output_tokens=Sum("output_tokens"),
-            cost=Sum("cost"),
-        )
-        .order_by("model", "price_id")
-    )
-
-
 def _usage_lines(org: Organization, start: datetime, end: datetime) -> tuple[list[Line], int, int]:
-    groups = list(usage_groups(org.pk, start, end, org.currency))
-    prices = Price.objects.in_bulk([g["price_id"] for g in groups if g["price_id"]])
+    groups = billed_usage_groups(org.pk, start, end, org.currency)
+    prices = price_rows(g["price_id"] for g in groups if g["price_id"])
     org_ppm = discount_ppm_for(org.discount_rate)
     lines: list[Line] = []
     calls = usage = 0
@@ -119,7 +102,7 @@ def _usage_lines(org: Organization, start: datetime, end: datetime) -> tuple[lis
                     amount,
                     model=g["model"],
                     token_class=klass.value,
-                    price_id=price.pk,
+                    price_id=price.id,
                     quantity=qty,
                     unit_price_per_mtok=div_round(price_mtok * ppm, PPM),
                 )
@@ -127,24 +110,13 @@ def _usage_lines(org: Organization, start: datetime, end: datetime) -> tuple[lis
     return lines, calls, usage
 
 
-def unbilled_adjustments(organization_id: int, currency: str, before: datetime):
-    return Adjustment.objects.filter(
-        organization_id=organization_id,
-        currency=currency,
-        billed_reference="",
-        created_at__lt=before,
-    ).order_by("run_id", "id")
-
-
 def _adjustment_lines(org: Organization, end: datetime) -> tuple[list[Line], int, list[int]]:
     by_run: dict[int, list] = {}
-    for adj_id, run_id, delta in unbilled_adjustments(org.pk, org.currency, end).values_list(
-        "id", "run_id", "delta"
-    ):
+    for adj_id, run_id, delta in unbilled_adjustments(org.pk, org.currency, end):
         acc = by_run.setdefault(run_id, [0, []])
         acc[0] += delta
         acc[1].append(adj_id)
-    reasons = dict(RerateRun.objects.filter(pk__in=by_run).values_list("pk", "reason"))
+    reasons = rerate_reasons(by_run)
     lines, total, ids = [], 0, []
     for run_id, (delta, adj_ids) in sorted(by_run.items()):
         total += delta

@@ -51,7 +51,7 @@ from invoicing.money import PPM, div_round, from_minor, micro_text, to_minor
 from invoicing.services import outbound
 from invoicing.services._common import event, money, money_minor
 from invoicing.services.ledger import ledger_entry_create
-from usage.facade import CallRecord
+from usage.facade import costly_billed_calls
 
 logger = logging.getLogger(__name__)
 
@@ -472,27 +472,22 @@ def _incident_lines(
     status_max: int,
     model: str | None,
 ) -> list[tuple]:
-    calls = CallRecord.objects.billed().filter(
-        organization_id=invoice.organization_id,
-        currency=invoice.currency,
-        started_at__gte=max(start, invoice.period_start),
-        started_at__lt=min(end, invoice.period_end),
-        status_code__gte=status_min,
-        status_code__lte=status_max,
-        cost__gt=0,
+    calls = costly_billed_calls(
+        invoice.organization_id,
+        invoice.currency,
+        max(start, invoice.period_start),
+        min(end, invoice.period_end),
+        status_min=status_min,
+        status_max=status_max,
+        node_id=node_id,
+        model=model,
     )
-    if node_id is not None:
-        calls = calls.filter(node_id=node_id)
-    if model:
-        calls = calls.filter(model=model)
     done = set()
     for ids in CreditNoteLine.objects.filter(credit_note__invoice=invoice).values_list(
         "request_ids", flat=True
     ):
         done.update(ids or [])
-    found = [
-        (rid, cost) for rid, cost in calls.values_list("request_id", "cost") if rid not in done
-    ]
+    found = [(rid, cost) for rid, cost in calls if rid not in done]
     if not found:
         raise ValidationFailed.from_fields(
             {"__all__": _("No uncredited calls with a cost match this incident.")}

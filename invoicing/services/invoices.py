@@ -47,7 +47,14 @@ from invoicing.services._common import (
 )
 from invoicing.services._payments import paid_on_day, require_free_reference, save_with_reference
 from invoicing.services.compute import Computed, compute_invoice
-from usage.facade import Adjustment, CallRecord, PeriodClose
+from usage.facade import (
+    close_period,
+    has_billed_calls,
+    has_unbilled_adjustments,
+    lock_unbilled_adjustments,
+    mark_adjustments_billed,
+    release_adjustments,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -220,21 +227,14 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
         computed = compute_invoice(org, invoice.period_start, invoice.period_end)
         _write(invoice, computed)
         if computed.adjustment_ids:
-            locked = list(
-                Adjustment.objects.select_for_update()
-                .filter(pk__in=computed.adjustment_ids, billed_reference="")
-                .order_by("pk")
-                .values_list("pk", flat=True)
-            )
+            locked = lock_unbilled_adjustments(computed.adjustment_ids)
             if len(locked) != len(computed.adjustment_ids):
                 raise Conflict(_("Some adjustments were billed meanwhile; refresh the draft."))
         now = tz.now()
         local = now.astimezone(org_zone(org.timezone))
         invoice.number = _next_number(local.year)
         if computed.adjustment_ids:
-            Adjustment.objects.filter(pk__in=computed.adjustment_ids).update(
-                billed_reference=invoice.number
-            )
+            mark_adjustments_billed(computed.adjustment_ids, invoice.number)
         profile = BillingProfile.objects.filter(organization=org).first()
         terms = profile.payment_terms_days if profile else 14
         invoice.status = InvoiceStatus.FINALIZED
@@ -245,12 +245,7 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
             invoice.status = InvoiceStatus.PAID
             invoice.paid_at = now
         invoice.save()
-        PeriodClose.objects.create(
-            organization=org,
-            period_start=invoice.period_start,
-            period_end=invoice.period_end,
-            reference=invoice.number,
-        )
+        close_period(org.pk, invoice.period_start, invoice.period_end, invoice.number)
         invoice.pdf = invoice_pdf(invoice)
         invoice.save(update_fields=["pdf"])
         event(
@@ -307,7 +302,7 @@ def invoice_void(*, invoice_id: int, actor=None, reason: str = "") -> Invoice:
         if invoice.payments.filter(status=PaymentStatus.PENDING).exists():
             raise Conflict(_("A payment is in progress for this invoice; wait for it to settle."))
         if invoice.number:
-            Adjustment.objects.filter(billed_reference=invoice.number).update(billed_reference="")
+            release_adjustments(invoice.number)
         invoice.status = InvoiceStatus.VOID
         invoice.voided_at = tz.now()
         invoice.save(update_fields=["status", "voided_at"])
@@ -457,14 +452,7 @@ def run_period_due(now=None) -> str | None:
 
 def _billable(org: Organization, period: str) -> bool:
     start, end = period_bounds(period, org.timezone)
-    return (
-        CallRecord.objects.billed()
-        .filter(organization_id=org.pk, started_at__gte=start, started_at__lt=end)
-        .exists()
-        or Adjustment.objects.filter(
-            organization_id=org.pk, billed_reference="", created_at__lt=end
-        ).exists()
-    )
+    return has_billed_calls(org.pk, start, end) or has_unbilled_adjustments(org.pk, end)
 
 
 def invoice_run_month(*, period: str | None = None, now=None) -> InvoiceRun | None:

@@ -220,19 +220,10 @@ def current_period(organization: Organization, now: datetime | None = None) -> s
     return period_of(now or tz.now(), organization.timezone)
 
 
-def failed_calls(organization_id: int, start: datetime, end: datetime):
+def failed_calls(organization_id: int, start: datetime, end: datetime) -> list[usage.FailedCall]:
     """The month's calls failed by the platform or an upstream (the ones the
     figures count as failed), oldest first."""
-    return (
-        usage.CallRecord.objects.billed()
-        .filter(
-            organization_id=organization_id,
-            started_at__gte=start,
-            started_at__lt=end,
-            status_code__gte=500,
-        )
-        .order_by("started_at", "request_id")
-    )
+    return usage.failed_billed_calls(organization_id, start, end)
 
 
 def month_invoice(organization_id: int, period: str) -> Invoice | None:
@@ -383,9 +374,7 @@ def sla_credit_approve(*, month_id: int, actor):
                 {"__all__": _("Nothing is left to credit on this invoice.")}
             )
         start, end = period_bounds(month.period, month.organization.timezone)
-        ids = list(
-            failed_calls(month.organization_id, start, end).values_list("request_id", flat=True)
-        )
+        ids = [call.request_id for call in failed_calls(month.organization_id, start, end)]
         text = SLA_CREDIT_TEXT.format(
             period=month.period,
             availability=percent_text(month.availability_ppm),

@@ -182,9 +182,7 @@ def sla_failed_calls(request):
         )
     )
     writer = csv.writer(out)
-    for rid, started, model, status, error in sla.failed_calls(org.pk, start, end).values_list(
-        *columns
-    ):
+    for rid, started, model, status, error in sla.failed_calls(org.pk, start, end):
         writer.writerow(
             [
                 rid,

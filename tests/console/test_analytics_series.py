@@ -1,4 +1,4 @@
-"""``usage.analytics.series`` and ``cache_savings``, the reads behind the
+"""``usage.charts.series`` and ``cache_savings``, the reads behind the
 analytics charts: local-day buckets, groups, list filters, percentiles per
 bucket, and never a call record."""
 
@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.console.test_analytics_data import END, START, exact_ms
-from usage import analytics
+from usage import charts, quantiles
 from usage.models import CallRecord
 
 pytest_plugins = ["tests.console.test_analytics_data"]
@@ -24,26 +24,24 @@ NY = zoneinfo.ZoneInfo("America/New_York")
 def test_local_days_follow_daylight_saving_time():
     berlin = zoneinfo.ZoneInfo("Europe/Berlin")
     start = datetime(2025, 3, 29, 0, tzinfo=berlin)
-    days = analytics.bucket_starts(start, start + timedelta(days=3), "day", berlin)
+    days = charts.bucket_starts(start, start + timedelta(days=3), "day", berlin)
     assert [d.isoformat() for d in days] == [
         "2025-03-29T00:00:00+01:00",
         "2025-03-30T00:00:00+01:00",
         "2025-03-31T00:00:00+02:00",
     ]
-    index = analytics._hour_index(start, start + timedelta(days=3), "day", berlin)
+    index = charts._hour_index(start, start + timedelta(days=3), "day", berlin)
     per_day = defaultdict(int)
     for i in index.values():
         per_day[i] += 1
     assert dict(per_day) == {0: 24, 1: 23, 2: 24}  # the 30th has 23 hours
-    assert analytics.bucket_starts(start, start + timedelta(hours=2), None) == [
-        start.astimezone(UTC)
-    ]
+    assert charts.bucket_starts(start, start + timedelta(hours=2), None) == [start.astimezone(UTC)]
     with pytest.raises(ValueError, match="bucket"):
-        analytics.bucket_starts(start, start + timedelta(hours=2), "week")
+        charts.bucket_starts(start, start + timedelta(hours=2), "week")
 
 
 def test_series_per_local_day_and_model_equals_the_call_records(data):
-    s = analytics.series(
+    s = charts.series(
         data.org.pk, START, END, group_by="model", bucket="day", tz=NY, quantiles=(0.5, 0.99)
     )
     assert [b.date().isoformat() for b in s.buckets] == ["2025-02-02", "2025-02-03", "2025-02-04"]
@@ -69,16 +67,16 @@ def test_series_per_local_day_and_model_equals_the_call_records(data):
 
 def test_list_filters_and_whole_range_buckets(data):
     keys = [data.dev_key.pk, data.key_ids[0]]
-    s = analytics.series(
+    s = charts.series(
         data.org.pk, START, END, filters={"api_key_id": keys}, group_by="api_key_id", bucket=None
     )
     calls = CallRecord.objects.filter(organization_id=data.org.pk, api_key_id__in=keys)
     assert set(s.groups) == set(keys)
     assert s.total("calls") == calls.count()
-    assert analytics.series(data.org.pk, START, END, filters={"api_key_id": []}).total("calls") == 0
+    assert charts.series(data.org.pk, START, END, filters={"api_key_id": []}).total("calls") == 0
     # A list with another filter reads the full grain, still one query per part.
     model = calls.first().model
-    s = analytics.series(
+    s = charts.series(
         data.org.pk, START, END, filters={"api_key_id": keys, "model": model}, quantiles=(0.5,)
     )
     assert s.total("calls") == calls.filter(model=model).count()
@@ -89,10 +87,10 @@ def test_the_whole_range_beside_the_buckets_equals_one_bucket_for_the_range(data
     single bucket over the range says, from the same read."""
     qs = (0.5, 0.99)
     for bucket, tz in (("hour", UTC), ("day", NY)):
-        both = analytics.series(
+        both = charts.series(
             data.org.pk, START, END, bucket=bucket, tz=tz, quantiles=qs, whole=True
         )
-        (one,) = analytics.series(data.org.pk, START, END, bucket=None, tz=tz, quantiles=qs).groups[
+        (one,) = charts.series(data.org.pk, START, END, bucket=None, tz=tz, quantiles=qs).groups[
             None
         ]
         whole = both.whole[None]
@@ -105,8 +103,8 @@ def test_the_whole_range_beside_the_buckets_equals_one_bucket_for_the_range(data
 
 
 def test_only_the_sums_asked_for_and_the_same_figures(data):
-    full = analytics.series(data.org.pk, START, END, group_by="model", quantiles=(0.99,))
-    few = analytics.series(
+    full = charts.series(data.org.pk, START, END, group_by="model", quantiles=(0.99,))
+    few = charts.series(
         data.org.pk, START, END, group_by="model", quantiles=(0.99,), sums=("ttft_count",)
     )
     assert list(few.groups) == list(full.groups)
@@ -116,22 +114,22 @@ def test_only_the_sums_asked_for_and_the_same_figures(data):
             assert (p["calls"], p["ttft_count"], p["latency_ms"]) == (
                 f["calls"], f["ttft_count"], f["latency_ms"])  # fmt: skip
     with pytest.raises(ValueError, match="not a sum"):
-        analytics.series(data.org.pk, START, END, sums=("calls; drop",))
+        charts.series(data.org.pk, START, END, sums=("calls; drop",))
 
 
 def test_series_never_reads_call_records_and_refuses_bad_groups(data):
     with CaptureQueriesContext(connection) as queries:
-        analytics.series(data.org.pk, START, END, group_by="node_id", quantiles=(0.9,))
-        analytics.cache_savings(data.org.pk, START, END, discount_ppm=10**6, bucket="day")
+        charts.series(data.org.pk, START, END, group_by="node_id", quantiles=(0.9,))
+        charts.cache_savings(data.org.pk, START, END, discount_ppm=10**6, bucket="day")
     assert len(queries.captured_queries) <= 4
     assert not any("usage_call" in q["sql"] for q in queries.captured_queries)
     with pytest.raises(ValueError, match="group_by"):
-        analytics.series(data.org.pk, START, END, group_by="colour")
+        charts.series(data.org.pk, START, END, group_by="colour")
 
 
 def test_cache_savings_follow_the_organization_discount(data):
-    full = analytics.cache_savings(data.org.pk, START, END, discount_ppm=10**6, bucket=None)
-    half = analytics.cache_savings(data.org.pk, START, END, discount_ppm=500_000, bucket=None)
+    full = charts.cache_savings(data.org.pk, START, END, discount_ppm=10**6, bucket=None)
+    half = charts.cache_savings(data.org.pk, START, END, discount_ppm=500_000, bucket=None)
     assert set(full) == set(half)
     for model in full:
         saved, halved = full[model][0]["saved"], half[model][0]["saved"]
@@ -155,9 +153,9 @@ def test_merging_encodings_of_any_width_adds_every_bucket(counts):
         h.add(1234, big)
         h.add(0, 3)
         parts.append(h.to_bytes())
-    lo, zero, dense = analytics._merged_dense(parts)
+    lo, zero, dense = quantiles._merged_dense(parts)
     want = merge_encoded(parts)
     assert zero == want.zero_count
     assert {lo + i: c for i, c in enumerate(dense) if c} == want.bins
     qs = (0.0, 0.5, 0.99, 1.0)
-    assert analytics.encoded_quantiles(parts, qs) == {q: want.quantile(q) / 1000 for q in qs}
+    assert quantiles.encoded_quantiles(parts, qs) == {q: want.quantile(q) / 1000 for q in qs}

@@ -13,9 +13,9 @@ from accounts.models import ApiKey, Organization
 from inference_node.facade import CostPrice, Node
 from tests.factories import OrganizationFactory
 from tests.usage.factories import PriceFactory, event
-from usage.facade import PPM, CatalogModel, rate
+from usage.facade import PPM, rate
 from usage.ingest import ingest_events
-from usage.models import CallRecord
+from usage.models import CallRecord, CatalogModel
 
 T0 = datetime(2025, 6, 2, 9, 0, tzinfo=UTC)
 # What the vendor charges per Mtok: $0.07 in, $0.01 cached, $0.09 cache write, $0.30 out.

@@ -32,7 +32,7 @@ from django.urls import reverse
 
 from accounts.facade import Membership, Organization, Role
 from console.features.analytics.views import CHARTS, PAGES
-from usage.facade import Grain, Rollup
+from usage.models import Grain, Rollup
 
 SLUG = "bench-console"
 TARGETS_MS = {"page": 200, "partial": 100}

@@ -6,16 +6,15 @@ from __future__ import annotations
 import statistics
 import time
 import zoneinfo
+from collections import Counter
 from datetime import UTC
 
 from django.db import close_old_connections
-from django.db.models import Count, Q, Sum
-from django.db.models.functions import TruncDay, TruncMonth
 
 from invoicing.facade import LedgerKind, invoice_preview, ledger_total, prepaid_balance
 from tooling.soak.scenario import Scenario
 from tooling.soak.traffic import MAX_TOKENS, Result
-from usage.facade import CallRecord, Grain, Rollup
+from usage.facade import StoredCall, call_rows, org_rollup_cost
 
 #: Answers that create no call record: the key was refused before the gateway knew
 #: whose call it was (unknown, revoked).
@@ -49,9 +48,7 @@ def expected_ids(results: list[Result], killed: dict | None = None) -> set[str]:
 
 def _stored_ids(scenario: Scenario) -> set[str]:
     org_ids = [o.id for o in scenario.orgs.values()]
-    return set(
-        CallRecord.objects.filter(organization_id__in=org_ids).values_list("request_id", flat=True)
-    )
+    return {row.request_id for row in call_rows(organization_ids=org_ids)}
 
 
 def wait_drained(
@@ -80,15 +77,10 @@ def records(scenario: Scenario, results: list[Result], killed: dict | None = Non
     want = expected_ids(results, killed)
     cut = cut_by_kill(results, killed)
     seen = {r.request_id for r in results if r.request_id}
-    stored = _stored_ids(scenario)
     org_ids = [o.id for o in scenario.orgs.values()]
-    duplicates = (
-        CallRecord.objects.filter(organization_id__in=org_ids)
-        .values("request_id")
-        .annotate(n=Count("request_id"))
-        .filter(n__gt=1)
-        .count()
-    )
+    per_id = Counter(row.request_id for row in call_rows(organization_ids=org_ids))
+    stored = set(per_id)
+    duplicates = sum(1 for n in per_id.values() if n > 1)
     missing = sorted(want - stored)
     unknown = sorted(stored - seen)
     transport = sum(1 for r in results if r.status == 0)
@@ -130,25 +122,13 @@ def money(scenario: Scenario) -> dict:
 
     out, ok = {}, True
     for label, org in scenario.orgs.items():
-        calls = CallRecord.objects.filter(organization_id=org.id).aggregate(
-            cost=Sum("cost"), n=Count("request_id")
-        )
-        cost = calls["cost"] or 0
-        billed = (
-            CallRecord.objects.billed()
-            .filter(organization_id=org.id)
-            .aggregate(cost=Sum("cost"))["cost"]
-            or 0
-        )
-        rollup = (
-            Rollup.objects.filter(organization_id=org.id, grain=Grain.ORG).aggregate(
-                cost=Sum("cost")
-            )["cost"]
-            or 0
-        )
+        calls = call_rows(organization_ids=[org.id])
+        cost = sum(c.cost for c in calls)
+        billed = sum(c.cost for c in calls if c.billed)
+        rollup = org_rollup_cost(org.id)
         preview = invoice_preview(organization_id=org.id).usage_amount
         row = {
-            "calls": calls["n"],
+            "calls": len(calls),
             "call_costs": cost,
             "rollups": rollup,
             "invoice_preview": preview,
@@ -165,22 +145,23 @@ def money(scenario: Scenario) -> dict:
     return {"ok": ok, "organizations": out}
 
 
+#: Each spend cap's period of a call started at a local time: its day, its month, all time.
 _PERIOD_OF = {
-    "spend_cap_daily": TruncDay,
-    "spend_cap_monthly": TruncMonth,
-    "spend_cap_lifetime": None,
+    "spend_cap_daily": lambda local: local.date(),
+    "spend_cap_monthly": lambda local: (local.year, local.month),
+    "spend_cap_lifetime": lambda local: None,
 }
 
 
-def _most_in_a_period(calls, field: str, zone) -> int:
+def _most_in_a_period(calls: list[StoredCall], field: str, zone) -> int:
     """The most ``calls`` spent within one period of cap ``field`` (a day or
     a month in the organization's time zone, or all time): a run that
     crosses midnight starts a daily cap afresh, as the gateway does."""
-    trunc = _PERIOD_OF[field]
-    if trunc is None:
-        return calls.aggregate(s=Sum("cost"))["s"] or 0
-    per = calls.annotate(p=trunc("started_at", tzinfo=zone)).values("p").annotate(s=Sum("cost"))
-    return max((row["s"] or 0 for row in per.order_by()), default=0)
+    period = _PERIOD_OF[field]
+    per: Counter = Counter()
+    for call in calls:
+        per[period(call.started_at.astimezone(zone))] += call.cost
+    return max(per.values(), default=0)
 
 
 def _zone(org):
@@ -199,7 +180,7 @@ def caps(scenario: Scenario) -> dict:
     for key in scenario.keys.values():
         if not key.caps:
             continue
-        calls = CallRecord.objects.filter(api_key_id=key.key_id)
+        calls = call_rows(api_key_id=key.key_id)
         zone = _zone(scenario.orgs[key.org])
         for field, cap in key.caps.items():
             spent = _most_in_a_period(calls, field, zone)
@@ -209,7 +190,7 @@ def caps(scenario: Scenario) -> dict:
             )  # fmt: skip
             ok = ok and spent <= cap
     for label, sub in scenario.subs.items():
-        calls = CallRecord.objects.filter(sub_account_id=sub.id)
+        calls = call_rows(sub_account_id=sub.id)
         zone = _zone(next(o for o in scenario.orgs.values() if o.id == sub.organization_id))
         for field in _PERIOD_OF:
             cap = getattr(sub, field)
@@ -222,7 +203,7 @@ def caps(scenario: Scenario) -> dict:
             )  # fmt: skip
             ok = ok and spent <= cap
     b = scenario.orgs["b"]
-    spent = CallRecord.objects.filter(organization_id=b.id).aggregate(s=Sum("cost"))["s"] or 0
+    spent = sum(c.cost for c in call_rows(organization_ids=[b.id]))
     balance = prepaid_balance(b.id)
     prepaid_ok = spent <= scenario.prepaid_balance and balance >= 0
     rows.append(
@@ -252,11 +233,7 @@ def server_errors(results: list[Result], excused=()) -> dict:
     in_window = {
         r.request_id: c for r in failing for s, e, c in excused if r.request_id and s <= r.t0 <= e
     }
-    stored = dict(
-        CallRecord.objects.filter(request_id__in=list(in_window)).values_list(
-            "request_id", "error_type"
-        )
-    )
+    stored = {c.request_id: c.error_type for c in call_rows(request_ids=in_window)}
     excuse = {rid for rid, code in in_window.items() if stored.get(rid) == code}
     bad = [r for r in failing if r.request_id not in excuse]
     refused = len(failing) - len(bad)
@@ -282,10 +259,10 @@ def disconnects(scenario: Scenario, results: list[Result]) -> dict:
     """Hung-up streams are billed what was generated: never zero, never the budget."""
 
     ids = [r.request_id for r in results if r.disconnected and r.request_id]
-    rows = CallRecord.objects.filter(request_id__in=ids)
-    zero = rows.filter(Q(cost=0) & Q(input_tokens=0) & Q(cache_read_tokens=0)).count()
-    over = rows.filter(output_tokens__gt=MAX_TOKENS).count()
-    by_status = dict(rows.values_list("status_code").annotate(n=Count("request_id")))
+    rows = call_rows(request_ids=ids)
+    zero = sum(1 for c in rows if c.cost == 0 and c.input_tokens == 0 and c.cache_read_tokens == 0)
+    over = sum(1 for c in rows if c.output_tokens > MAX_TOKENS)
+    by_status = Counter(c.status_code for c in rows)
     return {
         "ok": zero == 0 and over == 0,
         "client_hang_ups": len(ids),
@@ -302,10 +279,10 @@ def burst(scenario: Scenario, results: list[Result]) -> dict:
     mine = [r for r in results if r.key == key.label]
     admitted = sum(1 for r in mine if r.status == 200)
     refused = [r for r in mine if r.status == 429]
-    refused_at_node = CallRecord.objects.filter(
-        request_id__in=[r.request_id for r in refused], node_id__isnull=False
-    ).count()
-    spent = CallRecord.objects.filter(api_key_id=key.key_id).aggregate(s=Sum("cost"))["s"] or 0
+    refused_at_node = sum(
+        1 for c in call_rows(request_ids=[r.request_id for r in refused]) if c.node_id is not None
+    )
+    spent = sum(c.cost for c in call_rows(api_key_id=key.key_id))
     cap = key.caps["spend_cap_lifetime"]
     return {
         "ok": spent <= cap and refused_at_node == 0 and len(mine) > 0,

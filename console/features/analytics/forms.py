@@ -5,19 +5,20 @@ shows the same thing and bad input is a form error, never a server error."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, time, timedelta
 
 from django import forms
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from accounts.facade import Actor, SubAccount
-from console.kernel import timezones
-from inference_node.facade import Node
-from usage.facade import KeyChoiceField, OrganizationFilterMixin, visible_keys
+from accounts.facade import Actor
+from usage.facade import (
+    OrganizationFilterMixin,
+    key_filter_field,
+    node_filter_field,
+    sub_account_filter_field,
+)
 
 RANGES = [
     ("1h", gettext_lazy("Last hour")),
@@ -48,7 +49,6 @@ ATTRIBUTE = [
     ("tag", gettext_lazy("A tag's value")),
     ("end_user", gettext_lazy("End user")),
 ]
-_TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")
 # Form values to ``usage.analytics`` group-by columns.
 GROUP_COLUMN = {"model": "model", "node": "node_id", "key": "api_key_id",
                 "sub_account": "sub_account_id"}  # fmt: skip
@@ -64,20 +64,9 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
             attrs={"list": "model-options", "placeholder": gettext_lazy("all models")}
         ),
     )
-    node = forms.ModelChoiceField(
-        queryset=None, required=False, empty_label=gettext_lazy("All nodes"),
-        label=gettext_lazy("Node"),
-    )  # fmt: skip
-    key = KeyChoiceField(
-        queryset=None, required=False, empty_label=gettext_lazy("All keys"),
-        label=gettext_lazy("API key"),
-    )  # fmt: skip
-    sub_account = forms.ModelChoiceField(
-        queryset=None,
-        required=False,
-        label=gettext_lazy("Sub-account"),
-        empty_label=gettext_lazy("All sub-accounts"),
-    )
+    node = node_filter_field()
+    key = key_filter_field(gettext_lazy("API key"))
+    sub_account = sub_account_filter_field()
     protocol = forms.ChoiceField(
         required=False,
         choices=[("", gettext_lazy("All protocols")), ("openai", "OpenAI"),
@@ -134,32 +123,13 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
                     data[name] = value
         super().__init__(data, **kwargs)
         self.given = given if given is not None else {}
-        self.actor = actor
-        self.tz = timezones.org_zone(actor.organization)
+        self.for_organization(actor)
         self.now = now or timezone.now()
-        self.fields["key"].queryset = visible_keys(actor=actor).order_by("name", "pk")
-        self.fields["sub_account"].queryset = SubAccount.objects.filter(
-            organization_id=actor.organization_id
-        ).order_by("name")
-        self.fields["node"].queryset = Node.objects.filter(
-            Q(organization_id__isnull=True) | Q(organization_id=actor.organization_id)
-        ).order_by("name", "pk")
         for name in ("from", "to"):
             self.fields[name].help_text = _("%(zone)s time") % {"zone": self.tz.key}
             self.fields[name].widget = forms.DateTimeInput(
                 attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"
             )
-
-    def clean_model(self):
-        return self.cleaned_data["model"].strip()
-
-    def clean_tag_key(self):
-        value = self.cleaned_data["tag_key"].strip()
-        if value and not _TAG_KEY_RE.match(value):
-            raise forms.ValidationError(
-                _("A tag key is 1 to 32 letters, digits or _ . - characters.")
-            )
-        return value
 
     def clean(self):
         data = super().clean()

@@ -45,9 +45,10 @@ from usage.facade import (
     DOWN_BELOW,
     PERFORMANCE_WINDOWS,
     STATUS_DAYS,
-    CatalogModel,
+    CatalogModelRow,
     Figures,
     PerMtok,
+    catalog_models,
     channel_performance,
     daily_status,
     discount_ppm_for,
@@ -177,8 +178,8 @@ def platform_figures(window: str) -> dict[str, Figures]:
     return _cached(f"figures:{window}", lambda: model_performance(windows=(window,))[window])
 
 
-def _catalogue() -> list[CatalogModel]:
-    return list(CatalogModel.objects.filter(enabled=True).order_by("name"))
+def _catalogue() -> list[CatalogModelRow]:
+    return catalog_models(enabled=True)
 
 
 def _sorted(rows: list[dict], sort: str) -> list[dict]:

@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from accounts.facade import Actor, ApiKey, Perm, SubAccount
 from console.features.analytics.forms import GROUP_COLUMN, PERCENTILES, AnalyticsForm
 from inference_node.facade import Node
-from usage.facade import CatalogModel, Series, unserved_models, visible_keys
+from usage.facade import Series, model_names, unserved_models, visible_keys
 
 # Qualitative palette (Okabe-Ito, then Tableau) for series; one colour per
 # model everywhere (see ``Names.colour``).
@@ -109,7 +109,7 @@ class Names:
         coloured by id."""
         if column == "model":
             if "model_colours" not in self._cache:
-                names = CatalogModel.objects.order_by("name").values_list("name", flat=True)
+                names = model_names()
                 self._cache["model_colours"] = {n: i for i, n in enumerate(names)}
             i = self._cache["model_colours"].get(value)
             if i is None:

@@ -42,7 +42,7 @@ from console.features.analytics.query import Query
 from console.kernel.crypto import no_store
 from console.kernel.csv_header import header_line
 from console.kernel.db_router import replica_reads
-from usage.facade import CatalogModel, tag_keys
+from usage.facade import model_names, tag_keys
 
 USAGE = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
 BILLING = (Perm.BILLING_VIEW,)
@@ -220,7 +220,7 @@ def _page(request, name: str):
         "query": query,
         "tabs": _tabs(request.actor),
         "refresh": params.get("refresh") == "1",
-        "model_names": CatalogModel.objects.order_by("name").values_list("name", flat=True),
+        "model_names": model_names(),
         "tag_keys": _tag_keys(request.actor, form) if valid and "tag_key" in spec.fields else [],
         "range_text": _range_text(form, name) if valid else "",
         "sees_all": request.actor.can(Perm.USAGE_VIEW_ALL),

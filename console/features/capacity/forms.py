@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from console.features.capacity.models import Billing
 from console.features.capacity.services import DEFAULT_STEPS, MAX_STEP_SECONDS, MIN_STEP_SECONDS
 from console.kernel.money import parse_amount
-from usage.facade import CatalogModel
+from usage.facade import model_names
 
 
 class LoadTestForm(forms.Form):
@@ -81,10 +81,8 @@ class LoadTestForm(forms.Form):
             )
         if currency:
             self.fields["budget"].label = _("Budget (%(currency)s)") % {"currency": currency}
-        names = CatalogModel.objects.filter(enabled=True, kind="chat").values_list(
-            "name", flat=True
-        )
-        self.fields["model"].choices = [(n, n) for n in names.order_by("name")]
+        names = model_names(enabled=True, kind="chat")
+        self.fields["model"].choices = [(n, n) for n in names]
 
     def clean_steps(self) -> list[int]:
         parts = [p.strip() for p in self.cleaned_data["steps"].replace(";", ",").split(",")]

@@ -24,7 +24,7 @@ from accounts.facade import (
 from console.features.capacity.models import ACTIVE, Billing, LoadTest, Status
 from console.kernel.celery import registered_task
 from inference_node.facade import node_serves_model, nodes_own_and_shared
-from usage.facade import CatalogModel
+from usage.facade import model_names
 
 DEFAULT_STEPS = (50, 100, 200, 400)
 MIN_STEP_SECONDS, MAX_STEP_SECONDS = 5, 120
@@ -133,7 +133,7 @@ def load_test_start(
     it, so no call goes to another node or a fallback model."""
     actor.require(Perm.ORG_MANAGE)
     check_plan(steps, step_seconds)
-    if not CatalogModel.objects.filter(name=model, enabled=True, kind="chat").exists():
+    if model not in model_names(enabled=True, kind="chat"):
         raise ValidationFailed.from_fields({"model": _("Choose an enabled chat model.")})
     pinned = _pinned_node(actor, node, model) if node is not None else None
     if budget <= 0:

@@ -1,0 +1,136 @@
+"""Call records and rollups as plain rows, for what other apps check or watch:
+the soak's proofs (every answered call has its record, the money adds up,
+no cap was exceeded), and the alert rules' trailing spend and per-key rates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django.db.models import Count, Sum
+
+from usage.models import CallRecord, Grain, Rollup
+
+
+class StoredCall(NamedTuple):
+    """One call record's identity, outcome, tokens and cost."""
+
+    request_id: str
+    organization_id: int
+    api_key_id: int
+    sub_account_id: int | None
+    node_id: int | None
+    model: str
+    status_code: int
+    error_type: str
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    cost: int
+    currency: str
+    started_at: datetime
+    billed: bool
+
+
+def call_rows(
+    *,
+    organization_ids: Iterable[int] | None = None,
+    request_ids: Iterable[str] | None = None,
+    api_key_id: int | None = None,
+    sub_account_id: int | None = None,
+) -> list[StoredCall]:
+    """The call records matching every filter given (each one narrows)."""
+    filters: dict[str, Any] = {}
+    if organization_ids is not None:
+        filters["organization_id__in"] = list(organization_ids)
+    if request_ids is not None:
+        filters["request_id__in"] = list(request_ids)
+    if api_key_id is not None:
+        filters["api_key_id"] = api_key_id
+    if sub_account_id is not None:
+        filters["sub_account_id"] = sub_account_id
+    rows = CallRecord.objects.filter(**filters).values_list(
+        "request_id",
+        "organization_id",
+        "api_key_id",
+        "sub_account_id",
+        "node_id",
+        "model",
+        "status_code",
+        "error_type",
+        "input_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "output_tokens",
+        "cost",
+        "currency",
+        "started_at",
+        "is_test",
+    )
+    return [StoredCall._make((*row[:-1], not row[-1])) for row in rows]
+
+
+def org_rollup_cost(
+    organization_id: int, *, since: datetime | None = None, until: datetime | None = None
+) -> int:
+    """The organization's rolled-up cost (billed calls only) over the hours in
+    ``[since, until)`` (all hours when not given)."""
+    rollups = Rollup.objects.filter(organization_id=organization_id, grain=Grain.ORG)
+    if since is not None:
+        rollups = rollups.filter(hour__gte=since)
+    if until is not None:
+        rollups = rollups.filter(hour__lt=until)
+    cost: int = rollups.aggregate(s=Sum("cost"))["s"] or 0
+    return cost
+
+
+def calls_and_tokens_by_key(
+    organization_id: int, api_key_ids: Iterable[int], start: datetime, end: datetime
+) -> dict[int, tuple[int, int]]:
+    """``{key id: (calls, tokens of every class)}`` of these keys' calls in
+    ``[start, end)``; a key without calls is absent."""
+    rows = (
+        CallRecord.objects.filter(
+            organization_id=organization_id,
+            api_key_id__in=list(api_key_ids),
+            started_at__gte=start,
+            started_at__lt=end,
+        )
+        .order_by()
+        .values("api_key_id")
+        .annotate(
+            n=Count("request_id"),
+            tokens=Sum("input_tokens")
+            + Sum("cache_read_tokens")
+            + Sum("cache_write_tokens")
+            + Sum("output_tokens"),
+        )
+    )
+    return {r["api_key_id"]: (int(r["n"] or 0), int(r["tokens"] or 0)) for r in rows}
+
+
+class FailedCall(NamedTuple):
+    request_id: str
+    started_at: datetime
+    model: str
+    status_code: int
+    error_type: str
+
+
+def failed_billed_calls(organization_id: int, start: datetime, end: datetime) -> list[FailedCall]:
+    """The organization's billed calls in ``[start, end)`` failed by the platform
+    or an upstream (a 5xx answer), oldest first."""
+    rows = (
+        CallRecord.objects.billed()
+        .filter(
+            organization_id=organization_id,
+            started_at__gte=start,
+            started_at__lt=end,
+            status_code__gte=500,
+        )
+        .order_by("started_at", "request_id")
+        .values_list("request_id", "started_at", "model", "status_code", "error_type")
+    )
+    return [FailedCall(*row) for row in rows]
