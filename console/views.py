@@ -1,5 +1,5 @@
 """The console shell: the overview page, and the liveness and readiness
-probes (``/healthz``, ``/readyz``: console.kernel.probes)."""
+probes (``/livez``, ``/healthz``, ``/readyz``: console.kernel.probes)."""
 
 from django.http import JsonResponse
 from django.shortcuts import render
@@ -34,6 +34,13 @@ def overview(request):
     # of the analytics pages, loaded by htmx so this page never waits on them.
     context["show_usage"] = actor.can(Perm.USAGE_VIEW_ALL) or actor.can(Perm.USAGE_VIEW_OWN)
     return render(request, "console/overview.html", context)
+
+
+def livez(request):
+    """Liveness without dependencies: the process answers. No database, cache
+    or broker is touched, so an outage of one of them never restarts every
+    pod at once (an orchestrator's liveness probe; ``/readyz`` for readiness)."""
+    return JsonResponse({"status": "ok"})
 
 
 def health(request):

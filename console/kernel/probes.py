@@ -1,5 +1,8 @@
 """Liveness and readiness probes for load balancers and orchestrators.
 
+* ``GET /livez`` (liveness without dependencies, ``console.views.livez``): the
+  process answers; nothing else is touched. A Kubernetes liveness probe
+  (deploy/k8s, docs/deployment.md): a database outage must not restart pods.
 * ``GET /healthz`` (liveness, ``console.views.health``): the process answers
   and reaches its database. Restart the process when it fails.
 * ``GET /readyz`` (readiness, ``console.views.readyz``): every service this
@@ -52,7 +55,7 @@ from django.urls import Resolver404, resolve
 
 logger = logging.getLogger(__name__)
 
-PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+PROBE_PATHS = frozenset({"/livez", "/healthz", "/readyz"})
 LOCAL_CACHES = ("LocMemCache", "DummyCache")
 
 
@@ -172,7 +175,7 @@ async def readiness() -> tuple[int, dict]:
 
 
 class ProbeMiddleware:
-    """Answer ``GET``/``HEAD /healthz`` and ``/readyz`` before every other
+    """Answer ``GET``/``HEAD /livez``, ``/healthz`` and ``/readyz`` before every other
     middleware (see the module docstring); pass everything else on."""
 
     sync_capable = True
@@ -192,7 +195,7 @@ class ProbeMiddleware:
             match = resolve(request.path_info)
         except Resolver404:
             return None
-        if match.namespace != "console" or match.url_name not in ("health", "readyz"):
+        if match.namespace != "console" or match.url_name not in ("livez", "health", "readyz"):
             return None
         return match.func
 
