@@ -6,6 +6,8 @@ failures as the gateway's own errors."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from console.kernel.tokens import count_tokens
@@ -28,7 +30,7 @@ def json_object(raw: bytes):
     return obj if isinstance(obj, dict) else None
 
 
-def collect_text(choice: dict, texts: list[str]) -> None:
+def collect_text(choice: dict[str, Any], texts: list[str]) -> None:
     delta = choice.get("delta")
     if isinstance(delta, dict):
         content = delta.get("content")
@@ -45,7 +47,7 @@ def collect_text(choice: dict, texts: list[str]) -> None:
             texts.append(text)
 
 
-def output_tokens(obj: dict) -> int:
+def output_tokens(obj: dict[str, Any]) -> int:
     texts: list[str] = []
     for choice in obj.get("choices") or ():
         if not isinstance(choice, dict):
@@ -58,7 +60,7 @@ def output_tokens(obj: dict) -> int:
     return count_tokens("".join(texts))
 
 
-def chunks_of(upstream: dict, endpoint: str):
+def chunks_of(upstream: dict[str, Any], endpoint: str):
     """A cached plain answer as stream chunks (for a streamed cache hit)."""
     base = {
         "id": upstream.get("id", ""),
@@ -101,10 +103,10 @@ def chunks_of(upstream: dict, endpoint: str):
         }
 
 
-def assemble(chunks: list[dict], endpoint: str) -> dict:
+def assemble(chunks: list[dict], endpoint: str) -> dict[str, Any]:
     """A streamed answer's chunks as the equivalent plain answer (for the cache)."""
     first = chunks[0] if chunks else {}
-    by_index: dict[int, dict] = {}
+    by_index: dict[int, dict[str, Any]] = {}
     usage = None
     for chunk in chunks:
         if chunk.get("usage"):

@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from typing import Any
 
 from django.conf import settings
 
@@ -34,7 +35,7 @@ MAX_TTL = 7 * 24 * 3600
 _VOLATILE = ("stream", "stream_options", "user", "metadata", "store", "service_tier")
 
 
-def cache_key(organization_id: int, model: str, endpoint: str, body: dict) -> str:
+def cache_key(organization_id: int, model: str, endpoint: str, body: dict[str, Any]) -> str:
     stable = {k: v for k, v in body.items() if k not in _VOLATILE and k != "model"}
     material = json.dumps(
         [organization_id, model, endpoint, stable], sort_keys=True, separators=(",", ":")
@@ -66,7 +67,7 @@ class TtlStore:
         self._prefix = f"{prefix}:gateway:{namespace}:"
         self._what = namespace
 
-    async def get(self, key: str) -> dict | None:
+    async def get(self, key: str) -> dict[str, Any] | None:
         raw = None
         if self._redis is not None:
             try:
@@ -90,7 +91,7 @@ class TtlStore:
         except ValueError:
             return None
 
-    async def put(self, key: str, value: dict, ttl: int) -> bool:
+    async def put(self, key: str, value: dict[str, Any], ttl: int) -> bool:
         """Store ``value``; False when it could not be written."""
         ttl = max(1, min(int(ttl), self.max_ttl))
         raw = json.dumps(value, separators=(",", ":")).encode()

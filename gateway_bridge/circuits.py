@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class CircuitReporter:
 
     def __init__(
         self,
-        send: Callable[[list[dict]], object] | None = None,
+        send: Callable[[list[dict[str, Any]]], object] | None = None,
         *,
         gateway: str | None = None,
         retry_seconds: float = 5.0,
@@ -51,7 +52,7 @@ class CircuitReporter:
         self.send = send
         self.gateway = gateway or gateway_name()
         self.retry_seconds = retry_seconds
-        self.pending: deque[dict] = deque()
+        self.pending: deque[dict[str, Any]] = deque()
         self.max_pending = max_pending
         self.reported = self.sent = self.dropped = 0
         self._busy = False

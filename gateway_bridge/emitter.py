@@ -33,6 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from kombu import serialization
@@ -42,7 +43,7 @@ from usage.facade import UsageEvent, encode, to_wire
 
 logger = logging.getLogger(__name__)
 
-Send = Callable[[list], object]
+Send = Callable[[list[Any]], object]
 
 AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
 
@@ -125,7 +126,7 @@ class CelerySend:
             )
         return self._conn
 
-    def __call__(self, batch: list) -> None:
+    def __call__(self, batch: list[Any]) -> None:
         from console.kernel.celery import app
 
         extra = {}
@@ -284,7 +285,7 @@ class UsageEmitter:
             self._replay()
         return flushed
 
-    def _deliver(self, batch: list) -> None:
+    def _deliver(self, batch: list[Any]) -> None:
         if self.spool_pending and not self._replay():
             self._to_spool(batch)
             return
@@ -299,7 +300,7 @@ class UsageEmitter:
         else:
             self.sent_batches += 1
 
-    def _to_spool(self, batch: list) -> None:
+    def _to_spool(self, batch: list[Any]) -> None:
         try:
             self.spool.append(to_wire(batch))
         except Exception:
@@ -314,7 +315,7 @@ class UsageEmitter:
             return False
         counted = 0
 
-        def send(batch: list[dict]) -> None:
+        def send(batch: list[dict[str, Any]]) -> None:
             nonlocal counted
             self.send(batch)
             counted += 1

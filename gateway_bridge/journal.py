@@ -39,6 +39,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -153,7 +154,7 @@ def leftovers(prefix: Path) -> list[Path]:
     return sorted(prefix.parent.glob(f"{prefix.name}.journal.*"), key=order)
 
 
-def read(path: Path) -> list[dict]:
+def read(path: Path) -> list[dict[str, Any]]:
     """The events of one journal file (its lines up to the zero fill); a line
     cut short (the process died in the middle of the copy) or unreadable is
     skipped."""

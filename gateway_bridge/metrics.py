@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import bisect
 import os
-import resource
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from gateway_bridge import process_stats
+
+# A series' labels: the label values, in the family's label order.
+Labels = tuple[Any, ...]
 
 # Seconds; fine at the gateway's own scale (sub-millisecond) and the calls' (minutes).
 LATENCY_BUCKETS = (
@@ -71,10 +76,10 @@ class Spec:
     help: str
     labels: tuple[str, ...] = ()
     agg: str = SUM
-    read: Callable[[], Iterable] | None = None
+    read: Callable[[], Iterable[Any]] | None = None
 
 
-def _labels(names: tuple[str, ...], values: tuple) -> str:
+def _labels(names: tuple[str, ...], values: Labels) -> str:
     if not names:
         return ""
     parts = []
@@ -84,60 +89,10 @@ def _labels(names: tuple[str, ...], values: tuple) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def _number(value) -> str:
+def _number(value: float) -> str:
     if isinstance(value, float):
         return repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
     return str(value)
-
-
-# --- this process: /proc and resource -------------------------------------------
-
-
-def _clock_ticks() -> int:
-    try:
-        return os.sysconf("SC_CLK_TCK")
-    except (AttributeError, ValueError, OSError):
-        return 100
-
-
-def _process_start_time() -> float:
-    """When this process started (POSIX seconds), from /proc; the import time
-    where there is no /proc."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        with open("/proc/stat", "rb") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
-        # Field 22 of stat is the start time in clock ticks after boot; the
-        # split above starts at field 3.
-        return boot + int(fields[19]) / _clock_ticks()
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
-
-
-_START_TIME = _process_start_time()
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _resident_bytes() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE_SIZE
-    except (OSError, ValueError, IndexError):
-        # ru_maxrss (KiB on Linux): the peak, the best there is without /proc.
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _open_fds() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return 0
 
 
 # --- this process's counters ------------------------------------------------------
@@ -146,13 +101,13 @@ def _open_fds() -> int:
 class GatewayMetrics:
     def __init__(self, max_models: int = DEFAULT_MAX_MODELS) -> None:
         # (protocol, endpoint, model, HTTP status) -> count
-        self.requests: defaultdict[tuple, int] = defaultdict(int)
+        self.requests: defaultdict[tuple[str, str, str, int], int] = defaultdict(int)
         # (protocol, stream) -> Histogram
-        self.latency: dict[tuple, Histogram] = {}
-        self.ttft: dict[tuple, Histogram] = {}
+        self.latency: dict[tuple[str, bool], Histogram] = {}
+        self.ttft: dict[tuple[str, bool], Histogram] = {}
         self.overhead = Histogram()
         # (node name, outcome) -> count; outcome: success | failure | neutral
-        self.node_outcomes: defaultdict[tuple, int] = defaultdict(int)
+        self.node_outcomes: defaultdict[tuple[str, str], int] = defaultdict(int)
         # error code -> count (refusals and failures); at most MAX_ERRORS codes
         self.errors: defaultdict[str, int] = defaultdict(int)
         self.retries = 0
@@ -168,30 +123,35 @@ class GatewayMetrics:
         self.gauges: dict[str, Spec] = {}
         # The last value of each read counter's series, so one that leaves
         # its source (a deleted node's circuit openings) keeps its total.
-        self._read_counters: dict[str, dict[tuple, float]] = {}
+        self._read_counters: dict[str, dict[Labels, float]] = {}
         self._seq = 0
-        self.gauge("process_resident_memory_bytes", "Resident memory size in bytes.", (), _rss)
-        self.gauge("process_open_fds", "Open file descriptors.", (), _fds)
+        self.gauge(
+            "process_resident_memory_bytes", "Resident memory size in bytes.", (), process_stats.rss
+        )
+        self.gauge("process_open_fds", "Open file descriptors.", (), process_stats.fds)
         self.gauge(
             "process_start_time_seconds",
             "Start time of the oldest live process since the Unix epoch, in seconds.",
             (),
-            _start,
+            process_stats.start,
             agg=MIN,
         )
         self.gauge(
             "gateway_processes",
             "Live gateway processes whose metrics this scrape adds up.",
             (),
-            _one,
+            process_stats.one,
         )
         self.counter(
-            "process_cpu_seconds_total", "User and system CPU time spent, in seconds.", (), _cpu
+            "process_cpu_seconds_total",
+            "User and system CPU time spent, in seconds.",
+            (),
+            process_stats.cpu,
         )
 
     # --- the hot path -------------------------------------------------------
 
-    def model_label(self, model: str | None, catalog) -> str:
+    def model_label(self, model: str | None, catalog: Mapping[str, object]) -> str:
         """``model`` when the catalogue has it and this process counts fewer
         than ``max_models`` distinct ones, else ``"other"``."""
         if model is None:
@@ -236,13 +196,22 @@ class GatewayMetrics:
 
     # --- registration ---------------------------------------------------------
 
-    def gauge(self, name: str, help_text: str, labels: tuple[str, ...], read, agg=SUM) -> None:
+    def gauge(
+        self,
+        name: str,
+        help_text: str,
+        labels: tuple[str, ...],
+        read: Callable[[], Iterable[Any]],
+        agg: str = SUM,
+    ) -> None:
         """A gauge read at snapshot time; over the host's live processes it is
         summed (``SUM``: calls in flight, queue depth) or its ``MAX`` (a
         circuit open anywhere) or ``MIN`` taken."""
         self.gauges[name] = Spec(name, GAUGE, help_text, labels, agg, read)
 
-    def counter(self, name: str, help_text: str, labels: tuple[str, ...], read) -> None:
+    def counter(
+        self, name: str, help_text: str, labels: tuple[str, ...], read: Callable[[], Iterable[Any]]
+    ) -> None:
         """A counter another object keeps, read at snapshot time (summed over
         the host's processes, dead ones included)."""
         self.gauges[name] = Spec(name, COUNTER, help_text, labels, SUM, read)
@@ -310,15 +279,15 @@ class GatewayMetrics:
 
     # --- snapshots --------------------------------------------------------------
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """This process's metrics as a JSON-able dict (labels as lists of
         strings): ``counters``, ``gauges`` and ``histograms``, by name."""
         self._seq += 1
 
-        def rows(items):
+        def rows(items: Iterable[tuple[Labels, float]]) -> list[list[Any]]:
             return [[[str(v) for v in labels], value] for labels, value in items]
 
-        def hists(items):
+        def hists(items: Iterable[tuple[Labels, Histogram]]) -> list[list[Any]]:
             return [
                 [[str(v) for v in labels], list(h.counts), h.sum, h.count] for labels, h in items
             ]
@@ -333,8 +302,9 @@ class GatewayMetrics:
             "gateway_response_cache_misses_total": [[[], self.response_cache_misses]],
             "gateway_client_disconnects_total": [[[], self.disconnects]],
         }
-        gauges = {"gateway_in_flight": [[[], self.in_flight]]}
+        gauges: dict[str, list[list[Any]]] = {"gateway_in_flight": [[[], self.in_flight]]}
         for name, spec in self.gauges.items():
+            assert spec.read is not None  # registered with its reader (gauge, counter)
             read = [(tuple(map(str, labels)), value) for labels, value in spec.read()]
             if spec.kind == COUNTER:
                 kept = self._read_counters.setdefault(name, {})
@@ -360,7 +330,7 @@ class GatewayMetrics:
             },
         }
 
-    def render(self, merged: dict | None = None) -> str:
+    def render(self, merged: dict[str, Any] | None = None) -> str:
         """Prometheus text of ``merged`` (``merge()``'s result), or of this
         process alone."""
         if merged is None:
@@ -390,36 +360,16 @@ class GatewayMetrics:
         return "\n".join(out) + "\n"
 
 
-def _rss():
-    yield (), _resident_bytes()
-
-
-def _fds():
-    yield (), _open_fds()
-
-
-def _start():
-    yield (), _START_TIME
-
-
-def _one():
-    yield (), 1
-
-
-def _cpu():
-    yield (), round(_cpu_seconds(), 6)
-
-
 # --- merging the host's processes ---------------------------------------------------
 
 
-def _add_counters(into: dict, rows: Iterable) -> None:
+def _add_counters(into: dict[Labels, Any], rows: Iterable[Any]) -> None:
     for labels, value in rows:
         key = tuple(labels)
         into[key] = into.get(key, 0) + value
 
 
-def _add_histograms(into: dict, rows: Iterable) -> None:
+def _add_histograms(into: dict[Labels, Any], rows: Iterable[Any]) -> None:
     width = len(LATENCY_BUCKETS) + 1
     for labels, counts, total, count in rows:
         if len(counts) != width:
@@ -433,11 +383,11 @@ def _add_histograms(into: dict, rows: Iterable) -> None:
                          have[2] + count)  # fmt: skip
 
 
-def fold(archive: dict | None, dead: dict) -> dict:
+def fold(archive: dict[str, Any] | None, dead: dict[str, Any]) -> dict[str, Any]:
     """The archive with a dead process's counters and histograms added (its
     gauges are dropped): what keeps a host's totals from going down."""
-    counters: dict[str, dict] = {}
-    hists: dict[str, dict] = {}
+    counters: dict[str, dict[Labels, Any]] = {}
+    hists: dict[str, dict[Labels, Any]] = {}
     for snap in (archive or {}, dead):
         for name, rows in snap.get("counters", {}).items():
             _add_counters(counters.setdefault(name, {}), rows)
@@ -455,12 +405,14 @@ def fold(archive: dict | None, dead: dict) -> dict:
     }
 
 
-def merge(live: list[dict], archive: dict | None, specs: dict[str, Spec]) -> dict:
+def merge(
+    live: list[dict[str, Any]], archive: dict[str, Any] | None, specs: dict[str, Spec]
+) -> dict[str, Any]:
     """The host's metrics: name -> {labels: value} (a histogram's value is
     ``(bucket counts, sum, count)``). Counters and histograms add the live
     processes' snapshots to the archive; gauges combine the live ones only,
     each by its ``agg``; families ``specs`` does not know are left out."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[Labels, Any]] = {}
     for snap in (archive or {}, *live):
         for name, rows in snap.get("counters", {}).items():
             spec = specs.get(name)

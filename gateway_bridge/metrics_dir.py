@@ -26,6 +26,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from gateway_bridge.metrics import fold
 
@@ -36,7 +37,7 @@ ARCHIVE_LOCK = "archive.lock"
 PREFIX = "gw-"
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read())
@@ -95,7 +96,7 @@ class MetricsDirectory:
             time.sleep(0.01)
         raise OSError(f"cannot lock {lock}")
 
-    def close(self, snapshot: dict | None = None) -> None:
+    def close(self, snapshot: dict[str, Any] | None = None) -> None:
         """Write the last snapshot and let go: the next scrape archives it."""
         with self._write_lock:
             if self._lock_fd is None:
@@ -107,14 +108,14 @@ class MetricsDirectory:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    def write(self, snapshot: dict) -> None:
+    def write(self, snapshot: dict[str, Any]) -> None:
         """Replace this process's snapshot file with ``snapshot`` unless a
         newer one (a higher ``seq``) is already there."""
         with self._write_lock:
             if self._lock_fd is not None:
                 self._write(snapshot)
 
-    def _write(self, snapshot: dict) -> None:
+    def _write(self, snapshot: dict[str, Any]) -> None:
         seq = snapshot.get("seq", 0)
         if seq < self._written_seq:
             return
@@ -122,13 +123,13 @@ class MetricsDirectory:
         _write_atomically(self.snapshot_path, data)
         self._written_seq = seq
 
-    def collect(self, own: dict) -> tuple[list[dict], dict | None]:
+    def collect(self, own: dict[str, Any]) -> tuple[list[dict], dict[str, Any] | None]:
         """The snapshots of the host's live processes (``own`` for this one,
         written first) and the archive of the dead, after archiving those
         that died since the last scrape."""
         self.write(own)
         # By name, so that every scrape adds the same floats in the same order.
-        live: list[tuple[str, dict]] = [(self.stem, own)]
+        live: list[tuple[str, dict[str, Any]]] = [(self.stem, own)]
         with self._archive_locked():
             archive = _read_json(self.path / ARCHIVE)
             dead: list[tuple[Path, int]] = []

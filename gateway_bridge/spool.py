@@ -20,7 +20,7 @@ import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _decode(line: bytes) -> tuple[int, list[dict]] | None:
+def _decode(line: bytes) -> tuple[int, list[dict[str, Any]]] | None:
     """``(seq, batch)`` of a complete spool line, or ``None`` if it is corrupt."""
     m = _LINE.fullmatch(line)
     if m is None:
@@ -131,7 +131,7 @@ class Spool:
 
     # --- public --------------------------------------------------------
 
-    def append(self, batch: list[dict]) -> None:
+    def append(self, batch: list[dict[str, Any]]) -> None:
         """Write one batch durably (flushed and fsynced before returning)."""
         payload = json.dumps(batch, separators=(",", ":")).encode()
         with self._lock:
@@ -159,7 +159,7 @@ class Spool:
         with self._lock:
             return Pending(self._pending_batches, self._size - self._offset)
 
-    def replay(self, send: Callable[[list[dict]], object]) -> int:
+    def replay(self, send: Callable[[list[dict[str, Any]]], object]) -> int:
         """Send every pending batch in order, recording progress after each;
         return how many were sent. An exception from ``send`` propagates,
         with the batches before it recorded as done. A fully replayed spool

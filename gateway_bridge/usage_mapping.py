@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class _Malformed(Exception):
 MAX_COUNT = 2**40
 
 
-def _count(obj: Mapping, key: str) -> int:
+def _count(obj: Mapping[str, Any], key: str) -> int:
     value = obj.get(key)
     if value is None:
         return 0
@@ -67,7 +68,7 @@ def _count(obj: Mapping, key: str) -> int:
     return value
 
 
-def _sub(obj: Mapping, key: str) -> Mapping:
+def _sub(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = obj.get(key)
     if value is None:
         return {}
@@ -88,7 +89,7 @@ def _usage(build, usage) -> TokenUsage | None:
     return result
 
 
-def _openai(u: Mapping) -> TokenUsage:
+def _openai(u: Mapping[str, Any]) -> TokenUsage:
     if "prompt_tokens" in u or "completion_tokens" in u:
         prompt, completion = _count(u, "prompt_tokens"), _count(u, "completion_tokens")
         cached = _count(_sub(u, "prompt_tokens_details"), "cached_tokens")
@@ -107,7 +108,7 @@ def _openai(u: Mapping) -> TokenUsage:
     )
 
 
-def _anthropic(u: Mapping) -> TokenUsage:
+def _anthropic(u: Mapping[str, Any]) -> TokenUsage:
     by_lifetime = _sub(u, "cache_creation")
     lifetimes = _count(by_lifetime, "ephemeral_5m_input_tokens") + _count(
         by_lifetime, "ephemeral_1h_input_tokens"
@@ -120,7 +121,7 @@ def _anthropic(u: Mapping) -> TokenUsage:
     )
 
 
-def _gemini(u: Mapping) -> TokenUsage:
+def _gemini(u: Mapping[str, Any]) -> TokenUsage:
     prompt = _count(u, "promptTokenCount") + _count(u, "toolUsePromptTokenCount")
     cached = min(_count(u, "cachedContentTokenCount"), prompt)
     thoughts = _count(u, "thoughtsTokenCount")
@@ -164,11 +165,11 @@ def from_gemini(usage) -> TokenUsage | None:
     return _usage(_gemini, usage)
 
 
-def from_anthropic_stream(usages: Iterable) -> TokenUsage | None:
+def from_anthropic_stream(usages: Iterable[Any]) -> TokenUsage | None:
     """The usage of a streamed Anthropic message from the ``usage`` objects of
     its events in order (``message_start``'s, then each ``message_delta``'s):
     every count is cumulative, so a later value replaces an earlier one."""
-    merged: dict = {}
+    merged: dict[str, Any] = {}
     for u in usages:
         if not isinstance(u, Mapping):
             return None
@@ -176,7 +177,7 @@ def from_anthropic_stream(usages: Iterable) -> TokenUsage | None:
     return from_anthropic(merged) if merged else None
 
 
-def from_gemini_stream(usages: Iterable) -> TokenUsage | None:
+def from_gemini_stream(usages: Iterable[Any]) -> TokenUsage | None:
     """Gemini stream chunks repeat the running totals: the last one wins."""
     last = None
     for u in usages:
@@ -185,7 +186,7 @@ def from_gemini_stream(usages: Iterable) -> TokenUsage | None:
     return from_gemini(last) if last is not None else None
 
 
-def to_openai(t: TokenUsage) -> dict:
+def to_openai(t: TokenUsage) -> dict[str, Any]:
     return {
         "prompt_tokens": t.prompt_total,
         "completion_tokens": t.output,
@@ -195,7 +196,7 @@ def to_openai(t: TokenUsage) -> dict:
     }
 
 
-def to_responses(t: TokenUsage) -> dict:
+def to_responses(t: TokenUsage) -> dict[str, Any]:
     """The Responses API's usage (``from_openai`` reads it back to the same counts)."""
     return {
         "input_tokens": t.prompt_total,
@@ -206,7 +207,7 @@ def to_responses(t: TokenUsage) -> dict:
     }
 
 
-def to_anthropic(t: TokenUsage) -> dict:
+def to_anthropic(t: TokenUsage) -> dict[str, Any]:
     return {
         "input_tokens": t.input,
         "cache_creation_input_tokens": t.cache_write,
@@ -215,7 +216,7 @@ def to_anthropic(t: TokenUsage) -> dict:
     }
 
 
-def to_gemini(t: TokenUsage) -> dict:
+def to_gemini(t: TokenUsage) -> dict[str, Any]:
     out = {
         "promptTokenCount": t.prompt_total,
         "candidatesTokenCount": t.output - t.reasoning,

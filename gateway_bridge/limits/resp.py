@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import deque
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 # A connection that answers nothing for this long while commands wait is dropped.
@@ -236,7 +237,7 @@ class RespClient:
         finally:
             timer.cancel()
 
-    async def pipeline(self, *commands) -> list:
+    async def pipeline(self, *commands) -> list[Any]:
         """``commands`` written back to back on ONE connection (so a ``WAIT``
         among them counts the writes before it); their replies, an exception
         in place of an error reply. A lost connection or a deadline raises."""
@@ -446,7 +447,7 @@ class ClusterClient:
                 errors.append(f"{addr[0]}:{addr[1]}: {exc}")
                 await self._drop(addr)
                 continue
-            slots: list = [None] * 16384
+            slots: list[Any] = [None] * 16384
             for start, end, primary, *_ in ranges:
                 where = (primary[0].decode() or addr[0], int(primary[1]))
                 for slot in range(start, end + 1):

@@ -35,7 +35,7 @@ import re
 import secrets
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from console.kernel.money import micro_to_decimal
@@ -99,7 +99,7 @@ def _unavailable() -> GatewayError:
 # --- OpenAI's old billing shapes ------------------------------------------------
 
 
-def _subscription(key, where: Standing) -> dict:
+def _subscription(key, where: Standing) -> dict[str, Any]:
     room = where.room
     if room is None:
         limit: Decimal | int = UNLIMITED
@@ -171,7 +171,7 @@ async def _usage(key, where: Standing, now: datetime, start: datetime, end: date
 # --- GET /v1/key ------------------------------------------------------------------
 
 
-def _key(key, where: Standing) -> dict:
+def _key(key, where: Standing) -> dict[str, Any]:
     life = where.cap(KEY, "lifetime")
     caps = [
         {
@@ -228,7 +228,7 @@ def _allowed_models(key) -> list[str] | None:
     return sorted(allowed) if allowed is not None else None
 
 
-def _rate(rpm: int | None, tpm: int | None) -> dict:
+def _rate(rpm: int | None, tpm: int | None) -> dict[str, Any]:
     return {"requests_per_minute": rpm, "tokens_per_minute": tpm}
 
 
@@ -239,7 +239,7 @@ def _amount(micro: int | None) -> Decimal | None:
     return None if micro is None else micro_to_decimal(micro)
 
 
-def _dumps(obj: dict) -> bytes:
+def _dumps(obj: dict[str, Any]) -> bytes:
     """JSON with every ``Decimal`` written as an exact number (no float in
     between): each is encoded as a marker string (with a fresh nonce, so no
     text in the body, a key's name say, can pose as one), then swapped for

@@ -8,6 +8,8 @@ that module without Django set up.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway_bridge.pipeline.adapters import parser
 from gateway_bridge.pipeline.call import NO_TAGS, Call
 from gateway_bridge.protocols.base import INVALID_REQUEST, GatewayError
@@ -41,7 +43,7 @@ def _body_field(data, path: tuple[str, ...]):
     return data if path else None
 
 
-def attribute(call: Call, data, headers: dict) -> None:
+def attribute(call: Call, data, headers: dict[str, Any]) -> None:
     """Set the call's tags and end user from ``headers`` and the parsed body.
 
     The end user: the ``x-gateway-end-user`` header when it is present and not

@@ -22,6 +22,7 @@ Networks (trusted proxies, allowlists) are parsed once, by ``console.kernel.ipne
 from __future__ import annotations
 
 import time
+from typing import Any
 from urllib.parse import parse_qs
 
 from accounts.facade import checksum_refuses
@@ -56,7 +57,7 @@ def query_key(query_string: bytes) -> str | None:
     return None
 
 
-def raw_key(headers: dict, query_string: bytes) -> str | None:
+def raw_key(headers: dict[str, Any], query_string: bytes) -> str | None:
     """The key the client presented, or None. ``query_string`` is searched
     for ``key=`` (pass ``b""`` where the protocol takes no key in the URL)."""
     auth = headers.get("authorization")
@@ -71,14 +72,14 @@ def raw_key(headers: dict, query_string: bytes) -> str | None:
     return query_key(query_string)
 
 
-def client_ip(trusted: ipnet.Networks, scope, headers: dict) -> str:
+def client_ip(trusted: ipnet.Networks, scope, headers: dict[str, Any]) -> str:
     """The client's address: the peer, or behind trusted proxies the
     right-most forwarded hop that is not one of them ("" when unknown)."""
     peer = (scope.get("client") or ("",))[0] or ""
     return ipnet.forwarded_client(peer, headers.get("x-forwarded-for"), trusted)
 
 
-async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, headers: dict):
+async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, headers: dict[str, Any]):
     """The call's key entry (also set on ``call``, with the client's address);
     raises the protocol-neutral 401 / 403 otherwise."""
     query = scope.get("query_string") or b""

@@ -11,6 +11,7 @@ the client's protocol by the relay.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import orjson
 
@@ -33,12 +34,12 @@ def too_large(max_body: int) -> GatewayError:
     )
 
 
-async def read_json(receive, headers: dict, max_body: int):
+async def read_json(receive, headers: dict[str, Any], max_body: int):
     """The request body, parsed as JSON."""
     return loads(await read_raw(receive, headers, max_body))
 
 
-async def read_raw(receive, headers: dict, max_body: int, large=None) -> bytes:
+async def read_raw(receive, headers: dict[str, Any], max_body: int, large=None) -> bytes:
     """The request body's bytes (size limit and content type checked).
     ``large`` (a ``fair.Ticket``) is claimed before the body is read when
     ``Content-Length`` says it is large, or as soon as the bytes counted
@@ -98,7 +99,7 @@ def loads(raw: bytes):
 
 
 def parse(
-    call: Call, data, scope, headers: dict, path_model: str | None, raw: bytes = b""
+    call: Call, data, scope, headers: dict[str, Any], path_model: str | None, raw: bytes = b""
 ) -> CallRequest:
     """The call, validated and normalized by its protocol's adapter, with what
     a native channel needs: the body as sent, and the query less any ``key``."""

@@ -10,7 +10,7 @@ replayed as a stream.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway_bridge import answers
 from gateway_bridge import cache as response_cache
@@ -26,7 +26,7 @@ _MISS = (b"x-gateway-cache", b"miss")
 _HIT = (b"x-gateway-cache", b"hit")
 
 
-async def lookup(gw: Gateway, call: Call, req: CallRequest, headers: dict):
+async def lookup(gw: Gateway, call: Call, req: CallRequest, headers: dict[str, Any]):
     """(cache key, ttl, cached entry or None) for this call; (None, 0, None)
     when the call may not use the cache (only a deterministic call may)."""
     auth = call.entry.auth
@@ -49,7 +49,9 @@ async def lookup(gw: Gateway, call: Call, req: CallRequest, headers: dict):
     return ckey, ttl, hit
 
 
-async def serve(gw: Gateway, call: Call, req: CallRequest, hit: dict, price, send) -> None:
+async def serve(
+    gw: Gateway, call: Call, req: CallRequest, hit: dict[str, Any], price, send
+) -> None:
     """Answer ``call`` from a cache entry."""
     upstream = hit["response"]
     u = hit["usage"]

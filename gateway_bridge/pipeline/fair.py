@@ -32,6 +32,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 from gateway_bridge.pipeline import body
 from gateway_bridge.pipeline.adapters import parser
@@ -40,7 +41,9 @@ from gateway_bridge.protocols.base import RATE_LIMIT, GatewayError
 logger = logging.getLogger(__name__)
 
 
-def validate(protocol: str, endpoint: str, raw: bytes, path_model, query: bytes, headers: dict):
+def validate(
+    protocol: str, endpoint: str, raw: bytes, path_model, query: bytes, headers: dict[str, Any]
+):
     """In a parse worker: ``(model named in the body or None, the refusal as a
     tuple or None)``."""
     model = None
@@ -111,7 +114,7 @@ class LargeBodies:
         self.threshold = threshold
         self.per_org = per_org
         self.workers = workers
-        self.in_flight: dict = {}
+        self.in_flight: dict[str, Any] = {}
         self.refused = 0
         self._pool: ProcessPoolExecutor | None = None
 
@@ -153,7 +156,9 @@ class LargeBodies:
         if self.workers:
             await asyncio.get_running_loop().run_in_executor(self.pool, _ready)
 
-    async def check(self, call, raw: bytes, scope, headers: dict, path_model) -> str | None:
+    async def check(
+        self, call, raw: bytes, scope, headers: dict[str, Any], path_model
+    ) -> str | None:
         """Validate a large body in a parse worker: raises its refusal, else
         returns the model it names (None when it names none)."""
         if not self.workers:

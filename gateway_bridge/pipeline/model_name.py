@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from typing import Any
 
 import orjson
 
@@ -61,7 +62,9 @@ def _key_cuts(key: str) -> tuple[bytes, ...]:
     return cuts
 
 
-def rename_answer(raw: bytes, obj: dict, key: str, public: str) -> tuple[bytes, dict]:
+def rename_answer(
+    raw: bytes, obj: dict[str, Any], key: str, public: str
+) -> tuple[bytes, dict[str, Any]]:
     """A plain answer ``raw`` (whose parse is ``obj``) with its top-level ``key``
     naming ``public``, and that parse. The value is replaced in place, the other
     bytes kept; when several ``key`` keys are in the answer (a tool's input
@@ -250,7 +253,7 @@ def model_rewriter(req: CallRequest, protocol: str) -> ModelRewriter:
     return ModelRewriter(key, req.model, holder, once)
 
 
-def rewrite_model(raw: bytes, body: dict, upstream: str) -> bytes:
+def rewrite_model(raw: bytes, body: dict[str, Any], upstream: str) -> bytes:
     """``raw`` (whose parse is ``body``) with its top-level ``model`` set to
     ``upstream``; unchanged bytes when it already is."""
     if body.get("model") == upstream:

@@ -29,7 +29,7 @@ one per call.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gateway_bridge.protocols.base import INVALID_REQUEST, NOT_FOUND, GatewayError
 
@@ -88,7 +88,7 @@ _UNKNOWN_ANTHROPIC = Route("anthropic", "unknown", UNKNOWN, None)
 _UNKNOWN_OPENAI = Route("openai", "unknown", UNKNOWN, None)
 
 
-def _models_protocol(headers: dict, query: bytes) -> str:
+def _models_protocol(headers: dict[str, Any], query: bytes) -> str:
     """Whose ``GET /v1/models[/{model}]`` this is: Anthropic's with an
     ``anthropic-version`` header, Gemini's with its key in ``x-goog-api-key``
     or ``?key=``, OpenAI's otherwise."""
@@ -102,7 +102,7 @@ def _models_protocol(headers: dict, query: bytes) -> str:
 _STORED_METHODS = ("GET", "DELETE")
 
 
-def resolve(path: str, headers: dict, query: bytes = b"", method: str = "") -> Route:
+def resolve(path: str, headers: dict[str, Any], query: bytes = b"", method: str = "") -> Route:
     """The route of a request (``headers`` lower-cased names: an
     ``anthropic-version`` header makes ``/v1/models`` Anthropic's, a Gemini
     key Gemini's; ``query`` the raw query string). A stored response takes two

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway_bridge.pipeline import auth, relay
 from gateway_bridge.pipeline.call import Call
@@ -82,7 +82,7 @@ async def prepare(gw: Gateway, call: Call, req: CallRequest) -> None:
         req.on_answer = functools.partial(_save, gw, org, req)
 
 
-def _expand_for_vendor(req: CallRequest, history: list[dict]) -> None:
+def _expand_for_vendor(req: CallRequest, history: list[dict[str, Any]]) -> None:
     """The body an OpenAI channel gets as sent: the stored items in ``input``
     instead of ``previous_response_id`` (which would name a response of the
     vendor's account, not the caller's), without item ids (items the vendor
@@ -98,7 +98,9 @@ def _expand_for_vendor(req: CallRequest, history: list[dict]) -> None:
     req.raw = dumps(body)
 
 
-async def _save(gw: Gateway, org: int, req: CallRequest, native: dict | None = None) -> None:
+async def _save(
+    gw: Gateway, org: int, req: CallRequest, native: dict[str, Any] | None = None
+) -> None:
     """Store the answered response; ``native``: the vendor's own response
     object (a passed-through call), whose id is the one the client saw."""
     adapter = req.response
