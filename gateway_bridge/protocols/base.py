@@ -11,8 +11,9 @@ path needs to know before forwarding — and turns the node's OpenAI answer
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -144,7 +145,8 @@ class CallRequest:
     on_answer: Any = None
 
 
-class ResponseAdapter:
+@runtime_checkable
+class ResponseAdapter(Protocol):
     """Renders node (OpenAI-protocol) answers in the client's protocol.
 
     Plain calls: ``render(upstream_json, usage, model)`` → body bytes.
@@ -155,19 +157,23 @@ class ResponseAdapter:
     returns the bytes to send now (possibly ``b""``). ``model`` is the public
     model name to show the client; ``usage`` the call's mapped usage (None when
     the node sent none). The adapter decides whether usage reaches the client
-    (``CallRequest.client_wants_usage``)."""
+    (``CallRequest.client_wants_usage``).
+
+    A ``typing.Protocol``: the adapters subclass it (taking ``stream_start``
+    and ``usage_of`` as they are here), and the type checker refuses one that
+    lacks a method or gets a signature wrong."""
 
     #: Content type of a streamed answer ("text/event-stream", or
     #: "application/json" for Gemini's streamGenerateContent without alt=sse).
-    stream_content_type = "text/event-stream"
+    stream_content_type: str = "text/event-stream"
 
-    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+    def render(self, upstream: dict[str, Any], usage: TokenUsage | None, model: str) -> bytes:
         raise NotImplementedError
 
     def stream_start(self, model: str) -> bytes:
         return b""
 
-    def stream_chunk(self, chunk: dict, model: str) -> bytes:
+    def stream_chunk(self, chunk: dict[str, Any], model: str) -> bytes:
         raise NotImplementedError
 
     def stream_end(self, usage: TokenUsage | None, model: str) -> bytes:
@@ -176,9 +182,51 @@ class ResponseAdapter:
     def stream_error(self, error: GatewayError) -> bytes:
         raise NotImplementedError
 
-    def usage_of(self, upstream: dict) -> TokenUsage | None:
+    def usage_of(self, upstream: dict[str, Any]) -> TokenUsage | None:
         """The usage of a plain upstream answer (OpenAI fields; see usage_mapping)."""
         return from_openai(upstream.get("usage")) if isinstance(upstream, dict) else None
+
+
+class RequestParser(Protocol):
+    """What the pipeline asks of the package that parses a call (a protocol's
+    package, or ``responses`` for the OpenAI protocol's ``/v1/responses``):
+    ``parse_call`` validates and normalizes the client's parsed JSON for
+    ``endpoint`` (``path_model``: the model named in the path, Gemini's;
+    ``query``: the raw query string; ``headers``: lower-case names), and
+    ``END_USER_FIELD`` is the body path of the end user's id (``()``: none)."""
+
+    @property
+    def END_USER_FIELD(self) -> tuple[str, ...]: ...
+
+    def parse_call(
+        self,
+        endpoint: str,
+        data: Any,
+        *,
+        path_model: str | None,
+        query: bytes,
+        headers: dict[str, str],
+    ) -> CallRequest: ...
+
+
+class ProtocolAdapter(RequestParser, Protocol):
+    """A client protocol's package (``openai``, ``anthropic``, ``gemini``) as the
+    pipeline uses it: parse a call, list models, render an error (its status
+    and body in the protocol's own format)."""
+
+    def render_models(self, models: list[ModelInfo]) -> bytes: ...
+
+    def error_response(self, err: GatewayError) -> tuple[int, bytes]: ...
+
+
+class TokenCounter(ProtocolAdapter, Protocol):
+    """A protocol with a token-count endpoint (Anthropic's ``count_tokens``,
+    Gemini's ``countTokens``): the model a count names (``path_model`` for
+    Gemini, the body's for Anthropic; checked against the key) and the answer."""
+
+    def count_model(self, data: Any, path_model: str | None) -> object: ...
+
+    def count_body(self, data: Any, path_model: str | None) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +259,9 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-def tool_call_deltas(delta: dict, is_open, kind: str):
+def tool_call_deltas(
+    delta: dict[str, Any], is_open: Callable[[], tuple[Any, ...] | None], kind: str
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], tuple[str, Any, Any], bool]]:
     """The tool-call parts of one streamed OpenAI ``delta``, as ``(call, function,
     key, opens)``: ``key`` is ``(kind, index, id)`` and ``opens`` whether the part
     starts a new call after the block open now (``is_open()``, read before each
@@ -234,7 +284,7 @@ def tool_call_deltas(delta: dict, is_open, kind: str):
         yield call, function, (kind, index, call_id), opens
 
 
-def tool_arguments(arguments: object) -> dict:
+def tool_arguments(arguments: object) -> dict[str, Any]:
     """A tool call's arguments as an object: the node sends a JSON string, which
     may be empty or broken (a model's output): then ``{}``."""
     if isinstance(arguments, dict):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import Any
 
 import orjson
 
@@ -91,7 +92,7 @@ def content_text(content: object) -> str:
     )
 
 
-def _calls_text(calls: list) -> str:
+def _calls_text(calls: list[Any]) -> str:
     shown = [
         {"name": fn.get("name"), "arguments": fn.get("arguments")}
         for call in calls
@@ -105,7 +106,7 @@ _GENERATION_PROMPT = 2 + count_tokens("assistant")
 _TOOLS_ROLE = count_tokens("tools")
 
 
-def chat_prompt(messages: list[dict], tools: list | None = None) -> tuple[int, str]:
+def chat_prompt(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> tuple[int, str]:
     """(prompt tokens, affinity prefix) of the node's chat body: its ``messages``
     and ``tools`` as ``console.kernel.tokens.template_messages`` renders them."""
     total = _GENERATION_PROMPT
@@ -145,6 +146,6 @@ def texts_prompt(texts: list[str]) -> tuple[int, str]:
     return sum(count_text(t) for t in texts), texts[0][:PREFIX_CHARS]
 
 
-def chat_prompt_estimate(messages: list[dict], tools: list | None = None) -> int:
+def chat_prompt_estimate(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
     """The prompt tokens of ``chat_prompt`` alone."""
     return chat_prompt(messages, tools)[0]

@@ -61,7 +61,78 @@ dialect module defines these names at module level:
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from gateway_bridge.protocols.base import KIND_STATUS, UPSTREAM, GatewayError
+from gateway_bridge.usage_mapping import TokenUsage
+
+
+class ChatStreamReader(Protocol):
+    """A translated stream's reader (a dialect's ``StreamReader(model)``)."""
+
+    @property
+    def usage(self) -> TokenUsage | None: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    def feed(self, event: str | None, data: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+
+class NativeStreamReader(Protocol):
+    """A native stream's usage reader (a dialect's ``NativeStreamUsage()``)."""
+
+    @property
+    def usage(self) -> TokenUsage | None: ...
+
+    @property
+    def content(self) -> bool: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    @property
+    def error(self) -> GatewayError | None: ...
+
+    def feed(self, event: str | None, data: bytes) -> None: ...
+
+
+class Dialect(Protocol):
+    """The names every dialect module defines (documented above); a dialect
+    module is assigned to a variable of this type in ``gateway_bridge.vendors``,
+    so the type checker refuses one that lacks a name or gets a signature wrong."""
+
+    # Read-only members (properties): the modules define them as plain names.
+    @property
+    def PROTOCOL(self) -> str: ...
+
+    @property
+    def models_path(self) -> str: ...
+
+    def auth_headers(
+        self, secret: str, client_headers: dict[str, str]
+    ) -> list[tuple[str, str]]: ...
+
+    def path(self, endpoint: str, upstream_model: str, stream: bool) -> str: ...
+
+    def native_path(self, endpoint: str, upstream_model: str, stream: bool, query: str) -> str: ...
+
+    def from_chat(
+        self, body: dict[str, Any], upstream_model: str, stream: bool
+    ) -> dict[str, Any]: ...
+
+    def to_chat(
+        self, obj: dict[str, Any], model: str
+    ) -> tuple[dict[str, Any], TokenUsage | None]: ...
+
+    def StreamReader(self, model: str) -> ChatStreamReader: ...
+
+    def native_usage(self, obj: dict[str, Any]) -> TokenUsage | None: ...
+
+    def NativeStreamUsage(self) -> NativeStreamReader: ...
+
+    def error_of(self, status: int, raw: bytes) -> GatewayError: ...
+
 
 _KIND_OF_STATUS = {status: kind for kind, status in KIND_STATUS.items()}
 

@@ -35,6 +35,7 @@ Decisions:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import orjson
 
@@ -82,27 +83,27 @@ def native_path(endpoint: str, upstream_model: str, stream: bool, query: str) ->
     return f"{base}?{query}" if query else base
 
 
-def from_chat(body: dict, upstream_model: str, stream: bool) -> dict:
+def from_chat(body: dict[str, Any], upstream_model: str, stream: bool) -> dict[str, Any]:
     """The pivot as it is, with the channel's model id (a shallow copy)."""
     return {**body, "model": upstream_model}
 
 
-def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
+def to_chat(obj: dict[str, Any], model: str) -> tuple[dict[str, Any], TokenUsage | None]:
     return {**obj, "model": model}, native_usage(obj)
 
 
-def native_usage(obj: dict) -> TokenUsage | None:
+def native_usage(obj: dict[str, Any]) -> TokenUsage | None:
     return from_openai(obj.get("usage")) if isinstance(obj, dict) else None
 
 
-def _finished(chunk: dict) -> bool:
+def _finished(chunk: dict[str, Any]) -> bool:
     choices = chunk.get("choices")
     return isinstance(choices, list) and any(
         isinstance(c, dict) and c.get("finish_reason") is not None for c in choices
     )
 
 
-def _has_content(chunk: dict) -> bool:
+def _has_content(chunk: dict[str, Any]) -> bool:
     choices = chunk.get("choices")
     for choice in choices if isinstance(choices, list) else ():
         if not isinstance(choice, dict):
@@ -117,7 +118,7 @@ def _has_content(chunk: dict) -> bool:
     return False
 
 
-def _stream_error(chunk: dict) -> GatewayError | None:
+def _stream_error(chunk: dict[str, Any]) -> GatewayError | None:
     """The error a stream chunk carries (OpenAI's ``{"error": {...}}``, vLLM's
     ``{"object": "error", ...}``) as a 502, or None."""
     if isinstance(chunk.get("error"), dict | str) or chunk.get("object") == "error":
@@ -134,7 +135,7 @@ class StreamReader:
         self.usage: TokenUsage | None = None
         self.finished = False
 
-    def feed(self, event: str | None, data) -> list[dict]:
+    def feed(self, event: str | None, data: object) -> list[dict[str, Any]]:
         if not isinstance(data, dict):  # "[DONE]"
             self.finished = True
             return []
@@ -171,19 +172,19 @@ class NativeStreamUsage:
     the final ``response``; ``final`` is that response object; ``streamed_text``
     what the deltas carried, for a stream cut before its end)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.usage: TokenUsage | None = None
         self.content = False
         self.finished = False
         self.error: GatewayError | None = None
-        self.final: dict | None = None
+        self.final: dict[str, Any] | None = None
         self._streamed: list[str] = []
 
     @property
     def streamed_text(self) -> str:
         return "".join(self._streamed)
 
-    def _response_event(self, kind: str, chunk: dict) -> None:
+    def _response_event(self, kind: str, chunk: dict[str, Any]) -> None:
         if kind in _RESPONSE_DELTAS:
             self.content = True
             if isinstance(chunk.get("delta"), str):
@@ -193,7 +194,9 @@ class NativeStreamUsage:
             self.usage = from_openai(self.final.get("usage")) or self.usage
             self.finished = True
         elif kind in ("error", "response.failed"):
-            failed = chunk.get("response") if kind == "response.failed" else chunk
+            # Any: what the vendor sent (a ``response.failed`` event without a
+            # ``response`` object raises AttributeError below, as it always has).
+            failed: Any = chunk.get("response") if kind == "response.failed" else chunk
             error = failed.get("error") if kind == "response.failed" else failed
             message = error.get("message") if isinstance(error, dict) else None
             self.error = _error_of_body(

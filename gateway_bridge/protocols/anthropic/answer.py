@@ -14,6 +14,7 @@ Anthropic message, plain or streamed event by event, and the model list.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from console.kernel.tokens import count_tokens
 from gateway_bridge.protocols.anthropic.errors import error_body
@@ -62,7 +63,8 @@ class MessagesResponse(ResponseAdapter):
         self._started = False
         self._message_id = "msg_gateway"
         self._index = -1  # index of the last opened content block
-        self._open: tuple | None = None  # ("text",) or ("tool", upstream index, upstream id)
+        # ("text",) or ("tool", upstream index, upstream id)
+        self._open: tuple[Any, ...] | None = None
         self._finish: str | None = None
         self._matched: object = None
         self._saw_tool = False
@@ -81,23 +83,25 @@ class MessagesResponse(ResponseAdapter):
             return "stop_sequence", matched
         return "end_turn", None
 
-    def _usage(self, usage: TokenUsage | None, output_text: str) -> dict:
+    def _usage(self, usage: TokenUsage | None, output_text: str) -> dict[str, Any]:
         if usage is None:
             usage = TokenUsage(input=self.input_estimate, output=count_tokens(output_text))
         return to_anthropic(usage)
 
     # ---- plain
 
-    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+    def render(self, upstream: dict[str, Any], usage: TokenUsage | None, model: str) -> bytes:
         """The Anthropic message; a GatewayError (UPSTREAM) when the node's
         answer is not a chat completion."""
         choices = upstream.get("choices") if isinstance(upstream, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices else None
-        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict):
+            raise invalid_answer()
+        message = choice.get("message")
         if not isinstance(message, dict):
             raise invalid_answer()
         message_id = _message_id(upstream.get("id"))
-        content: list[dict] = []
+        content: list[dict[str, Any]] = []
         text = message.get("content")
         if isinstance(text, str) and text:
             content.append({"type": "text", "text": text})
@@ -143,7 +147,7 @@ class MessagesResponse(ResponseAdapter):
     def _message_start(self, upstream_id: object, model: str) -> bytes:
         self._started = True
         self._message_id = _message_id(upstream_id)
-        message = {
+        message: dict[str, Any] = {
             "id": self._message_id,
             "type": "message",
             "role": "assistant",
@@ -168,20 +172,20 @@ class MessagesResponse(ResponseAdapter):
         self._open = None
         return sse({"type": "content_block_stop", "index": self._index}, "content_block_stop")
 
-    def _begin(self, key: tuple, block: dict) -> bytes:
+    def _begin(self, key: tuple[Any, ...], block: dict[str, Any]) -> bytes:
         head = self._close()
         self._index += 1
         self._open = key
         start = {"type": "content_block_start", "index": self._index, "content_block": block}
         return head + sse(start, "content_block_start")
 
-    def _delta(self, delta: dict) -> bytes:
+    def _delta(self, delta: dict[str, Any]) -> bytes:
         return sse(
             {"type": "content_block_delta", "index": self._index, "delta": delta},
             "content_block_delta",
         )
 
-    def stream_chunk(self, chunk: dict, model: str) -> bytes:
+    def stream_chunk(self, chunk: dict[str, Any], model: str) -> bytes:
         out = []
         if not self._started:
             out.append(self._message_start(chunk.get("id"), model))
@@ -200,7 +204,7 @@ class MessagesResponse(ResponseAdapter):
             for call, function, key, opens in tool_call_deltas(delta, lambda: self._open, "tool"):
                 if opens:
                     self._saw_tool = True
-                    block = {
+                    block: dict[str, Any] = {
                         "type": "tool_use",
                         "id": _tool_id(call.get("id"), self._message_id, self._index + 1),
                         "name": function.get("name") or "",

@@ -50,19 +50,22 @@ from gateway_bridge.protocols.base import dumps
 from gateway_bridge.protocols.checks import ID_CHARS
 
 
-def _user_content(parts: list[dict]) -> str | list[dict]:
+def _user_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     """One text alone is a string, as before media were taken."""
     if len(parts) == 1 and parts[0]["type"] == "text":
-        return parts[0]["text"]
+        text: str = parts[0]["text"]
+        return text
     return parts
 
 
-def _tool_result(block: dict, path: str, attached: list[dict], skipped: list[str]) -> str:
+def _tool_result(
+    block: dict[str, Any], path: str, attached: list[dict[str, Any]], skipped: list[str]
+) -> str:
     """A ``tool_result``'s content as the tool message's text; its images and
     documents go to ``attached``, led by a text part naming the call."""
     content = block.get("content")
     texts: list[str] = []
-    media: list[dict] = []
+    media: list[dict[str, Any]] = []
     if isinstance(content, str):
         texts.append(content)
     elif content is not None:
@@ -91,7 +94,9 @@ def _tool_result(block: dict, path: str, attached: list[dict], skipped: list[str
     return text
 
 
-def _user(index: int, content: object, expected_ids: list[str], skipped: list[str]) -> list[dict]:
+def _user(
+    index: int, content: object, expected_ids: list[str], skipped: list[str]
+) -> list[dict[str, Any]]:
     """One Anthropic user turn → tool messages (in order), then the user's text
     and media; what the pivot cannot carry goes to ``skipped``."""
     path = f"messages.{index}"
@@ -100,9 +105,9 @@ def _user(index: int, content: object, expected_ids: list[str], skipped: list[st
             raise missing_results(index - 1, expected_ids)
         return [{"role": "user", "content": content}] if content else []
     blocks = array(content, f"{path}.content")
-    tools: list[dict] = []
-    attached: list[dict] = []  # the media of the tool results
-    parts: list[dict] = []
+    tools: list[dict[str, Any]] = []
+    attached: list[dict[str, Any]] = []  # the media of the tool results
+    parts: list[dict[str, Any]] = []
     for i, block in enumerate(blocks):
         bpath = f"{path}.content.{i}"
         block, kind = block_type(block, bpath)
@@ -145,7 +150,9 @@ def _user(index: int, content: object, expected_ids: list[str], skipped: list[st
     return tools
 
 
-def _assistant(index: int, content: object, skipped: list[str]) -> tuple[dict | None, list[str]]:
+def _assistant(
+    index: int, content: object, skipped: list[str]
+) -> tuple[dict[str, Any] | None, list[str]]:
     """One Anthropic assistant turn → an assistant message (or None when
     empty) and the ids of its tool_use blocks; what the pivot cannot carry
     goes to ``skipped``."""
@@ -153,7 +160,7 @@ def _assistant(index: int, content: object, skipped: list[str]) -> tuple[dict | 
     if isinstance(content, str):
         return ({"role": "assistant", "content": content} if content else None), []
     texts: list[str] = []
-    calls: list[dict] = []
+    calls: list[dict[str, Any]] = []
     for i, block in enumerate(array(content, f"{path}.content")):
         bpath = f"{path}.content.{i}"
         block, kind = block_type(block, bpath)
@@ -191,7 +198,7 @@ def _assistant(index: int, content: object, skipped: list[str]) -> tuple[dict | 
     return message, [c["id"] for c in calls]
 
 
-def messages(value: object, skipped: list[str]) -> tuple[list[dict], bool]:
+def messages(value: object, skipped: list[str]) -> tuple[list[dict[str, Any]], bool]:
     """Anthropic messages → OpenAI messages, and whether the last one is a
     prefill; what the pivot cannot carry goes to ``skipped``."""
     if value is None:
@@ -199,7 +206,7 @@ def messages(value: object, skipped: list[str]) -> tuple[list[dict], bool]:
     given = array(value, "messages")
     if not given:
         raise bad("messages", "at least one message is required")
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     expected: list[str] = []  # tool_use ids the next user turn must answer
     last = len(given) - 1
     prefill = False

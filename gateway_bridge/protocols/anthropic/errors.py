@@ -3,6 +3,8 @@ and 529 for ``overloaded_error``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway_bridge.protocols.base import (
     AUTHENTICATION,
     INTERNAL,
@@ -38,7 +40,7 @@ ERROR_TYPES = {
 }
 
 
-def error_object(err: GatewayError) -> dict:
+def error_object(err: GatewayError) -> dict[str, Any]:
     kind = ERROR_TYPES.get(err.kind, "api_error")
     return {"type": "error", "error": {"type": kind, "message": err.message}}
 

@@ -20,6 +20,8 @@ the pivot, as everywhere.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway_bridge.protocols.anthropic.request import (
     array,
     bad,
@@ -33,7 +35,7 @@ IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 DEFAULT_FILENAME = "document.pdf"
 
 
-def _source(block: dict, path: str) -> tuple[dict, str]:
+def _source(block: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
     if "source" not in block:
         raise bad(f"{path}.source", "Field required")
     source = dictionary(block["source"], f"{path}.source")
@@ -42,13 +44,15 @@ def _source(block: dict, path: str) -> tuple[dict, str]:
     return source, string(source["type"], f"{path}.source.type")
 
 
-def _field(source: dict, name: str, path: str) -> str:
+def _field(source: dict[str, Any], name: str, path: str) -> str:
     if name not in source:
         raise bad(f"{path}.source.{name}", "Field required")
     return string(source[name], f"{path}.source.{name}")
 
 
-def image_part(block: dict, path: str, untranslatable: list[str]) -> dict | None:
+def image_part(
+    block: dict[str, Any], path: str, untranslatable: list[str]
+) -> dict[str, Any] | None:
     """An ``image`` block → an ``image_url`` part (None when untranslatable)."""
     source, kind = _source(block, path)
     if kind == "base64":
@@ -68,18 +72,20 @@ def image_part(block: dict, path: str, untranslatable: list[str]) -> dict | None
     raise bad(f"{path}.source.type", "Input should be 'base64', 'url' or 'file'")
 
 
-def _file(data: str, title: object) -> dict:
+def _file(data: str, title: object) -> dict[str, Any]:
     name = title if isinstance(title, str) and title else DEFAULT_FILENAME
     return {"type": "file", "file": {"filename": name, "file_data": data}}
 
 
-def _content_source(source: dict, path: str, untranslatable: list[str]) -> list[dict]:
+def _content_source(
+    source: dict[str, Any], path: str, untranslatable: list[str]
+) -> list[dict[str, Any]]:
     if "content" not in source:
         raise bad(f"{path}.source.content", "Field required")
     content = source["content"]
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
-    parts: list[dict] = []
+    parts: list[dict[str, Any]] = []
     for i, item in enumerate(array(content, f"{path}.source.content")):
         ipath = f"{path}.source.content.{i}"
         item, kind = block_type(item, ipath)
@@ -94,7 +100,9 @@ def _content_source(source: dict, path: str, untranslatable: list[str]) -> list[
     return parts
 
 
-def document_parts(block: dict, path: str, untranslatable: list[str]) -> list[dict]:
+def document_parts(
+    block: dict[str, Any], path: str, untranslatable: list[str]
+) -> list[dict[str, Any]]:
     """A ``document`` block → pivot parts (none when untranslatable)."""
     source, kind = _source(block, path)
     title = block.get("title")
@@ -103,7 +111,7 @@ def document_parts(block: dict, path: str, untranslatable: list[str]) -> list[di
     citations = block.get("citations")
     if isinstance(citations, dict) and citations.get("enabled") is True:
         untranslatable.append(f"{path}: citations")
-    parts: list[dict] = []
+    parts: list[dict[str, Any]] = []
     context = block.get("context")
     if context is not None and string(context, f"{path}.context"):
         parts.append({"type": "text", "text": context})

@@ -23,6 +23,7 @@ the newer account-side fields are validated here and not forwarded (so is a
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gateway_bridge.protocols.base import GatewayError, invalid
 from gateway_bridge.protocols.checks import is_int, is_number, json_object
@@ -90,13 +91,13 @@ def string(value: object, path: str) -> str:
     return value
 
 
-def dictionary(value: object, path: str) -> dict:
+def dictionary(value: object, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise bad(path, "Input should be a valid dictionary")
     return value
 
 
-def array(value: object, path: str) -> list:
+def array(value: object, path: str) -> list[Any]:
     if not isinstance(value, list):
         raise bad(path, "Input should be a valid list")
     return value
@@ -108,7 +109,7 @@ def boolean(value: object, path: str) -> bool:
     return value
 
 
-def number(body: dict, name: str, low: float, high: float) -> float | None:
+def number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
     value = body.get(name)
     if value is None:
         return None
@@ -121,7 +122,7 @@ def number(body: dict, name: str, low: float, high: float) -> float | None:
     return value
 
 
-def text_block(block: dict, path: str) -> str:
+def text_block(block: dict[str, Any], path: str) -> str:
     if "text" not in block:
         raise bad(f"{path}.text", "Field required")
     text = string(block["text"], f"{path}.text")
@@ -130,7 +131,7 @@ def text_block(block: dict, path: str) -> str:
     return text
 
 
-def block_type(block: object, path: str) -> tuple[dict, str]:
+def block_type(block: object, path: str) -> tuple[dict[str, Any], str]:
     block = dictionary(block, path)
     kind = block.get("type")
     if kind is None:
@@ -197,7 +198,7 @@ def check_thinking(value: object, max_tokens: int | None) -> None:
             raise bad("max_tokens", "`max_tokens` must be greater than `thinking.budget_tokens`")
 
 
-def check_ignored_fields(body: dict) -> None:
+def check_ignored_fields(body: dict[str, Any]) -> None:
     """Fields Anthropic accepts that do not change what a node generates."""
     if body.get("cache_control") is not None:
         cache = dictionary(body["cache_control"], "cache_control")
@@ -231,7 +232,7 @@ def clears_thinking_only(value: object) -> bool:
 
 def check_head(
     body: object, *, require_max_tokens: bool, untranslatable: list[str], dropped: list[str]
-) -> tuple[dict, str, int | None]:
+) -> tuple[dict[str, Any], str, int | None]:
     """The body's top-level fields, its model and ``max_tokens``: (body, model,
     max_tokens); the fields the pivot cannot carry go to ``untranslatable``,
     those this module does not know to ``dropped``."""
@@ -260,7 +261,7 @@ def check_head(
     return body, model, max_tokens
 
 
-def check_top_k(body: dict) -> None:
+def check_top_k(body: dict[str, Any]) -> None:
     """``top_k``: validated, not forwarded (OpenAI's protocol has no such field)."""
     top_k = body.get("top_k")
     if top_k is not None:
@@ -270,7 +271,7 @@ def check_top_k(body: dict) -> None:
             raise bad("top_k", "Input should be greater than or equal to 0")
 
 
-def check_account_fields(body: dict, max_tokens: int | None) -> None:
+def check_account_fields(body: dict[str, Any], max_tokens: int | None) -> None:
     """``metadata``, ``service_tier``, ``thinking`` and the newer account-side fields:
     validated (``thinking`` is translated to ``reasoning_effort`` afterwards)."""
     metadata = body.get("metadata")

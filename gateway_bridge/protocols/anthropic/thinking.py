@@ -26,6 +26,8 @@ table between a thinking budget and an effort, used both ways.
 
 from __future__ import annotations
 
+from typing import Any
+
 MIN_BUDGET = 1024
 
 EFFORT_BUDGETS = {
@@ -51,7 +53,7 @@ def effort_of_budget(budget: int) -> str:
     return "low"
 
 
-def effort_of_thinking(thinking: dict | None, output_effort: object) -> str | None:
+def effort_of_thinking(thinking: dict[str, Any] | None, output_effort: object) -> str | None:
     """The pivot's ``reasoning_effort`` for a (validated) ``thinking`` request
     field and ``output_config.effort``; None when there is none."""
     if not isinstance(thinking, dict):

@@ -57,7 +57,7 @@ UPSTREAM_PATH = "/v1/chat/completions"
 _EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
-def _tools(value: object, skipped: list[str]) -> tuple[list[dict], list[str]]:
+def _tools(value: object, skipped: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """(pivot tools, every tool name); Anthropic's server and built-in tools
     (``web_search_...``, ``bash_...``) are untranslatable."""
     tools, names = [], []
@@ -92,7 +92,7 @@ def _tools(value: object, skipped: list[str]) -> tuple[list[dict], list[str]]:
     return tools, names
 
 
-def _tool_choice(value: object, names: list[str], body: dict) -> None:
+def _tool_choice(value: object, names: list[str], body: dict[str, Any]) -> None:
     choice = dictionary(value, "tool_choice")
     kind = choice.get("type")
     if kind is None:
@@ -117,7 +117,7 @@ def _tool_choice(value: object, names: list[str], body: dict) -> None:
         body["parallel_tool_calls"] = False
 
 
-def _output_config(value: object, out: dict) -> str | None:
+def _output_config(value: object, out: dict[str, Any]) -> str | None:
     """Validate ``output_config``, put its ``format`` in the pivot; returns its ``effort``."""
     config = dictionary(value, "output_config")
     effort = config.get("effort")
@@ -156,7 +156,7 @@ class Facts(NamedTuple):
     dropped: tuple[str, ...]  # what a translation leaves out, "<path>: <what>"
 
 
-def _server_tools_only_choice(out: dict, tools: list[dict]) -> None:
+def _server_tools_only_choice(out: dict[str, Any], tools: list[dict[str, Any]]) -> None:
     """A tool choice that names a server tool, or with no pivot tool left, is
     not the pivot's (the call is untranslatable anyway)."""
     choice = out.get("tool_choice")
@@ -166,23 +166,9 @@ def _server_tools_only_choice(out: dict, tools: list[dict]) -> None:
         out.pop("parallel_tool_calls", None)
 
 
-def _parse(body: object, *, require_max_tokens: bool) -> tuple[dict, Facts]:
-    """Validate and translate; returns (OpenAI body, facts for the CallRequest)."""
-    skipped: list[str] = []
-    dropped: list[str] = []
-    body, model, max_tokens = check_head(
-        body, require_max_tokens=require_max_tokens, untranslatable=skipped, dropped=dropped
-    )
-    messages, prefill = translate_messages(body.get("messages"), skipped)
-    system = body.get("system")
-    if system is not None:
-        system = system_text(system)
-        if system:
-            messages.insert(0, {"role": "system", "content": system})
-
-    out: dict[str, Any] = {"model": model, "messages": messages}
-    if max_tokens is not None:
-        out["max_tokens"] = max_tokens
+def _sampling(body: dict[str, Any], out: dict[str, Any]) -> tuple[bool, list[str], float | None]:
+    """``stream``, ``stop_sequences``, ``temperature``, ``top_p`` (and ``top_k``,
+    checked) into ``out``; returns the stream flag, the stops and the temperature."""
     stream = body.get("stream")
     stream = False if stream is None else boolean(stream, "stream")
     if stream:
@@ -200,7 +186,28 @@ def _parse(body: object, *, require_max_tokens: bool) -> tuple[dict, Facts]:
     if top_p is not None:
         out["top_p"] = top_p
     check_top_k(body)
-    tools: list[dict] = []
+    return stream, stops, temperature
+
+
+def _parse(body: object, *, require_max_tokens: bool) -> tuple[dict[str, Any], Facts]:
+    """Validate and translate; returns (OpenAI body, facts for the CallRequest)."""
+    skipped: list[str] = []
+    dropped: list[str] = []
+    body, model, max_tokens = check_head(
+        body, require_max_tokens=require_max_tokens, untranslatable=skipped, dropped=dropped
+    )
+    messages, prefill = translate_messages(body.get("messages"), skipped)
+    system = body.get("system")
+    if system is not None:
+        system = system_text(system)
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+
+    out: dict[str, Any] = {"model": model, "messages": messages}
+    if max_tokens is not None:
+        out["max_tokens"] = max_tokens
+    stream, stops, temperature = _sampling(body, out)
+    tools: list[dict[str, Any]] = []
     names: list[str] = []
     if body.get("tools") is not None:
         tools, names = _tools(body["tools"], skipped)
@@ -259,7 +266,7 @@ def parse_messages(body: object, headers: dict[str, str]) -> CallRequest:
         deterministic=facts.temperature == 0,
         response=adapter,
         extra=extra,
-        client_body=body,
+        client_body=body if isinstance(body, dict) else None,  # a dict: _parse checked it
         untranslatable=facts.untranslatable,
         dropped=facts.dropped,
     )
@@ -278,15 +285,22 @@ def count_tokens(body: object) -> bytes:
     return dumps({"input_tokens": count_tokens_request(body)[1]})
 
 
-def parse_call(endpoint: str, data: object, *, path_model, query, headers) -> CallRequest:
+def parse_call(
+    endpoint: str,
+    data: object,
+    *,
+    path_model: str | None,
+    query: bytes,
+    headers: dict[str, str],
+) -> CallRequest:
     """The pipeline's one entry: ``POST /v1/messages``."""
     return parse_messages(data, headers)
 
 
-def count_model(data: object, path_model) -> object:
+def count_model(data: object, path_model: str | None) -> object:
     """The model a ``count_tokens`` request names (checked against the key first)."""
     return data.get("model") if isinstance(data, dict) else None
 
 
-def count_body(data: object, path_model) -> bytes:
+def count_body(data: object, path_model: str | None) -> bytes:
     return count_tokens(data)

@@ -20,6 +20,9 @@ answers, and the model list.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from console.kernel.tokens import count_tokens
 from gateway_bridge.protocols.base import (
     GatewayError,
@@ -46,7 +49,7 @@ _FINISH = {
 # A node's answer is untrusted JSON: these read its fields without assuming types.
 
 
-def _list_of(value: object) -> list:
+def _list_of(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -69,7 +72,7 @@ def _response_id(upstream_id: object) -> str:
     return ID_CHARS.sub("", raw) or "gateway"
 
 
-def _logprob(entry: object) -> dict | None:
+def _logprob(entry: object) -> dict[str, Any] | None:
     if not isinstance(entry, dict):
         return None
     token, value = entry.get("token"), entry.get("logprob")
@@ -78,7 +81,7 @@ def _logprob(entry: object) -> dict | None:
     return {"token": token, "logProbability": value}
 
 
-def _logprobs(choice: dict) -> dict:
+def _logprobs(choice: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's ``logprobs.content`` of a choice → Gemini's ``logprobsResult`` and
     ``avgLogprobs`` (nothing when the node sent none)."""
     probs = choice.get("logprobs")
@@ -100,7 +103,7 @@ def _logprobs(choice: dict) -> dict:
     return {"logprobsResult": result, "avgLogprobs": average}
 
 
-def _call_part(name: object, arguments: object) -> dict:
+def _call_part(name: object, arguments: object) -> dict[str, Any]:
     return {
         "functionCall": {
             "name": name if isinstance(name, str) else "",
@@ -119,7 +122,7 @@ class GenerateResponse(ResponseAdapter):
         input_estimate: int,
         stream: bool,
         alt_sse: bool,
-        tool_names=(),
+        tool_names: Iterable[str] = (),
         include_thoughts: bool = False,
     ) -> None:
         self.input_estimate = input_estimate
@@ -132,18 +135,19 @@ class GenerateResponse(ResponseAdapter):
         self._id = "gateway"
         self._upstream_id: str | None = None
         self._sent = 0  # chunks sent (the JSON-array form needs commas)
-        self._calls: dict[tuple[int, int], dict] = {}  # (candidate, call index) → name/args
+        # (candidate, call index) → name/args
+        self._calls: dict[tuple[int, int], dict[str, Any]] = {}
         self._finish: dict[int, str] = {}
         self._output: list[str] = []
 
-    def _usage(self, usage: TokenUsage | None) -> dict:
+    def _usage(self, usage: TokenUsage | None) -> dict[str, Any]:
         if usage is None:
             usage = TokenUsage(
                 input=self.input_estimate, output=count_tokens("".join(self._output))
             )
         return to_gemini(usage)
 
-    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+    def render(self, upstream: dict[str, Any], usage: TokenUsage | None, model: str) -> bytes:
         choices = upstream.get("choices") if isinstance(upstream, dict) else None
         if not isinstance(choices, list) or not choices:
             raise invalid_answer()
@@ -152,7 +156,7 @@ class GenerateResponse(ResponseAdapter):
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
                 raise invalid_answer()
-            parts: list[dict] = self._thought(message.get("reasoning_content"))
+            parts: list[dict[str, Any]] = self._thought(message.get("reasoning_content"))
             text = message.get("content")
             if isinstance(text, str) and text:
                 parts.append({"text": text})
@@ -178,7 +182,7 @@ class GenerateResponse(ResponseAdapter):
             }
         )
 
-    def _thought(self, text: object) -> list[dict]:
+    def _thought(self, text: object) -> list[dict[str, Any]]:
         """A thought part for ``reasoning_content`` (counted as output either way)."""
         if not isinstance(text, str) or not text:
             return []
@@ -187,7 +191,7 @@ class GenerateResponse(ResponseAdapter):
 
     # ---- streams
 
-    def _frame(self, obj: dict) -> bytes:
+    def _frame(self, obj: dict[str, Any]) -> bytes:
         self._sent += 1
         if self.alt_sse:
             return sse(obj)
@@ -197,7 +201,7 @@ class GenerateResponse(ResponseAdapter):
     def stream_start(self, model: str) -> bytes:
         return b""
 
-    def stream_chunk(self, chunk: dict, model: str) -> bytes:
+    def stream_chunk(self, chunk: dict[str, Any], model: str) -> bytes:
         upstream_id = chunk.get("id")
         if isinstance(upstream_id, str) and upstream_id != self._upstream_id:
             self._upstream_id = upstream_id  # the same in every chunk: derived once
@@ -278,7 +282,7 @@ class EmbedResponse(ResponseAdapter):
     def __init__(self, *, batch: bool) -> None:
         self.batch = batch
 
-    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+    def render(self, upstream: dict[str, Any], usage: TokenUsage | None, model: str) -> bytes:
         data = upstream.get("data") if isinstance(upstream, dict) else None
         if not isinstance(data, list) or not data:
             raise invalid_answer()
@@ -298,6 +302,16 @@ class EmbedResponse(ResponseAdapter):
         if self.batch:
             return dumps({"embeddings": vectors})
         return dumps({"embedding": vectors[0]})
+
+    # Embeddings are never streamed: these are never called.
+    def stream_chunk(self, chunk: dict[str, Any], model: str) -> bytes:
+        raise NotImplementedError
+
+    def stream_end(self, usage: TokenUsage | None, model: str) -> bytes:
+        raise NotImplementedError
+
+    def stream_error(self, error: GatewayError) -> bytes:
+        raise NotImplementedError
 
 
 _METHODS = {

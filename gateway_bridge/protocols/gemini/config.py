@@ -82,7 +82,7 @@ NO_FACTS = {
 }
 
 
-def schema_of(value: object, path: str) -> dict:
+def schema_of(value: object, path: str) -> dict[str, Any]:
     """Gemini's OpenAPI schema subset → JSON schema."""
     if not isinstance(value, dict):
         raise bad(path, "a schema must be an object")
@@ -119,10 +119,10 @@ def schema_of(value: object, path: str) -> dict:
     return out
 
 
-def tools_of(value: object, body: dict, lost: list[str]) -> list[str]:
+def tools_of(value: object, body: dict[str, Any], lost: list[str]) -> list[str]:
     """Validate ``tools``; the function declarations go to ``body[\"tools\"]``,
     the built-in tools to ``lost``. Returns the declared names."""
-    tools: list[dict] = []
+    tools: list[dict[str, Any]] = []
     names: list[str] = []
     for i, tool in enumerate(array(value, "tools")):
         path = f"tools[{i}]"
@@ -166,7 +166,7 @@ def tools_of(value: object, body: dict, lost: list[str]) -> list[str]:
     return names
 
 
-def tool_config_of(value: object, names: list[str], body: dict) -> None:
+def tool_config_of(value: object, names: list[str], body: dict[str, Any]) -> None:
     config = fields(value, "tool_config", {"functionCallingConfig", "retrievalConfig"})
     calling = config.get("functionCallingConfig")
     if calling is None:
@@ -201,7 +201,46 @@ def tool_config_of(value: object, names: list[str], body: dict) -> None:
         body["tool_choice"] = "auto"
 
 
-def generation_of(value: object, body: dict, lost: list[str]) -> dict:
+def _response_format(config: dict[str, Any], path: str, body: dict[str, Any]) -> None:
+    """``responseMimeType`` with ``responseSchema`` / ``responseJsonSchema`` →
+    the pivot's ``response_format``."""
+    mime = config.get("responseMimeType")
+    schema = config.get("responseJsonSchema")
+    if config.get("responseSchema") is not None:
+        if schema is not None:
+            raise bad(path, "set response_schema or response_json_schema, not both.")
+        schema = schema_of(config["responseSchema"], f"{path}.response_schema")
+    if mime is not None:
+        mime = enum(mime, f"{path}.response_mime_type", {"text/plain", "application/json"})
+    if schema is not None:
+        if mime != "application/json":
+            raise bad(
+                f"{path}.response_mime_type",
+                "response_mime_type must be application/json when a response schema is set.",
+            )
+        if not isinstance(schema, dict):
+            raise bad(f"{path}.response_json_schema", "a schema must be an object")
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": schema},
+        }
+    elif mime == "application/json":
+        body["response_format"] = {"type": "json_object"}
+
+
+def _logprobs(config: dict[str, Any], path: str, body: dict[str, Any]) -> None:
+    """``logprobs`` (needs ``responseLogprobs``) and ``responseLogprobs`` → the
+    pivot's ``top_logprobs`` and ``logprobs``."""
+    if config.get("logprobs") is not None:
+        top = integer(config["logprobs"], f"{path}.logprobs", 0, MAX_LOGPROBS)
+        if not config.get("responseLogprobs"):
+            raise bad(f"{path}.logprobs", "logprobs needs response_logprobs set to true.")
+        body["top_logprobs"] = top
+    if config.get("responseLogprobs"):
+        body["logprobs"] = True  # rendered back as logprobsResult (answer.GenerateResponse)
+
+
+def generation_of(value: object, body: dict[str, Any], lost: list[str]) -> dict[str, Any]:
     """Validate ``generationConfig`` and copy what the pivot carries to ``body``;
     returns the facts the call needs (n, max_tokens, temperature, seed,
     include_thoughts)."""
@@ -238,28 +277,7 @@ def generation_of(value: object, body: dict, lost: list[str]) -> dict:
             raise bad(f"{path}.stop_sequences", f"at most {MAX_STOP} stop sequences.")
         if stops:
             body["stop"] = stops
-    mime = config.get("responseMimeType")
-    schema = config.get("responseJsonSchema")
-    if config.get("responseSchema") is not None:
-        if schema is not None:
-            raise bad(path, "set response_schema or response_json_schema, not both.")
-        schema = schema_of(config["responseSchema"], f"{path}.response_schema")
-    if mime is not None:
-        mime = enum(mime, f"{path}.response_mime_type", {"text/plain", "application/json"})
-    if schema is not None:
-        if mime != "application/json":
-            raise bad(
-                f"{path}.response_mime_type",
-                "response_mime_type must be application/json when a response schema is set.",
-            )
-        if not isinstance(schema, dict):
-            raise bad(f"{path}.response_json_schema", "a schema must be an object")
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "response", "schema": schema},
-        }
-    elif mime == "application/json":
-        body["response_format"] = {"type": "json_object"}
+    _response_format(config, path, body)
     modalities = config.get("responseModalities")
     if modalities is not None:
         for i, m in enumerate(array(modalities, f"{path}.response_modalities")):
@@ -270,20 +288,14 @@ def generation_of(value: object, body: dict, lost: list[str]) -> dict:
     for name in ("responseLogprobs", "enableEnhancedCivicAnswers"):
         if config.get(name) is not None:
             boolean(config[name], f"{path}.{snake(name)}")
-    if config.get("logprobs") is not None:
-        top = integer(config["logprobs"], f"{path}.logprobs", 0, MAX_LOGPROBS)
-        if not config.get("responseLogprobs"):
-            raise bad(f"{path}.logprobs", "logprobs needs response_logprobs set to true.")
-        body["top_logprobs"] = top
-    if config.get("responseLogprobs"):
-        body["logprobs"] = True  # rendered back as logprobsResult (answer.GenerateResponse)
+    _logprobs(config, path, body)
     for name, what in (("speechConfig", "speech output"), ("imageConfig", "image output")):
         if config.get(name) is not None:
             lost.append(f"{path}.{snake(name)}: {what}")
     return facts
 
 
-def _thinking(value: object, path: str, body: dict, facts: dict) -> None:
+def _thinking(value: object, path: str, body: dict[str, Any], facts: dict[str, Any]) -> None:
     thinking = fields(value, path, THINKING)
     effort = None
     if thinking.get("thinkingBudget") is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway_bridge.protocols.base import (
     AUTHENTICATION,
     INTERNAL,
@@ -37,7 +39,7 @@ STATUS = {
 # Known fields, by message, in their camelCase spelling (snake_case is accepted too).
 
 
-def error_object(err: GatewayError) -> dict:
+def error_object(err: GatewayError) -> dict[str, Any]:
     status = err.status
     return {
         "error": {

@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Iterator
 from contextvars import ContextVar
+from typing import Any
 
 from gateway_bridge.protocols.base import GatewayError, invalid
 
@@ -163,7 +164,7 @@ def tolerant() -> Iterator[list[str]]:
         _UNKNOWN.reset(token)
 
 
-def fields(value: object, path: str, known: set[str]) -> dict:
+def fields(value: object, path: str, known: set[str]) -> dict[str, Any]:
     """A proto JSON message: a dict whose keys (either spelling) are known;
     returned with camelCase keys (an unknown one is refused, or collected and
     left out within ``tolerant``)."""
@@ -194,7 +195,7 @@ def fields(value: object, path: str, known: set[str]) -> dict:
     return out
 
 
-def array(value: object, path: str) -> list:
+def array(value: object, path: str) -> list[Any]:
     if not isinstance(value, list):
         raise invalid(
             f"Invalid JSON payload received. Expected a list at '{path}'.",
@@ -249,7 +250,7 @@ def number(value: object, path: str, low: float | None, high: float | None) -> f
     return value
 
 
-def _range(path: str, value, low, high) -> None:
+def _range(path: str, value: float, low: float | None, high: float | None) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
         lo = "-inf" if low is None else low
         hi = "inf" if high is None else high
@@ -274,13 +275,13 @@ def enum(value: object, path: str, choices: set[str]) -> str:
     return text
 
 
-def part_text(part: dict, path: str) -> str | None:
+def part_text(part: dict[str, Any], path: str) -> str | None:
     if "text" not in part:
         return None
     return string(part["text"], f"{path}.text")
 
 
-def call_args(value: object, path: str) -> dict:
+def call_args(value: object, path: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -317,7 +318,7 @@ def model_name(path_model: str | None, body_model: object = None) -> str:
     return name
 
 
-def embed_text(request: dict, path: str) -> str:
+def embed_text(request: dict[str, Any], path: str) -> str:
     if "content" not in request:
         raise bad(f"{path}.content", "content is not specified")
     content = fields(request["content"], f"{path}.content", CONTENT)
@@ -336,7 +337,7 @@ def embed_text(request: dict, path: str) -> str:
     return text
 
 
-def embed_options(request: dict, path: str) -> int | None:
+def embed_options(request: dict[str, Any], path: str) -> int | None:
     if request.get("taskType") is not None:
         enum(request["taskType"], f"{path}.task_type", _TASK_TYPES)
     if request.get("title") is not None:

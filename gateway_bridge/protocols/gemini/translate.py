@@ -65,7 +65,7 @@ def _system(value: object) -> str:
     return "\n".join(t for t in texts if t)
 
 
-def _parse_contents(body: dict) -> Turns:
+def _parse_contents(body: dict[str, Any]) -> Turns:
     if "contents" not in body:
         raise bad("GenerateContentRequest.contents", "contents is not specified")
     contents = array(body["contents"], "contents")
@@ -80,7 +80,9 @@ def _parse_contents(body: dict) -> Turns:
     return turns
 
 
-def _request(body: object) -> tuple[dict, list[dict], list[str], dict, list[str]]:
+def _request(
+    body: object,
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str], dict[str, Any], list[str]]:
     """Validate a GenerateContentRequest: (facts, messages, function names,
     pivot body without model and messages, what the pivot cannot carry)."""
     json_object(body)
@@ -224,7 +226,14 @@ def parse_batch_embed(path_model: str | None, body: object) -> CallRequest:
     return _embed_call(model, texts, dims.pop(), "batchEmbedContents")
 
 
-def parse_call(endpoint: str, data: object, *, path_model, query, headers) -> CallRequest:
+def parse_call(
+    endpoint: str,
+    data: object,
+    *,
+    path_model: str | None,
+    query: bytes,
+    headers: dict[str, str],
+) -> CallRequest:
     """The pipeline's one entry: the client's parsed JSON for ``endpoint``
     (``query`` is the raw query string: ``alt=sse`` picks the stream framing)."""
     if endpoint == "embedContent":
@@ -237,10 +246,10 @@ def parse_call(endpoint: str, data: object, *, path_model, query, headers) -> Ca
     )
 
 
-def count_model(data: object, path_model) -> object:
+def count_model(data: object, path_model: str | None) -> object:
     """The model a ``countTokens`` request names: the one in its path."""
     return path_model
 
 
-def count_body(data: object, path_model) -> bytes:
+def count_body(data: object, path_model: str | None) -> bytes:
     return count_tokens(path_model, data)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mimetypes
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from gateway_bridge.protocols.base import dumps, invalid
@@ -84,7 +85,7 @@ def _filename(mime: str, given: object) -> str:
     return "file" + (_MIME.guess_extension(mime, strict=False) or "")
 
 
-def inline_part(value: object, path: str) -> dict:
+def inline_part(value: object, path: str) -> dict[str, Any]:
     """An ``inlineData`` blob → the pivot's image, audio or file part."""
     blob = fields(value, path, BLOB)
     for key in ("mimeType", "data"):
@@ -100,7 +101,7 @@ def inline_part(value: object, path: str) -> dict:
     return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}", "filename": name}}
 
 
-def file_part(value: object, path: str) -> tuple[dict | None, str]:
+def file_part(value: object, path: str) -> tuple[dict[str, Any] | None, str]:
     """A ``fileData`` reference → (the pivot's image part, or None and why not)."""
     ref = fields(value, path, FILE_DATA)
     if "fileUri" not in ref:
@@ -121,7 +122,7 @@ class Turns:
     """Gemini contents → OpenAI messages, pairing function calls with responses."""
 
     def __init__(self) -> None:
-        self.messages: list[dict] = []
+        self.messages: list[dict[str, Any]] = []
         self.open: list[tuple[str, str]] = []  # (call id, function name) not answered yet
         self.lost: list[str] = []  # what the pivot cannot carry, as "<path>: <what>"
 
@@ -140,7 +141,9 @@ class Turns:
         else:
             self._user(index, parts)
 
-    def _parts(self, index: int, parts: list, *, media: bool):
+    def _parts(
+        self, index: int, parts: list[Any], *, media: bool
+    ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any] | None]]:
         """Each part (validated) with its path and its media as a pivot part
         (None when it has none, or when the pivot cannot carry it: then it is
         recorded as untranslatable)."""
@@ -163,11 +166,11 @@ class Turns:
                 pivot = None
             yield ppath, part, pivot
 
-    def _model(self, index: int, parts: list) -> None:
+    def _model(self, index: int, parts: list[Any]) -> None:
         if self.open:
             raise missing_responses(index, self.open)
         texts: list[str] = []
-        calls: list[dict] = []
+        calls: list[dict[str, Any]] = []
         for ppath, part, _ in self._parts(index, parts, media=False):
             if part.get("thought") is not None and boolean(part["thought"], f"{ppath}.thought"):
                 continue  # earlier thoughts are not sent back to the model
@@ -184,7 +187,7 @@ class Turns:
             message["tool_calls"] = calls
         self.messages.append(message)
 
-    def _call(self, value: object, fpath: str, default_id: str) -> dict:
+    def _call(self, value: object, fpath: str, default_id: str) -> dict[str, Any]:
         call = fields(value, fpath, {"id", "name", "args"})
         if "name" not in call:
             raise bad(f"{fpath}.name", "Name cannot be empty.")
@@ -202,9 +205,9 @@ class Turns:
             "function": {"name": name, "arguments": arguments},
         }
 
-    def _user(self, index: int, parts: list) -> None:
-        content: list[dict] = []
-        results: list[dict] = []
+    def _user(self, index: int, parts: list[Any]) -> None:
+        content: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
         for ppath, part, media in self._parts(index, parts, media=True):
             text = part_text(part, ppath)
             if text:
@@ -225,7 +228,7 @@ class Turns:
         elif content:
             self.messages.append({"role": "user", "content": "\n".join(p["text"] for p in content)})
 
-    def _response(self, value: object, ppath: str) -> dict:
+    def _response(self, value: object, ppath: str) -> dict[str, Any]:
         fpath = f"{ppath}.function_response"
         response = fields(
             value, fpath, {"id", "name", "response", "willContinue", "scheduling", "parts"}

@@ -1,8 +1,9 @@
 """The OpenAI protocol: chat completions, completions, embeddings and the model list.
 
 ``request`` validates the client's body the way OpenAI does (its messages,
-``param`` and ``code``), ``translate`` turns it into the node's body and the
-``CallRequest`` (only known fields reach the node), ``answer`` renders the
+``param`` and ``code``; a chat's messages and tools in ``messages``),
+``translate`` turns it into the node's body and the ``CallRequest`` (only
+known fields reach the node), ``answer`` renders the
 node's answers (plain and streamed) with the public model name and the billed
 usage, ``errors`` OpenAI's error body.
 """
@@ -20,6 +21,7 @@ from gateway_bridge.protocols.openai.errors import (
     error_object,
     error_response,
 )
+from gateway_bridge.protocols.openai.messages import MEDIA_PARTS, ROLES
 from gateway_bridge.protocols.openai.request import (
     CHAT_FIELDS,
     COMPLETION_FIELDS,
@@ -29,8 +31,6 @@ from gateway_bridge.protocols.openai.request import (
     IGNORED,
     MAX_N,
     MAX_STOP,
-    MEDIA_PARTS,
-    ROLES,
 )
 from gateway_bridge.protocols.openai.translate import (
     PROTOCOL,

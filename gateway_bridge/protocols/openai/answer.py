@@ -7,6 +7,8 @@ only when it asked with ``stream_options.include_usage``, as with OpenAI.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway_bridge.protocols.base import GatewayError, ModelInfo, ResponseAdapter, dumps, sse
 from gateway_bridge.protocols.openai.errors import error_object
 from gateway_bridge.usage_mapping import TokenUsage, from_openai, to_openai
@@ -22,7 +24,7 @@ def render_models(models: list[ModelInfo], owned_by: str = "system") -> bytes:
     return dumps({"object": "list", "data": data})
 
 
-def usage_body(usage: TokenUsage, endpoint: str) -> dict:
+def usage_body(usage: TokenUsage, endpoint: str) -> dict[str, Any]:
     if endpoint == "embeddings":
         return {"prompt_tokens": usage.prompt_total, "total_tokens": usage.prompt_total}
     return to_openai(usage)
@@ -35,9 +37,10 @@ class OpenAIResponse(ResponseAdapter):
         self.endpoint = endpoint
         self.wants_usage = wants_usage
         self._usage_sent = False
-        self._head: dict | None = None  # id/object/created of the stream, for a late usage chunk
+        # id/object/created of the stream, for a late usage chunk
+        self._head: dict[str, Any] | None = None
 
-    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+    def render(self, upstream: dict[str, Any], usage: TokenUsage | None, model: str) -> bytes:
         body = {**upstream, "model": model}
         if usage is not None:
             body["usage"] = usage_body(usage, self.endpoint)
@@ -45,7 +48,7 @@ class OpenAIResponse(ResponseAdapter):
             body.pop("usage", None)
         return dumps(body)
 
-    def stream_chunk(self, chunk: dict, model: str) -> bytes:
+    def stream_chunk(self, chunk: dict[str, Any], model: str) -> bytes:
         out = {**chunk, "model": model}
         if self._head is None:
             self._head = {k: chunk[k] for k in ("id", "object", "created") if k in chunk}

@@ -5,6 +5,8 @@ A 404 is an ``invalid_request_error`` as OpenAI's own (``model_not_found``,
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway_bridge.protocols import base
 from gateway_bridge.protocols.base import GatewayError, dumps
 
@@ -24,7 +26,7 @@ ERROR_TYPES = {
 }
 
 
-def error_object(err: GatewayError) -> dict:
+def error_object(err: GatewayError) -> dict[str, Any]:
     return {
         "message": err.message,
         "type": ERROR_TYPES.get(err.kind, "server_error"),

@@ -6,6 +6,9 @@ getter reads ``body[name]``: None when absent, the value when it checks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from gateway_bridge.protocols.base import GatewayError, invalid
 from gateway_bridge.protocols.checks import is_int, is_number
 
@@ -54,7 +57,9 @@ def bad_value(param: str, message: str) -> GatewayError:
     return invalid(message, param=param, code="invalid_value")
 
 
-def int_field(body: dict, name: str, low: int | None = None, high: int | None = None) -> int | None:
+def int_field(
+    body: dict[str, Any], name: str, low: int | None = None, high: int | None = None
+) -> int | None:
     value = body.get(name)
     if value is None:
         return None
@@ -64,7 +69,7 @@ def int_field(body: dict, name: str, low: int | None = None, high: int | None = 
     return value
 
 
-def number_field(body: dict, name: str, low: float, high: float) -> float | None:
+def number_field(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
     value = body.get(name)
     if value is None:
         return None
@@ -74,7 +79,7 @@ def number_field(body: dict, name: str, low: float, high: float) -> float | None
     return value
 
 
-def _bounds(name: str, kind: str, value, low, high) -> None:
+def _bounds(name: str, kind: str, value: float, low: float | None, high: float | None) -> None:
     if low is not None and value < low:
         raise invalid(
             f"Invalid '{name}': {kind} below minimum value. Expected a value >= {low}, "
@@ -91,14 +96,16 @@ def _bounds(name: str, kind: str, value, low, high) -> None:
         )
 
 
-def bool_field(body: dict, name: str) -> bool | None:
+def bool_field(body: dict[str, Any], name: str) -> bool | None:
     value = body.get(name)
     if value is not None and type(value) is not bool:
         raise type_error(name, "boolean", value)
     return value
 
 
-def string_field(body: dict, name: str, choices: tuple[str, ...] | None = None) -> str | None:
+def string_field(
+    body: dict[str, Any], name: str, choices: tuple[str, ...] | None = None
+) -> str | None:
     value = body.get(name)
     if value is None:
         return None
@@ -111,13 +118,13 @@ def string_field(body: dict, name: str, choices: tuple[str, ...] | None = None) 
     return value
 
 
-def object_field(body: dict, name: str) -> dict | None:
+def object_field(body: dict[str, Any], name: str) -> dict[str, Any] | None:
     value = body.get(name)
     if value is not None and not isinstance(value, dict):
         raise type_error(name, "object", value)
     return value
 
 
-def listing(choices) -> str:
+def listing(choices: Iterable[str]) -> str:
     quoted = [f"'{c}'" for c in choices]
     return ", ".join(quoted[:-1]) + f", and {quoted[-1]}" if len(quoted) > 1 else quoted[0]

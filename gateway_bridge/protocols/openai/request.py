@@ -4,11 +4,12 @@ The same error messages, ``param`` and ``code`` as OpenAI, unknown fields
 included: OpenAI answers ``Unrecognized request argument supplied: <name>``,
 and so does the gateway. ``metadata``, ``store``, ``service_tier`` and the
 other account-side fields are accepted (and dropped by the translation).
+A chat's ``messages`` and ``tools`` are checked in ``messages``.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gateway_bridge.protocols.base import invalid
 from gateway_bridge.protocols.checks import is_int, is_number, json_object
@@ -23,6 +24,7 @@ from gateway_bridge.protocols.openai.fields import (
     string_field,
     type_error,
 )
+from gateway_bridge.protocols.openai.messages import check_messages, check_tools
 
 # Cost attribution: the body field naming the call's end user (the path;
 # empty: none). Chat completions, completions and embeddings name the end user in ``user``.
@@ -30,11 +32,6 @@ END_USER_FIELD: tuple[str, ...] = ("user",)
 
 MAX_N = 16  # the nodes' limit (OpenAI's is 128)
 MAX_STOP = 4
-ROLES = ("system", "assistant", "user", "function", "tool", "developer")
-# Media parts of a user message, and the field each must carry: they pass to the
-# channel (OpenAI's own shape; translated for an Anthropic or Gemini channel); a
-# text-only model refuses them at admission (catalogue modality).
-MEDIA_PARTS = {"image_url": "url", "input_audio": "data", "file": None}
 
 # Fields forwarded to the node, per endpoint; IGNORED ones are accepted and dropped.
 _SAMPLING = {
@@ -52,7 +49,7 @@ IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety_iden
 DEPRECATED = {"functions": "tools", "function_call": "tool_choice"}
 
 
-def _check_fields(body: object, known: set[str]) -> dict:
+def _check_fields(body: object, known: set[str]) -> dict[str, Any]:
     body = json_object(body)
     for name in body:
         if name in known or name in IGNORED:
@@ -75,7 +72,7 @@ def _check_fields(body: object, known: set[str]) -> dict:
     return body
 
 
-def _model(body: dict) -> str:
+def _model(body: dict[str, Any]) -> str:
     value = body.get("model")
     if value is None:
         raise invalid("you must provide a model parameter", param="model", code="missing_model")
@@ -91,7 +88,7 @@ _SHARED = frozenset({
 })  # fmt: skip
 
 
-def _sampling(body: dict) -> tuple[bool, bool, int | None]:
+def _sampling(body: dict[str, Any]) -> tuple[bool, bool, int | None]:
     """The checks the generation endpoints share; returns (stream, include_usage, n)."""
     n = None
     if not _SHARED.isdisjoint(body):
@@ -127,7 +124,7 @@ def _sampling(body: dict) -> tuple[bool, bool, int | None]:
     return stream, include_usage, n
 
 
-def _stop(body: dict) -> None:
+def _stop(body: dict[str, Any]) -> None:
     value = body.get("stop")
     if value is None or isinstance(value, str):
         return
@@ -145,7 +142,7 @@ def _stop(body: dict) -> None:
             raise type_error(f"stop[{i}]", "string", item)
 
 
-def _logit_bias(body: dict) -> None:
+def _logit_bias(body: dict[str, Any]) -> None:
     bias = object_field(body, "logit_bias")
     for key, value in (bias or {}).items():
         if not key.isdigit():
@@ -156,7 +153,7 @@ def _logit_bias(body: dict) -> None:
             )
 
 
-def _metadata(body: dict) -> None:
+def _metadata(body: dict[str, Any]) -> None:
     metadata = object_field(body, "metadata")
     if metadata is None:
         return
@@ -171,262 +168,7 @@ def _metadata(body: dict) -> None:
             )
 
 
-# -- chat ----------------------------------------------------------------------------------
-
-
-def _content_text(
-    param: str, content: object, *, parts: tuple[str, ...], media: bool = False
-) -> str:
-    """The text of a message's content (a string or a list of parts of the given types)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise type_error(param, "string", content)
-    texts = []
-    for i, part in enumerate(content):
-        where = f"{param}[{i}]"
-        if not isinstance(part, dict):
-            raise type_error(where, "object", part)
-        kind = part.get("type")
-        if media and kind in MEDIA_PARTS:
-            _media_part(where, kind, part)
-            continue
-        if kind not in parts:
-            raise bad_value(
-                f"{where}.type",
-                f"Invalid value: '{kind}'. Supported values are: {listing(parts)}.",
-            )
-        key = "refusal" if kind == "refusal" else "text"
-        text = part.get(key)
-        if not isinstance(text, str):
-            raise type_error(f"{where}.{key}", "string", text)
-        if kind == "text":
-            texts.append(text)
-    return "\n".join(texts)
-
-
-def _media_part(where: str, kind: str, part: dict) -> None:
-    """An ``image_url``, ``input_audio`` or ``file`` part, checked as OpenAI does."""
-    inner = part.get(kind)
-    if not isinstance(inner, dict):
-        raise type_error(f"{where}.{kind}", "object", inner)
-    field = MEDIA_PARTS[kind]
-    if field is not None:
-        value = inner.get(field)
-        if not isinstance(value, str) or not value:
-            raise invalid(
-                f"Missing required parameter: '{where}.{kind}.{field}'.",
-                param=f"{where}.{kind}.{field}",
-                code="missing_required_parameter",
-            )
-    elif not isinstance(inner.get("file_data"), str) and not isinstance(inner.get("file_id"), str):
-        raise invalid(
-            f"Missing required parameter: '{where}.file.file_data' or '{where}.file.file_id'.",
-            param=f"{where}.file",
-            code="missing_required_parameter",
-        )
-
-
-def _tool_calls(param: str, calls: object) -> list[str]:
-    """Checks an assistant message's ``tool_calls``; returns their ids."""
-    if not isinstance(calls, list):
-        raise type_error(param, "array", calls)
-    ids = []
-    for i, call in enumerate(calls):
-        where = f"{param}[{i}]"
-        if not isinstance(call, dict):
-            raise type_error(where, "object", call)
-        for key in ("id", "type"):
-            if key not in call:
-                raise missing(f"{where}.{key}")
-            if not isinstance(call[key], str):
-                raise type_error(f"{where}.{key}", "string", call[key])
-        if call["type"] != "function":
-            raise bad_value(
-                f"{where}.type",
-                f"Invalid value: '{call['type']}'. Supported values are: 'function'.",
-            )
-        fn = call.get("function")
-        if not isinstance(fn, dict):
-            raise missing(f"{where}.function")
-        for key in ("name", "arguments"):
-            if not isinstance(fn.get(key), str):
-                raise missing(f"{where}.function.{key}")
-        ids.append(call["id"])
-    return ids
-
-
-def _messages(body: dict) -> list[dict]:
-    messages = body.get("messages")
-    if messages is None:
-        raise missing("messages")
-    if not isinstance(messages, list):
-        raise type_error("messages", "array", messages)
-    if not messages:
-        raise invalid(
-            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
-            "but got an empty array instead.",
-            param="messages",
-            code="empty_array",
-        )
-    open_calls: list[str] | None = None  # ids of the last assistant's tool calls
-    pending: set[str] = set()  # those not answered by a tool message yet
-    for i, message in enumerate(messages):
-        param = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise type_error(param, "object", message)
-        role = message.get("role")
-        if role is None:
-            raise missing(f"{param}.role")
-        if role not in ROLES:
-            raise bad_value(
-                f"{param}.role",
-                f"Invalid value: '{role}'. Supported values are: {listing(ROLES)}.",
-            )
-        if role != "tool" and pending:
-            raise bad_value(
-                "messages",
-                "An assistant message with 'tool_calls' must be followed by tool messages "
-                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
-                f"response messages: {', '.join(sorted(pending))}",
-            )
-        name = message.get("name")
-        if name is not None and not isinstance(name, str):
-            raise type_error(f"{param}.name", "string", name)
-        content = message.get("content")
-        where = f"{param}.content"
-        if role == "assistant":
-            calls = message.get("tool_calls")
-            open_calls = None if calls is None else _tool_calls(f"{param}.tool_calls", calls)
-            pending = set(open_calls or ())
-            if content is None:
-                if not calls and message.get("function_call") is None:
-                    raise missing(where)
-            else:
-                _content_text(where, content, parts=("text", "refusal"))
-            continue
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id is None:
-                raise missing(f"{param}.tool_call_id")
-            if not isinstance(call_id, str):
-                raise type_error(f"{param}.tool_call_id", "string", call_id)
-            if open_calls is None:
-                raise bad_value(
-                    f"{param}.role",
-                    "Invalid parameter: messages with role 'tool' must be a response to a "
-                    "preceding message with 'tool_calls'.",
-                )
-            if call_id not in open_calls:
-                raise bad_value(
-                    f"{param}.tool_call_id",
-                    f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in "
-                    "'tool_calls' of previous message.",
-                )
-            pending.discard(call_id)
-        else:
-            open_calls = None
-        if role == "function":
-            if not isinstance(name, str):
-                raise missing(f"{param}.name")
-            if content is not None and not isinstance(content, str):
-                raise type_error(where, "string", content)
-            continue
-        if content is None:
-            raise missing(where)
-        _content_text(where, content, parts=("text",), media=role == "user")
-    return messages
-
-
-def _tools(body: dict) -> list[str]:
-    """Checks ``tools``, ``tool_choice`` and ``parallel_tool_calls``; returns the tool names."""
-    tools = body.get("tools")
-    names: list[str] = []
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise type_error("tools", "array", tools)
-        if not tools:
-            raise invalid(
-                "Invalid 'tools': empty array. Expected an array with minimum length 1, "
-                "but got an empty array instead.",
-                param="tools",
-                code="empty_array",
-            )
-        for i, tool in enumerate(tools):
-            param = f"tools[{i}]"
-            if not isinstance(tool, dict):
-                raise type_error(param, "object", tool)
-            if tool.get("type") != "function":
-                if "type" not in tool:
-                    raise missing(f"{param}.type")
-                raise bad_value(
-                    f"{param}.type",
-                    f"Invalid value: '{tool.get('type')}'. Supported values are: 'function'.",
-                )
-            fn = tool.get("function")
-            if fn is None:
-                raise missing(f"{param}.function")
-            if not isinstance(fn, dict):
-                raise type_error(f"{param}.function", "object", fn)
-            name = fn.get("name")
-            if name is None:
-                raise missing(f"{param}.function.name")
-            if not isinstance(name, str) or not _valid_name(name):
-                raise bad_value(
-                    f"{param}.function.name",
-                    f"Invalid '{param}.function.name': string does not match pattern. Expected "
-                    "a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
-                )
-            string_field(fn, "description")
-            if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
-                raise type_error(f"{param}.function.parameters", "object", fn["parameters"])
-            names.append(name)
-    choice = body.get("tool_choice")
-    if choice is not None:
-        if tools is None:
-            raise bad_value(
-                "tool_choice",
-                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
-                "are specified.",
-            )
-        if isinstance(choice, str):
-            if choice not in ("none", "auto", "required"):
-                raise bad_value(
-                    "tool_choice",
-                    f"Invalid value: '{choice}'. Supported values are: 'none', 'auto', and "
-                    "'required'.",
-                )
-        elif isinstance(choice, dict):
-            fn = choice.get("function")
-            if choice.get("type") != "function" or not isinstance(fn, dict):
-                raise bad_value(
-                    "tool_choice",
-                    "Invalid 'tool_choice': expected {'type': 'function', "
-                    "'function': {'name': ...}}.",
-                )
-            if fn.get("name") not in names:
-                raise bad_value(
-                    "tool_choice",
-                    f"Invalid 'tool_choice': function '{fn.get('name')}' not found in 'tools'.",
-                )
-        else:
-            raise type_error("tool_choice", "string", choice)
-    if body.get("parallel_tool_calls") is not None:
-        if tools is None:
-            raise bad_value(
-                "parallel_tool_calls",
-                "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed "
-                "when 'tools' are specified.",
-            )
-        bool_field(body, "parallel_tool_calls")
-    return names
-
-
-def _valid_name(name: str) -> bool:
-    return 0 < len(name) <= 64 and all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
-
-
-def _response_format(body: dict) -> None:
+def _response_format(body: dict[str, Any]) -> None:
     fmt = object_field(body, "response_format")
     if fmt is None:
         return
@@ -445,7 +187,7 @@ def _response_format(body: dict) -> None:
             raise missing("response_format.json_schema.name")
 
 
-def _logprobs(body: dict) -> None:
+def _logprobs(body: dict[str, Any]) -> None:
     wanted = bool_field(body, "logprobs")
     top = int_field(body, "top_logprobs", 0, 20)
     if top is not None and not wanted:
@@ -454,7 +196,7 @@ def _logprobs(body: dict) -> None:
         )
 
 
-def _max_output(body: dict) -> int | None:
+def _max_output(body: dict[str, Any]) -> int | None:
     completion = int_field(body, "max_completion_tokens", 1)
     plain = int_field(body, "max_tokens", 1)
     return completion if completion is not None else plain
@@ -509,10 +251,10 @@ def check_chat(body: object) -> Checked:
     """``POST /v1/chat/completions``: every check, in OpenAI's order."""
     body = _check_fields(body, CHAT_FIELDS)
     model = _model(body)
-    _messages(body)
+    check_messages(body)
     stream, include_usage, n = _sampling(body)
     max_output = _max_output(body)
-    tool_names = _tools(body)
+    tool_names = check_tools(body)
     _response_format(body)
     _logprobs(body)
     return Checked(model, stream, include_usage, n, max_output, tool_names)

@@ -25,11 +25,11 @@ from gateway_bridge.protocols.openai.request import (
 PROTOCOL = "openai"
 
 
-def _forward(body: dict, known: set[str]) -> dict:
+def _forward(body: dict[str, Any], known: set[str]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None and k in known}
 
 
-def _deterministic(body: dict, n: int | None) -> bool:
+def _deterministic(body: dict[str, Any], n: int | None) -> bool:
     return (body.get("temperature") == 0 or body.get("seed") is not None) and n in (None, 1)
 
 
@@ -118,6 +118,13 @@ _PARSERS = {
 }
 
 
-def parse_call(endpoint: str, data: Any, *, path_model, query, headers) -> CallRequest:
+def parse_call(
+    endpoint: str,
+    data: Any,
+    *,
+    path_model: str | None,
+    query: bytes,
+    headers: dict[str, str],
+) -> CallRequest:
     """The pipeline's one entry: the client's parsed JSON for ``endpoint``."""
     return _PARSERS[endpoint](data)

@@ -16,6 +16,7 @@ from gateway_bridge.protocols.responses.answer import ResponsesResponse
 from gateway_bridge.protocols.responses.request import END_USER_FIELD
 from gateway_bridge.protocols.responses.translate import (
     ENDPOINT,
+    adapter_of,
     continue_from,
     conversation,
     parse_call,
@@ -26,6 +27,7 @@ __all__ = [
     "ENDPOINT",
     "END_USER_FIELD",
     "ResponsesResponse",
+    "adapter_of",
     "continue_from",
     "conversation",
     "parse_call",

@@ -43,7 +43,7 @@ from gateway_bridge.protocols.base import (
 from gateway_bridge.protocols.openai.errors import ERROR_TYPES
 from gateway_bridge.usage_mapping import TokenUsage, to_responses
 
-_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_INCOMPLETE: dict[object, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 class ResponsesResponse(ResponseAdapter):
@@ -56,10 +56,11 @@ class ResponsesResponse(ResponseAdapter):
         self.input_estimate = input_estimate
         self.response_id = "resp_gateway"
         self.created_at = 0
-        self.result: dict | None = None
-        self.output: list[dict] = []
+        self.result: dict[str, Any] | None = None
+        self.output: list[dict[str, Any]] = []
         self._seq = 0
-        self._open: tuple | None = None  # ("text",) or ("call", upstream index, upstream id)
+        # ("text",) or ("call", upstream index, upstream id)
+        self._open: tuple[Any, ...] | None = None
         self._text: list[str] = []  # of the open message
         self._args: list[str] = []  # of the open function call
         self._produced: list[str] = []  # every output text, for a count without node usage
@@ -71,14 +72,16 @@ class ResponsesResponse(ResponseAdapter):
     def _id(self, prefix: str) -> str:
         return f"{prefix}_{self.response_id.removeprefix('resp_')}_{len(self.output)}"
 
-    def _usage(self, usage: TokenUsage | None) -> dict:
+    def _usage(self, usage: TokenUsage | None) -> dict[str, Any]:
         if usage is None:
             usage = TokenUsage(
                 input=self.input_estimate, output=count_tokens("".join(self._produced))
             )
         return to_responses(usage)
 
-    def _response(self, model: str, status: str, usage: dict | None = None) -> dict:
+    def _response(
+        self, model: str, status: str, usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.response_id,
             "object": "response",
@@ -99,16 +102,18 @@ class ResponsesResponse(ResponseAdapter):
     def _status(self) -> str:
         return "incomplete" if self._finish in _INCOMPLETE else "completed"
 
-    def _finished(self, model: str, usage: TokenUsage | None) -> dict:
+    def _finished(self, model: str, usage: TokenUsage | None) -> dict[str, Any]:
         self.result = self._response(model, self._status(), self._usage(usage))
         return self.result
 
     # ---- plain
 
-    def render(self, upstream: dict, usage: TokenUsage | None, model: str) -> bytes:
+    def render(self, upstream: dict[str, Any], usage: TokenUsage | None, model: str) -> bytes:
         choices = upstream.get("choices") if isinstance(upstream, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices else None
-        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict):
+            raise invalid_answer()
+        message = choice.get("message")
         if not isinstance(message, dict):
             raise invalid_answer()
         thought = _reasoning(message)
@@ -135,7 +140,7 @@ class ResponsesResponse(ResponseAdapter):
 
     # ---- streams
 
-    def _event(self, kind: str, **fields) -> bytes:
+    def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
         return sse(event, kind)
@@ -219,7 +224,9 @@ class ResponsesResponse(ResponseAdapter):
             )
         )
 
-    def _begin_call(self, key: tuple, call: dict, function: dict) -> bytes:
+    def _begin_call(
+        self, key: tuple[Any, ...], call: dict[str, Any], function: dict[str, Any]
+    ) -> bytes:
         head = self._close()
         item = _call(self._id("fc"), call.get("id"), function.get("name"), "in_progress")
         self.output.append(item)
@@ -227,7 +234,7 @@ class ResponsesResponse(ResponseAdapter):
         index = len(self.output) - 1
         return head + self._event("response.output_item.added", output_index=index, item=item)
 
-    def stream_chunk(self, chunk: dict, model: str) -> bytes:
+    def stream_chunk(self, chunk: dict[str, Any], model: str) -> bytes:
         out: list[bytes] = []
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else ():
@@ -302,7 +309,7 @@ class ResponsesResponse(ResponseAdapter):
         ) + self._event("response.failed", response=failed)
 
 
-def _reasoning(message: dict) -> str:
+def _reasoning(message: dict[str, Any]) -> str:
     """The reasoning of a pivot message or delta (vLLM's ``reasoning_content``,
     newer servers' ``reasoning``)."""
     for key in ("reasoning_content", "reasoning"):
@@ -312,7 +319,7 @@ def _reasoning(message: dict) -> str:
     return ""
 
 
-def _reasoning_item(item_id: str, text: str) -> dict:
+def _reasoning_item(item_id: str, text: str) -> dict[str, Any]:
     return {
         "type": "reasoning",
         "id": item_id,
@@ -321,7 +328,7 @@ def _reasoning_item(item_id: str, text: str) -> dict:
     }
 
 
-def _message(item_id: str, text: str | None, status: str) -> dict:
+def _message(item_id: str, text: str | None, status: str) -> dict[str, Any]:
     content = []
     if text is not None:
         content.append({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
@@ -334,7 +341,7 @@ def _message(item_id: str, text: str | None, status: str) -> dict:
     }
 
 
-def _call(item_id: str, call_id: object, name: object, status: str) -> dict:
+def _call(item_id: str, call_id: object, name: object, status: str) -> dict[str, Any]:
     return {
         "type": "function_call",
         "id": item_id,

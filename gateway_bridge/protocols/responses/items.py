@@ -41,7 +41,7 @@ _USER_PARTS = ("input_text", "input_image")
 _TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
-def _string(item: dict, key: str, param: str) -> str:
+def _string(item: dict[str, Any], key: str, param: str) -> str:
     value = item.get(key)
     if value is None:
         raise missing(f"{param}.{key}")
@@ -50,7 +50,7 @@ def _string(item: dict, key: str, param: str) -> str:
     return value
 
 
-def _image(part: dict, param: str) -> dict:
+def _image(part: dict[str, Any], param: str) -> dict[str, Any]:
     url = part.get("image_url")
     if url is None:
         if part.get("file_id") is not None:
@@ -75,13 +75,13 @@ def _image(part: dict, param: str) -> dict:
     return {"type": "image_url", "image_url": image}
 
 
-def _content(content: object, param: str, role: str) -> str | list[dict]:
+def _content(content: object, param: str, role: str) -> str | list[dict[str, Any]]:
     """A message's content in the pivot's shape: text, or parts with images."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise type_error(param, "array", content)
-    parts: list[dict] = []
+    parts: list[dict[str, Any]] = []
     for i, part in enumerate(content):
         where = f"{param}[{i}]"
         if not isinstance(part, dict):
@@ -113,10 +113,12 @@ def _output_text(output: object, param: str) -> str:
     return content
 
 
-def to_messages(items: list, param: str = "input", skipped: list | None = None) -> list[dict]:
+def to_messages(
+    items: list[Any], param: str = "input", skipped: list[Any] | None = None
+) -> list[dict[str, Any]]:
     """The pivot messages of checked-or-not ``items`` (400 on a bad one); the
     items the pivot cannot carry are named in ``skipped``."""
-    messages: list[dict] = []
+    messages: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         where = f"{param}[{i}]"
         if not isinstance(item, dict):
@@ -172,7 +174,7 @@ def to_messages(items: list, param: str = "input", skipped: list | None = None) 
     return messages
 
 
-def input_items(value: object) -> list[dict]:
+def input_items(value: object) -> list[dict[str, Any]]:
     """The request's ``input`` as a list of items (a string is one user message)."""
     if isinstance(value, str):
         return [{"type": "message", "role": "user", "content": value}]

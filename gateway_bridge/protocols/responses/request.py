@@ -79,7 +79,7 @@ def _unsupported(param: str, what: str) -> Exception:
     )
 
 
-def check_fields(body: object, dropped: list[str]) -> dict:
+def check_fields(body: object, dropped: list[str]) -> dict[str, Any]:
     """The body, its known fields checked; the unknown ones named in ``dropped``."""
     body = json_object(body)
     for name, value in body.items():
@@ -103,7 +103,7 @@ def check_fields(body: object, dropped: list[str]) -> dict:
     return body
 
 
-def model_of(body: dict) -> str:
+def model_of(body: dict[str, Any]) -> str:
     value = body.get("model")
     if value is None:
         raise missing("model")
@@ -112,7 +112,7 @@ def model_of(body: dict) -> str:
     return value
 
 
-def _schema(schema: object, param: str, name: str) -> dict:
+def _schema(schema: object, param: str, name: str) -> dict[str, Any]:
     """A function's ``parameters``: a JSON schema of an object."""
     if not isinstance(schema, dict):
         raise type_error(param, "object", schema)
@@ -149,7 +149,9 @@ def _valid_name(name: object) -> bool:
     )
 
 
-def tools(body: dict, skipped: list[str], dropped: list[str]) -> tuple[list[dict], list[str]]:
+def tools(
+    body: dict[str, Any], skipped: list[str], dropped: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
     """(pivot tools, their names) of Responses' flat function tools; the
     tools a translation drops are named in ``dropped``, those it cannot carry
     in ``skipped`` (module docstring)."""
@@ -158,7 +160,7 @@ def tools(body: dict, skipped: list[str], dropped: list[str]) -> tuple[list[dict
         return [], []
     if not isinstance(value, list):
         raise type_error("tools", "array", value)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     names: list[str] = []
     for i, tool in enumerate(value):
         param = f"tools[{i}]"
@@ -201,7 +203,7 @@ def tools(body: dict, skipped: list[str], dropped: list[str]) -> tuple[list[dict
     return out, names
 
 
-def tool_choice(body: dict, names: list[str], skipped: list[str]) -> object:
+def tool_choice(body: dict[str, Any], names: list[str], skipped: list[str]) -> object:
     """The pivot's ``tool_choice`` (None: not given, or not the pivot's)."""
     choice = body.get("tool_choice")
     if choice is None:
@@ -230,7 +232,7 @@ def tool_choice(body: dict, names: list[str], skipped: list[str]) -> object:
     return {"type": "function", "function": {"name": name}}
 
 
-def reasoning_effort(body: dict) -> str | None:
+def reasoning_effort(body: dict[str, Any]) -> str | None:
     reasoning = object_field(body, "reasoning")
     if reasoning is None:
         return None
@@ -257,7 +259,7 @@ def reasoning_effort(body: dict) -> str | None:
     return effort
 
 
-def response_format(body: dict) -> dict | None:
+def response_format(body: dict[str, Any]) -> dict[str, Any] | None:
     """The pivot's ``response_format`` of ``text.format`` (None: plain text)."""
     text = object_field(body, "text")
     if text is None:

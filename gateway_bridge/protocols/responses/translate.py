@@ -21,7 +21,7 @@ response gets a fresh id every time).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from gateway_bridge.protocols.base import CallRequest, invalid
 from gateway_bridge.protocols.estimate import chat_prompt
@@ -41,7 +41,9 @@ UPSTREAM_PATH = "/v1/chat/completions"
 ENDPOINT = "responses"
 
 
-def _messages(instructions: str | None, items: list, skipped: list | None = None) -> list[dict]:
+def _messages(
+    instructions: str | None, items: list[Any], skipped: list[Any] | None = None
+) -> list[dict[str, Any]]:
     """The pivot's messages: the instructions and the leading system and
     developer messages joined into one first system message (Codex sends
     several; many open models' chat templates take one, first), then the rest."""
@@ -54,7 +56,7 @@ def _messages(instructions: str | None, items: list, skipped: list | None = None
     return messages
 
 
-def _echo(body: dict, effort: str | None, instructions: str | None) -> dict[str, Any]:
+def _echo(body: dict[str, Any], effort: str | None, instructions: str | None) -> dict[str, Any]:
     """The request's fields the response object repeats."""
     reasoning = body.get("reasoning") or {}
     text = body.get("text") or {}
@@ -76,10 +78,8 @@ def _echo(body: dict, effort: str | None, instructions: str | None) -> dict[str,
     }
 
 
-def parse_responses(body: object) -> CallRequest:
-    dropped: list[str] = []
-    body = request.check_fields(body, dropped)
-    model = request.model_of(body)
+def _input(body: dict[str, Any]) -> list[Any]:
+    """The ``input`` items (none needed when continuing a stored response)."""
     if "input" not in body and not body.get("previous_response_id"):
         raise missing("input")
     items = input_items(body.get("input", []))
@@ -90,6 +90,34 @@ def parse_responses(body: object) -> CallRequest:
             param="input",
             code="empty_array",
         )
+    return items
+
+
+def _previous_response_id(body: dict[str, Any]) -> str | None:
+    previous = string_field(body, "previous_response_id")
+    if previous is not None and not previous:
+        raise type_error("previous_response_id", "string", previous)
+    return previous
+
+
+def _tool_fields(tools: list[Any], choice: object, parallel: bool | None) -> dict[str, Any]:
+    """The pivot's ``tools`` with their ``tool_choice`` and ``parallel_tool_calls``
+    (none of them without tools)."""
+    if not tools:
+        return {}
+    out: dict[str, Any] = {"tools": tools}
+    if choice is not None:
+        out["tool_choice"] = choice
+    if parallel is not None:
+        out["parallel_tool_calls"] = parallel
+    return out
+
+
+def parse_responses(body: object) -> CallRequest:
+    dropped: list[str] = []
+    body = request.check_fields(body, dropped)
+    model = request.model_of(body)
+    items = _input(body)
     instructions = string_field(body, "instructions")
     skipped: list[str] = []
     tools, names = request.tools(body, skipped, dropped)
@@ -102,31 +130,28 @@ def parse_responses(body: object) -> CallRequest:
     fmt = request.response_format(body)
     stream = bool(bool_field(body, "stream"))
     store = bool_field(body, "store") is not False
-    previous = string_field(body, "previous_response_id")
-    if previous is not None and not previous:
-        raise type_error("previous_response_id", "string", previous)
+    previous = _previous_response_id(body)
 
     messages = _messages(instructions, items, skipped)
-    out: dict[str, Any] = {"model": model, "messages": messages}
-    if tools:
-        out["tools"] = tools
-        if choice is not None:
-            out["tool_choice"] = choice
-        if parallel is not None:
-            out["parallel_tool_calls"] = parallel
-    if max_output is not None:
-        out["max_tokens"] = max_output
-    if temperature is not None:
-        out["temperature"] = temperature
-    if top_p is not None:
-        out["top_p"] = top_p
-    if effort is not None:
-        out["reasoning_effort"] = effort
-    if fmt is not None:
-        out["response_format"] = fmt
+    out = {"model": model, "messages": messages, **_tool_fields(tools, choice, parallel)}
+    given = {
+        "max_tokens": max_output,
+        "temperature": temperature,
+        "top_p": top_p,
+        "reasoning_effort": effort,
+        "response_format": fmt,
+    }
+    out.update((key, value) for key, value in given.items() if value is not None)
     if stream:
         out["stream"] = True
     estimate, prefix = chat_prompt(messages, tools)
+    # What pipeline.stored needs (store it? continue which?) and continue_from.
+    facts: dict[str, Any] = {
+        "store": store,
+        "previous_response_id": previous,
+        "instructions": instructions,
+        "input": items,
+    }
     adapter = ResponsesResponse(echo=_echo(body, effort, instructions), input_estimate=estimate)
     return CallRequest(
         protocol="openai",
@@ -141,21 +166,20 @@ def parse_responses(body: object) -> CallRequest:
         prefix_text=prefix,
         deterministic=False,
         response=adapter,
-        extra={
-            "tool_names": names,
-            "responses": {
-                "store": store,
-                "previous_response_id": previous,
-                "instructions": instructions,
-                "input": items,
-            },
-        },
+        extra={"tool_names": names, "responses": facts},
         untranslatable=tuple(skipped),
         dropped=tuple(dropped),
     )
 
 
-def continue_from(req: CallRequest, history: list[dict]) -> None:
+def adapter_of(req: CallRequest) -> ResponsesResponse:
+    """The response adapter of a call this package parsed (``parse_responses``
+    gives it a ``ResponsesResponse``), typed as such: ``CallRequest.response``
+    is any ``ResponseAdapter``."""
+    return cast(ResponsesResponse, req.response)
+
+
+def continue_from(req: CallRequest, history: list[dict[str, Any]]) -> None:
     """Put a stored conversation's items (input and output of the earlier
     responses) before this call's input, and count them in the estimate."""
     facts = req.extra["responses"]
@@ -166,17 +190,24 @@ def continue_from(req: CallRequest, history: list[dict]) -> None:
     estimate, prefix = chat_prompt(messages, req.body.get("tools"))
     req.prompt_tokens_estimate = estimate
     req.prefix_text = prefix
-    req.response.input_estimate = estimate
+    adapter_of(req).input_estimate = estimate
     facts["history"] = history
 
 
-def conversation(req: CallRequest) -> list[dict]:
+def conversation(req: CallRequest) -> list[dict[str, Any]]:
     """Every item of the answered call's conversation: the earlier items, this
     call's input, its output (what a later ``previous_response_id`` continues)."""
     facts = req.extra["responses"]
-    return [*facts.get("history", ()), *facts["input"], *req.response.output]
+    return [*facts.get("history", ()), *facts["input"], *adapter_of(req).output]
 
 
-def parse_call(endpoint: str, data: Any, *, path_model, query, headers) -> CallRequest:
+def parse_call(
+    endpoint: str,
+    data: Any,
+    *,
+    path_model: str | None,
+    query: bytes,
+    headers: dict[str, str],
+) -> CallRequest:
     """The pipeline's one entry: ``POST /v1/responses``."""
     return parse_responses(data)

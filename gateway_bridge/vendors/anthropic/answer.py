@@ -10,6 +10,7 @@ replaces an earlier one, never added).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import orjson
 
@@ -44,7 +45,7 @@ def _text(value: object, default: str = "") -> str:
     return value if isinstance(value, str) and value else default
 
 
-def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
+def to_chat(obj: dict[str, Any], model: str) -> tuple[dict[str, Any], TokenUsage | None]:
     """An Anthropic message → an OpenAI ``chat.completion`` and its usage."""
     if not isinstance(obj, dict) or obj.get("type") != "message":
         raise invalid_answer("The vendor's answer is not an Anthropic message.")
@@ -53,7 +54,7 @@ def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
         raise invalid_answer("The vendor's message has no content list.")
     texts: list[str] = []
     thoughts: list[str] = []
-    calls: list[dict] = []
+    calls: list[dict[str, Any]] = []
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
@@ -71,7 +72,7 @@ def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
                     },
                 }
             )
-    message: dict = {"role": "assistant", "content": "".join(texts) if texts else None}
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if thoughts:
         message["reasoning_content"] = "".join(thoughts)
     if calls:
@@ -96,7 +97,7 @@ def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
     return answer, usage
 
 
-def native_usage(obj: dict) -> TokenUsage | None:
+def native_usage(obj: dict[str, Any]) -> TokenUsage | None:
     return from_anthropic(obj.get("usage")) if isinstance(obj, dict) else None
 
 
@@ -107,14 +108,14 @@ class StreamReader:
         self.model = model
         self.finished = False
         self._id = "msg_vendor"
-        self._usages: list = []
+        self._usages: list[Any] = []
         self._tools: dict[int, int] = {}  # content block index → tool call index
 
     @property
     def usage(self) -> TokenUsage | None:
         return from_anthropic_stream(self._usages) if self._usages else None
 
-    def _chunk(self, delta: dict, finish: str | None = None) -> dict:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
             "id": self._id,
             "object": "chat.completion.chunk",
@@ -123,7 +124,7 @@ class StreamReader:
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
 
-    def _tool_start(self, index: object, block: dict) -> list[dict]:
+    def _tool_start(self, index: object, block: dict[str, Any]) -> list[dict[str, Any]]:
         position = len(self._tools)
         if isinstance(index, int):
             self._tools[index] = position
@@ -135,7 +136,7 @@ class StreamReader:
         }
         return [self._chunk({"tool_calls": [call]})]
 
-    def _delta(self, index: object, delta: object) -> list[dict]:
+    def _delta(self, index: object, delta: object) -> list[dict[str, Any]]:
         if not isinstance(delta, dict):
             return []
         kind = delta.get("type")
@@ -150,7 +151,7 @@ class StreamReader:
                 return [self._chunk({"tool_calls": [call]})]
         return []  # signature_delta, citations_delta, ...
 
-    def feed(self, event: str | None, data: dict) -> list[dict]:
+    def feed(self, event: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
         kind = data.get("type") if isinstance(data, dict) else None
         kind = kind or event
         if kind == "message_start":
@@ -195,11 +196,11 @@ class NativeStreamUsage:
     """Usage, first token and end of a native Anthropic stream: only
     ``message_start``, ``message_delta`` and ``error`` data are parsed."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.content = False
         self.finished = False
         self.error: GatewayError | None = None
-        self._usages: list = []
+        self._usages: list[Any] = []
 
     @property
     def usage(self) -> TokenUsage | None:

@@ -81,7 +81,7 @@ def _data_url(url: str, path: str) -> tuple[str, str]:
     return params[0].strip().lower(), data
 
 
-def _image(part: dict, path: str) -> dict:
+def _image(part: dict[str, Any], path: str) -> dict[str, Any]:
     image = part.get("image_url")
     url = image.get("url") if isinstance(image, dict) else image
     if not isinstance(url, str) or not url:
@@ -96,7 +96,7 @@ def _image(part: dict, path: str) -> dict:
     raise unsupported(f"{path}.image_url.url", "image URLs other than http(s) and data: URLs are")
 
 
-def _file(part: dict, path: str) -> dict:
+def _file(part: dict[str, Any], path: str) -> dict[str, Any]:
     file = part.get("file")
     if not isinstance(file, dict):
         raise _bad(f"{path}.file", "a file object is required")
@@ -132,7 +132,7 @@ def _file(part: dict, path: str) -> dict:
     return document
 
 
-def _blocks(content: object, path: str, *, media: bool = True) -> list[dict]:
+def _blocks(content: object, path: str, *, media: bool = True) -> list[dict[str, Any]]:
     """OpenAI message content (text or parts) → Anthropic content blocks (empty
     texts left out: Anthropic refuses them)."""
     if content is None:
@@ -141,7 +141,7 @@ def _blocks(content: object, path: str, *, media: bool = True) -> list[dict]:
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, list):
         raise _bad(f"{path}.content", "content must be a string or a list of parts")
-    blocks: list[dict] = []
+    blocks: list[dict[str, Any]] = []
     for i, part in enumerate(content):
         ppath = f"{path}.content.{i}"
         kind = part.get("type") if isinstance(part, dict) else None
@@ -169,7 +169,7 @@ def _tool_id(raw: object) -> str:
     return cleaned or "toolu_unnamed"
 
 
-def _tool_uses(calls: object, path: str) -> list[dict]:
+def _tool_uses(calls: object, path: str) -> list[dict[str, Any]]:
     if calls is None:
         return []
     if not isinstance(calls, list):
@@ -198,13 +198,13 @@ def _tool_uses(calls: object, path: str) -> list[dict]:
     return blocks
 
 
-def _turns(messages: object) -> tuple[list[dict], list[dict]]:
+def _turns(messages: object) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pivot messages → (system blocks, Anthropic messages), consecutive turns
     of one role merged."""
     if not isinstance(messages, list):
         raise _bad("messages", "a list is required")
-    system: list[dict] = []
-    turns: list[dict] = []
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         path = f"messages.{i}"
         if not isinstance(message, dict):
@@ -222,7 +222,10 @@ def _turns(messages: object) -> tuple[list[dict], list[dict]]:
             blocks = _blocks(message.get("content"), path, media=False)
             blocks += _tool_uses(message.get("tool_calls"), path)
         elif role == "tool":
-            result = {"type": "tool_result", "tool_use_id": _tool_id(message.get("tool_call_id"))}
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": _tool_id(message.get("tool_call_id")),
+            }
             content = _blocks(message.get("content"), path)
             if content:
                 result["content"] = content
@@ -240,7 +243,7 @@ def _turns(messages: object) -> tuple[list[dict], list[dict]]:
     return system, turns
 
 
-def _tools(tools: object) -> list[dict]:
+def _tools(tools: object) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise _bad("tools", "a list is required")
     out = []
@@ -261,8 +264,9 @@ def _tools(tools: object) -> list[dict]:
     return out
 
 
-def _tool_choice(body: dict, has_tools: bool) -> dict | None:
+def _tool_choice(body: dict[str, Any], has_tools: bool) -> dict[str, Any] | None:
     choice = body.get("tool_choice")
+    converted: dict[str, Any] | None
     if isinstance(choice, str) and choice in _CHOICES:
         converted = dict(_CHOICES[choice])
     elif isinstance(choice, dict) and choice.get("type") == "function":
@@ -285,7 +289,7 @@ def _tool_choice(body: dict, has_tools: bool) -> dict | None:
     return converted
 
 
-def _refuse_what_anthropic_lacks(body: dict) -> None:
+def _refuse_what_anthropic_lacks(body: dict[str, Any]) -> None:
     for key in body:
         if key not in _HANDLED and key not in _DROPPED:
             raise unsupported(key, f"'{key}' is")
@@ -307,7 +311,7 @@ def _refuse_what_anthropic_lacks(body: dict) -> None:
         raise unsupported("modalities", f"the modalities {modalities!r} are")
 
 
-def _output_config(fmt: object) -> dict | None:
+def _output_config(fmt: object) -> dict[str, Any] | None:
     """``response_format`` → Anthropic's ``output_config`` (structured outputs):
     a ``json_schema`` becomes ``format: {"type": "json_schema", "schema": ...}``;
     ``json_object`` (JSON without a schema) has no Anthropic form: refused."""
@@ -322,14 +326,14 @@ def _output_config(fmt: object) -> dict | None:
             f"response_format '{kind}' (Anthropic takes JSON output only with a schema: "
             "use json_schema) is",
         )
-    spec = fmt.get("json_schema")
+    spec = fmt.get("json_schema") if isinstance(fmt, dict) else None
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
         raise _bad("response_format.json_schema.schema", "a JSON schema object is required")
     return {"format": {"type": "json_schema", "schema": schema}}
 
 
-def _max_tokens(body: dict) -> int:
+def _max_tokens(body: dict[str, Any]) -> int:
     value = body.get("max_completion_tokens")
     name = "max_completion_tokens"
     if value is None:
@@ -341,7 +345,7 @@ def _max_tokens(body: dict) -> int:
     return value
 
 
-def _sampling(body: dict, out: dict) -> None:
+def _sampling(body: dict[str, Any], out: dict[str, Any]) -> None:
     temperature = body.get("temperature")
     if temperature is not None:
         if not is_number(temperature) or temperature < 0:
@@ -363,7 +367,7 @@ def _sampling(body: dict, out: dict) -> None:
         out["metadata"] = {"user_id": user}
 
 
-def _thinking(body: dict, max_tokens: int) -> dict | None:
+def _thinking(body: dict[str, Any], max_tokens: int) -> dict[str, Any] | None:
     effort = body.get("reasoning_effort")
     if effort is None:
         return None
@@ -380,7 +384,7 @@ def _thinking(body: dict, max_tokens: int) -> dict | None:
     return None if budget is None else {"type": "enabled", "budget_tokens": budget}
 
 
-def from_chat(body: dict, upstream_model: str, stream: bool) -> dict:
+def from_chat(body: dict[str, Any], upstream_model: str, stream: bool) -> dict[str, Any]:
     """The OpenAI chat pivot → an Anthropic Messages request body."""
     _refuse_what_anthropic_lacks(body)
     max_tokens = _max_tokens(body)

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway_bridge.protocols.base import invalid_answer
+from gateway_bridge.protocols.base import GatewayError, invalid_answer
 from gateway_bridge.protocols.checks import ID_CHARS
 from gateway_bridge.usage_mapping import TokenUsage, from_gemini, from_gemini_stream, to_openai
 from gateway_bridge.vendors.gemini.errors import error_from
@@ -36,7 +36,7 @@ def finish_reason(reason: object, calls: bool) -> str:
     return "tool_calls" if calls else "stop"
 
 
-def _list(value: object) -> list:
+def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -45,12 +45,12 @@ def _chat_id(response_id: object) -> str:
     return f"chatcmpl-{raw or 'gemini'}"
 
 
-def _index(candidate: dict, position: int) -> int:
+def _index(candidate: dict[str, Any], position: int) -> int:
     index = candidate.get("index")
     return index if type(index) is int and index >= 0 else position
 
 
-def _blocked(obj: dict) -> bool:
+def _blocked(obj: dict[str, Any]) -> bool:
     feedback = obj.get("promptFeedback")
     return isinstance(feedback, dict) and feedback.get("blockReason") not in _NO_REASON
 
@@ -67,10 +67,10 @@ def new_call_ids() -> str:
 class _Parts:
     """One candidate's parts read as OpenAI fields."""
 
-    def __init__(self, candidate: dict, first_call: int, call_ids: str) -> None:
+    def __init__(self, candidate: dict[str, Any], first_call: int, call_ids: str) -> None:
         self.text: list[str] = []
         self.thoughts: list[str] = []
-        self.calls: list[dict] = []
+        self.calls: list[dict[str, Any]] = []
         content = candidate.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
         for part in _list(parts):
@@ -93,7 +93,7 @@ class _Parts:
                 )
 
 
-def _embeddings(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
+def _embeddings(obj: dict[str, Any], model: str) -> tuple[dict[str, Any], TokenUsage | None]:
     vectors = obj.get("embeddings")
     if vectors is None and isinstance(obj.get("embedding"), dict):
         vectors = [obj["embedding"]]
@@ -112,7 +112,7 @@ def _embeddings(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
     return out, usage
 
 
-def _candidate_token(value: object) -> dict | None:
+def _candidate_token(value: object) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         return None
     token, logprob = value.get("token"), value.get("logProbability")
@@ -123,7 +123,7 @@ def _candidate_token(value: object) -> dict | None:
     return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
 
 
-def logprobs_of(candidate: dict) -> dict | None:
+def logprobs_of(candidate: dict[str, Any]) -> dict[str, Any] | None:
     """A candidate's ``logprobsResult`` → OpenAI's ``logprobs`` (None without one)."""
     result = candidate.get("logprobsResult")
     if not isinstance(result, dict):
@@ -140,7 +140,7 @@ def logprobs_of(candidate: dict) -> dict | None:
     return {"content": content, "refusal": None}
 
 
-def to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]:
+def to_chat(obj: dict[str, Any], model: str) -> tuple[dict[str, Any], TokenUsage | None]:
     """A ``generateContent`` answer → an OpenAI ``chat.completion`` (and a
     ``batchEmbedContents`` / ``embedContent`` answer → an OpenAI embeddings list)."""
     if not isinstance(obj, dict):
@@ -214,7 +214,7 @@ class StreamReader:
     def finished(self) -> bool:
         return self._blocked or (bool(self._started) and not self._open)
 
-    def _chunk(self, choices: list[dict]) -> dict:
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "id": self._id,
             "object": "chat.completion.chunk",
@@ -223,7 +223,7 @@ class StreamReader:
             "choices": choices,
         }
 
-    def feed(self, event: str | None, data: dict) -> list[dict]:
+    def feed(self, event: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(data, dict):
             raise invalid_answer("The Gemini API streamed an event that is not a JSON object.")
         if isinstance(data.get("error"), dict):
@@ -236,8 +236,11 @@ class StreamReader:
         if not isinstance(candidates, list) or not candidates:
             if _blocked(data) and not self._started:
                 self._blocked = True
-                delta = {"role": "assistant", "content": ""}
-                choice = {"index": 0, "delta": delta, "finish_reason": "content_filter"}
+                choice = {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": "content_filter",
+                }
                 return [self._chunk([choice])]
             return []
         deltas, finishes = [], []
@@ -296,7 +299,7 @@ class NativeStreamUsage:
         self._last_usage: object = None
         self.content = False
         self.finished = False
-        self.error = None
+        self.error: GatewayError | None = None
 
     @property
     def usage(self) -> TokenUsage | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import orjson
 
@@ -33,7 +34,7 @@ RATE_LIMITED = "upstream_rate_limited"
 _DELAY = re.compile(r"(\d{1,9}(?:\.\d+)?)s")
 
 
-def _error_object(raw: bytes) -> dict | None:
+def _error_object(raw: bytes) -> dict[str, Any] | None:
     """The ``error`` object of Google's body (or of the first array element holding one)."""
     try:
         body = orjson.loads(raw)
@@ -45,7 +46,7 @@ def _error_object(raw: bytes) -> dict | None:
     return error if isinstance(error, dict) else None
 
 
-def _retry_after(details: list) -> str | None:
+def _retry_after(details: list[Any]) -> str | None:
     for detail in details:
         if isinstance(detail, dict) and isinstance(detail.get("retryDelay"), str):
             found = _DELAY.fullmatch(detail["retryDelay"])
@@ -54,16 +55,17 @@ def _retry_after(details: list) -> str | None:
     return None
 
 
-def error_from(error: dict, status: int) -> GatewayError:
+def error_from(error: dict[str, Any], status: int) -> GatewayError:
     """Google's ``error`` object → the gateway's error. ``status`` is the HTTP
     status (0 for an error streamed inside a 200 answer: then the object's
     own ``code`` counts)."""
     if not 400 <= status <= 599:
         code = error.get("code")
         status = code if type(code) is int and 400 <= code <= 599 else 502
-    google = error.get("status") if isinstance(error.get("status"), str) else ""
-    message = error.get("message") if isinstance(error.get("message"), str) else ""
-    details = error.get("details") if isinstance(error.get("details"), list) else []
+    google, message, details = error.get("status"), error.get("message"), error.get("details")
+    google = google if isinstance(google, str) else ""
+    message = message if isinstance(message, str) else ""
+    details = details if isinstance(details, list) else []
     reasons = {d.get("reason") for d in details if isinstance(d, dict)}
     if "API_KEY_INVALID" in reasons or google == "UNAUTHENTICATED" or status == 401:
         return GatewayError(

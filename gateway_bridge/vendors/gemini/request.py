@@ -62,14 +62,14 @@ def _mime_of_url(url: str, param: str) -> str:
     return guessed
 
 
-def _data_part(url: str, param: str) -> dict:
+def _data_part(url: str, param: str) -> dict[str, Any]:
     found = _DATA_URL.fullmatch(url)
     if not found:
         raise _bad(param, "a data URL must be data:<mime type>;base64,<data>.")
     return {"inlineData": {"mimeType": found.group(1), "data": found.group(3)}}
 
 
-def _image(value: object, param: str) -> dict:
+def _image(value: object, param: str) -> dict[str, Any]:
     url = value.get("url") if isinstance(value, dict) else value
     if not isinstance(url, str) or not url:
         raise _bad(f"{param}.url", "an image needs a URL.")
@@ -80,7 +80,7 @@ def _image(value: object, param: str) -> dict:
     raise unsupported(f"{param}.url", "an image URL that is neither data: nor http(s) is")
 
 
-def _file(value: object, param: str) -> dict:
+def _file(value: object, param: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _bad(param, "a file part needs a file object.")
     data = value.get("file_data")
@@ -93,7 +93,7 @@ def _file(value: object, param: str) -> dict:
     raise _bad(param, "a file part needs file_data.")
 
 
-def _audio(value: object, param: str) -> dict:
+def _audio(value: object, param: str) -> dict[str, Any]:
     fmt = value.get("format") if isinstance(value, dict) else None
     data = value.get("data") if isinstance(value, dict) else None
     if fmt not in _AUDIO or not isinstance(data, str):
@@ -101,7 +101,7 @@ def _audio(value: object, param: str) -> dict:
     return {"inlineData": {"mimeType": _AUDIO[fmt], "data": data}}
 
 
-def _parts(content: object, param: str, *, media: bool = True) -> list[dict]:
+def _parts(content: object, param: str, *, media: bool = True) -> list[dict[str, Any]]:
     """A message's content → Gemini parts (empty texts left out)."""
     if content is None:
         return []
@@ -131,7 +131,7 @@ def _text_of(content: object, param: str) -> str:
     return "".join(p["text"] for p in _parts(content, param, media=False))
 
 
-def _function_response(content: object, param: str) -> dict:
+def _function_response(content: object, param: str) -> dict[str, Any]:
     text = _text_of(content, param)
     try:
         value = orjson.loads(text)
@@ -140,14 +140,14 @@ def _function_response(content: object, param: str) -> dict:
     return value if isinstance(value, dict) else {"result": text}
 
 
-def _call_parts(calls: object, param: str, names: dict[str, str]) -> list[dict]:
+def _call_parts(calls: object, param: str, names: dict[str, str]) -> list[dict[str, Any]]:
     if not isinstance(calls, list):
         raise _bad(param, "tool_calls must be a list.")
     out = []
     for k, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(function, dict) or not isinstance(name, str) or not name:
             raise _bad(f"{param}[{k}].function.name", "a tool call needs a function name.")
         arguments = function.get("arguments")
         try:
@@ -165,15 +165,15 @@ def _call_parts(calls: object, param: str, names: dict[str, str]) -> list[dict]:
     return out
 
 
-def _contents(messages: object) -> tuple[list[dict], list[dict]]:
+def _contents(messages: object) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(system parts, contents) of the pivot's messages."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "messages must be a non-empty list.")
-    system: list[dict] = []
-    contents: list[dict] = []
+    system: list[dict[str, Any]] = []
+    contents: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # tool call id → function name, as the calls were made
 
-    def add(role: str, parts: list[dict]) -> None:
+    def add(role: str, parts: list[dict[str, Any]]) -> None:
         if not parts:
             return
         if contents and contents[-1]["role"] == role:
@@ -216,7 +216,7 @@ def _contents(messages: object) -> tuple[list[dict], list[dict]]:
     return system, contents
 
 
-def _tools(tools: object) -> list[dict]:
+def _tools(tools: object) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise _bad("tools", "tools must be a list.")
     declarations = []
@@ -227,7 +227,7 @@ def _tools(tools: object) -> list[dict]:
             raise unsupported(f"{param}.type", f"tools of type {kind!r} are")
         function = tool.get("function")
         name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(function, dict) or not isinstance(name, str) or not name:
             raise _bad(f"{param}.function.name", "a function needs a name.")
         declaration: dict[str, Any] = {"name": name}
         if isinstance(function.get("description"), str) and function["description"]:
@@ -239,7 +239,7 @@ def _tools(tools: object) -> list[dict]:
     return [{"functionDeclarations": declarations}] if declarations else []
 
 
-def _tool_config(choice: object) -> dict:
+def _tool_config(choice: object) -> dict[str, Any]:
     if isinstance(choice, str) and choice in _TOOL_CHOICE:
         return {"functionCallingConfig": {"mode": _TOOL_CHOICE[choice]}}
     function = choice.get("function") if isinstance(choice, dict) else None
@@ -249,12 +249,12 @@ def _tool_config(choice: object) -> dict:
     raise _bad("tool_choice", "tool_choice must be auto, none, required or a named function.")
 
 
-def _response_format(value: object, config: dict) -> None:
+def _response_format(value: object, config: dict[str, Any]) -> None:
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "json_object":
         config["responseMimeType"] = "application/json"
     elif kind == "json_schema":
-        spec = value.get("json_schema")
+        spec = value.get("json_schema") if isinstance(value, dict) else None
         schema = spec.get("schema") if isinstance(spec, dict) else None
         config["responseMimeType"] = "application/json"
         if isinstance(schema, dict):
@@ -265,7 +265,7 @@ def _response_format(value: object, config: dict) -> None:
         raise _bad("response_format.type", "must be text, json_object or json_schema.")
 
 
-def _generation(body: dict) -> dict:
+def _generation(body: dict[str, Any]) -> dict[str, Any]:
     config: dict[str, Any] = {}
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     if limit is not None:
@@ -303,7 +303,7 @@ def _generation(body: dict) -> dict:
     return config
 
 
-def _refuse(body: dict) -> None:
+def _refuse(body: dict[str, Any]) -> None:
     for name, what in _UNSUPPORTED.items():
         if body.get(name):
             raise unsupported(name, what)
@@ -312,7 +312,7 @@ def _refuse(body: dict) -> None:
         raise unsupported("modalities", "output modalities other than text are")
 
 
-def _embeddings(body: dict, upstream_model: str) -> dict:
+def _embeddings(body: dict[str, Any], upstream_model: str) -> dict[str, Any]:
     texts = body.get("input")
     if isinstance(texts, str):
         texts = [texts]
@@ -334,7 +334,7 @@ def model_name(upstream_model: str) -> str:
     return name if name.startswith("tunedModels/") else f"models/{name}"
 
 
-def from_chat(body: dict, upstream_model: str, stream: bool) -> dict:
+def from_chat(body: dict[str, Any], upstream_model: str, stream: bool) -> dict[str, Any]:
     """The pivot body → a ``generateContent`` (or ``batchEmbedContents``) body."""
     if "messages" not in body and "input" in body:
         return _embeddings(body, upstream_model)

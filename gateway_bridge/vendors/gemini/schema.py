@@ -24,6 +24,7 @@ objects, so a JSON answer keeps the order the client's schema gives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway_bridge.protocols.base import invalid
@@ -54,7 +55,9 @@ _FORMATS = {
 _MAX_DEPTH = 64
 
 
-def _deref(schema: dict, defs: dict, seen: tuple[str, ...], param: str) -> tuple[dict, tuple]:
+def _deref(
+    schema: dict[str, Any], defs: dict[str, Any], seen: tuple[str, ...], param: str
+) -> tuple[dict[str, Any], tuple[Any, ...]]:
     ref = schema.get("$ref")
     if not isinstance(ref, str):
         return schema, seen
@@ -76,7 +79,7 @@ def _deref(schema: dict, defs: dict, seen: tuple[str, ...], param: str) -> tuple
     )
 
 
-def _merge_all_of(schema: dict) -> dict:
+def _merge_all_of(schema: dict[str, Any]) -> dict[str, Any]:
     parts = schema.get("allOf")
     if not isinstance(parts, list):
         return schema
@@ -94,7 +97,7 @@ def _merge_all_of(schema: dict) -> dict:
     return merged
 
 
-def _type_of(schema: dict, out: dict) -> str | None:
+def _type_of(schema: dict[str, Any], out: dict[str, Any]) -> str | None:
     kind = schema.get("type")
     if isinstance(kind, list):
         named = [k for k in kind if isinstance(k, str) and k != "null"]
@@ -115,15 +118,33 @@ def _type_of(schema: dict, out: dict) -> str | None:
     return None
 
 
+def _branches(
+    branches: object, out: dict[str, Any], sub: Callable[[object], dict[str, Any]]
+) -> None:
+    """``anyOf`` / ``oneOf``: a ``null`` branch makes ``out`` nullable; one other
+    branch is merged into it, several become its ``anyOf``."""
+    if isinstance(branches, list):
+        kept = []
+        for branch in branches:
+            if isinstance(branch, dict) and branch.get("type") == "null":
+                out["nullable"] = True
+            else:
+                kept.append(sub(branch))
+        if len(kept) == 1:
+            out.update(kept[0])
+        elif kept:
+            out["anyOf"] = kept
+
+
 def convert(
     schema: object,
     param: str,
     *,
     ordered: bool = False,
-    defs: dict | None = None,
+    defs: dict[str, Any] | None = None,
     seen: tuple[str, ...] = (),
     depth: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """One JSON schema (``param`` names it in errors) → Gemini's Schema."""
     if not isinstance(schema, dict):
         return {}  # ``true`` / ``{}``: any value
@@ -137,22 +158,11 @@ def convert(
     schema, seen = _deref(schema, defs, seen, param)
     schema = _merge_all_of(schema)
 
-    def sub(value: object) -> dict:
+    def sub(value: object) -> dict[str, Any]:
         return convert(value, param, ordered=ordered, defs=defs, seen=seen, depth=depth + 1)
 
     out: dict[str, Any] = {}
-    branches = schema.get("anyOf", schema.get("oneOf"))
-    if isinstance(branches, list):
-        kept = []
-        for branch in branches:
-            if isinstance(branch, dict) and branch.get("type") == "null":
-                out["nullable"] = True
-            else:
-                kept.append(sub(branch))
-        if len(kept) == 1:
-            out.update(kept[0])
-        elif kept:
-            out["anyOf"] = kept
+    _branches(schema.get("anyOf", schema.get("oneOf")), out, sub)
     kind = _type_of(schema, out)
     if kind:
         out["type"] = kind
