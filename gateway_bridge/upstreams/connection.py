@@ -10,8 +10,9 @@ chunks, and every timeout of the request shares one timer handle (no
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_module
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
@@ -41,7 +42,16 @@ class _Host:
         "waiters",
     )
 
-    def __init__(self, key, hostname, port, ssl, prefix, host_header, public_only=False):
+    def __init__(
+        self,
+        key: str,
+        hostname: str,
+        port: int,
+        ssl: ssl_module.SSLContext | None,
+        prefix: str,
+        host_header: str,
+        public_only: bool = False,
+    ) -> None:
         self.key = key
         # Connect only to addresses the pool's address guard accepts (a tenant's node).
         self.public_only = public_only
@@ -54,7 +64,9 @@ class _Host:
         self.idle: list[_Connection] = []  # a stack: the most recently used on top
         self.in_flight = 0  # connections open or connecting, idle ones included
         self.opened = 0  # connections ever opened (stats, tests)
-        self.waiters: deque[asyncio.Future] = deque()
+        # Requests waiting for a connection: each gets a freed one, or None for
+        # a freed slot (it then connects itself).
+        self.waiters: deque[asyncio.Future[_Connection | None]] = deque()
 
 
 class _Connection(asyncio.Protocol):
@@ -89,18 +101,18 @@ class _Connection(asyncio.Protocol):
         "wait_since",
     )
 
-    def __init__(self, pool: UpstreamPool, host: _Host, loop):
+    def __init__(self, pool: UpstreamPool, host: _Host, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
         self.host = host
         self.loop = loop
         self.parser = httptools.HttpResponseParser(self)
-        self.transport = None
+        self.transport: asyncio.Transport | None = None  # set by connection_made
         self.active = False  # a request is in flight on this connection
         self.dead = False  # discarded: counted out of the pool, never reused
         self.pooled = False  # in its host's idle stack
         self.idle_since = 0.0
-        self._timer = None
-        self._waiter = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._paused = False
@@ -117,8 +129,9 @@ class _Connection(asyncio.Protocol):
         self.no_body = False
 
     # asyncio.Protocol
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # loop.create_connection's transports are read-write ones.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.active:
@@ -135,11 +148,11 @@ class _Connection(asyncio.Protocol):
             if self.complete:  # junk after a whole response: keep it, but not the connection
                 self.keep_alive = False
             else:
-                self._fail(UpstreamError("protocol", str(error) or "malformed response"))
+                self.fail(UpstreamError("protocol", str(error) or "malformed response"))
         except httptools.HttpParserUpgrade:
-            self._fail(UpstreamError("protocol", "unexpected protocol upgrade"))
+            self.fail(UpstreamError("protocol", "unexpected protocol upgrade"))
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         if self.active and not self.complete and self.error is None:
             if not self.received:
                 self.error = _Stale()
@@ -162,9 +175,9 @@ class _Connection(asyncio.Protocol):
         if self.complete:
             return
         key = name.decode("latin-1").lower()
-        value = value.decode("latin-1")
+        text = value.decode("latin-1")
         headers = self.headers
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
         if self.complete:
@@ -190,6 +203,7 @@ class _Connection(asyncio.Protocol):
         self._buffered += len(body)
         if self._buffered > HIGH_WATER_BYTES and not self._paused:
             self._paused = True
+            assert self.transport is not None  # data comes over it
             self.transport.pause_reading()
         self._wake()
 
@@ -205,7 +219,14 @@ class _Connection(asyncio.Protocol):
         headers = self.headers
         return "content-length" in headers or "chunked" in headers.get("transfer-encoding", "")
 
-    def start(self, payload: bytes, first_byte_timeout, idle_timeout, deadline, no_body) -> None:
+    def start(
+        self,
+        payload: bytes,
+        first_byte_timeout: float | None,
+        idle_timeout: float | None,
+        deadline: float,
+        no_body: bool,
+    ) -> None:
         self._reset()
         self.active = True
         self.error = None
@@ -218,11 +239,13 @@ class _Connection(asyncio.Protocol):
         when = min(self.first_byte_deadline, deadline)
         if when != _INF:
             self._timer = self.loop.call_at(when, self._check_timeouts)
+        assert self.transport is not None  # the pool starts connected connections only
         self.transport.write(payload)
 
     async def wait(self) -> None:
         """Wait for the next event of the response (head, body data, end, error)."""
-        self._waiter = waiter = self.loop.create_future()
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        self._waiter = waiter
         self.wait_since = self.loop.time()
         if self._timer is None and self.head_done:
             when = self.deadline
@@ -250,7 +273,7 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         if self._paused:
             self._paused = False
-            if not self.dead:
+            if not self.dead and self.transport is not None:  # paused: it is set
                 self.transport.resume_reading()
         return data
 
@@ -260,11 +283,11 @@ class _Connection(asyncio.Protocol):
             return
         now = self.loop.time() + 0.001  # call_at may fire up to the clock resolution early
         if now >= self.deadline:
-            self._fail(UpstreamError("total_timeout"))
+            self.fail(UpstreamError("total_timeout"))
             return
         if not self.head_done:
             if now >= self.first_byte_deadline:
-                self._fail(UpstreamError("first_byte_timeout"))
+                self.fail(UpstreamError("first_byte_timeout"))
                 return
             when = min(self.first_byte_deadline, self.deadline)
         elif self._waiter is not None and self.idle_timeout:
@@ -272,7 +295,7 @@ class _Connection(asyncio.Protocol):
             # every piece of body wakes the reader, whose next wait() restarts the clock.
             idle_deadline = self.wait_since + self.idle_timeout
             if now >= idle_deadline:
-                self._fail(UpstreamError("idle_timeout"))
+                self.fail(UpstreamError("idle_timeout"))
                 return
             when = min(idle_deadline, self.deadline)
         else:
@@ -280,7 +303,9 @@ class _Connection(asyncio.Protocol):
         if when != _INF:
             self._timer = self.loop.call_at(when, self._check_timeouts)
 
-    def _fail(self, error: UpstreamError) -> None:
+    def fail(self, error: UpstreamError) -> None:
+        """End the request in flight with ``error`` (the first one stands) and
+        close the connection."""
         if self.error is None:
             self.error = error
         self.discard(abort=True)
@@ -294,12 +319,13 @@ class _Connection(asyncio.Protocol):
         self.active = False
         self._chunks = []
         self._buffered = 0
+        transport = self.transport
         if self._paused:
             self._paused = False
-            if not self.dead:
-                self.transport.resume_reading()
-        if reuse and not self.dead and not self.transport.is_closing():
-            self.pool._put_idle(self)
+            if not self.dead and transport is not None:  # paused: it is set
+                transport.resume_reading()
+        if reuse and not self.dead and transport is not None and not transport.is_closing():
+            self.pool.put_idle(self)
             return
         if self.error is None and not self.complete:
             self.error = UpstreamError("closed", "the response was aborted")
@@ -318,4 +344,4 @@ class _Connection(asyncio.Protocol):
                 self.transport.close()
         if not self.dead:
             self.dead = True
-            self.pool._forget(self)
+            self.pool.forget(self)

@@ -20,7 +20,7 @@ import asyncio
 import ipaddress
 import socket
 import ssl as ssl_module
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from gateway_bridge.upstreams.connection import _INF, _Connection, _Host
@@ -56,7 +56,7 @@ class UpstreamPool:
         self._ssl_context = ssl_context
         self._hosts: dict[str, _Host] = {}
         self._conns: set[_Connection] = set()
-        self._sweeper = None
+        self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
 
     # public
@@ -107,6 +107,7 @@ class UpstreamPool:
                 # byte (a POST is not idempotent; it could run twice).
                 fresh = True
                 continue
+            assert error is not None  # the wait ends with the head or an error
             raise _public(error)
 
     def stats(self) -> dict[str, dict[str, int]]:
@@ -135,7 +136,7 @@ class UpstreamPool:
                     waiter.set_exception(UpstreamError("closed", "the pool is closed"))
         for conn in list(self._conns):
             if conn.active:
-                conn._fail(UpstreamError("closed", "the pool is closed"))
+                conn.fail(UpstreamError("closed", "the pool is closed"))
             else:
                 conn.discard(abort=False)
         await asyncio.sleep(0)  # let the transports call connection_lost
@@ -160,35 +161,28 @@ class UpstreamPool:
         self._hosts[key] = host
         return host
 
-    async def _acquire(self, host: _Host, loop, connect_timeout, deadline, fresh: bool):
+    async def _acquire(
+        self,
+        host: _Host,
+        loop: asyncio.AbstractEventLoop,
+        connect_timeout: float | None,
+        deadline: float,
+        fresh: bool,
+    ) -> tuple[_Connection, bool]:
         """A connection for one request: (connection, whether it came from the pool)."""
         if not fresh:
             idle = host.idle
             while idle:
                 conn = idle.pop()
                 conn.pooled = False
-                if conn.dead or conn.transport.is_closing():
+                if conn.dead or conn.transport is None or conn.transport.is_closing():
                     conn.discard(abort=True)
                     continue
                 return conn, True
         if host.in_flight >= self.max_connections_per_host:
-            waiter = loop.create_future()
-            host.waiters.append(waiter)
-            try:
-                async with asyncio.timeout_at(_timeout(loop, connect_timeout, deadline)):
-                    conn = await waiter
-            except TimeoutError:
-                raise UpstreamError(_timeout_reason(loop, deadline), "no free connection") from None
-            except BaseException:
-                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                    handed = waiter.result()
-                    if handed is not None:
-                        self._put_idle(handed)
-                    elif not self._wake_waiter(host):  # pass the free slot on, or free it
-                        host.in_flight -= 1
-                raise
-            if conn is not None:
-                return conn, True
+            handed_over = await self._wait_for_one(host, loop, connect_timeout, deadline)
+            if handed_over is not None:
+                return handed_over, True
             # None: a slot was freed for us (in_flight already counts it); connect below.
         else:
             host.in_flight += 1
@@ -217,11 +211,39 @@ class UpstreamPool:
             conn.discard(abort=True)
             raise
         if conn.dead:  # closed by the pool (or the peer) while connecting
-            conn.transport.abort()
+            if conn.transport is not None:  # connected: the connect returned
+                conn.transport.abort()
             raise UpstreamError("closed", host.key)
         return conn, False
 
-    async def _connect_checked(self, loop, conn: _Connection, host: _Host) -> None:
+    async def _wait_for_one(
+        self,
+        host: _Host,
+        loop: asyncio.AbstractEventLoop,
+        connect_timeout: float | None,
+        deadline: float,
+    ) -> _Connection | None:
+        """Wait (the host at its limit) for a connection another request frees,
+        or None for its slot (counted in ``in_flight`` for us already)."""
+        waiter: asyncio.Future[_Connection | None] = loop.create_future()
+        host.waiters.append(waiter)
+        try:
+            async with asyncio.timeout_at(_timeout(loop, connect_timeout, deadline)):
+                return await waiter
+        except TimeoutError:
+            raise UpstreamError(_timeout_reason(loop, deadline), "no free connection") from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                handed = waiter.result()
+                if handed is not None:
+                    self.put_idle(handed)
+                elif not self._wake_waiter(host):  # pass the free slot on, or free it
+                    host.in_flight -= 1
+            raise
+
+    async def _connect_checked(
+        self, loop: asyncio.AbstractEventLoop, conn: _Connection, host: _Host
+    ) -> None:
         """Resolve ``host`` once, refuse it unless every address passes the
         guard, then connect to those addresses in turn (never resolving again)."""
         guard = self._address_guard
@@ -238,8 +260,8 @@ class UpstreamPool:
             try:
                 await loop.create_connection(
                     lambda: conn,
-                    sockaddr[0],
-                    sockaddr[1],
+                    str(sockaddr[0]),  # an IPv4 or IPv6 address: (host, port, ...)
+                    int(sockaddr[1]),
                     family=family,
                     proto=proto,
                     ssl=host.ssl,
@@ -250,7 +272,10 @@ class UpstreamPool:
                 error = exc
         raise error
 
-    def _put_idle(self, conn: _Connection) -> None:
+    # the connections' calls
+    def put_idle(self, conn: _Connection) -> None:
+        """A connection done with its request and good for another: to a
+        waiting request, else onto its host's idle stack."""
         host = conn.host
         while host.waiters:
             waiter = host.waiters.popleft()
@@ -263,7 +288,7 @@ class UpstreamPool:
         if self._sweeper is None:
             self._sweeper = conn.loop.call_later(self.idle_keepalive_s / 2, self._sweep)
 
-    def _forget(self, conn: _Connection) -> None:
+    def forget(self, conn: _Connection) -> None:
         """A connection is gone: free its slot (for a waiting request, if any)."""
         host = conn.host
         host.in_flight -= 1
@@ -293,29 +318,40 @@ class UpstreamPool:
         for host in self._hosts.values():
             idle = host.idle
             while idle and idle[0].idle_since < cutoff:
-                idle[0].discard(abort=False)  # _forget takes it off the stack
+                idle[0].discard(abort=False)  # forget() takes it off the stack
             remaining = remaining or bool(idle)
         if remaining and not self._closed:
             self._sweeper = loop.call_later(self.idle_keepalive_s / 2, self._sweep)
 
 
-def _timeout(loop, timeout, deadline) -> float | None:
+def _timeout(
+    loop: asyncio.AbstractEventLoop, timeout: float | None, deadline: float
+) -> float | None:
     """The loop time by which a connect must be done (for ``asyncio.timeout``)."""
     when = loop.time() + timeout if timeout else _INF
     when = min(when, deadline)
     return None if when == _INF else when
 
 
-def _timeout_reason(loop, deadline) -> str:
+def _timeout_reason(loop: asyncio.AbstractEventLoop, deadline: float) -> str:
     return "total_timeout" if loop.time() + 0.001 >= deadline else "connect_timeout"
 
 
-def _serialize(method, host: _Host, path: str, body: bytes, headers) -> bytes:
+def _serialize(
+    method: str,
+    host: _Host,
+    path: str,
+    body: bytes,
+    headers: list[tuple[str, str]] | dict[str, str] | None,
+) -> bytes:
+    pairs: Iterable[tuple[str, str]]
     if headers is None:
-        headers = ()
+        pairs = ()
     elif isinstance(headers, dict):
-        headers = headers.items()
-    lines = [f"{name}: {value}\r\n" for name, value in headers if name.lower() not in _SKIPPED]
+        pairs = headers.items()
+    else:
+        pairs = headers
+    lines = [f"{name}: {value}\r\n" for name, value in pairs if name.lower() not in _SKIPPED]
     extra = "".join(lines)
     if extra.count("\n") != len(lines) or extra.count("\r") != len(lines):
         raise ValueError("header names and values must not contain CR or LF")

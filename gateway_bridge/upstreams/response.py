@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from types import TracebackType
 
 from gateway_bridge.upstreams.connection import _Connection
 from gateway_bridge.upstreams.errors import UpstreamError, _public
@@ -55,7 +57,7 @@ class UpstreamResponse:
         self.release()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def sse(self):
+    async def sse(self) -> AsyncIterator[bytes]:
         """Yield each server-sent event's data (lines joined with ``\\n``), ``[DONE]`` too.
 
         Comments and events without data are skipped. Releases the connection
@@ -84,6 +86,7 @@ class UpstreamResponse:
                             break
                         block = buffer[start:end]
                         start = end + 2
+                        payload: bytes | None
                         if block[:6] == b"data: " and b"\n" not in block:
                             payload = block[6:]
                         else:
@@ -115,7 +118,7 @@ class UpstreamResponse:
             raise
         self.release()
 
-    async def chunks(self):
+    async def chunks(self) -> AsyncIterator[bytes]:
         """Yield the body as it arrives, chunk by chunk, untouched (native
         pass-through relays them as they are). Releases the connection at the
         end; closes it on an error or if iteration stops early."""
@@ -169,7 +172,12 @@ class UpstreamResponse:
     async def __aenter__(self) -> UpstreamResponse:
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.release()
         else:
