@@ -6,6 +6,7 @@ every problem is a field error in the reader's language."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django import forms
 from django.utils.translation import gettext, ngettext
@@ -195,13 +196,7 @@ class AlertRuleForm(forms.Form):
             errors["scope"] = gettext("This kind of alert cannot watch that.")
         if not self.manages_all and kind not in DEVELOPER_KINDS:
             errors["kind"] = gettext("Developers set alerts on their own keys only.")
-        required = {
-            Scope.KEY: "api_key",
-            Scope.SUB_ACCOUNT: "sub_account",
-            Scope.MODEL: "model",
-            Scope.NODE: "node",
-        }
-        for other_scope, field in required.items():
+        for other_scope, field in _SCOPE_FIELDS.items():
             if field not in self.fields:
                 continue
             if scope == other_scope:
@@ -209,7 +204,6 @@ class AlertRuleForm(forms.Form):
                     errors.setdefault(field, gettext("Choose what this alert watches."))
             else:
                 data[field] = None if field != "model" else ""
-        threshold = data.get("threshold")
         if kind == Kind.SPEND_CAP:
             if not data.get("percents"):
                 errors["percents"] = gettext("Enter at least one percent, such as 50, 80, 100.")
@@ -223,39 +217,53 @@ class AlertRuleForm(forms.Form):
                 errors["amount"] = gettext("The amount must be more than zero.")
         elif "amount" in data:
             data["amount"] = None
-        if kind in WINDOWED_KINDS:
-            window = data.get("window_minutes")
-            if window is None or not MIN_WINDOW <= window <= MAX_WINDOW:
-                errors["window_minutes"] = gettext(
-                    "The window is between %(lo)d and %(hi)d minutes."
-                ) % {"lo": MIN_WINDOW, "hi": MAX_WINDOW}
-            min_calls = data.get("min_calls")
-            if min_calls is None or not 1 <= min_calls <= 1_000_000:
-                errors["min_calls"] = gettext("The minimum is between 1 and 1,000,000 calls.")
-        else:
-            data.pop("window_minutes", None)
-            data.pop("min_calls", None)
-        limits = {
-            Kind.ERROR_RATE: (Decimal("0.001"), Decimal(100)),
-            Kind.LATENCY_P99: (Decimal(1), MAX_MS),
-            Kind.TTFT_P99: (Decimal(1), MAX_MS),
-            Kind.BALANCE_RUNWAY: (Decimal(1), Decimal(MAX_RUNWAY_DAYS)),
-            Kind.RATE_NEAR_LIMIT: (Decimal(1), Decimal(100)),
-        }
-        if kind in limits:
-            lo, hi = limits[kind]
-            if threshold is None:
-                errors["threshold"] = gettext("Enter a threshold.")
-            elif not lo <= threshold <= hi:
-                errors["threshold"] = gettext("The threshold is between %(lo)s and %(hi)s.") % {
-                    "lo": lo.normalize(),
-                    "hi": f"{hi.normalize():f}",
-                }
-        else:
-            data["threshold"] = None
+        _clean_window(data, kind, errors)
+        _clean_threshold(data, kind, errors)
         for field, message in errors.items():
             self.add_error(field if field in self.fields else None, message)
         return data
+
+
+def _clean_window(data: dict[str, Any], kind: str, errors: dict[str, str]) -> None:
+    """A windowed kind's window and minimum calls, in bounds; dropped for the others."""
+    if kind in WINDOWED_KINDS:
+        window = data.get("window_minutes")
+        if window is None or not MIN_WINDOW <= window <= MAX_WINDOW:
+            errors["window_minutes"] = gettext(
+                "The window is between %(lo)d and %(hi)d minutes."
+            ) % {"lo": MIN_WINDOW, "hi": MAX_WINDOW}
+        min_calls = data.get("min_calls")
+        if min_calls is None or not 1 <= min_calls <= 1_000_000:
+            errors["min_calls"] = gettext("The minimum is between 1 and 1,000,000 calls.")
+    else:
+        data.pop("window_minutes", None)
+        data.pop("min_calls", None)
+
+
+# The threshold's bounds for each kind that reads one.
+_THRESHOLD_LIMITS: dict[str, tuple[Decimal, Decimal]] = {
+    Kind.ERROR_RATE: (Decimal("0.001"), Decimal(100)),
+    Kind.LATENCY_P99: (Decimal(1), MAX_MS),
+    Kind.TTFT_P99: (Decimal(1), MAX_MS),
+    Kind.BALANCE_RUNWAY: (Decimal(1), Decimal(MAX_RUNWAY_DAYS)),
+    Kind.RATE_NEAR_LIMIT: (Decimal(1), Decimal(100)),
+}
+
+
+def _clean_threshold(data: dict[str, Any], kind: str, errors: dict[str, str]) -> None:
+    """The threshold of a kind that reads one, in its bounds; dropped for the others."""
+    threshold = data.get("threshold")
+    if kind in _THRESHOLD_LIMITS:
+        lo, hi = _THRESHOLD_LIMITS[kind]
+        if threshold is None:
+            errors["threshold"] = gettext("Enter a threshold.")
+        elif not lo <= threshold <= hi:
+            errors["threshold"] = gettext("The threshold is between %(lo)s and %(hi)s.") % {
+                "lo": lo.normalize(),
+                "hi": f"{hi.normalize():f}",
+            }
+    else:
+        data["threshold"] = None
 
 
 def initial_for(rule) -> dict:
