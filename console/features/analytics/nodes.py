@@ -1,7 +1,7 @@
 """The node charts: latency, cache hit rate and a summary per node (from the
 rollups' node grain), each node's health over the range (from the health
-prober's audit events, one per flip), its load as last probed, and the
-circuit-breaker openings the gateways reported. None reads call records."""
+prober's audit events, one per flip) and its load as last probed. None reads
+call records. (The circuit-breaker openings are ``circuits.circuit_openings``.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 import plotly.graph_objects as go
-from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone as tz
 from django.utils.translation import gettext as _
@@ -64,7 +63,7 @@ HEALTH_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unknown": "#b0b
 FLIPS = ("node.healthy", "node.unhealthy")
 
 
-def _nodes(q: Query) -> list[Node]:
+def chosen_nodes(q: Query) -> list[Node]:
     """The organization's own nodes and the shared ones, as the Nodes page lists
     them (narrowed by the node filter when one is set)."""
     nodes = Node.objects.filter(
@@ -75,6 +74,10 @@ def _nodes(q: Query) -> list[Node]:
         ids = wanted if isinstance(wanted, list | tuple | set) else [wanted]
         nodes = nodes.filter(pk__in=ids)
     return list(nodes[:50])
+
+
+def _fmt(v: float | None, unit: str = " ms") -> str:
+    return "—" if v is None else f"{v:,.1f}{unit}"
 
 
 def node_table(q: Query) -> Chart:
@@ -116,23 +119,23 @@ def node_table(q: Query) -> Chart:
                 err,
             ]
         )
-
-        def fmt(v, unit=" ms"):
-            return "—" if v is None else f"{v:,.1f}{unit}"
-
+        href = q.calls_url(node=node_id) if q.names.known("node_id", node_id) else None
         rows.append(
             [
-                (label, q.calls_url(node=node_id) if q.names.known("node_id", node_id) else None),
+                (label, href),
                 (f"{p['calls']:,}", None),
-                (fmt(lat[0.5]), None),
-                (fmt(lat[0.9]), None),
-                (fmt(lat[0.99]), None),
-                (fmt(tt[0.5]), None),
-                (fmt(hit, " %"), None),
-                (fmt(err, " %"), None),
+                *((_fmt(v), None) for v in (lat[0.5], lat[0.9], lat[0.99], tt[0.5])),
+                (_fmt(hit, " %"), None),
+                (_fmt(err, " %"), None),
             ]
         )
-    chart.table = {
+    chart.table = _node_summary_table(rows)
+    return chart
+
+
+def _node_summary_table(rows: list) -> dict[str, Any]:
+    """The per-node summary's table: a node's calls, latency and TTFT, cache and errors."""
+    return {
         "headers": [
             _("Node"),
             _("Calls"),
@@ -146,7 +149,6 @@ def node_table(q: Query) -> Chart:
         "numeric": [False, True, True, True, True, True, True, True],
         "rows": rows,
     }
-    return chart
 
 
 def _line_per_node(q: Query, s, chart: Chart, value, unit: str, row) -> list:
@@ -241,7 +243,7 @@ def node_health(q: Query) -> Chart:
             "unhealthy nodes get no calls."
         ),
     )
-    nodes = _nodes(q)
+    nodes = chosen_nodes(q)
     if not nodes:
         chart.empty = _("No nodes yet. Register one under Nodes, or use the shared ones.")
         return chart
@@ -254,11 +256,7 @@ def node_health(q: Query) -> Chart:
         actions=FLIPS,
         before=end,
     )
-    flips: dict[str, list] = {}
-    for _action, target, at, params in events:
-        flips.setdefault(target, []).append(
-            (at, (params or {}).get("from", "unknown"), (params or {}).get("to", "unknown"))
-        )
+    flips = _flips_by_node(events)
     traces: dict[str, dict[str, list[Any]]] = {}  # per state: the bars' x, y and base
     for node in nodes:
         for seg_from, seg_to, state in health_segments(
@@ -278,6 +276,22 @@ def node_health(q: Query) -> Chart:
             t["x"].append(seconds * 1000)
             t["y"].append(node.name)
             t["base"].append(seg_from.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
+    chart.figure = _health_figure(q, traces, len(nodes))
+    return chart
+
+
+def _flips_by_node(events: list) -> dict[str, list[tuple[datetime, str, str]]]:
+    """The audit trail's health flips per node id: (when, from, to)."""
+    flips: dict[str, list[tuple[datetime, str, str]]] = {}
+    for _action, target, at, params in events:
+        flips.setdefault(target, []).append(
+            (at, (params or {}).get("from", "unknown"), (params or {}).get("to", "unknown"))
+        )
+    return flips
+
+
+def _health_figure(q: Query, traces: dict[str, dict[str, list[Any]]], n_nodes: int) -> dict:
+    """A row of bars per node, one colour per health state, over time."""
     data = [
         go.Bar(
             name=str(HEALTH_NAMES.get(state, state)),
@@ -291,7 +305,7 @@ def node_health(q: Query) -> Chart:
     ]
     layout = go.Layout(
         template="none",
-        height=max(140, 48 + 36 * len(nodes)),
+        height=max(140, 48 + 36 * n_nodes),
         margin={"l": 140, "r": 16, "t": 12, "b": 48},
         barmode="overlay",
         legend={"orientation": "h", "y": -0.3, "x": 0},
@@ -302,8 +316,7 @@ def node_health(q: Query) -> Chart:
     # Plain lists set after serializing (as chart.figure does): no typed arrays.
     for trace, arrays in zip(fig["data"], traces.values(), strict=True):
         trace.update(arrays)
-    chart.figure = fig
-    return chart
+    return fig
 
 
 def node_load(q: Query) -> Chart:
@@ -322,7 +335,7 @@ def node_load(q: Query) -> Chart:
             "last_probe",
         ],
     )
-    nodes = _nodes(q)
+    nodes = chosen_nodes(q)
     if not nodes:
         chart.empty = _("No nodes yet. Register one under Nodes, or use the shared ones.")
         return chart
@@ -357,132 +370,4 @@ def node_load(q: Query) -> Chart:
         "numeric": [False, False, False, True, True, True, True, False],
         "rows": rows,
     }  # fmt: skip
-    return chart
-
-
-CIRCUIT_OPENED, CIRCUIT_CLOSED = "node.circuit_opened", "node.circuit_closed"
-REASONS = {
-    "error_rate": (gettext_lazy("Error rate over the window"), "#c0362c"),
-    "probe_failed": (gettext_lazy("Half-open probe failed"), "#E69F00"),
-}
-
-
-def circuit_openings(q: Query) -> Chart:
-    """Each time a gateway opened a node's circuit in the range, from the
-    transitions the gateways report (``gateway_bridge.circuits``): one marker
-    per opening, with how long the circuit stayed open."""
-    rate, least = settings.GATEWAY_BREAKER_ERROR_RATE, settings.GATEWAY_BREAKER_MIN_CALLS
-    window, wait = settings.GATEWAY_BREAKER_WINDOW_SECONDS, settings.GATEWAY_BREAKER_OPEN_SECONDS
-    chart = Chart(
-        "circuit_openings",
-        _("Circuit-breaker openings"),
-        columns=[
-            "opened_at",
-            "node",
-            "gateway",
-            "reason",
-            "calls",
-            "errors",
-            "error_rate_pct",
-            "closed_at",
-            "seconds_open",
-        ],
-        note=_(
-            "A gateway stops sending calls to a node when at least %(rate)s of at least "
-            "%(least)s calls in %(window)s s failed, and tries it again %(wait)s s later. Each "
-            "gateway process keeps its own circuits; the model, key and sub-account filters do "
-            "not apply here."
-        )
-        % {"rate": f"{rate:.0%}", "least": least, "window": window, "wait": wait},
-    )
-    nodes = {str(n.pk): n for n in _nodes(q)}
-    end = min(q.end, tz.now())
-    start = min(q.start, end)
-    events = audit_trail(
-        organization_id=q.organization_id,
-        target_type="node",
-        target_ids=list(nodes),
-        actions=(CIRCUIT_OPENED, CIRCUIT_CLOSED),
-        since=start,
-    )
-    openings: list[dict] = []
-    open_now: dict[tuple[str, str], dict] = {}  # (node, gateway) -> its last opening
-    for action, target, at, params in events:
-        params = params or {}
-        slot = (target, params.get("gateway", ""))
-        if action == CIRCUIT_CLOSED:
-            opening = open_now.pop(slot, None)
-            if opening is not None:
-                opening["closed_at"] = at
-            continue
-        if at >= end:
-            continue
-        opening = {"node": nodes[target].name, "at": at, "closed_at": None, **params}
-        openings.append(opening)
-        open_now[slot] = opening
-    if not openings:
-        chart.empty = _(
-            "No circuit opened between %(start)s and %(end)s (%(zone)s): every node answered "
-            "well enough to keep its calls."
-        ) % {
-            "start": f"{start.astimezone(q.tz):%Y-%m-%d %H:%M}",
-            "end": f"{end.astimezone(q.tz):%Y-%m-%d %H:%M}",
-            "zone": q.tz.key,
-        }
-        return chart
-    traces: dict[str, dict] = {}
-    for o in openings:
-        calls, errors = int(o.get("calls") or 0), int(o.get("errors") or 0)
-        rate = round(100.0 * errors / calls, 1) if calls else None
-        closed = o["closed_at"]
-        seconds = round((closed - o["at"]).total_seconds(), 1) if closed else None
-        chart.rows.append(
-            [iso_local(o["at"], q.tz), o["node"], o.get("gateway", ""), o.get("reason", ""), calls,
-             errors, rate, iso_local(closed, q.tz) if closed else None, seconds]
-        )  # fmt: skip
-        t = traces.setdefault(o.get("reason", ""), {"x": [], "y": [], "text": []})
-        t["x"].append(o["at"].astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"))
-        t["y"].append(o["node"])
-        detail = (
-            _("%(errors)s of %(calls)s calls failed") % {"errors": errors, "calls": calls}
-            if calls
-            else _("a probe failed")
-        )
-        still = (
-            _("open for %(seconds)s s") % {"seconds": f"{seconds:g}"}
-            if seconds is not None
-            else _("still open")
-        )
-        t["text"].append(f"{o.get('gateway', '')}: {detail}; {still}")
-    data = [
-        go.Scatter(
-            name=str(REASONS.get(reason, (reason or _("unknown"), "#1d2330"))[0]),
-            mode="markers",
-            marker={
-                "color": REASONS.get(reason, ("", "#1d2330"))[1],
-                "size": 11,
-                "symbol": "x-thin-open",
-                "line": {"width": 2},
-            },
-            hovertemplate=_("%(node)s at %(time)s") % {"node": "%{y}", "time": "%{x}"}
-            + "<br>%{text}<extra></extra>",
-        )
-        for reason in traces
-    ]
-    names = sorted({o["node"] for o in openings})
-    layout = go.Layout(
-        template="none",
-        height=max(160, 72 + 36 * len(names)),
-        margin={"l": 140, "r": 16, "t": 12, "b": 56},
-        legend={"orientation": "h", "y": -0.35, "x": 0},
-        xaxis={"type": "date", "title": {"text": f"{_('Time')} ({q.tz.key})"},
-               "range": [start.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S"),
-                         end.astimezone(q.tz).strftime("%Y-%m-%d %H:%M:%S")]},
-        yaxis={"type": "category", "categoryorder": "array", "categoryarray": names,
-               "autorange": "reversed"},
-    )  # fmt: skip
-    fig = go.Figure(data=data, layout=layout).to_plotly_json()
-    for trace, arrays in zip(fig["data"], traces.values(), strict=True):
-        trace.update(arrays)
-    chart.figure = fig
     return chart

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 import orjson
@@ -29,6 +31,7 @@ from console.features.analytics import (
     billing,
     breakdowns,
     cache,
+    circuits,
     errors,
     latency,
     nodes,
@@ -50,7 +53,7 @@ BILLING = (Perm.BILLING_VIEW,)
 
 @dataclass(frozen=True)
 class ChartSpec:
-    build: object
+    build: Callable[[Query], Chart]
     perms: tuple[Perm, ...] = USAGE
     kind: str = "figure"  # figure, table or kpis
 
@@ -73,7 +76,7 @@ CHARTS: dict[str, ChartSpec] = {
     "node_cache": ChartSpec(nodes.node_cache),
     "node_health": ChartSpec(nodes.node_health),
     "node_load": ChartSpec(nodes.node_load, kind="table"),
-    "circuit_openings": ChartSpec(nodes.circuit_openings),
+    "circuit_openings": ChartSpec(circuits.circuit_openings),
     "billing": ChartSpec(billing.billing, perms=BILLING),
     "overview_kpis": ChartSpec(overview.overview_kpis, kind="kpis"),
     "overview_top": ChartSpec(overview.overview_top, kind="tables"),
@@ -93,7 +96,7 @@ class PageSpec:
     notes: tuple[str, ...] = ()
     # Said only while one of these filters is set: ((fields, note), ...).
     filter_notes: tuple[tuple[tuple[str, ...], str], ...] = ()
-    compare: tuple = ()
+    compare: Sequence[tuple[str, Any]] = ()  # the compare field's choices on this page
 
 
 _DIMS = ("model", "node", "key", "sub_account", "protocol", "stream")
