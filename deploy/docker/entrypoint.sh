@@ -13,6 +13,8 @@
 #   beat           celery -A console beat: exactly one per deployment (the beat lock)
 #   simulator|node the bundled simulator node on NODE_PORT (default 9001), all addresses
 #   migrate        manage.py migrate --noinput: once per deploy, before the others start
+#   await-migrations  waits until manage.py migrate --check finds nothing unapplied
+#                  (a Kubernetes init container: the pods wait for the migrations Job)
 #   manage ARGS    manage.py ARGS (createsuperuser, reseal_secrets, check --deploy ...)
 #   anything else  run as given (sh, python ...)
 #
@@ -58,6 +60,9 @@ simulator | node)
     ;;
 migrate)
     run python manage.py migrate --noinput "$@"
+    ;;
+await-migrations)
+    run sh -c 'until python manage.py migrate --check --noinput > /dev/null; do echo "await-migrations: not applied yet, retrying in 5 s" >&2; sleep 5; done'
     ;;
 manage)
     run python manage.py "$@"
