@@ -194,10 +194,14 @@ class NativeStreamUsage:
             self.usage = from_openai(self.final.get("usage")) or self.usage
             self.finished = True
         elif kind in ("error", "response.failed"):
-            # Any: what the vendor sent (a ``response.failed`` event without a
-            # ``response`` object raises AttributeError below, as it always has).
-            failed: Any = chunk.get("response") if kind == "response.failed" else chunk
-            error = failed.get("error") if kind == "response.failed" else failed
+            # What the vendor sent: a ``response.failed`` event carries its error in
+            # the ``response`` object, which a broken vendor may leave out.
+            failed = chunk.get("response") if kind == "response.failed" else chunk
+            error = (
+                failed.get("error")
+                if kind == "response.failed" and isinstance(failed, dict)
+                else failed
+            )
             message = error.get("message") if isinstance(error, dict) else None
             self.error = _error_of_body(
                 502, {"error": {"message": message or "The vendor's response failed."}}

@@ -252,3 +252,16 @@ def test_a_failed_native_response_is_the_vendors_failure():
     )
     assert native.error is not None and native.error.status == 502
     assert "boom" in native.error.message and native.final is None
+
+
+@pytest.mark.parametrize("response", [None, "broken", ["a list"]])
+def test_a_failed_native_response_without_its_response_object_is_still_a_502(response):
+    """A broken vendor's ``response.failed`` with no (or no object as) ``response``:
+    the call ends as the vendor's failure, not as an error of the gateway's own."""
+    native = oa.NativeStreamUsage()
+    event = {"type": "response.failed"}
+    if response is not None:
+        event["response"] = response
+    native.feed("response.failed", responses_events(event)[0])
+    assert native.error is not None and native.error.status == 502
+    assert native.error.message == "The vendor's response failed." and native.final is None
