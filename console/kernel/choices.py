@@ -25,6 +25,11 @@ if TYPE_CHECKING:
         values: ClassVar[list[str]]
         labels: ClassVar[list[str]]
 
+        @property
+        def value(self) -> str:
+            """The stored string (mypy would take the (value, label) tuple for it)."""
+            return str(self)
+
 else:
     TextChoices = models.TextChoices
 
