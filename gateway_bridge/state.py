@@ -27,25 +27,36 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 
-from accounts.facade import (
-    ApiKey,
-    AuthenticatedKey,
-    Organization,
-    api_key_authenticate,
-    keyed_hash,
-)
-from console.kernel import ipnet
+from accounts.facade import keyed_hash
 from gateway_bridge import notify
 from gateway_bridge.negative_cache import NegativeCache
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError
-from inference_node.facade import build_routing_snapshot
-from usage.facade import PriceBook, catalog_models, discount_ppm_for
+from gateway_bridge.state_db import (
+    KEYS_OF,
+    CatalogInfo,
+    KeyEntry,
+    db_done,
+    key_hashes,
+    load_catalog,
+    load_key,
+    load_nodes,
+)
+from inference_node.facade import credential_refused
+
+if TYPE_CHECKING:
+    from gateway_bridge.routing import NodeSnapshot
+    from usage.facade import PriceBook, PriceRow
+
+__all__ = ["CatalogInfo", "GatewayState", "KeyEntry"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -55,121 +66,6 @@ MAX_CACHED_KEYS = 100_000
 # Presented keys whose keyed hash is remembered (the HMAC is a fixed cost per
 # call otherwise); the memo only maps a secret to its hash, never to a verdict.
 MAX_DIGESTS = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class KeyEntry:
-    auth: AuthenticatedKey
-    networks: ipnet.Networks  # the parsed IP allowlist (empty: any address)
-    discount_ppm: int
-    expires_ts: float | None  # POSIX seconds
-    loaded_at: float  # monotonic
-    # A rotated-out secret in its grace period: when the grace ends (POSIX
-    # seconds), checked on every call like the expiry, so the cache cannot
-    # stretch it.
-    grace_ends_ts: float | None = None
-
-    def ip_allowed(self, ip: str) -> bool:
-        return not self.networks or ip in self.networks
-
-
-@dataclass(frozen=True, slots=True)
-class CatalogInfo:
-    name: str
-    display_name: str
-    kind: str
-    context_window: int
-    fallbacks: tuple[str, ...]
-    enabled: bool
-    created: int
-    modality: str = "text"  # "text" | "vision" (takes images and documents)
-
-
-def _db_done() -> None:
-    """After a load on a gateway thread: with SQLite (the embedded mode, which
-    reloads nodes and keys every second) the thread keeps its connection for
-    the next load, as opening one is most of a load's cost; a connection that
-    saw an error, and every other database's, is closed as before."""
-    conn = connection
-    if (
-        conn.vendor == "sqlite"
-        and conn.connection is not None
-        and not conn.errors_occurred
-        and not conn.in_atomic_block
-    ):
-        conn.close_at = None  # not obsolete: close_old_connections keeps it
-        return
-    close_old_connections()
-
-
-def _load_key(raw: str) -> KeyEntry | None:
-    close_old_connections()
-    try:
-        auth = api_key_authenticate(raw)
-        if auth is None:
-            return None
-        rate = (
-            Organization.objects.filter(pk=auth.organization_id)
-            .values_list("discount_rate", flat=True)
-            .first()
-        )
-        return KeyEntry(
-            auth=auth,
-            networks=ipnet.parse(auth.ip_allowlist),
-            discount_ppm=discount_ppm_for(rate if rate is not None else 1),
-            expires_ts=auth.expires_at.timestamp() if auth.expires_at else None,
-            loaded_at=time.monotonic(),
-            grace_ends_ts=auth.grace_ends_at.timestamp() if auth.grace_ends_at else None,
-        )
-    finally:
-        _db_done()
-
-
-# The keys a change message concerns, by the model field that names them.
-_KEYS_OF = {"key": "pk", "sub": "sub_account_id", "org": "organization_id"}
-
-
-def _key_hashes(kind: str, ident: int) -> list[str]:
-    """The keyed hashes (current and previous secret) of the keys a ``key:``,
-    ``sub:`` or ``org:`` change concerns: the negative entries it may void."""
-    close_old_connections()
-    try:
-        rows = ApiKey.objects.filter(**{_KEYS_OF[kind]: ident}).values_list(
-            "secret_hash", "previous_secret_hash"
-        )
-        return [h for row in rows for h in row if h]
-    finally:
-        _db_done()
-
-
-def _load_catalog() -> tuple[object, dict[str, CatalogInfo]]:
-    close_old_connections()
-    try:
-        book = PriceBook.load()
-        catalog = {
-            m.name: CatalogInfo(
-                name=m.name,
-                display_name=m.display_name,
-                kind=m.kind,
-                context_window=m.context_window,
-                fallbacks=m.fallbacks,
-                enabled=m.enabled,
-                created=int(m.created_at.timestamp()),
-                modality=m.modality,
-            )
-            for m in catalog_models()
-        }
-        return book, catalog
-    finally:
-        _db_done()
-
-
-def _load_nodes():
-    close_old_connections()
-    try:
-        return build_routing_snapshot()
-    finally:
-        _db_done()
 
 
 class GatewayState:
@@ -190,13 +86,13 @@ class GatewayState:
         self._changes_settled = 0
         self._heard_lock = threading.Lock()
         self._settling: asyncio.Lock | None = None
-        self._settle_tasks: set[asyncio.Task] = set()
+        self._settle_tasks: set[asyncio.Task[None]] = set()
         # Presented keys refused from the negative cache, without the database (/metrics).
         self.negative_hits = 0
-        self._loading: dict[str, asyncio.Future] = {}
+        self._loading: dict[str, asyncio.Future[KeyEntry | None]] = {}
         # presented key -> its keyed hash (bounded; see digest())
         self._digests: dict[str, str] = {}
-        self._pepper = None
+        self._pepper: object = None
         # Key, sub-account and organization change messages heard (for /metrics).
         self.key_invalidations = 0
         self.last_key_invalidation = 0.0  # POSIX seconds
@@ -207,16 +103,17 @@ class GatewayState:
         self._tombstones: set[tuple[str, int]] = set()
         self._listener: threading.Thread | None = None
         self._listener_stop = threading.Event()
-        self.price_book = None
+        self.price_book: PriceBook | None = None
         self.catalog: dict[str, CatalogInfo] = {}
-        self.nodes = None
+        self.nodes: NodeSnapshot | None = None
         self._prices_at = 0.0
         self._nodes_at = 0.0
         self._prices_dirty = True
         self._nodes_dirty = True
-        self._tasks: list[asyncio.Task] = []
-        self._unsubscribe = None
-        self.on_message_hooks: list = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._unsubscribe: Callable[[], None] | None = None
+        # Called as ``hook(kind, rest)`` for every message heard (the gateway's).
+        self.on_message_hooks: list[Callable[[str, str], None]] = []
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # --- lifecycle --------------------------------------------------------
@@ -247,7 +144,7 @@ class GatewayState:
         # must not still be reading the database once the gateway is gone.
         await asyncio.to_thread(self.executor.shutdown, wait=True, cancel_futures=True)
 
-    async def run_db(self, fn, *args):
+    async def run_db(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     # --- keys -------------------------------------------------------------
@@ -290,7 +187,7 @@ class GatewayState:
             self._loading[digest] = pending
             heard = self._changes_heard
             try:
-                entry = await self.run_db(_load_key, raw)
+                loaded_entry = await self.run_db(load_key, raw)
             except Exception as exc:
                 self._loading.pop(digest, None)
                 if hit is not None:
@@ -315,20 +212,22 @@ class GatewayState:
                 pending.set_exception(exc)
                 pending.exception()  # mark retrieved
                 raise
-            if entry is None:
+            if loaded_entry is None:
                 self._keys.pop(digest, None)
                 if heard == self._changes_heard:  # no change heard while it was read
                     self.negative.add(digest)
             else:
                 if len(self._keys) >= MAX_CACHED_KEYS:
                     self._keys.clear()
-                self._keys[digest] = (entry, time.monotonic())
+                self._keys[digest] = (loaded_entry, time.monotonic())
             self._loading.pop(digest, None)
-            pending.set_result(entry)
-            return entry
+            pending.set_result(loaded_entry)
+            return loaded_entry
         return await asyncio.shield(pending)
 
-    def drop_keys(self, *, key_id=None, sub_id=None, org_id=None) -> int:
+    def drop_keys(
+        self, *, key_id: int | None = None, sub_id: int | None = None, org_id: int | None = None
+    ) -> int:
         doomed = [
             digest
             for digest, (entry, _) in self._keys.items()
@@ -383,7 +282,7 @@ class GatewayState:
     def on_message(self, message: str) -> None:
         kind, _, rest = message.partition(":")
         try:
-            if kind in _KEYS_OF:
+            if kind in KEYS_OF:
                 self._settle_negatives(kind, int(rest))
             if kind == "key":
                 self.drop_keys(key_id=int(rest))
@@ -418,7 +317,7 @@ class GatewayState:
                 self._settling = asyncio.Lock()
             async with self._settling:  # in the order the changes came
                 try:
-                    self.negative.discard(await self.run_db(_key_hashes, kind, ident))
+                    self.negative.discard(await self.run_db(key_hashes, kind, ident))
                 except Exception:
                     logger.warning("gateway: could not read the changed keys; forgetting all")
                     self.negative.clear()
@@ -444,7 +343,7 @@ class GatewayState:
             on_subscribed=lambda: self._call_in_loop(self._forget_everything),
         )
 
-    def _call_in_loop(self, fn) -> None:
+    def _call_in_loop(self, fn: Callable[[], None]) -> None:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
@@ -459,13 +358,13 @@ class GatewayState:
 
     async def refresh(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        jobs = []
+        jobs: list[tuple[str, Callable[[], Any]]] = []
         if force or self._prices_dirty or now - self._prices_at >= PRICE_REFRESH_SECONDS:
             self._prices_dirty = False
-            jobs.append(("prices", _load_catalog))
+            jobs.append(("prices", load_catalog))
         if force or self._nodes_dirty or now - self._nodes_at >= NODE_REFRESH_SECONDS:
             self._nodes_dirty = False
-            jobs.append(("nodes", _load_nodes))
+            jobs.append(("nodes", load_nodes))
         for what, job in jobs:
             try:
                 result = await self.run_db(job)
@@ -486,16 +385,14 @@ class GatewayState:
         event, the channel marked down when it was its last key) on a gateway
         thread; the node refresh that follows drops it from every process."""
 
-        def report():
+        def report() -> None:
             close_old_connections()
             try:
-                from inference_node.facade import credential_refused
-
                 credential_refused(credential_id=credential_id, status=status, message=message)
             except Exception:
                 logger.exception("gateway: could not disable refused credential %s", credential_id)
             finally:
-                _db_done()
+                db_done()
             self._nodes_dirty = True
 
         try:
@@ -513,6 +410,6 @@ class GatewayState:
             except Exception:
                 logger.exception("gateway: refresh failed")
 
-    def price(self, model: str, currency: str, organization_id: int, ts: float):
+    def price(self, model: str, currency: str, organization_id: int, ts: float) -> PriceRow | None:
         book = self.price_book
         return book.lookup(model, currency, organization_id, ts) if book else None

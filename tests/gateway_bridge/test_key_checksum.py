@@ -13,7 +13,7 @@ import pytest
 
 from accounts import keys
 from accounts.models import ApiKey
-from gateway_bridge import state as gateway_state
+from gateway_bridge import state_db as gateway_state
 from gateway_bridge.pipeline import auth
 from tests.gateway_bridge.test_gateway_openai import raw_request
 

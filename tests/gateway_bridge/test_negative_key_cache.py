@@ -13,7 +13,7 @@ import time
 import pytest
 
 from accounts.services import sub_account_create, sub_account_update
-from gateway_bridge import state as gateway_state
+from gateway_bridge import state_db as gateway_state
 from gateway_bridge.negative_cache import NegativeCache
 from tests.gateway_bridge.test_gateway_openai import raw_request
 
