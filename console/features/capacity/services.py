@@ -23,7 +23,7 @@ from accounts.facade import (
 )
 from console.features.capacity.models import ACTIVE, Billing, LoadTest, Status
 from console.kernel.celery import registered_task
-from inference_node.facade import node_serves_model, nodes_own_and_shared
+from inference_node.facade import Node, node_serves_model, nodes_own_and_shared
 from usage.facade import model_names
 
 DEFAULT_STEPS = (50, 100, 200, 400)
@@ -95,7 +95,7 @@ def pinnable_nodes(actor: Actor):
     return nodes_own_and_shared(actor.organization_id).order_by("name", "pk")
 
 
-def _pinned_node(actor: Actor, node_id: int, model: str):
+def _pinned_node(actor: Actor, node_id: int, model: str) -> Node:
     """The node a staff test drives alone (ValidationFailed on ``node``)."""
     if not is_staff(actor):
         raise ValidationFailed.from_fields(
@@ -109,6 +109,41 @@ def _pinned_node(actor: Actor, node_id: int, model: str):
             {"node": _("This node does not serve %(model)s.") % {"model": model}}
         )
     return node
+
+
+def _checked_request(
+    actor: Actor, model: str, prefix_share: int, budget: int, billing: str, node: int | None
+) -> Node | None:
+    """``ValidationFailed`` naming the first field a start may not have; else the
+    node to pin the run to (``None``: any)."""
+    if model not in model_names(enabled=True, kind="chat"):
+        raise ValidationFailed.from_fields({"model": _("Choose an enabled chat model.")})
+    pinned = _pinned_node(actor, node, model) if node is not None else None
+    if budget <= 0:
+        raise ValidationFailed.from_fields({"budget": _("Give the test a budget above zero.")})
+    if billing not in Billing.values:
+        raise ValidationFailed.from_fields({"billing": _("Choose billed or test.")})
+    if not 0 <= prefix_share <= 100:
+        raise ValidationFailed.from_fields(
+            {"prefix_share": _("The shared prefix is between 0 and 100 %.")}
+        )
+    return pinned
+
+
+def _refuse_past_limit(actor: Actor) -> None:
+    """``Conflict`` while the organization runs its limit of tests (in the caller's
+    transaction, under the organization's row lock: two starts at once cannot both
+    pass the count)."""
+    Organization.objects.select_for_update().get(pk=actor.organization_id)
+    _expire_stale(actor)
+    running = LoadTest.objects.filter(
+        organization_id=actor.organization_id, status__in=ACTIVE
+    ).count()
+    if running >= settings.CAPACITY_RUNS_PER_ORG:
+        raise Conflict(
+            _("A load test is already running in this organization; wait for it or cancel it."),
+            code="load_test_running",
+        )
 
 
 def load_test_start(
@@ -133,29 +168,9 @@ def load_test_start(
     it, so no call goes to another node or a fallback model."""
     actor.require(Perm.ORG_MANAGE)
     check_plan(steps, step_seconds)
-    if model not in model_names(enabled=True, kind="chat"):
-        raise ValidationFailed.from_fields({"model": _("Choose an enabled chat model.")})
-    pinned = _pinned_node(actor, node, model) if node is not None else None
-    if budget <= 0:
-        raise ValidationFailed.from_fields({"budget": _("Give the test a budget above zero.")})
-    if billing not in Billing.values:
-        raise ValidationFailed.from_fields({"billing": _("Choose billed or test.")})
-    if not 0 <= prefix_share <= 100:
-        raise ValidationFailed.from_fields(
-            {"prefix_share": _("The shared prefix is between 0 and 100 %.")}
-        )
+    pinned = _checked_request(actor, model, prefix_share, budget, billing, node)
     with transaction.atomic():
-        # The organization's row lock: two starts at once cannot both pass the count.
-        Organization.objects.select_for_update().get(pk=actor.organization_id)
-        _expire_stale(actor)
-        running = LoadTest.objects.filter(
-            organization_id=actor.organization_id, status__in=ACTIVE
-        ).count()
-        if running >= settings.CAPACITY_RUNS_PER_ORG:
-            raise Conflict(
-                _("A load test is already running in this organization; wait for it or cancel it."),
-                code="load_test_running",
-            )
+        _refuse_past_limit(actor)
         test = LoadTest.objects.create(
             organization_id=actor.organization_id,
             started_by=actor.membership,
