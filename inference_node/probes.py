@@ -169,6 +169,18 @@ def _discovered(body: bytes) -> tuple[dict, ...]:
         raise _ProbeError(str(exc)) from None
 
 
+def _load_of(metrics_out: object) -> tuple[NodeLoad | None, str]:
+    """What the ``/metrics`` request gave: the node's load, and how it went
+    (``ok``, ``skipped`` for a tenant's node, ``absent``, ``error``)."""
+    if metrics_out is SKIPPED:
+        return None, "skipped"
+    if isinstance(metrics_out, NodeLoad):
+        return metrics_out, "ok"
+    if metrics_out is None:
+        return None, "absent"
+    return None, "error"
+
+
 async def probe_node(
     session: aiohttp.ClientSession, target: ProbeTarget, *, timeout: float
 ) -> ProbeResult:
@@ -214,14 +226,7 @@ async def probe_node(
     for out in (health_out, models_out, metrics_out):
         if isinstance(out, BaseException) and not isinstance(out, (_ProbeError, TimeoutError)):
             raise out
-    if metrics_out is SKIPPED:
-        load, metrics_state = None, "skipped"
-    elif isinstance(metrics_out, NodeLoad):
-        load, metrics_state = metrics_out, "ok"
-    elif metrics_out is None:
-        load, metrics_state = None, "absent"
-    else:
-        load, metrics_state = None, "error"
+    load, metrics_state = _load_of(metrics_out)
     latency = round(health_ms[0], 2) if health_ms else None
     errors = [_message(o) for o in (health_out, models_out) if isinstance(o, BaseException)]
     return ProbeResult(

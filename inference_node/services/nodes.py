@@ -240,26 +240,31 @@ def node_create(
     values = _clean(actor, fields)
     if values["health_check"] != HealthCheck.HEALTH and not values["credentials"]:
         raise ValidationFailed.from_fields({"credentials": _(NEEDS_A_KEY)})
-    specs = values.pop("models")
-    keys = values.pop("credentials")
     try:
-        with transaction.atomic():
-            node = Node.objects.create(organization_id=actor.organization_id, **values)
-            _save_models(node, specs)
-            Credential.objects.bulk_create(
-                Credential(node=node, secret_hint=hint(k.secret), **vars(k)) for k in keys
-            )
-            audit_record(
-                actor=actor,
-                action="node.create",
-                target=node,
-                params=_audit_params({**values, "models": specs, "credentials": keys}),
-            )
-            after_change()
+        return _insert(actor, values)
     except IntegrityError:
         raise Conflict(
             _("A node named '%(name)s' already exists.") % {"name": values["name"]}
         ) from None
+
+
+@transaction.atomic
+def _insert(actor: Actor, values: dict) -> Node:
+    """The new node with its models and first keys, audited (``values`` cleaned)."""
+    specs = values.pop("models")
+    keys = values.pop("credentials")
+    node = Node.objects.create(organization_id=actor.organization_id, **values)
+    _save_models(node, specs)
+    Credential.objects.bulk_create(
+        Credential(node=node, secret_hint=hint(k.secret), **vars(k)) for k in keys
+    )
+    audit_record(
+        actor=actor,
+        action="node.create",
+        target=node,
+        params=_audit_params({**values, "models": specs, "credentials": keys}),
+    )
+    after_change()
     return node
 
 

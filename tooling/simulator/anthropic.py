@@ -172,6 +172,33 @@ def _iso(seconds: int) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _block_start(index: int, block: _Block) -> bytes:
+    """A streamed block's ``content_block_start``: the block with its content empty."""
+    start = _content(block)
+    if block.kind == "thinking":
+        start["thinking"], start["signature"] = "", ""
+    elif block.kind == "tool_use":
+        start["input"] = {}
+    else:
+        start["text"] = ""
+    return _event(
+        "content_block_start",
+        {"type": "content_block_start", "index": index, "content_block": start},
+    )
+
+
+def _block_stop(index: int, block: _Block) -> bytes:
+    """A streamed block's end: a thinking block's signature first, then ``content_block_stop``."""
+    tail = b""
+    if block.kind == "thinking":
+        delta = {"type": "signature_delta", "signature": block.extra["signature"]}
+        tail = _event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": index, "delta": delta},
+        )
+    return tail + _event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
 class AnthropicEndpoints(GenerationEndpoints):
     """Mixed into NodeApp; the shared generation flow is inherited."""
 
@@ -268,19 +295,7 @@ class AnthropicEndpoints(GenerationEndpoints):
         )
         step = 0
         for index, block in enumerate(answer.blocks):
-            start = _content(block)
-            if block.kind == "thinking":
-                start["thinking"], start["signature"] = "", ""
-            elif block.kind == "tool_use":
-                start["input"] = {}
-            else:
-                start["text"] = ""
-            await conn.write_chunk(
-                _event(
-                    "content_block_start",
-                    {"type": "content_block_start", "index": index, "content_block": start},
-                )
-            )
+            await conn.write_chunk(_block_start(index, block))
             for piece_index in range(block.tokens):
                 if not await self.pace(conn, engine, step):
                     return None
@@ -297,15 +312,7 @@ class AnthropicEndpoints(GenerationEndpoints):
                         },
                     )
                 )
-            tail = b""
-            if block.kind == "thinking":
-                delta = {"type": "signature_delta", "signature": block.extra["signature"]}
-                tail = _event(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            tail += _event("content_block_stop", {"type": "content_block_stop", "index": index})
-            await conn.write_chunk(tail)
+            await conn.write_chunk(_block_stop(index, block))
         usage = _usage(total, cache, answer.output_tokens, answer.thinking_tokens)
         del usage["cache_creation"], usage["service_tier"]
         end = {

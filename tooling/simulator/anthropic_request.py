@@ -23,7 +23,7 @@ from console.kernel.tokens import template_messages
 
 from . import prompt_cache, protocol
 from .anthropic_blocks import array, bad, convert, dictionary, string
-from .protocol import ToolPlan
+from .tool_plan import ToolPlan
 
 FIELDS = {
     "model",

@@ -172,6 +172,38 @@ def _response_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes[:12]).decode()
 
 
+def _stream_candidate(
+    answer: _Candidate, index: int, step: int, answer_tokens: list[int], thought_tokens: list[int]
+) -> dict | None:
+    """A candidate's part of the ``step``-th streamed chunk (None: it has none),
+    counting its tokens so far into ``answer_tokens`` and ``thought_tokens``."""
+    last = step == max(len(answer.steps), 1) - 1
+    part = None
+    if step < len(answer.steps):
+        kind, part = answer.steps[step]
+        if kind == "thought":
+            thought_tokens[index] += 1
+        elif kind == "text":
+            answer_tokens[index] += 1
+        else:
+            answer_tokens[index] = answer.tokens
+    if last:
+        thought_tokens[index] = answer.thoughts
+        answer_tokens[index] = answer.tokens
+    if part is None and not last:
+        return None
+    content: dict = {"role": "model"}
+    if part is not None:
+        content["parts"] = [part]
+    entry: dict = {"content": content, "index": index}
+    if part is not None and kind == "text" and answer.logprobs is not None:
+        token = answer.logprobs[step - answer.text_start]
+        entry.update(gemini_logprobs([token]))
+    if last:
+        entry["finishReason"] = answer.finish
+    return entry
+
+
 class GeminiEndpoints(GenerationEndpoints):
     """Mixed into NodeApp; the shared generation flow is inherited."""
 
@@ -267,31 +299,9 @@ class GeminiEndpoints(GenerationEndpoints):
                 return None
             candidates = []
             for index, answer in enumerate(answers):
-                last = step == max(len(answer.steps), 1) - 1
-                part = None
-                if step < len(answer.steps):
-                    kind, part = answer.steps[step]
-                    if kind == "thought":
-                        thought_tokens[index] += 1
-                    elif kind == "text":
-                        answer_tokens[index] += 1
-                    else:
-                        answer_tokens[index] = answer.tokens
-                if last:
-                    thought_tokens[index] = answer.thoughts
-                    answer_tokens[index] = answer.tokens
-                if part is None and not last:
-                    continue
-                content: dict = {"role": "model"}
-                if part is not None:
-                    content["parts"] = [part]
-                entry: dict = {"content": content, "index": index}
-                if part is not None and kind == "text" and answer.logprobs is not None:
-                    token = answer.logprobs[step - answer.text_start]
-                    entry.update(gemini_logprobs([token]))
-                if last:
-                    entry["finishReason"] = answer.finish
-                candidates.append(entry)
+                entry = _stream_candidate(answer, index, step, answer_tokens, thought_tokens)
+                if entry is not None:
+                    candidates.append(entry)
             if not candidates:
                 continue
             usage = _usage(prompt, cached, sum(answer_tokens), sum(thought_tokens))

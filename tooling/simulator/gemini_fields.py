@@ -126,6 +126,59 @@ def schema(value: object) -> object:
     return out
 
 
+def _stop_sequences(config: dict, path: str) -> tuple[str, ...]:
+    stops = array(config.get("stopSequences") or [], f"{path}.stop_sequences")
+    if len(stops) > MAX_STOP:
+        raise bad(f"{path}.stop_sequences", f"at most {MAX_STOP} stop sequences are allowed.")
+    return tuple(
+        typed(s, f"{path}.stop_sequences[{i}]", str, "TYPE_STRING") for i, s in enumerate(stops)
+    )
+
+
+def _check_sampling(config: dict, path: str) -> None:
+    """``temperature`` and ``topP`` in range (the simulator's text ignores them)."""
+    for name, high in (("temperature", 2), ("topP", 1)):
+        value = config.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= high
+        ):
+            raise bad(f"{path}.{name.lower()}", f"must be a number in [0, {high}].")
+
+
+def _logprobs(config: dict, path: str) -> int | None:
+    """How many top alternatives each token's logprobs list (None: no logprobs)."""
+    out = None
+    if config.get("responseLogprobs") is not None:
+        wanted = typed(config["responseLogprobs"], f"{path}.response_logprobs", bool, "TYPE_BOOL")
+        out = 0 if wanted else None
+    if config.get("logprobs") is not None:
+        top = integer(config["logprobs"], f"{path}.logprobs", 0)
+        if top > MAX_LOGPROBS:
+            raise bad(f"{path}.logprobs", f"must be in [0, {MAX_LOGPROBS}].")
+        if out is None:
+            raise bad(f"{path}.logprobs", "logprobs needs response_logprobs set to true.")
+        out = top
+    return out
+
+
+def _thinking(config: dict, path: str) -> tuple[int, bool]:
+    """(thinking budget, whether thoughts are shown) of ``thinkingConfig``."""
+    budget, thoughts = 0, False
+    if config.get("thinkingConfig") is not None:
+        tpath = f"{path}.thinking_config"
+        thinking = fields(
+            config["thinkingConfig"], tpath, {"includeThoughts", "thinkingBudget", "thinkingLevel"}
+        )
+        if thinking.get("thinkingBudget") is not None:
+            budget = integer(thinking["thinkingBudget"], f"{tpath}.thinking_budget", -1)
+        elif thinking.get("thinkingLevel") is not None:
+            budget = -1
+        if thinking.get("includeThoughts") is not None:
+            include = thinking["includeThoughts"]
+            thoughts = typed(include, f"{tpath}.include_thoughts", bool, "TYPE_BOOL")
+    return budget, thoughts
+
+
 def generation_config(value: object) -> dict:
     config = fields(value, "generation_config", GENERATION)
     path = "generation_config"
@@ -142,52 +195,22 @@ def generation_config(value: object) -> dict:
     }
     if config.get("maxOutputTokens") is not None:
         out["max"] = integer(config["maxOutputTokens"], f"{path}.max_output_tokens", 1)
-    stops = array(config.get("stopSequences") or [], f"{path}.stop_sequences")
-    if len(stops) > MAX_STOP:
-        raise bad(f"{path}.stop_sequences", f"at most {MAX_STOP} stop sequences are allowed.")
-    out["stop"] = tuple(
-        typed(s, f"{path}.stop_sequences[{i}]", str, "TYPE_STRING") for i, s in enumerate(stops)
-    )
+    out["stop"] = _stop_sequences(config, path)
     if config.get("candidateCount") is not None:
         out["n"] = integer(config["candidateCount"], f"{path}.candidate_count", 1)
         if out["n"] > MAX_CANDIDATES:
             raise bad(f"{path}.candidate_count", f"must be at most {MAX_CANDIDATES}.")
-    for name, high in (("temperature", 2), ("topP", 1)):
-        value = config.get(name)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= high
-        ):
-            raise bad(f"{path}.{name.lower()}", f"must be a number in [0, {high}].")
+    _check_sampling(config, path)
     if config.get("seed") is not None:
         out["seed"] = integer(config["seed"], f"{path}.seed")
     mime = config.get("responseMimeType") or "text/plain"
     if mime not in _MIME:
         raise bad(f"{path}.response_mime_type", f"allowed mimetypes are {', '.join(_MIME)}.")
     out["mime"] = mime
-    if config.get("responseLogprobs") is not None:
-        wanted = typed(config["responseLogprobs"], f"{path}.response_logprobs", bool, "TYPE_BOOL")
-        out["logprobs"] = 0 if wanted else None
-    if config.get("logprobs") is not None:
-        top = integer(config["logprobs"], f"{path}.logprobs", 0)
-        if top > MAX_LOGPROBS:
-            raise bad(f"{path}.logprobs", f"must be in [0, {MAX_LOGPROBS}].")
-        if out["logprobs"] is None:
-            raise bad(f"{path}.logprobs", "logprobs needs response_logprobs set to true.")
-        out["logprobs"] = top
+    out["logprobs"] = _logprobs(config, path)
     if isinstance(config.get("responseJsonSchema"), dict):
         out["schema"] = config["responseJsonSchema"]
     elif isinstance(config.get("responseSchema"), dict):
         out["schema"] = schema(config["responseSchema"])
-    if config.get("thinkingConfig") is not None:
-        tpath = f"{path}.thinking_config"
-        thinking = fields(
-            config["thinkingConfig"], tpath, {"includeThoughts", "thinkingBudget", "thinkingLevel"}
-        )
-        if thinking.get("thinkingBudget") is not None:
-            out["budget"] = integer(thinking["thinkingBudget"], f"{tpath}.thinking_budget", -1)
-        elif thinking.get("thinkingLevel") is not None:
-            out["budget"] = -1
-        if thinking.get("includeThoughts") is not None:
-            include = thinking["includeThoughts"]
-            out["thoughts"] = typed(include, f"{tpath}.include_thoughts", bool, "TYPE_BOOL")
+    out["budget"], out["thoughts"] = _thinking(config, path)
     return out

@@ -24,7 +24,7 @@ from console.kernel.tokens import template_messages
 
 from . import protocol
 from .gemini_fields import array, bad, compact, fields, generation_config, schema, typed
-from .protocol import ToolPlan
+from .tool_plan import ToolPlan
 
 REQUEST = {
     "model",

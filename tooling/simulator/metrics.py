@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 # vLLM's own bucket bounds for these two histograms.
 TTFT_BUCKETS = (
@@ -76,70 +78,70 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(engines) -> str:
-    """The exposition text for ``engines`` (objects with name, metrics, cache, scheduler)."""
-    sections: list[tuple[str, str, str, list[str]]] = []
+# The families with one sample per engine: (name, type, help, the sample's value).
+_PER_ENGINE: tuple[tuple[str, str, str, Callable[[Any], str]], ...] = (
+    ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+     lambda e: f"{e.scheduler.running}"),
+    ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+     lambda e: f"{e.scheduler.waiting}"),
+    ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+     lambda e: f"{e.cache.usage!r}"),
+    ("vllm:prefix_cache_queries_total", "counter",
+     "Prefix cache queries, in terms of number of queried tokens.",
+     lambda e: f"{e.cache.queries_tokens}"),
+    ("vllm:prefix_cache_hits_total", "counter",
+     "Prefix cache hits, in terms of number of cached tokens.",
+     lambda e: f"{e.cache.hit_tokens}"),
+    ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+     lambda e: f"{e.metrics.prompt_tokens}"),
+    ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+     lambda e: f"{e.metrics.generation_tokens}"),
+)  # fmt: skip
 
-    def family(name: str, kind: str, help_text: str, values) -> None:
-        sections.append((name, kind, help_text, list(values)))
 
-    rows = [(f'model_name="{_escape(e.name)}"', e) for e in engines]
-    family(
-        "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-        (f"vllm:num_requests_running{{{lb}}} {e.scheduler.running}" for lb, e in rows),
-    )  # fmt: skip
-    family(
-        "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-        (f"vllm:num_requests_waiting{{{lb}}} {e.scheduler.waiting}" for lb, e in rows),
-    )  # fmt: skip
-    family(
-        "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-        (f"vllm:kv_cache_usage_perc{{{lb}}} {e.cache.usage!r}" for lb, e in rows),
-    )  # fmt: skip
-    family(
-        "vllm:prefix_cache_queries_total", "counter",
-        "Prefix cache queries, in terms of number of queried tokens.",
-        (f"vllm:prefix_cache_queries_total{{{lb}}} {e.cache.queries_tokens}" for lb, e in rows),
-    )  # fmt: skip
-    family(
-        "vllm:prefix_cache_hits_total", "counter",
-        "Prefix cache hits, in terms of number of cached tokens.",
-        (f"vllm:prefix_cache_hits_total{{{lb}}} {e.cache.hit_tokens}" for lb, e in rows),
-    )  # fmt: skip
-    family(
-        "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-        (f"vllm:prompt_tokens_total{{{lb}}} {e.metrics.prompt_tokens}" for lb, e in rows),
-    )  # fmt: skip
-    family(
-        "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-        (f"vllm:generation_tokens_total{{{lb}}} {e.metrics.generation_tokens}" for lb, e in rows),
-    )  # fmt: skip
-    success = []
+def _success_lines(rows: list[tuple[str, Any]]) -> list[str]:
+    lines = []
     for lb, e in rows:
         for reason in ("stop", "length", "abort"):
             count = e.metrics.success.get(reason, 0)
-            success.append(f'vllm:request_success_total{{finished_reason="{reason}",{lb}}} {count}')
-    family(
-        "vllm:request_success_total",
-        "counter",
-        "Count of successfully processed requests.",
-        success,
+            lines.append(f'vllm:request_success_total{{finished_reason="{reason}",{lb}}} {count}')
+    return lines
+
+
+def render(engines) -> str:
+    """The exposition text for ``engines`` (objects with name, metrics, cache, scheduler)."""
+    rows = [(f'model_name="{_escape(e.name)}"', e) for e in engines]
+    sections: list[tuple[str, str, str, list[str]]] = [
+        (name, kind, help_text, [f"{name}{{{lb}}} {value(e)}" for lb, e in rows])
+        for name, kind, help_text, value in _PER_ENGINE
+    ]
+    sections.append(
+        (
+            "vllm:request_success_total",
+            "counter",
+            "Count of successfully processed requests.",
+            _success_lines(rows),
+        )
     )
     ttft, e2e = [], []
     for lb, e in rows:
         ttft.extend(e.metrics.ttft.lines("vllm:time_to_first_token_seconds", lb))
         e2e.extend(e.metrics.e2e.lines("vllm:e2e_request_latency_seconds", lb))
-    family(
-        "vllm:time_to_first_token_seconds",
-        "histogram",
-        "Histogram of time to first token in seconds.",
-        ttft,
+    sections.append(
+        (
+            "vllm:time_to_first_token_seconds",
+            "histogram",
+            "Histogram of time to first token in seconds.",
+            ttft,
+        )
     )
-    family(
-        "vllm:e2e_request_latency_seconds",
-        "histogram",
-        "Histogram of e2e request latency in seconds.",
-        e2e,
+    sections.append(
+        (
+            "vllm:e2e_request_latency_seconds",
+            "histogram",
+            "Histogram of e2e request latency in seconds.",
+            e2e,
+        )
     )
     out: list[str] = []
     for name, kind, help_text, values in sections:

@@ -44,14 +44,8 @@ def _text(content, param: str) -> str:
     return "".join(out)
 
 
-def chat_body(body: dict) -> dict:
-    """The chat completions body of a Responses body."""
-    if body.get("previous_response_id") is not None:
-        raise ApiError(
-            404,
-            f"Previous response with id '{body['previous_response_id']}' not found.",
-            param="previous_response_id",
-        )
+def _messages(body: dict) -> list[dict]:
+    """The chat messages of a Responses body's ``instructions`` and ``input`` items."""
     messages: list[dict] = []
     if isinstance(body.get("instructions"), str) and body["instructions"]:
         messages.append({"role": "system", "content": body["instructions"]})
@@ -87,7 +81,18 @@ def chat_body(body: dict) -> dict:
             # nothing is stored here to refer to; every other item of the API
             # (hosted tools' calls, client-run tools' calls, compaction) is taken
             raise protocol.invalid(f"{param}.type", f"Invalid value: '{kind}'.", "invalid_value")
-    chat: dict = {"model": body.get("model"), "messages": messages}
+    return messages
+
+
+def chat_body(body: dict) -> dict:
+    """The chat completions body of a Responses body."""
+    if body.get("previous_response_id") is not None:
+        raise ApiError(
+            404,
+            f"Previous response with id '{body['previous_response_id']}' not found.",
+            param="previous_response_id",
+        )
+    chat: dict = {"model": body.get("model"), "messages": _messages(body)}
     tools = []
     for i, tool in enumerate(body.get("tools") or ()):
         if not isinstance(tool, dict):

@@ -144,7 +144,7 @@ def generate(
     said: str | None = None,
 ) -> Generation:
     """The choice's text for this prompt, starting with ``lead`` when given, or
-    exactly ``said`` (a scripted answer, ``protocol._script``). Ends at
+    exactly ``said`` (a scripted answer, ``tool_plan._script``). Ends at
     ``max_tokens`` ("length"), at a stop string ("stop", the stop text itself left out,
     as vLLM does) or at the natural end ("stop")."""
     if said is not None:
@@ -203,7 +203,7 @@ MAX_SCHEMA_DEPTH = 8
 
 
 # The key of a function definition that carries a scripted step's arguments
-# (``protocol._script``): ``generate_tool_call`` uses them as they are.
+# (``tool_plan._script``): ``generate_tool_call`` uses them as they are.
 SCRIPTED_ARGUMENTS = "sim_scripted_arguments"
 
 
