@@ -10,7 +10,7 @@ amounts with ``micro_to_currency`` (half away from zero, the invoice's rule),
 minor-unit ones with ``minor_to_decimal``. Prices per million tokens keep
 all six decimals (a price is not an amount to pay, and rounding it to cents
 would lose it). Text cells go through the call logs' formula-injection
-guard (``usage.logs.csv_text``). Large tables (payments, ledger) are read in
+guard (``usage.call_csv.csv_text``). Large tables (payments, ledger) are read in
 keyset chunks on ``(created_at, id)``, so memory stays flat."""
 
 from __future__ import annotations

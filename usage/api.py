@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from accounts.facade import IsOrgMember, Perm, ValidationFailed
 from console.kernel.crypto import no_store
 from console.kernel.db_router import on_replica, replica_reads
-from usage import logs
+from usage import call_csv, logs
 from usage.attribution import BY_END_USER, BY_TAG, attribution
 from usage.forms import MAX_LATENCY_MS, AttributionQueryForm, CallFilterForm
 from usage.serializers import AttributionSerializer, CallPageSerializer, CallRecordSerializer
@@ -116,10 +116,10 @@ class CallApiView(APIView):
     def export(self, form: CallFilterForm) -> StreamingHttpResponse:
         filters = form.filters()
         response = StreamingHttpResponse(
-            on_replica(logs.csv_lines(actor=self.actor, filters=filters, tzinfo=form.tz)),
+            on_replica(call_csv.csv_lines(actor=self.actor, filters=filters, tzinfo=form.tz)),
             content_type="text/csv; charset=utf-8",
         )
-        name = logs.csv_filename(
+        name = call_csv.csv_filename(
             org_slug=self.actor.organization.slug, filters=filters, now=timezone.now()
         )
         response["Content-Disposition"] = f'attachment; filename="{name}"'

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.fields.json import KeyTextTransform
 
 from usage.ingest.aggregate import END_USER, TAG
@@ -46,7 +47,7 @@ class AttributionGroup:
     def tokens(self) -> int:
         return sum(getattr(self, c) for c in _TOKENS)
 
-    def add(self, sums: dict, sign: int = 1) -> None:
+    def add(self, sums: dict[str, Any], sign: int = 1) -> None:
         for c in SUMS:
             setattr(self, c, getattr(self, c) + sign * int(sums.get(c) or 0))
 
@@ -72,14 +73,16 @@ def _ceil(t: datetime) -> datetime:
     return f if f == t else f + _HOUR
 
 
-def _aggregates() -> dict:
+def _aggregates() -> dict[str, Any]:
     return {
         "calls_n": Count("request_id"),
         **{c: Sum(c) for c in SUMS[1:]},
     }
 
 
-def _call_groups(calls, by: str, tag_key: str) -> tuple[dict[str, dict], dict]:
+def _call_groups(
+    calls: QuerySet[CallRecord], by: str, tag_key: str
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Groups and total of a call-record queryset."""
     total = calls.aggregate(**_aggregates())
     if by == BY_TAG:
@@ -95,8 +98,8 @@ def _call_groups(calls, by: str, tag_key: str) -> tuple[dict[str, dict], dict]:
     return out, {**total, "calls": total["calls_n"]}
 
 
-def _call_filters(where: dict) -> dict:
-    out = {}
+def _call_filters(where: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for name, value in where.items():
         if name == "mode":
             out["stream"] = value == "stream"
@@ -107,6 +110,63 @@ def _call_filters(where: dict) -> dict:
     return out
 
 
+def _hours_and_edges(
+    start: datetime, end: datetime, *, narrowed: bool
+) -> tuple[tuple[datetime, datetime] | None, list[Q]]:
+    """How to read ``[start, end)``: the whole UTC hours the rollups answer
+    (None: none, or ``narrowed`` to what the rollups keep no account of),
+    and the call-record ranges left over (the edges that cut an hour)."""
+    whole = Q(started_at__gte=start, started_at__lt=end)
+    if narrowed:
+        return None, [whole]
+    whole_from, whole_to = _ceil(start), _floor(end)
+    if whole_to <= whole_from:
+        return None, [whole]
+    edges = []
+    if whole_from > start:
+        edges.append(Q(started_at__gte=start, started_at__lt=whole_from))
+    if whole_to < end:
+        edges.append(Q(started_at__gte=whole_to, started_at__lt=end))
+    return (whole_from, whole_to), edges
+
+
+def _rolled_up(
+    organization_id: int, by: str, key: str, hours: tuple[datetime, datetime]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The groups' sums and the total of these whole hours, from the rollups."""
+    whole_from, whole_to = hours
+    cells = AttributionRollup.objects.filter(
+        organization_id=organization_id,
+        kind=by,
+        tag_key=key,
+        hour__gte=whole_from,
+        hour__lt=whole_to,
+    )
+    rows = list(cells.order_by().values("value").annotate(**{c: Sum(c) for c in SUMS}))
+    total: dict[str, Any] = Rollup.objects.filter(
+        organization_id=organization_id,
+        grain=Grain.ORG,
+        hour__gte=whole_from,
+        hour__lt=whole_to,
+    ).aggregate(**{c: Sum(c) for c in SUMS})
+    return rows, total
+
+
+def _by_cost_then_untagged(
+    groups: dict[str, AttributionGroup], total: AttributionGroup
+) -> list[AttributionGroup]:
+    """The groups by cost, largest first, then the calls without (the total
+    less the groups) when there are any."""
+    untagged = AttributionGroup(None)
+    untagged.add({c: getattr(total, c) for c in SUMS})
+    for g in groups.values():
+        untagged.add({c: getattr(g, c) for c in SUMS}, sign=-1)
+    ordered = sorted(groups.values(), key=lambda g: (-g.cost, -g.calls, g.value))
+    if untagged.calls:
+        ordered.append(untagged)
+    return ordered
+
+
 def attribution(
     *,
     organization_id: int,
@@ -114,7 +174,7 @@ def attribution(
     end: datetime,
     by: str,
     tag_key: str = "",
-    where: dict | None = None,
+    where: dict[str, Any] | None = None,
     currency: str | None = None,
 ) -> Attribution:
     """The organization's calls that started in ``[start, end)`` grouped by
@@ -131,7 +191,7 @@ def attribution(
     groups: dict[str, AttributionGroup] = {}
     total = AttributionGroup(None)
 
-    def add(value: str, sums: dict) -> None:
+    def add(value: str, sums: dict[str, Any]) -> None:
         g = groups.get(value)
         if g is None:
             g = groups[value] = AttributionGroup(value)
@@ -141,56 +201,27 @@ def attribution(
     calls = CallRecord.objects.billed().filter(organization_id=organization_id)
     if currency:
         calls = calls.filter(currency=currency)
-    if where or currency:
-        # Narrowed to some keys, models, ... or one currency: the rollups keep none.
+    # Narrowed to some keys, models, ... or one currency: the rollups keep none.
+    narrowed = bool(where or currency)
+    if narrowed:
         calls = calls.filter(**_call_filters(where or {}))
-        edges = [Q(started_at__gte=start, started_at__lt=end)]
-        whole_from = whole_to = None
-    else:
-        whole_from, whole_to = _ceil(start), _floor(end)
-        edges = []
-        if whole_to <= whole_from:
-            edges.append(Q(started_at__gte=start, started_at__lt=end))
-            whole_from = whole_to = None
-        else:
-            if whole_from > start:
-                edges.append(Q(started_at__gte=start, started_at__lt=whole_from))
-            if whole_to < end:
-                edges.append(Q(started_at__gte=whole_to, started_at__lt=end))
-    if whole_from is not None:
-        cells = AttributionRollup.objects.filter(
-            organization_id=organization_id,
-            kind=by,
-            tag_key=key,
-            hour__gte=whole_from,
-            hour__lt=whole_to,
-        )
-        for row in cells.order_by().values("value").annotate(**{c: Sum(c) for c in SUMS}):
+    hours, edges = _hours_and_edges(start, end, narrowed=narrowed)
+    if hours is not None:
+        rows, rolled_total = _rolled_up(organization_id, by, key, hours)
+        for row in rows:
             add(row["value"], row)
-        total.add(
-            Rollup.objects.filter(
-                organization_id=organization_id,
-                grain=Grain.ORG,
-                hour__gte=whole_from,
-                hour__lt=whole_to,
-            ).aggregate(**{c: Sum(c) for c in SUMS})
-        )
+        total.add(rolled_total)
     if edges:
-        where = edges[0]
+        in_edges = edges[0]
         for q in edges[1:]:
-            where |= q
-        found, sums = _call_groups(calls.filter(where), by, key)
+            in_edges |= q
+        found, sums = _call_groups(calls.filter(in_edges), by, key)
         for value, row in found.items():
             add(value, row)
         total.add(sums)
-    untagged = AttributionGroup(None)
-    untagged.add({c: getattr(total, c) for c in SUMS})
-    for g in groups.values():
-        untagged.add({c: getattr(g, c) for c in SUMS}, sign=-1)
-    ordered = sorted(groups.values(), key=lambda g: (-g.cost, -g.calls, g.value))
-    if untagged.calls:
-        ordered.append(untagged)
-    return Attribution(by=by, tag_key=key, groups=ordered, total=total)
+    return Attribution(
+        by=by, tag_key=key, groups=_by_cost_then_untagged(groups, total), total=total
+    )
 
 
 def tag_keys(*, organization_id: int, start: datetime, end: datetime, limit: int = 50) -> list[str]:

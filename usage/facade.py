@@ -66,6 +66,7 @@ What is published, by topic:
 
 from __future__ import annotations
 
+from console.kernel.money import PPM
 from usage.analytics import unserved_models
 from usage.attribution import (
     BY_END_USER as ATTRIBUTE_BY_END_USER,
@@ -104,6 +105,7 @@ from usage.billing import (
     rerate_reasons,
     unbilled_adjustments,
 )
+from usage.call_csv import csv_text
 from usage.catalog import (
     CatalogModelRow,
     ModelPrices,
@@ -122,7 +124,7 @@ from usage.forms import (
     node_filter_field,
     sub_account_filter_field,
 )
-from usage.logs import csv_text, visible_keys
+from usage.logs import visible_keys
 from usage.margin import MarginDay, MarginLine, MarginReport, margin_basis_points, margin_report
 from usage.partitions import Partition as CallPartition
 from usage.partitions import add_months, month_start
@@ -145,7 +147,7 @@ from usage.performance import (
 )
 from usage.performance import WINDOWS as PERFORMANCE_WINDOWS
 from usage.prices import PriceBook
-from usage.rating import PPM, PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
+from usage.rating import PriceRow, TokenCounts, discount_for, discount_ppm_for, rate
 from usage.records import (
     FailedCall,
     StoredCall,

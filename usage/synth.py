@@ -17,6 +17,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 
@@ -57,30 +58,34 @@ class SynthKey:
     weight: float
 
 
-@transaction.atomic
 def ensure_org(slug: str, name: str | None = None) -> tuple[Organization, list[SynthKey]]:
     """The organization ``slug`` with three sub-accounts and keys, created if missing."""
-    org, _ = Organization.objects.get_or_create(
-        slug=slug, defaults={"name": name or slug.replace("-", " ").title()}
-    )
-    subs = [SubAccount.objects.get_or_create(organization=org, name=n)[0] for n in SUB_ACCOUNTS]
-    wanted = [("synth-org-key", None)] + [(f"synth-{s.name}-{i}", s) for s in subs for i in (1, 2)]
-    keys: list[SynthKey] = []
-    for i, (key_name, sub) in enumerate(wanted):
-        key = (
-            ApiKey.objects.filter(organization=org, name=key_name).exclude(status="revoked").first()
+    with transaction.atomic():
+        org, _ = Organization.objects.get_or_create(
+            slug=slug, defaults={"name": name or slug.replace("-", " ").title()}
         )
-        if key is None:
-            public_id, _raw, digest = new_secret(KEY_PREFIX)
-            key = ApiKey.objects.create(
-                organization=org,
-                sub_account=sub,
-                name=key_name,
-                public_id=public_id,
-                secret_hash=digest,
+        subs = [SubAccount.objects.get_or_create(organization=org, name=n)[0] for n in SUB_ACCOUNTS]
+        wanted = [("synth-org-key", None)] + [
+            (f"synth-{s.name}-{i}", s) for s in subs for i in (1, 2)
+        ]
+        keys: list[SynthKey] = []
+        for i, (key_name, sub) in enumerate(wanted):
+            key = (
+                ApiKey.objects.filter(organization=org, name=key_name)
+                .exclude(status="revoked")
+                .first()
             )
-        keys.append(SynthKey(key.pk, org.pk, key.sub_account_id, 1.0 / (i + 1)))
-    return org, keys
+            if key is None:
+                public_id, _raw, digest = new_secret(KEY_PREFIX)
+                key = ApiKey.objects.create(
+                    organization=org,
+                    sub_account=sub,
+                    name=key_name,
+                    public_id=public_id,
+                    secret_hash=digest,
+                )
+            keys.append(SynthKey(key.pk, org.pk, key.sub_account_id, 1.0 / (i + 1)))
+        return org, keys
 
 
 def hourly_counts(calls: int, start: datetime, hours: int) -> list[int]:
@@ -99,6 +104,113 @@ def hourly_counts(calls: int, start: datetime, hours: int) -> list[int]:
     return counts
 
 
+Event = dict[str, Any]
+# A catalogue entry of ``MODELS``: name, weight, kind, protocol, endpoint.
+ModelSpec = tuple[str, int, str, str, str]
+
+
+def _key_models(keys: list[SynthKey], seed: int) -> dict[int, tuple[list[ModelSpec], list[int]]]:
+    """The handful of models each key calls, with their weights (from the seed)."""
+    key_models = {}
+    for i, k in enumerate(keys):
+        picked = random.Random(f"{seed}-{i}").sample(  # noqa: S311
+            MODELS, MODELS_PER_KEY, counts=[m[1] for m in MODELS]
+        )
+        unique = list({m[0]: m for m in picked}.values())
+        key_models[k.key_id] = (unique, [m[1] for m in unique])
+    return key_models
+
+
+def _outcome(r: float) -> tuple[int, str]:
+    """The status and error type of a call, from one uniform draw."""
+    if r < 0.012:
+        return 429, "rate_limited"
+    if r < 0.017:
+        return (500, "upstream_error") if r < 0.015 else (503, "overloaded")
+    if r < 0.022:
+        return 400, "invalid_request"
+    return 200, ""
+
+
+def _work(rng: random.Random, kind: str, model: str, ok: bool) -> dict[str, Any]:
+    """A call's tokens, cache use and times (the draws in a fixed order, so a
+    seed gives the same events)."""
+    lognorm, rand = rng.lognormvariate, rng.random
+    prompt = int(lognorm(6.5, 0.9)) + 8
+    cache_status = "miss"
+    cache_read = cache_write = 0
+    if kind == "embedding":
+        return {"prompt": prompt, "cache_status": cache_status, "cache_read": 0,
+                "cache_write": 0, "stream": False, "output": 0, "reasoning": 0, "ttft": None,
+                "latency": int(lognorm(math.log(40_000), 0.4))}  # fmt: skip
+    stream = rand() < 0.6
+    c = rand()
+    if ok and c < 0.32:
+        cache_status = "prefix_hit"
+        cache_read = int(prompt * (0.5 + 0.45 * rand()))
+        prompt -= cache_read
+    elif ok and c < 0.36:
+        cache_write = prompt // 2
+        prompt -= cache_write
+    output = int(lognorm(5.3, 0.8)) + 1 if ok else 0
+    thinks = ok and model == "sim-chat-large" and rand() < 0.2
+    reasoning = int(output * 0.4) if thinks else 0
+    ttft = int(lognorm(math.log(250_000), 0.5)) if ok else None
+    if ttft is not None and cache_status == "prefix_hit":
+        ttft = ttft * 2 // 3
+    decode = int(output * lognorm(math.log(18_000), 0.35))
+    latency = (ttft or int(lognorm(math.log(60_000), 0.6))) + decode
+    return {"prompt": prompt, "cache_status": cache_status, "cache_read": cache_read,
+            "cache_write": cache_write, "stream": stream, "output": output,
+            "reasoning": reasoning, "ttft": ttft, "latency": latency}  # fmt: skip
+
+
+def _event(
+    rng: random.Random, spec: ModelSpec, key: SynthKey, started: datetime, org_id: int,
+    request_id: str, index: int,
+) -> Event:  # fmt: skip
+    """One call's event: its outcome, work and serving node drawn from ``rng``."""
+    model, _w, kind, protocol, endpoint = spec
+    status, error = _outcome(rng.random())
+    ok = status == 200
+    w = _work(rng, kind, model, ok)
+    overhead = int(rng.lognormvariate(math.log(1_500), 0.3))
+    serving = MODEL_NODES.get(model, NODES)
+    node = serving[index % len(serving)] if status != 429 else None
+    stream, latency = w["stream"], w["latency"]
+    return {
+        "request_id": request_id,
+        "started_at": started.isoformat(),
+        "finished_at": (started + timedelta(microseconds=latency)).isoformat(),
+        "organization_id": org_id,
+        "sub_account_id": key.sub_account_id,
+        "api_key_id": key.key_id,
+        "model": model,
+        "node_id": node,
+        "protocol": protocol,
+        "endpoint": ("streamGenerateContent" if stream else endpoint)
+        if protocol == "gemini"
+        else endpoint,
+        "stream": stream,
+        "status_code": status,
+        "error_type": error,
+        "input_tokens": w["prompt"] if ok or status == 500 else 0,
+        "cache_read_tokens": w["cache_read"],
+        "cache_write_tokens": w["cache_write"],
+        "output_tokens": w["output"],
+        "reasoning_tokens": w["reasoning"],
+        "ttft_us": w["ttft"],
+        "latency_us": latency,
+        "upstream_us": max(latency - overhead, 0) if node else None,
+        "overhead_us": overhead,
+        "queue_us": None,
+        "client_ip": f"198.51.100.{index % 250 + 1}",
+        "priority": 0,
+        "cache_status": w["cache_status"],
+        "version": SCHEMA_VERSION,
+    }
+
+
 def generate(
     keys: list[SynthKey],
     *,
@@ -107,108 +219,31 @@ def generate(
     calls: int,
     seed: int = 1,
     end_limit: datetime | None = None,
-) -> Iterator[dict]:
+) -> Iterator[Event]:
     """Yield ``calls`` valid event dicts over ``hours`` hours from ``start``, in
     started_at order. No event starts after ``end_limit`` (default: now)."""
     rng = random.Random(seed)  # noqa: S311 - synthetic data, not secrets
     end_limit = end_limit or datetime.now(UTC)
-    key_choices = rng.choices
     key_weights = [k.weight for k in keys]
-    key_models = {}
-    for i, k in enumerate(keys):
-        picked = random.Random(f"{seed}-{i}").sample(  # noqa: S311
-            MODELS, MODELS_PER_KEY, counts=[m[1] for m in MODELS]
-        )
-        unique = list({m[0]: m for m in picked}.values())
-        key_models[k.key_id] = (unique, [m[1] for m in unique])
+    key_models = _key_models(keys, seed)
     org_id = keys[0].organization_id
-    lognorm = rng.lognormvariate
-    rand = rng.random
     index = 0
     for h, count in enumerate(hourly_counts(calls, start, hours)):
         hour_start = start + timedelta(hours=h)
         offsets = sorted(rng.randrange(3_600_000_000) for _ in range(count))
-        picked_keys = key_choices(keys, key_weights, k=count)
+        picked_keys = rng.choices(keys, key_weights, k=count)
         for off, key in zip(offsets, picked_keys, strict=True):
             choices, weights = key_models[key.key_id]
-            model, _w, kind, protocol, endpoint = key_choices(choices, weights)[0]
+            spec = rng.choices(choices, weights)[0]
             started = hour_start + timedelta(microseconds=off)
             if started > end_limit:
                 return
             index += 1
-            r = rand()
-            status, error = 200, ""
-            if r < 0.012:
-                status, error = 429, "rate_limited"
-            elif r < 0.017:
-                status, error = (500, "upstream_error") if r < 0.015 else (503, "overloaded")
-            elif r < 0.022:
-                status, error = 400, "invalid_request"
-            ok = status == 200
-            prompt = int(lognorm(6.5, 0.9)) + 8
-            cache_status = "miss"
-            cache_read = cache_write = 0
-            if kind == "embedding":
-                stream = False
-                output = reasoning = 0
-                ttft = None
-                latency = int(lognorm(math.log(40_000), 0.4))
-            else:
-                stream = rand() < 0.6
-                c = rand()
-                if ok and c < 0.32:
-                    cache_status = "prefix_hit"
-                    cache_read = int(prompt * (0.5 + 0.45 * rand()))
-                    prompt -= cache_read
-                elif ok and c < 0.36:
-                    cache_write = prompt // 2
-                    prompt -= cache_write
-                output = int(lognorm(5.3, 0.8)) + 1 if ok else 0
-                thinks = ok and model == "sim-chat-large" and rand() < 0.2
-                reasoning = int(output * 0.4) if thinks else 0
-                ttft = int(lognorm(math.log(250_000), 0.5)) if ok else None
-                if ttft is not None and cache_status == "prefix_hit":
-                    ttft = ttft * 2 // 3
-                decode = int(output * lognorm(math.log(18_000), 0.35))
-                latency = (ttft or int(lognorm(math.log(60_000), 0.6))) + decode
-            overhead = int(lognorm(math.log(1_500), 0.3))
-            serving = MODEL_NODES.get(model, NODES)
-            node = serving[index % len(serving)] if status != 429 else None
-            yield {
-                "request_id": f"syn{seed}-{org_id}-{index}",
-                "started_at": started.isoformat(),
-                "finished_at": (started + timedelta(microseconds=latency)).isoformat(),
-                "organization_id": org_id,
-                "sub_account_id": key.sub_account_id,
-                "api_key_id": key.key_id,
-                "model": model,
-                "node_id": node,
-                "protocol": protocol,
-                "endpoint": ("streamGenerateContent" if stream else endpoint)
-                if protocol == "gemini"
-                else endpoint,
-                "stream": stream,
-                "status_code": status,
-                "error_type": error,
-                "input_tokens": prompt if ok or status == 500 else 0,
-                "cache_read_tokens": cache_read,
-                "cache_write_tokens": cache_write,
-                "output_tokens": output,
-                "reasoning_tokens": reasoning,
-                "ttft_us": ttft,
-                "latency_us": latency,
-                "upstream_us": max(latency - overhead, 0) if node else None,
-                "overhead_us": overhead,
-                "queue_us": None,
-                "client_ip": f"198.51.100.{index % 250 + 1}",
-                "priority": 0,
-                "cache_status": cache_status,
-                "version": SCHEMA_VERSION,
-            }
+            yield _event(rng, spec, key, started, org_id, f"syn{seed}-{org_id}-{index}", index)
 
 
-def batched(events: Iterator[dict], size: int) -> Iterator[list[dict]]:
-    batch: list[dict] = []
+def batched(events: Iterator[Event], size: int) -> Iterator[list[Event]]:
+    batch: list[Event] = []
     for e in events:
         batch.append(e)
         if len(batch) >= size:

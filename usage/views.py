@@ -13,7 +13,7 @@ from accounts.facade import NotFound, Perm, org_view
 from console.kernel.crypto import no_store
 from console.kernel.db_router import on_replica, replica_reads
 from console.kernel.money import exact_places
-from usage import catalog, logs
+from usage import call_csv, catalog, logs
 from usage.forms import CallFilterForm
 
 _CALLS = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
@@ -119,11 +119,13 @@ def call_export(request):
     filters = form.filters()
     response = StreamingHttpResponse(
         on_replica(
-            logs.csv_lines(actor=request.actor, filters=filters, tzinfo=form.tz, request=request)
+            call_csv.csv_lines(
+                actor=request.actor, filters=filters, tzinfo=form.tz, request=request
+            )
         ),
         content_type="text/csv; charset=utf-8",
     )
-    name = logs.csv_filename(
+    name = call_csv.csv_filename(
         org_slug=request.actor.organization.slug, filters=filters, now=timezone.now()
     )
     response["Content-Disposition"] = f'attachment; filename="{name}"'

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from accounts.models import Role
 from tests.usage.log_fixtures import mixed_calls, tenant
-from usage import logs
+from usage import call_csv
 
 pytestmark = pytest.mark.django_db
 EXPORT = "/usage/calls/export.csv"
@@ -43,18 +43,18 @@ def download(client, t, url=EXPORT, *, language="", **params) -> list[list[str]]
 def test_a_chinese_download_has_a_chinese_header_and_the_same_rows(client, a):
     english = download(client, a)
     chinese = download(client, a, language="zh-hans")
-    assert english[0] == list(logs.CSV_COLUMNS)
+    assert english[0] == list(call_csv.CSV_COLUMNS)
     assert chinese[0][:4] == ["请求 ID", "开始时间", "结束时间", "API 密钥前缀"]
     assert "费用" in chinese[0] and "首字延迟（ms）" in chinese[0] and "客户端 IP" in chinese[0]
     assert len(chinese[0]) == len(english[0])
     # Every column has its label: no key is left in the Chinese header.
-    assert not set(chinese[0]) & set(logs.CSV_COLUMNS)
+    assert not set(chinese[0]) & set(call_csv.CSV_COLUMNS)
     assert chinese[1:] == english[1:] and len(english) == len(a.calls) + 1
 
 
 def test_header_keys_gives_the_stable_keys(client, a):
     keys = download(client, a, language="zh-hans", header="keys")
-    assert keys[0] == list(logs.CSV_COLUMNS)
+    assert keys[0] == list(call_csv.CSV_COLUMNS)
     assert keys[1:] == download(client, a)[1:]
 
 
@@ -67,4 +67,4 @@ def test_the_api_export_keeps_its_keys_in_every_language(client, a):
         response = client.get(url, params, HTTP_ACCEPT_LANGUAGE="zh-hans")
         assert response.status_code == 200
         text = b"".join(response.streaming_content).decode("utf-8-sig")
-        assert text.splitlines()[0] == ",".join(logs.CSV_COLUMNS)
+        assert text.splitlines()[0] == ",".join(call_csv.CSV_COLUMNS)

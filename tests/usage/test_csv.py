@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ApiKey, Role, SubAccount
 from tests.usage.log_fixtures import T0, call, mixed_calls, save, tenant
-from usage import logs
+from usage import call_csv
 
 pytestmark = pytest.mark.django_db
 EXPORT = "/usage/calls/export.csv"
@@ -46,7 +46,7 @@ def test_header_bom_and_one_row_per_call(client, a):
     assert isinstance(response, StreamingHttpResponse)
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     raw = b"".join(response.streaming_content).decode("utf-8-sig")
-    assert raw.splitlines()[0] == ",".join(logs.CSV_COLUMNS)
+    assert raw.splitlines()[0] == ",".join(call_csv.CSV_COLUMNS)
     got = rows(export(client, a))
     assert [r["request_id"] for r in got] == [c.request_id for c in reversed(a.calls)]
 
@@ -125,8 +125,8 @@ def test_invalid_filters_show_the_form_instead_of_a_file(client, a):
 def test_a_large_export_is_read_in_chunks_as_it_is_sent(client, a, monkeypatch):
     # Given 1,000 calls and an export read 100 rows per query
     save([call(a.org, a.org_key, started_at=T0 - timedelta(seconds=i)) for i in range(1000)])
-    real = logs.iter_calls
-    monkeypatch.setattr(logs, "iter_calls", lambda **kw: real(**{**kw, "chunk_size": 100}))
+    real = call_csv.iter_calls
+    monkeypatch.setattr(call_csv, "iter_calls", lambda **kw: real(**{**kw, "chunk_size": 100}))
     response = export(client, a)
     stream = iter(response.streaming_content)
     with CaptureQueriesContext(connection) as queries:
