@@ -14,9 +14,13 @@ tying them together for the hot path.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from django.conf import settings
+
+from console.kernel import redis_url
 from gateway_bridge.limits.base import (
     Admission,
     BucketsMissing,
@@ -28,6 +32,15 @@ from gateway_bridge.limits.base import (
 from gateway_bridge.limits.memory import MemoryLimitStore
 from gateway_bridge.limits.plan import org_tag, plan
 from gateway_bridge.limits.redis_store import RedisLimitStore
+from gateway_bridge.limits.scripts import CREDIT
+
+if TYPE_CHECKING:
+    from accounts.facade import AuthenticatedKey
+    from gateway_bridge.gateway import Gateway
+
+T = TypeVar("T")
+# ``seed_values(auth, now, keys)``: ``{bucket key: used}`` from the database.
+Seeder = Callable[["AuthenticatedKey", datetime, Collection[str]], dict[str, int]]
 
 
 def balance_key(organization_id: int) -> str:
@@ -37,8 +50,6 @@ def balance_key(organization_id: int) -> str:
 def build_store() -> LimitStore:
     """The store the settings ask for: Redis (shared by every gateway
     process) or in-process memory."""
-    from django.conf import settings
-
     if settings.GATEWAY_LIMITS_STORE == "redis":
         return RedisLimitStore.from_url(
             settings.REDIS_URL,
@@ -55,28 +66,23 @@ def credit_balance(organization_id: int, delta: int) -> None:
     is credited once, here; with the in-process store, every gateway in this
     process credits its own (``apply_local_credit``). A bucket not seeded yet
     is left alone: its seed reads the ledger, this entry included."""
-    from django.conf import settings
-
     if not delta:
         return
     if settings.GATEWAY_LIMITS_STORE == "redis":
-        from console.kernel import redis_url
-        from gateway_bridge.limits.scripts import CREDIT
-
         client = redis_url.sync_client(settings.REDIS_URL, socket_timeout=2)
         try:
             client.eval(CREDIT, 1, balance_key(organization_id), -int(delta))
         finally:
             client.close()
         return
-    # Here, not at the top: the stores run without Django (a contender process
-    # in the limits tests), and notify reads the apps' models.
+    # deferred: the stores run without Django (a contender process in the
+    # limits tests), and notify reads the apps' models
     from gateway_bridge import notify
 
     notify.deliver(f"balance:{organization_id}:{int(delta)}")
 
 
-def apply_local_credit(gateway, organization_id: int, delta: int) -> None:
+def apply_local_credit(gateway: Gateway, organization_id: int, delta: int) -> None:
     """``balance:`` messages on a gateway with an in-process store."""
     store = gateway.limits.store
     if isinstance(store, MemoryLimitStore):
@@ -85,7 +91,7 @@ def apply_local_credit(gateway, organization_id: int, delta: int) -> None:
         task.add_done_callback(_pending.discard)
 
 
-_pending: set[asyncio.Future] = set()
+_pending: set[asyncio.Future[None]] = set()
 
 
 __all__ = [
@@ -131,14 +137,14 @@ class Limits:
     """``plan`` + ``store.admit``, seeding missing buckets from the database
     (in a thread, once per key at a time in this process) and trying again."""
 
-    def __init__(self, store: LimitStore, *, seeder=None):
+    def __init__(self, store: LimitStore, *, seeder: Seeder | None = None) -> None:
         self.store = store
         self._seeder = seeder
-        self._seeding: dict[str, asyncio.Future] = {}
+        self._seeding: dict[str, asyncio.Future[None]] = {}
 
     async def admit(
         self,
-        auth,
+        auth: AuthenticatedKey,
         now: datetime,
         reservation_id: str,
         amount: int,
@@ -158,7 +164,7 @@ class Limits:
         raise RuntimeError("limit buckets vanished while seeding them")  # pragma: no cover
 
     async def counters(
-        self, auth, now: datetime, caps: list[CapBucket]
+        self, auth: AuthenticatedKey, now: datetime, caps: list[CapBucket]
     ) -> dict[str, tuple[int, int]]:
         """``{bucket key: (used, reserved)}`` of ``caps`` (from ``plan(auth,
         now)``), as the next admission would see them: a bucket not in the store
@@ -180,7 +186,9 @@ class Limits:
             await self._seed(auth, now, caps, missing)
         raise RuntimeError("limit buckets vanished while seeding them")  # pragma: no cover
 
-    async def _seed(self, auth, now: datetime, caps: list[CapBucket], keys: list[str]) -> None:
+    async def _seed(
+        self, auth: AuthenticatedKey, now: datetime, caps: list[CapBucket], keys: list[str]
+    ) -> None:
         mine = [k for k in keys if k not in self._seeding]
         waits = [self._seeding[k] for k in keys if k in self._seeding]
         if mine:
@@ -188,9 +196,7 @@ class Limits:
             for k in mine:
                 self._seeding[k] = future
             try:
-                seeder = self._seeder
-                if seeder is None:
-                    from gateway_bridge.limits.rebuild import seed_values as seeder
+                seeder = self._seeder or _database_seeder()
                 values = await asyncio.to_thread(in_db_thread, seeder, auth, now, set(mine))
                 ttl = {c.key: c.ttl_seconds for c in caps}
                 for k in mine:
@@ -208,10 +214,19 @@ class Limits:
             await asyncio.shield(w)
 
 
-def in_db_thread(fn, *args):
+def _database_seeder() -> Seeder:
+    """``rebuild.seed_values``: the buckets' values from the database."""
+    # deferred: it reads the apps' models; the stores run without Django
+    from gateway_bridge.limits.rebuild import seed_values
+
+    return seed_values
+
+
+def in_db_thread(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` on a worker thread (run it with ``asyncio.to_thread``),
     giving the thread's database connection back when done (a thread that
     kept one would hold a pooled connection for good)."""
+    # deferred: the stores run without Django (a contender process in the limits tests)
     from django.db import connections
 
     try:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from console.kernel.timezones import day_and_month
 from gateway_bridge.limits.base import PREPAID_CODE, CapBucket, RateRule
+
+if TYPE_CHECKING:
+    from accounts.facade import AuthenticatedKey
 
 # A period's bucket outlives the period by this much, so a call admitted just
 # before midnight still settles into its own day (holds are minutes at most).
@@ -50,7 +54,7 @@ def periods(tz_name: str, now: datetime) -> dict[str, tuple[datetime, datetime, 
     }
 
 
-def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
+def plan(auth: AuthenticatedKey, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
     """Buckets (key caps; sub-account caps and the prepaid balance but for a
     load-test key not billed) and rate rules
     (key, sub-account, organization) for ``auth`` (an ``AuthenticatedKey``)
@@ -101,6 +105,12 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
                 currency=auth.currency,
             )
         )
+    return caps, _rate_rules(auth, tag)
+
+
+def _rate_rules(auth: AuthenticatedKey, tag: str) -> list[RateRule]:
+    """The key's, its sub-account's and its organization's rate rules (those
+    with a limit set)."""
     rates: list[RateRule] = []
     for scope, key, rpm, tpm in (
         ("key", f"{tag}rl:k:{auth.key_id}", auth.key_rpm, auth.key_tpm),
@@ -116,4 +126,4 @@ def plan(auth, now: datetime) -> tuple[list[CapBucket], list[RateRule]]:
             continue
         if rpm is not None or tpm is not None:
             rates.append(RateRule(scope=scope, key=key, rpm=rpm, tpm=tpm))
-    return caps, rates
+    return rates

@@ -12,12 +12,17 @@ gateway imports no billing code."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from console.kernel import hooks
 from gateway_bridge.limits.base import PREPAID_CODE
 from gateway_bridge.limits.plan import org_tag, periods, plan
 from usage.facade import SPEND_BY_KEY, SPEND_BY_SUB_ACCOUNT, spend_by_period
+
+if TYPE_CHECKING:
+    from accounts.facade import AuthenticatedKey
 
 
 def prepaid_balance(organization_id: int) -> int:
@@ -25,7 +30,9 @@ def prepaid_balance(organization_id: int) -> int:
     return int(hooks.PREPAID_BALANCE.ask(organization_id))
 
 
-def seed_values(auth, now: datetime, keys=None) -> dict[str, int]:
+def seed_values(
+    auth: AuthenticatedKey, now: datetime, keys: Collection[str] | None = None
+) -> dict[str, int]:
     """``{bucket key: used}`` for the cap buckets ``plan(auth, now)`` gives
     (only ``keys`` when given): spent today, this month and in total by the key
     and its sub-account, and ``-balance`` for the prepaid bucket."""

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from console.kernel import redis_url
-from gateway_bridge.limits import resp
+from gateway_bridge.limits import resp, resp_ha
 from gateway_bridge.limits.base import (
     RECORD_GRACE_MS,
     Admission,
@@ -144,13 +144,13 @@ class RedisLimitStore(SlottedWindow):
         target = redis_url.parse(url)
         if client == "resp" and target.highly_available:
             auth = {"username": target.username, "password": target.password}
-            conn: resp.SentinelClient | resp.ClusterClient
+            conn: resp_ha.SentinelClient | resp_ha.ClusterClient
             if target.kind == redis_url.SENTINEL:
-                conn = resp.SentinelClient(
+                conn = resp_ha.SentinelClient(
                     target.hosts, target.service, db=target.db, timeout=timeout, **auth
                 )
             else:
-                conn = resp.ClusterClient(target.hosts, timeout=timeout, **auth)
+                conn = resp_ha.ClusterClient(target.hosts, timeout=timeout, **auth)
             return cls(conn, replicas=1 if replicas is None else replicas, **kwargs)
         if client == "resp" and url.startswith("redis://"):
             # One Redis: no replica to wait for.

@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import deque
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
 from urllib.parse import unquote, urlsplit
 
 # A connection that answers nothing for this long while commands wait is dropped.
@@ -47,7 +48,7 @@ class _Incomplete(Exception):
     pass
 
 
-def encode(args) -> bytes:
+def encode(args: Sequence[bytes | str | int]) -> bytes:
     out = [b"*%d\r\n" % len(args)]
     for a in args:
         if isinstance(a, bytes):
@@ -60,7 +61,7 @@ def encode(args) -> bytes:
     return b"".join(out)
 
 
-def parse(buf: bytearray, pos: int):
+def parse(buf: bytearray, pos: int) -> tuple[Any, int]:
     """One reply from ``buf`` at ``pos``: ``(value, next_pos)``; raises
     ``_Incomplete`` when the reply is not all there yet."""
     end = buf.find(b"\r\n", pos)
@@ -81,7 +82,7 @@ def parse(buf: bytearray, pos: int):
         n = int(line)
         if n < 0:
             return None, pos
-        items = []
+        items: list[Any] = []
         for _ in range(n):
             item, pos = parse(buf, pos)
             items.append(item)
@@ -94,17 +95,17 @@ def parse(buf: bytearray, pos: int):
 
 
 class _Protocol(asyncio.Protocol):
-    def __init__(self):
+    def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.pending: deque[asyncio.Future] = deque()
+        self.pending: deque[asyncio.Future[Any]] = deque()
         self.buf = bytearray()
         self.lost: Exception | None = None
         # Loop time of the last progress while commands wait (a reply read, or
         # the first command written to an idle connection).
         self.progress_at = 0.0
 
-    def connection_made(self, transport):
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's
 
     def data_received(self, data: bytes) -> None:
         self.progress_at = asyncio.get_running_loop().time()
@@ -125,7 +126,7 @@ class _Protocol(asyncio.Protocol):
                 fut.set_result(value)
         del buf[:pos]
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.lost = exc or ConnectionError("Redis closed the connection")
         while self.pending:
             fut = self.pending.popleft()
@@ -139,11 +140,11 @@ class RespClient:
         host: str = "127.0.0.1",
         port: int = 6379,
         db: int = 0,
-        username=None,
-        password=None,
+        username: str | None = None,
+        password: str | None = None,
         *,
         timeout: float | None = None,
-    ):
+    ) -> None:
         self.host, self.port, self.db = host, port, db
         self.username, self.password = username, password
         self.timeout = timeout  # seconds per command; None: wait as long as it takes
@@ -189,7 +190,7 @@ class RespClient:
             _, proto = await loop.create_connection(_Protocol, self.host, self.port)
             # AUTH and SELECT are written before anyone else can write: every
             # later command on the connection follows them.
-            setup = []
+            setup: list[asyncio.Future[Any]] = []
             if self.password:
                 auth = [self.username, self.password] if self.username else [self.password]
                 setup.append(self._send(proto, ("AUTH", *auth)))
@@ -199,21 +200,25 @@ class RespClient:
                 for fut in setup:
                     await fut
             except BaseException:
-                proto.transport.close()
+                if proto.transport is not None:
+                    proto.transport.close()
                 raise
             self._proto = proto
             return proto
 
-    def _send(self, proto: _Protocol, args) -> asyncio.Future:
+    def _send(self, proto: _Protocol, args: Sequence[bytes | str | int]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if not proto.pending:
             proto.progress_at = loop.time()
         proto.pending.append(fut)
-        proto.transport.write(encode(args))
+        transport = proto.transport
+        if transport is None:  # pragma: no cover - connected before it is returned
+            raise ConnectionError("Redis connection not made")
+        transport.write(encode(args))
         return fut
 
-    def _expire(self, fut: asyncio.Future, proto: _Protocol) -> None:
+    def _expire(self, fut: asyncio.Future[Any], proto: _Protocol) -> None:
         """A command's deadline passed: its caller gets ``RedisTimeout`` (the
         reply, if it ever comes, is dropped in order); a connection that has
         read nothing for ``STALE_AFTER_S`` is dropped."""
@@ -224,7 +229,7 @@ class RespClient:
         if stalled >= STALE_AFTER_S and proto.transport is not None and proto.lost is None:
             proto.transport.abort()  # connection_lost fails the rest; the next command reconnects
 
-    async def execute(self, *args):
+    async def execute(self, *args: bytes | str | int) -> Any:
         proto = self._proto
         if proto is None or proto.lost is not None:
             proto = await self._connection()
@@ -237,7 +242,7 @@ class RespClient:
         finally:
             timer.cancel()
 
-    async def pipeline(self, *commands) -> list[Any]:
+    async def pipeline(self, *commands: Sequence[bytes | str | int]) -> list[Any]:
         """``commands`` written back to back on ONE connection (so a ``WAIT``
         among them counts the writes before it); their replies, an exception
         in place of an error reply. A lost connection or a deadline raises."""
@@ -245,12 +250,13 @@ class RespClient:
         if proto is None or proto.lost is not None:
             proto = await self._connection()
         futs = [self._send(proto, c) for c in commands]
-        timers = []
+        timers: list[asyncio.TimerHandle] = []
         if self.timeout is not None:
             loop = asyncio.get_running_loop()
             timers = [loop.call_later(self.timeout, self._expire, f, proto) for f in futs]
         try:
-            out, failure = [], None
+            out: list[Any] = []
+            failure: Exception | None = None
             for fut in futs:  # every reply awaited, so none is left unretrieved
                 try:
                     out.append(await fut)
@@ -266,10 +272,16 @@ class RespClient:
             for t in timers:
                 t.cancel()
 
-    def register_script(self, lua: str) -> _Script:
-        return _Script(self, lua)
+    def register_script(self, lua: str) -> Script:
+        return Script(self, lua)
 
-    async def run_script(self, script: _Script, keys, args, replicas: int = 0):
+    async def run_script(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[bytes | str | int],
+        replicas: int = 0,
+    ) -> Any:
         """EVALSHA (SCRIPT LOAD on NOSCRIPT), then, with ``replicas``, ``WAIT``
         on the same connection: ``NotReplicated`` when fewer replicas than that
         acknowledged the script's writes within ``WAIT_MS``."""
@@ -309,195 +321,31 @@ class NotReplicated(ConnectionError):
     so the caller treats the store as unavailable."""
 
 
-class _Script:
-    def __init__(self, client, lua: str):
+class ScriptRunner(Protocol):
+    """A client that runs a registered script (``RespClient``, and the
+    Sentinel and Cluster clients of ``resp_ha``)."""
+
+    async def run_script(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[bytes | str | int],
+        replicas: int = 0,
+    ) -> Any: ...
+
+
+class Script:
+    """A Lua script registered on a client: ``await script(keys=, args=)``."""
+
+    def __init__(self, client: ScriptRunner, lua: str) -> None:
         self.client = client
         self.lua = lua
         self.sha = hashlib.sha1(lua.encode()).hexdigest()  # noqa: S324 - Redis's script id
 
-    async def __call__(self, keys=(), args=(), replicas: int = 0):
+    async def __call__(
+        self,
+        keys: Sequence[str] = (),
+        args: Sequence[bytes | str | int] = (),
+        replicas: int = 0,
+    ) -> Any:
         return await self.client.run_script(self, keys, args, replicas)
-
-
-def _failed_over(exc: BaseException) -> bool:
-    """An error after which the primary must be looked up again."""
-    if isinstance(exc, RespError):
-        return str(exc).startswith(("READONLY", "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN"))
-    return isinstance(exc, (ConnectionError, OSError, TimeoutError))
-
-
-class SentinelClient:
-    """The pipelined client on a Sentinel-managed primary: asks the sentinels
-    where the primary is, keeps one ``RespClient`` to it, and looks again
-    after a connection error, a deadline or a ``READONLY`` reply (a failover).
-    The failed command raises (the gateway answers 503); it is never retried,
-    since Redis may have run it."""
-
-    def __init__(
-        self, sentinels, service: str, *, db=0, username=None, password=None, timeout=None
-    ):
-        self.sentinels = list(sentinels)
-        self.service = service
-        self.db, self.username, self.password = db, username, password
-        self.timeout = timeout
-        self._client: RespClient | None = None
-        self._finding: asyncio.Lock | None = None
-
-    async def _primary(self) -> RespClient:
-        if self._client is not None:
-            return self._client
-        # One search at a time: the calls that meet a cold or failed-over client
-        # wait for the one asking the sentinels, not each ask (and connect) anew.
-        if self._finding is None:
-            self._finding = asyncio.Lock()
-        async with self._finding:
-            if self._client is not None:
-                return self._client
-            return await self._find_primary()
-
-    async def _find_primary(self) -> RespClient:
-        errors = []
-        for host, port in self.sentinels:
-            probe = RespClient(host, port, timeout=self.timeout or 2.0)
-            try:
-                addr = await probe.execute("SENTINEL", "get-master-addr-by-name", self.service)
-            except (OSError, TimeoutError, RespError) as exc:
-                errors.append(f"{host}:{port}: {exc}")
-                continue
-            finally:
-                await probe.aclose()
-            if addr:
-                self._client = RespClient(
-                    addr[0].decode(),
-                    int(addr[1]),
-                    self.db,
-                    self.username,
-                    self.password,
-                    timeout=self.timeout,
-                )
-                return self._client
-            errors.append(f"{host}:{port}: no primary named {self.service!r}")
-        raise ConnectionError(f"no Sentinel knows the primary: {'; '.join(errors)}")
-
-    async def _forget(self, client: RespClient) -> None:
-        if self._client is client:
-            self._client = None
-        await client.aclose()
-
-    async def execute(self, *args):
-        client = await self._primary()
-        try:
-            return await client.execute(*args)
-        except BaseException as exc:
-            if _failed_over(exc):
-                await self._forget(client)
-            raise
-
-    def register_script(self, lua: str) -> _Script:
-        return _Script(self, lua)
-
-    async def run_script(self, script: _Script, keys, args, replicas: int = 0):
-        client = await self._primary()
-        try:
-            return await client.run_script(script, keys, args, replicas)
-        except NotReplicated:
-            raise
-        except BaseException as exc:
-            if _failed_over(exc):
-                await self._forget(client)
-            raise
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-        self._client = None
-
-
-class ClusterClient:
-    """The pipelined client on a Redis Cluster: the slot map from ``CLUSTER
-    SLOTS``, one ``RespClient`` per primary, each script sent to the node of
-    its first key's slot (every key of one call shares a hash tag, so a
-    slot). After ``MOVED`` (the command did not run) the map is read again
-    and the command retried once; after a connection error or a deadline the
-    map is read again on the next call and the error raised (Redis may have
-    run the command)."""
-
-    def __init__(self, nodes, *, username=None, password=None, timeout=None):
-        self.seeds = list(nodes)
-        self.username, self.password = username, password
-        self.timeout = timeout
-        self._slots: list[tuple[str, int]] | None = None
-        self._nodes: dict[tuple[str, int], RespClient] = {}
-
-    def _node(self, addr: tuple[str, int]) -> RespClient:
-        client = self._nodes.get(addr)
-        if client is None:
-            client = self._nodes[addr] = RespClient(
-                addr[0], addr[1], 0, self.username, self.password, timeout=self.timeout
-            )
-        return client
-
-    async def _refresh(self) -> list[tuple[str, int]]:
-        errors = []
-        known = [*self._nodes, *self.seeds]
-        for addr in dict.fromkeys(known):
-            try:
-                ranges = await self._node(addr).execute("CLUSTER", "SLOTS")
-            except (OSError, TimeoutError, RespError) as exc:
-                errors.append(f"{addr[0]}:{addr[1]}: {exc}")
-                await self._drop(addr)
-                continue
-            slots: list[Any] = [None] * 16384
-            for start, end, primary, *_ in ranges:
-                where = (primary[0].decode() or addr[0], int(primary[1]))
-                for slot in range(start, end + 1):
-                    slots[slot] = where
-            self._slots = slots
-            return slots
-        raise ConnectionError(f"no cluster node answered: {'; '.join(errors)}")
-
-    async def _drop(self, addr) -> None:
-        client = self._nodes.pop(addr, None)
-        if client is not None:
-            await client.aclose()
-
-    async def _for_key(self, key) -> RespClient:
-        from redis.crc import key_slot
-
-        slots = self._slots or await self._refresh()
-        addr = slots[key_slot(key.encode() if isinstance(key, str) else key)]
-        if addr is None:
-            raise ConnectionError("the cluster serves no node for this key's slot")
-        return self._node(addr)
-
-    async def _on(self, key, call):
-        for attempt in (0, 1):
-            client = await self._for_key(key)
-            try:
-                return await call(client)
-            except NotReplicated:
-                raise
-            except BaseException as exc:
-                if not _failed_over(exc):
-                    raise
-                self._slots = None
-                if isinstance(exc, RespError) and str(exc).startswith("MOVED") and not attempt:
-                    continue
-                if not isinstance(exc, RespError):
-                    await self._drop((client.host, client.port))
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def execute(self, *args):
-        key = args[1] if len(args) > 1 else ""
-        return await self._on(key, lambda c: c.execute(*args))
-
-    def register_script(self, lua: str) -> _Script:
-        return _Script(self, lua)
-
-    async def run_script(self, script: _Script, keys, args, replicas: int = 0):
-        return await self._on(keys[0], lambda c: c.run_script(script, keys, args, replicas))
-
-    async def aclose(self) -> None:
-        for addr in list(self._nodes):
-            await self._drop(addr)

@@ -29,11 +29,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gateway_bridge.limits import in_db_thread
 from gateway_bridge.limits.base import PREPAID_CODE
 from gateway_bridge.limits.plan import bare_key, periods, plan
 from usage.facade import SPEND_BY_KEY, SPEND_BY_SUB_ACCOUNT, spend_by_period
+
+if TYPE_CHECKING:
+    from accounts.facade import AuthenticatedKey
+    from gateway_bridge.limits import Limits
 
 KEY, SUB_ACCOUNT = "key", "sub_account"
 # (store letter, period name) in the counters' keys ("cap:k:42:d:2026-12-02").
@@ -79,14 +84,16 @@ class Standing:
     def room(self) -> int | None:
         """The least a call may still spend under any cap or the balance
         (None: nothing limits the key's spend)."""
-        rooms = [c.remaining for c in self.caps if c.limit is not None]
+        rooms = [c.remaining for c in self.caps if c.remaining is not None]
         if self.balance is not None:
             rooms.append(max(0, self.balance - self.balance_held))
         return min(rooms) if rooms else None
 
 
-def _ingested(auth, bounds) -> dict[str, dict[str, int]]:
-    out = {}
+def _ingested(
+    auth: AuthenticatedKey, bounds: dict[str, tuple[datetime, datetime]]
+) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
     for scope, grain, ident in (
         (KEY, SPEND_BY_KEY, auth.key_id),
         (SUB_ACCOUNT, SPEND_BY_SUB_ACCOUNT, auth.sub_account_id),
@@ -98,7 +105,7 @@ def _ingested(auth, bounds) -> dict[str, dict[str, int]]:
     return out
 
 
-def key_spend_between(auth, start: datetime, end: datetime) -> int:
+def key_spend_between(auth: AuthenticatedKey, start: datetime, end: datetime) -> int:
     """The key's ingested spend in [start, end) (sync ORM: run it in a thread)."""
     spent = spend_by_period(
         organization_id=auth.organization_id,
@@ -109,7 +116,7 @@ def key_spend_between(auth, start: datetime, end: datetime) -> int:
     return spent["r"]
 
 
-async def standing(limits, auth, now: datetime) -> Standing:
+async def standing(limits: Limits, auth: AuthenticatedKey, now: datetime) -> Standing:
     """The standing of ``auth`` (an ``AuthenticatedKey``) at ``now``; reads the
     limits store and, in a thread, the database."""
     caps, _ = plan(auth, now)

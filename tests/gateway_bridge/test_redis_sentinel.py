@@ -160,7 +160,7 @@ def test_a_cold_store_finds_the_primary_once_and_warms_before_the_first_call(sen
     already connected (``warm``), so no first call spends its 0.25 s deadline
     finding the primary."""
     from gateway_bridge.limits import RedisLimitStore
-    from gateway_bridge.limits.resp import SentinelClient
+    from gateway_bridge.limits.resp_ha import SentinelClient
 
     *_, url = sentinel_set
     searches = 0
