@@ -53,7 +53,6 @@ from inference_node.models import HealthCheck, Node, NodeHealth, NodeKind, NodeS
 from inference_node.seeding import SeedCost, seed_credential, seed_node_model
 from inference_node.selectors import (
     CostPrice,
-    CredentialState,
     RoutableCredential,
     RoutableNode,
     build_routing_snapshot,
@@ -67,7 +66,6 @@ from inference_node.signals import connect_node_rows_changed
 
 __all__ = [
     "CostPrice",
-    "CredentialState",
     "HealthCheck",
     "Node",
     "NodeHealth",

@@ -104,6 +104,57 @@ async def slow_clients(gateways: list[str], per_gateway: int, end: float, out: d
     }
 
 
+async def _chunked(host: str, port: int, path: str) -> tuple[str, int]:
+    """A chunked body of up to 64 MB to a console path: the answer's status
+    (``reset``: the connection was reset, ``none``: no answer) and the bytes
+    sent before it came."""
+    reader, writer = await asyncio.open_connection(host, port, local_addr=(OVERSIZE_FROM, 0))
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n\r\n".encode()
+    )
+    chunk = b"a" * 65536
+    frame = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    sent = 0
+    answer = asyncio.create_task(reader.read(64))
+    reset = False
+    try:
+        while sent < 64 * 1024 * 1024 and not answer.done():
+            writer.write(frame)
+            await asyncio.wait_for(writer.drain(), timeout=10)
+            sent += len(chunk)
+        head = await asyncio.wait_for(answer, timeout=10)
+    except (TimeoutError, OSError) as exc:
+        # The server closed on a body it will not read: its 413 may be lost in the reset.
+        reset = isinstance(exc, ConnectionError)
+        head = answer.result() if answer.done() and not answer.exception() else b""
+    finally:
+        writer.close()
+        if not answer.done():
+            answer.cancel()
+    if head.startswith(b"HTTP/1.1"):
+        return head[9:12].decode(), sent
+    return ("reset" if reset else "none"), sent
+
+
+async def _declared(session: aiohttp.ClientSession, url: str, key: str, statuses: dict) -> None:
+    """A 5 MB body declared in its Content-Length, on a gateway path with a valid key."""
+    body = b"{" + b" " * (5 * 1024 * 1024) + b"}"
+    try:
+        async with session.post(
+            url + "/v1/chat/completions",
+            data=body,
+            headers={
+                "authorization": f"Bearer {key}",
+                "content-type": "application/json",
+            },
+        ) as resp:
+            await resp.read()
+            _count(statuses, f"/v1/chat/completions {resp.status}")
+    except (aiohttp.ClientError, OSError) as exc:
+        _count(statuses, f"/v1/chat/completions transport:{type(exc).__name__}")
+
+
 async def oversize(
     gateways: list[str], key: str, console_limit: int, end: float, out: dict
 ) -> None:
@@ -111,56 +162,6 @@ async def oversize(
     unknown one is refused before any body), chunked on console paths."""
     statuses: dict = {}
     sent_max = 0
-
-    async def chunked(host: str, port: int, path: str) -> None:
-        nonlocal sent_max
-        reader, writer = await asyncio.open_connection(host, port, local_addr=(OVERSIZE_FROM, 0))
-        writer.write(
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
-            "Content-Type: application/x-www-form-urlencoded\r\n\r\n".encode()
-        )
-        chunk = b"a" * 65536
-        frame = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
-        sent = 0
-        answer = asyncio.create_task(reader.read(64))
-        reset = False
-        try:
-            while sent < 64 * 1024 * 1024 and not answer.done():
-                writer.write(frame)
-                await asyncio.wait_for(writer.drain(), timeout=10)
-                sent += len(chunk)
-            head = await asyncio.wait_for(answer, timeout=10)
-        except (TimeoutError, OSError) as exc:
-            # The server closed on a body it will not read: its 413 may be lost in the reset.
-            reset = isinstance(exc, ConnectionError)
-            head = answer.result() if answer.done() and not answer.exception() else b""
-        finally:
-            writer.close()
-            if not answer.done():
-                answer.cancel()
-        sent_max = max(sent_max, sent)
-        if head.startswith(b"HTTP/1.1"):
-            status = head[9:12].decode()
-        else:
-            status = "reset" if reset else "none"
-        _count(statuses, f"{path} {status}")
-
-    async def declared(session: aiohttp.ClientSession, url: str) -> None:
-        body = b"{" + b" " * (5 * 1024 * 1024) + b"}"
-        try:
-            async with session.post(
-                url + "/v1/chat/completions",
-                data=body,
-                headers={
-                    "authorization": f"Bearer {key}",
-                    "content-type": "application/json",
-                },
-            ) as resp:
-                await resp.read()
-                _count(statuses, f"/v1/chat/completions {resp.status}")
-        except (aiohttp.ClientError, OSError) as exc:
-            _count(statuses, f"/v1/chat/completions transport:{type(exc).__name__}")
-
     connector = aiohttp.TCPConnector(local_addr=(OVERSIZE_FROM, 0), force_close=True)
     async with aiohttp.ClientSession(connector=connector) as session:
         while time.monotonic() < end:
@@ -168,10 +169,13 @@ async def oversize(
                 host, port = _host_port(url)
                 for path in ("/login/", "/healthz"):
                     try:
-                        await chunked(host, port, path)
+                        status, sent = await _chunked(host, port, path)
                     except OSError as exc:
                         _count(statuses, f"{path} transport:{type(exc).__name__}")
-                await declared(session, url)
+                    else:
+                        sent_max = max(sent_max, sent)
+                        _count(statuses, f"{path} {status}")
+                await _declared(session, url, key, statuses)
             await asyncio.sleep(0.5)
     out["oversize"] = {
         "statuses": statuses,
