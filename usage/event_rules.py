@@ -10,9 +10,9 @@ reason ingest gives when it does not. From the one table come:
   as one Python expression over the event's values, written out and
   compiled once (as ``collections.namedtuple`` and ``dataclasses`` write
   their methods), so a valid event costs one boolean expression;
-- ``check``: the rules one at a time, in the table's order, raising the
-  first failing rule's ``InvalidEvent``; run for an event the fast parser
-  refused, to say precisely why.
+- ``checked_parser``: the rules one at a time, in the table's order,
+  raising the first failing rule's ``InvalidEvent``; run for an event the
+  fast parser refused, to say precisely why.
 
 Both are read from the same rules, so they accept exactly the same events
 (``tests/usage/test_events.py`` holds them to it). Adding a field is one line
@@ -25,7 +25,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from operator import itemgetter
+from typing import Any, TypedDict
 
 # C0 and C1 control characters: refused where a rule says ``clean``.
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -45,6 +46,18 @@ class InvalidEvent(ValueError):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+class Options(TypedDict, total=False):
+    """A ``Field``'s options, for those shared by several fields."""
+
+    says: Reason
+    null: bool
+    lo: int | None
+    hi: int | None
+    wrong_type: Reason | None
+    too_low: Reason | None
+    too_high: Reason | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +92,8 @@ class Field:
         if self.type is datetime:
             values[name] = parse_time(name, v)
             return
-        if type(v) is not self.type:
+        wanted: Any = self.type  # (``v`` stays Any: mypy would narrow it to ``object``)
+        if type(v) is not wanted:
             raise self._invalid(self.wrong_type or self.says, v)
         if self.lo is not None or self.hi is not None:
             size = v if self.type is int else len(v)
@@ -175,25 +189,35 @@ def parse_time(name: str, value: Any) -> datetime:
     return dt
 
 
-def check(rules: Sequence[Rule], event: dict[str, Any], latest: float) -> dict[str, Any]:
-    """The event's values, its times read as datetimes, once every rule holds;
-    else the first failing rule's ``InvalidEvent``."""
-    values = {**event, "latest": latest}
-    for rule in rules:
-        rule.check(values)
-    return values
-
-
-# The fast parser: ``finish(values, started, finished)`` makes its result.
+# A parser's result: ``finish(values, *times)``, the event's values in the
+# order of its field names and its times as datetimes.
+Finish = Callable[..., Any]
+# The checked parser: ``parse(event, latest)``, an event dict holding every field.
+CheckedParser = Callable[[dict[str, Any], float], Any]
+# The fast parser: ``parse(values, latest)``, the event's values in the order
+# of its field names.
 FastParser = Callable[[tuple[Any, ...], float], Any]
 
 
-def fast_parser(
-    rules: Sequence[Rule], names: Sequence[str], finish: Callable[..., Any]
-) -> FastParser:
-    """``parse(values, latest)``: ``finish(values, started_at, finished_at)``
-    when ``values`` (an event's, in ``names`` order) break no rule, else
-    ``None`` (or an exception: a time that is no ISO 8601 string)."""
+def checked_parser(rules: Sequence[Rule], names: Sequence[str], finish: Finish) -> CheckedParser:
+    """``parse(event, latest)``: ``finish(values, *times)`` once every rule
+    holds, else the first failing rule's ``InvalidEvent``."""
+    values_of = itemgetter(*names)
+    times = [r.name for r in rules if isinstance(r, Field) and r.type is datetime]
+
+    def parse(event: dict[str, Any], latest: float) -> Any:
+        values = {**event, "latest": latest}
+        for rule in rules:
+            rule.check(values)  # (a time is replaced by its datetime)
+        return finish(values_of(event), *(values[t] for t in times))
+
+    return parse
+
+
+def fast_parser(rules: Sequence[Rule], names: Sequence[str], finish: Finish) -> FastParser:
+    """``parse(values, latest)``: ``finish(values, *times)`` when ``values``
+    (an event's, in ``names`` order) break no rule, else ``None`` (or an
+    exception: a time that is no ISO 8601 string)."""
     fields = [r for r in rules if isinstance(r, Field)]
     times = [f.name for f in fields if f.type is datetime]
     after = [r for r in rules if isinstance(r, Together) and set(r.names) & set(times)]
@@ -233,4 +257,17 @@ def fast_parser(
     return parser
 
 
-__all__ = ["CONTROL", "Field", "InvalidEvent", "Rule", "Together", "check", "fast_parser"]
+__all__ = [
+    "AN_INTEGER",
+    "AN_INTEGER_OR_NULL",
+    "A_BOOLEAN",
+    "A_STRING",
+    "CONTROL",
+    "Field",
+    "InvalidEvent",
+    "Options",
+    "Rule",
+    "Together",
+    "checked_parser",
+    "fast_parser",
+]

@@ -6,9 +6,10 @@ travels, and how ingest reads it back.
 ``encode`` (orjson: dataclasses and datetimes natively, RFC 3339 timestamps),
 and ingest validates the wire dict with ``parse`` into a ``ParsedEvent``, a
 NamedTuple whose fields are the event's (``version`` aside), from which the
-call row (``usage.ingest.rows.CallRow``) is derived. Adding a field is one
-edit here (the field and its validation rule) plus the gateway line that
-fills it (and the call table's column).
+call row (``usage.ingest.rows.CallRow``) is derived. Adding a field is the
+field and its rule's line in ``RULES`` here (and the type checker's copies
+of ``ParsedEvent`` and ``CallRow``) plus the gateway line that fills it (and
+the call table's column).
 
 ``SCHEMA_VERSION`` is the wire format's version: it changes when a field's
 meaning changes or a field is removed, and ingest refuses a version it does
@@ -46,7 +47,9 @@ seeding, alerts, performance figures, the SLA and margin leave it out too.
 An event without it reads as a billed call.
 
 Validation is plain Python on purpose: it runs 50,000 times a second in the
-ingest worker, where a serializer framework costs ten times more.
+ingest worker, where a serializer framework costs ten times more. The rules
+are one table, ``RULES``, from which ``usage.event_rules`` derives both the
+fast parser (for the valid event) and the checked one (for the reason).
 
 Token classes are already mapped by the gateway: ``input_tokens`` is the
 uncached prompt, ``cache_read_tokens`` and ``cache_write_tokens`` are the
@@ -57,11 +60,12 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from functools import lru_cache
 from operator import itemgetter
-from typing import Any, NamedTuple, get_type_hints
+from typing import TYPE_CHECKING, Any, NamedTuple, get_type_hints
 
 import orjson
 from django.conf import settings
@@ -73,12 +77,13 @@ from usage.event_rules import (
     AN_INTEGER_OR_NULL,
     CONTROL,
     Field,
-    InvalidEvent,
+    Options,
     Rule,
     Together,
-    check,
+    checked_parser,
     fast_parser,
 )
+from usage.event_rules import InvalidEvent as InvalidEvent  # the contract's error, re-exported
 
 SCHEMA_VERSION = 1
 
@@ -165,12 +170,13 @@ class UsageEvent:
     is_test: bool = False
     version: int = SCHEMA_VERSION
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The wire dict: what ``encode`` writes for this event, read back."""
-        return orjson.loads(orjson.dumps(self))
+        wire: dict[str, Any] = orjson.loads(orjson.dumps(self))
+        return wire
 
     @classmethod
-    def from_dict(cls, d: dict) -> UsageEvent:
+    def from_dict(cls, d: dict[str, Any]) -> UsageEvent:
         return cls(**parse(d)._asdict())
 
 
@@ -189,10 +195,13 @@ _FIRST_FIELD_SET = FIELD_SET - ADDED_FIELDS.keys()
 _GROUP_SETS = tuple(frozenset(g) for g in ADDED_GROUPS)
 
 
-def _partial_forms() -> dict[int, list[tuple[frozenset, dict]]]:
+_Form = tuple[frozenset[str], dict[str, object]]
+
+
+def _partial_forms() -> dict[int, list[_Form]]:
     """Every form an event of an older gateway has (the fields less one or
     more added groups), by its number of fields: (its keys, the defaults)."""
-    forms: dict[int, list[tuple[frozenset, dict]]] = {}
+    forms: dict[int, list[_Form]] = {}
     n = len(ADDED_GROUPS)
     for mask in range(1, 2**n):
         lacking = [g for i, g in enumerate(ADDED_GROUPS) if mask >> i & 1]
@@ -204,11 +213,51 @@ def _partial_forms() -> dict[int, list[tuple[frozenset, dict]]]:
 
 _PARTIAL_FORMS = _partial_forms()
 # What a call record keeps of an event: every field but the wire version.
-_HINTS = get_type_hints(UsageEvent)
-ParsedEvent = NamedTuple(  # the contract's fields, not spelled twice
-    "ParsedEvent", [(name, _HINTS[name]) for name in FIELD_NAMES if name != "version"]
-)
-ParsedEvent.__doc__ = "A validated event: ``UsageEvent``'s fields but ``version``, in its order."
+if TYPE_CHECKING:
+    # The type checker's view of the NamedTuple made below from the contract
+    # (it cannot read a NamedTuple made at run time): the same fields.
+    class ParsedEvent(NamedTuple):
+        request_id: str
+        started_at: datetime
+        finished_at: datetime
+        organization_id: int
+        sub_account_id: int | None
+        api_key_id: int
+        model: str
+        node_id: int | None
+        protocol: str
+        endpoint: str
+        stream: bool
+        status_code: int
+        error_type: str
+        input_tokens: int
+        cache_read_tokens: int
+        cache_write_tokens: int
+        output_tokens: int
+        reasoning_tokens: int
+        ttft_us: int | None
+        latency_us: int
+        upstream_us: int | None
+        overhead_us: int | None
+        queue_us: int | None
+        client_ip: str | None
+        priority: int
+        cache_status: str
+        credential_id: int | None
+        upstream_cost: int
+        upstream_currency: str
+        end_user: str
+        tags: dict[str, str]
+        is_test: bool
+
+else:
+    _HINTS = get_type_hints(UsageEvent)
+    ParsedEvent = NamedTuple(  # the contract's fields, not spelled twice
+        "ParsedEvent", [(name, _HINTS[name]) for name in FIELD_NAMES if name != "version"]
+    )
+    ParsedEvent.__doc__ = (
+        "A validated event: ``UsageEvent``'s fields but ``version``, in its order."
+    )
 STORED_FIELDS: tuple[str, ...] = ParsedEvent._fields
 _STARTED = FIELD_NAMES.index("started_at")
 _FINISHED = FIELD_NAMES.index("finished_at")
@@ -216,26 +265,27 @@ _VERSION = FIELD_NAMES.index("version")
 _new_tuple = tuple.__new__
 
 
-def encode(events) -> bytes:
+def encode(events: object) -> bytes:
     """The wire form of an event, a batch of them, or anything holding them:
     JSON, timestamps as RFC 3339 strings (what ``datetime.isoformat`` writes).
     Wire dicts (a batch replayed from the spool) encode unchanged."""
     return orjson.dumps(events)
 
 
-def to_wire(events):
+def to_wire(events: object) -> Any:
     """What the worker receives for an event (a wire dict) or a batch (a list
     of them): ``encode``, read back."""
     return orjson.loads(orjson.dumps(events))
 
 
-def _stored(values, started: datetime, finished: datetime) -> ParsedEvent:
+def _stored(values: Sequence[Any], started: datetime, finished: datetime) -> ParsedEvent:
     """``values`` (in ``FIELD_NAMES`` order) with parsed timestamps, less ``version``."""
     out = list(values)
     out[_STARTED] = started
     out[_FINISHED] = finished
     del out[_VERSION]
-    return _new_tuple(ParsedEvent, out)
+    parsed: ParsedEvent = _new_tuple(ParsedEvent, out)
+    return parsed
 
 
 def _is_currency(code: str) -> bool:
@@ -248,7 +298,7 @@ def _is_currency_or_none(code: str) -> bool:
     return not code or _is_currency(code)
 
 
-def _with_added(d):
+def _with_added(d: Any) -> Any:
     """``d`` with the defaults of the added groups it lacks, when it is an
     event written without them (before they were added) and holds every
     other field; otherwise ``d`` itself."""
@@ -271,7 +321,7 @@ def _check_ip(value: str) -> bool:
     return True
 
 
-def _field_error(d: dict) -> InvalidEvent:
+def _field_error(d: object) -> InvalidEvent:
     if not isinstance(d, dict):
         return InvalidEvent(f"event must be a JSON object, not {type(d).__name__}")
     keys = set(d)
@@ -293,10 +343,11 @@ _N_FIELDS = len(FIELD_NAMES)
 
 def latest_start() -> float:
     """The latest ``started_at`` (POSIX seconds) accepted now; a batch reads it once."""
-    return time.time() + settings.USAGE_MAX_FUTURE_SKEW_SECONDS
+    skew: float = settings.USAGE_MAX_FUTURE_SKEW_SECONDS
+    return time.time() + skew
 
 
-def parse(d: dict, latest: float | None = None) -> ParsedEvent:
+def parse(d: dict[str, Any], latest: float | None = None) -> ParsedEvent:
     """Validate one wire dict; return its values (timestamps as aware
     datetimes) as a ``ParsedEvent``. Raises ``InvalidEvent``. ``latest`` is
     ``latest_start()``, passed in by callers that parse many events."""
@@ -306,6 +357,7 @@ def parse(d: dict, latest: float | None = None) -> ParsedEvent:
         if len(d) != _N_FIELDS:
             d = _with_added(d)
         if len(d) == _N_FIELDS:
+            parsed: ParsedEvent | None
             try:
                 parsed = _parse_valid(_values(d), latest)
             except (KeyError, TypeError, ValueError):
@@ -315,7 +367,7 @@ def parse(d: dict, latest: float | None = None) -> ParsedEvent:
     return _parse_checked(d, latest)
 
 
-def tags_problem(tags) -> str | None:
+def tags_problem(tags: object) -> str | None:
     """Why ``tags`` are not a call's tags, or None: a JSON object of at most
     ``MAX_TAGS`` entries, each key 1 to ``MAX_TAG_KEY`` characters of
     ``A-Z a-z 0-9 _ . -``, each value a string of 1 to ``MAX_TAG_VALUE``
@@ -345,15 +397,24 @@ def _tags_ok(tags: dict[str, Any]) -> bool:
     return not tags or tags_problem(tags) is None
 
 
-# The rules of the event, one line a field, in the order the checked path
-# reads them (the first failing rule gives the reason): ``usage.event_rules``
-# derives both parsers from this table. A field added to ``UsageEvent`` gets
-# its line here.
+def _tags_reason(tags: object) -> str:
+    return tags_problem(tags) or ""
+
+
+# The event's rules, one line a field, in the order the checked parser reads
+# them (the first failing rule gives the reason); see ``usage.event_rules``.
 _BETWEEN = "{name} must be between {lo} and {hi}"
 _TEXT = "{name} must be a string of 1 to {hi} characters"
-_INT_ID = {"lo": 1, "wrong_type": AN_INTEGER, "says": "{name} must be positive"}
-_DURATION = {"lo": 0, "hi": MAX_DURATION_US, "says": _BETWEEN}
-_TOKENS = {
+_INT_ID: Options = {"lo": 1, "wrong_type": AN_INTEGER, "says": "{name} must be positive"}
+_DURATION: Options = {"lo": 0, "hi": MAX_DURATION_US, "says": _BETWEEN, "wrong_type": AN_INTEGER}
+_DURATION_OR_NULL: Options = {
+    "null": True,
+    "lo": 0,
+    "hi": MAX_DURATION_US,
+    "says": _BETWEEN,
+    "wrong_type": AN_INTEGER_OR_NULL,
+}
+_TOKENS: Options = {
     "lo": 0,
     "hi": MAX_TOKENS,
     "wrong_type": AN_INTEGER,
@@ -379,13 +440,18 @@ RULES: tuple[Rule, ...] = (
           hi=MAX_ERROR_TYPE, plain=True),
     Field("organization_id", int, **_INT_ID),
     Field("api_key_id", int, **_INT_ID),
-    *(Field(name, int, null=True, wrong_type=AN_INTEGER_OR_NULL, **_DURATION)
-      for name in ("sub_account_id", "node_id", "ttft_us", "upstream_us", "overhead_us",
-                   "queue_us")),
-    Field("latency_us", int, wrong_type=AN_INTEGER, **_DURATION),
-    *(Field(name, int, **_TOKENS)
-      for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-                   "reasoning_tokens")),
+    Field("sub_account_id", int, **_DURATION_OR_NULL),
+    Field("node_id", int, **_DURATION_OR_NULL),
+    Field("ttft_us", int, **_DURATION_OR_NULL),
+    Field("upstream_us", int, **_DURATION_OR_NULL),
+    Field("overhead_us", int, **_DURATION_OR_NULL),
+    Field("queue_us", int, **_DURATION_OR_NULL),
+    Field("latency_us", int, **_DURATION),
+    Field("input_tokens", int, **_TOKENS),
+    Field("cache_read_tokens", int, **_TOKENS),
+    Field("cache_write_tokens", int, **_TOKENS),
+    Field("output_tokens", int, **_TOKENS),
+    Field("reasoning_tokens", int, **_TOKENS),
     Together("reasoning_tokens <= output_tokens", "reasoning_tokens ({reasoning_tokens}) exceed "
              "output_tokens ({output_tokens}); reasoning is part of output"),
     Field("protocol", str, _one_of(PROTOCOLS), among=PROTOCOLS),
@@ -407,16 +473,17 @@ RULES: tuple[Rule, ...] = (
              "upstream_cost is set without its upstream_currency"),
     Field("end_user", str, "{name} must be at most {hi} characters", hi=MAX_END_USER,
           clean=True, wrong_type=A_STRING),
-    Field("tags", dict, tags_problem, test=_tags_ok),
+    Field("tags", dict, _tags_reason, test=_tags_ok),
     Field("started_at", datetime),
     Field("finished_at", datetime),
     Together("finished_at >= started_at", "finished_at is before started_at"),
     Together("started_at.timestamp() <= latest", _skew),
 )  # fmt: skip
+# The fast path for a valid event (the common case): every rule as one
+# expression; ``None`` (or an exception) on any failure, and ``_parse_checked``
+# then says which. Its ``__doc__`` is its source.
 _parse_valid = fast_parser(RULES, FIELD_NAMES, _stored)
-_parse_valid.__doc__ = """The fast path for a valid event (the common case): every rule of
-``RULES`` as one expression over the values; ``None`` (or an exception) on any
-failure, and ``_parse_checked`` then says which."""
+_checked = checked_parser(RULES, FIELD_NAMES, _stored)
 
 
 def _parse_checked(d: dict[str, Any], latest: float) -> ParsedEvent:
@@ -424,8 +491,8 @@ def _parse_checked(d: dict[str, Any], latest: float) -> ParsedEvent:
     d = _with_added(d)
     if type(d) is not dict or d.keys() != FIELD_SET:
         raise _field_error(d)
-    values = check(RULES, d, latest)
-    return _stored(_values(d), values["started_at"], values["finished_at"])
+    parsed: ParsedEvent = _checked(d, latest)
+    return parsed
 
 
 def utc(dt: datetime) -> datetime:

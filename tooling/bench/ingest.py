@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
@@ -273,76 +274,33 @@ class Command(BaseCommand):
         # Prepaid: every batch writes its ledger debit, as a prepaid customer's do.
         Organization.objects.filter(pk=org.pk).update(billing_mode=BillingMode.PREPAID)
         _clear(org.pk)
-        # The last two hours: at tens of thousands of calls a second a batch
-        # covers milliseconds, so it touches one hour (or two at the turn).
-        hours = 3
-        now = datetime.now(UTC)
-        start = now - timedelta(hours=hours)
-        stamp = int(time.time())
-        batches = list(
-            batched(
-                generate(
-                    keys, start=start, hours=hours, calls=events + batch, seed=stamp, end_limit=now
-                ),
-                batch,
-            )
-        )
         # One batch, not timed, warms the caches and the connection, and
         # gives the tables rows to be analyzed: the run starts from tables
         # emptied and analyzed by ``_clear``, and statistics of an empty table
         # would steer the rollup lookups to a worse index than a worker in
         # steady state gets (autovacuum analyzes a table once it has grown).
-        if tagged:
-            for b in batches:
-                _tag(b)
-        warm_up, *batches = batches
+        warm_up, *batches = _batches(keys, events, batch, tagged)
         total = sum(len(b) for b in batches)
         ingest_events(warm_up)
         _analyze()
-        # A worker holds one batch, not the whole run's events: keep the
-        # garbage collector from re-scanning the pre-generated data.
-        gc.collect()
-        gc.freeze()
         balance_before = hooks.PREPAID_BALANCE.ask(org.pk)
-        profiler = None
-        if profile:
-            import cProfile  # only with --profile: the timed run never loads the profiler
-
-            profiler = cProfile.Profile()
-            profiler.enable()
-        # The database's CPU is read off this connection's server process:
-        # with one worker it is the one doing the ingest.
-        one_backend = workers == 1 and connection.vendor == "postgresql"
-        db_cpu_began = _backend_cpu() if one_backend else None
-        began = time.perf_counter()
-        cpu_began = time.process_time()
-        accepted = _run(batches, workers)
-        seconds = time.perf_counter() - began
-        cpu_seconds = time.process_time() - cpu_began
-        db_cpu = None if db_cpu_began is None else _backend_cpu() - db_cpu_began
-        if profiler:
-            profiler.disable()
-            profiler.dump_stats(profile)
+        run = _timed_run(batches, workers, profile)
         before = _totals(org.pk)
         debited = balance_before - hooks.PREPAID_BALANCE.ask(org.pk)
         again = ingest_events(batches[len(batches) // 2])
-        after = _totals(org.pk)
-        double_counted = abs(after["records"] - before["records"]) + sum(
-            abs(a[1] - b[1]) + abs(a[2] - b[2])
-            for a, b in zip(after["rollups"], before["rollups"], strict=True)
-        )
-        if accepted != total:
-            raise CommandError(f"only {accepted} of {total} events were accepted")
+        double_counted = _counted_twice(before, _totals(org.pk))
+        if run.accepted != total:
+            raise CommandError(f"only {run.accepted} of {total} events were accepted")
         # The warm-up batch was debited before the balance was read.
         cost_timed = before["cost"] - _cost_of(org.pk, [e["request_id"] for e in warm_up])
         report = {
             "events": total,
             "batch": batch,
-            "seconds": round(seconds, 3),
-            "events_per_second": round(total / seconds),
+            "seconds": round(run.seconds, 3),
+            "events_per_second": round(total / run.seconds),
             # This process's CPU time in the run: what is left of ``seconds``
             # is waiting on the database.
-            "worker_cpu_seconds": round(cpu_seconds, 3),
+            "worker_cpu_seconds": round(run.cpu_seconds, 3),
             "redelivered_batch_duplicates": again.duplicates,
             "double_counted": double_counted,
             "ledger_debit_matches_cost": debited == cost_timed,
@@ -351,29 +309,101 @@ class Command(BaseCommand):
             "tagged": tagged,
         }
         if connection.vendor == "postgresql":
-            rows, floor_seconds, indexed_seconds = _copy_floors(org.pk, batch)
-            floor = rows / floor_seconds
-            indexed = rows / indexed_seconds
-            rate = total / seconds
-            if db_cpu is not None:
-                # What the server spent per event, beside the worker's own.
-                report["database_cpu_seconds"] = round(db_cpu, 3)
-                report["database_cpu_us_per_event"] = round(db_cpu / total * 1e6, 2)
-                report["worker_cpu_us_per_event"] = round(cpu_seconds / total * 1e6, 2)
-            report |= {
-                "floor_copy_rows": rows,
-                "floor_copy_seconds": round(floor_seconds, 3),
-                "floor_copy_events_per_second": round(floor),
-                "floor_copy_table": "logged, no indexes or constraints",
-                "share_of_floor": round(rate / floor, 3),
-                # The same COPY into a table with the call table's indexes:
-                # what storing the calls alone costs, before any rating,
-                # rollup or ledger work.
-                "indexed_copy_seconds": round(indexed_seconds, 3),
-                "indexed_copy_events_per_second": round(indexed),
-                "indexed_copy_share_of_floor": round(indexed / floor, 3),
-                "share_of_indexed_copy": round(rate / indexed, 3),
-            }
+            report |= _postgresql_figures(org.pk, batch, total, run)
         self.stdout.write(json.dumps(report))
         if double_counted or debited != cost_timed:
             raise CommandError("redelivery counted twice or the ledger debit is not the cost")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The timed run: events accepted, wall and worker CPU seconds, and the
+    database server's CPU seconds (``None``: not measured)."""
+
+    accepted: int
+    seconds: float
+    cpu_seconds: float
+    db_cpu: float | None
+
+
+def _batches(keys: list, events: int, batch: int, tagged: bool) -> list[list[dict]]:
+    """The run's events (a batch more than ``events``: the warm-up), in batches."""
+    # The last two hours: at tens of thousands of calls a second a batch
+    # covers milliseconds, so it touches one hour (or two at the turn).
+    hours = 3
+    now = datetime.now(UTC)
+    start = now - timedelta(hours=hours)
+    calls = generate(
+        keys, start=start, hours=hours, calls=events + batch, seed=int(time.time()), end_limit=now
+    )
+    batches = list(batched(calls, batch))
+    if tagged:
+        for b in batches:
+            _tag(b)
+    return batches
+
+
+def _timed_run(batches: list[list[dict]], workers: int, profile: str | None) -> _Run:
+    # A worker holds one batch, not the whole run's events: keep the
+    # garbage collector from re-scanning the pre-generated data.
+    gc.collect()
+    gc.freeze()
+    profiler = None
+    if profile:
+        import cProfile  # only with --profile: the timed run never loads the profiler
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    # The database's CPU is read off this connection's server process:
+    # with one worker it is the one doing the ingest.
+    one_backend = workers == 1 and connection.vendor == "postgresql"
+    db_cpu_began = _backend_cpu() if one_backend else None
+    began = time.perf_counter()
+    cpu_began = time.process_time()
+    accepted = _run(batches, workers)
+    seconds = time.perf_counter() - began
+    cpu_seconds = time.process_time() - cpu_began
+    db_cpu_ended = _backend_cpu() if db_cpu_began is not None else None
+    db_cpu = None
+    if db_cpu_began is not None and db_cpu_ended is not None:
+        db_cpu = db_cpu_ended - db_cpu_began
+    if profiler is not None and profile:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    return _Run(accepted, seconds, cpu_seconds, db_cpu)
+
+
+def _counted_twice(before: dict, after: dict) -> int:
+    """How far the call records and rollups moved between the two totals."""
+    return abs(after["records"] - before["records"]) + sum(
+        abs(a[1] - b[1]) + abs(a[2] - b[2])
+        for a, b in zip(after["rollups"], before["rollups"], strict=True)
+    )
+
+
+def _postgresql_figures(org_id: int, batch: int, total: int, run: _Run) -> dict:
+    """The COPY floors beside the run, and the CPU per event of both sides."""
+    rows, floor_seconds, indexed_seconds = _copy_floors(org_id, batch)
+    floor = rows / floor_seconds
+    indexed = rows / indexed_seconds
+    rate = total / run.seconds
+    figures: dict = {}
+    if run.db_cpu is not None:
+        # What the server spent per event, beside the worker's own.
+        figures["database_cpu_seconds"] = round(run.db_cpu, 3)
+        figures["database_cpu_us_per_event"] = round(run.db_cpu / total * 1e6, 2)
+        figures["worker_cpu_us_per_event"] = round(run.cpu_seconds / total * 1e6, 2)
+    return figures | {
+        "floor_copy_rows": rows,
+        "floor_copy_seconds": round(floor_seconds, 3),
+        "floor_copy_events_per_second": round(floor),
+        "floor_copy_table": "logged, no indexes or constraints",
+        "share_of_floor": round(rate / floor, 3),
+        # The same COPY into a table with the call table's indexes:
+        # what storing the calls alone costs, before any rating,
+        # rollup or ledger work.
+        "indexed_copy_seconds": round(indexed_seconds, 3),
+        "indexed_copy_events_per_second": round(indexed),
+        "indexed_copy_share_of_floor": round(indexed / floor, 3),
+        "share_of_indexed_copy": round(rate / indexed, 3),
+    }

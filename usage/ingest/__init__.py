@@ -13,11 +13,15 @@ spend analytics, cap seeding, alerts, performance figures, SLA and margin,
 which read the rollups, agree with the invoice. The batch is filtered once,
 before summing, and only when one of its rows is a test call.
 
-Events are read through the usage contract (``usage.events.parse``) into
-named rows (``usage.ingest.rows.CallRow``). Once the calls are stored, the
-transaction fires ``console.kernel.hooks.CALLS_INGESTED`` with per-organization
-totals (``usage.totals``): what the prepaid ledger debits, without usage
-knowing who listens."""
+One flow for every database: what it writes goes through a store
+(``usage.ingest.store``): PostgreSQL's, whose COPY streams the calls while
+the batch is still being read (``pg.STORE``), or the generic one for SQLite
+and any other backend (``generic.STORE``). Events are read through the usage
+contract (``usage.events.parse``) into named rows
+(``usage.ingest.rows.CallRow``). Once the calls are stored, the transaction
+fires ``console.kernel.hooks.CALLS_INGESTED`` with per-organization totals
+(``usage.totals``): what the prepaid ledger debits, without usage knowing
+who listens."""
 
 from __future__ import annotations
 
@@ -56,16 +60,21 @@ class IngestResult:
     dead_lettered: int
 
 
+# A refused event: its request id ("" when it has none), its organization's
+# id when it names a plausible one, the reason, and the event as received.
+_Refusal = tuple[str, int | None, str, object]
+
+
 @dataclass(slots=True)
 class _Batch:
     rows: list[CallRow]
-    hours: list
-    dead: list
+    hours: list[int]
+    dead: list[_Refusal]
     duplicates: int
-    currencies: dict
+    currencies: dict[int, str]
 
 
-def _dead(raw, reason: str) -> tuple:
+def _dead(raw: object, reason: str) -> _Refusal:
     rid = raw.get("request_id") if isinstance(raw, dict) else None
     org = raw.get("organization_id") if isinstance(raw, dict) else None
     return (
@@ -76,7 +85,7 @@ def _dead(raw, reason: str) -> tuple:
     )
 
 
-def _key_problem(directory: Directory, key_id: int, org_id: int, sub_id) -> str | None:
+def _key_problem(directory: Directory, key_id: int, org_id: int, sub_id: int | None) -> str | None:
     """Why this key cannot carry this event (the directory was re-read for
     every key whose cached entry disagreed with the batch, before the loop)."""
     found = directory.keys.get(key_id)
@@ -89,10 +98,10 @@ def _key_problem(directory: Directory, key_id: int, org_id: int, sub_id) -> str 
     return None
 
 
-def _preflight(raw_events: list, book: PriceBook, directory: Directory) -> PriceBook:
+def _preflight(raw_events: list[Any], book: PriceBook, directory: Directory) -> PriceBook:
     """Every database read the batch needs, done before the loop (which on
     PostgreSQL runs while the connection is busy with the COPY)."""
-    claims: set[tuple] = set()
+    claims: set[tuple[int, int, int | None]] = set()
     models: set[str] = set()
     for r in raw_events:
         if type(r) is not dict:
@@ -136,7 +145,7 @@ def _prepare(
     keys = directory.keys
     rows: list[CallRow] = []
     hours: list[int] = []
-    dead: list[tuple] = []
+    dead: list[_Refusal] = []
     seen: set[str] = set()
     duplicates = 0
     lookup = book.lookup
@@ -167,11 +176,12 @@ def _prepare(
         currency = terms.currency
         price = lookup(e.model, currency, org_id, ts)
         if price is None:
-            row = call_row(e, currency, 0, None, now)
+            cost, price_id = 0, None
         else:
             tokens = (e.input_tokens, e.cache_read_tokens, e.cache_write_tokens, e.output_tokens)
             cost = rate(tokens, price, discount_for(price, terms.discount_ppm))
-            row = call_row(e, currency, cost, price.id, now)
+            price_id = price.id
+        row = call_row(e, currency, cost, price_id, now)
         rows.append(row)
         hours.append(int(ts // 3600) * 3600)
         add(row, raw)
@@ -179,7 +189,7 @@ def _prepare(
     return _Batch(rows, hours, dead, duplicates, currencies)
 
 
-def _store_dead_letters(dead: list[tuple], now: datetime) -> None:
+def _store_dead_letters(dead: list[_Refusal], now: datetime) -> None:
     """Record refused events, once: a redelivered batch adds no second copy."""
     ids = {rid for rid, *_ in dead if rid}
     existing = set()
@@ -204,7 +214,7 @@ def _store_dead_letters(dead: list[tuple], now: datetime) -> None:
     )
 
 
-def _json_safe(payload):
+def _json_safe(payload: object) -> object:
     if isinstance(payload, dict | list | str | int | float | bool) or payload is None:
         return payload
     return repr(payload)[:10_000]
@@ -264,12 +274,14 @@ def _calls_ingested(rows: list[CallRow]) -> None:
     hooks.CALLS_INGESTED.fire(totals=org_totals(rows))
 
 
-def _only(rows: list[CallRow], hours: list, inserted: set[str]) -> tuple[list, list]:
+def _only(
+    rows: list[CallRow], hours: list[int], inserted: set[str]
+) -> tuple[list[CallRow], list[int]]:
     keep = [i for i, row in enumerate(rows) if row.request_id in inserted]
     return [rows[i] for i in keep], [hours[i] for i in keep]
 
 
-def _billed(rows: list[CallRow], hours: list) -> tuple[list, list]:
+def _billed(rows: list[CallRow], hours: list[int]) -> tuple[list[CallRow], list[int]]:
     """The rows (and their hours) the rollups add: all but load-test calls
     marked "not billed". The common batch has none: one scan at C speed, and
     the same lists back."""

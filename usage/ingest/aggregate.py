@@ -9,9 +9,10 @@ concatenate and count (``Counter``) at C speed.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from itertools import chain
+from math import ceil, log
+from typing import Any
 
 from usage.ingest.rows import CallRow
 from usage.models import Grain
@@ -92,16 +93,27 @@ _REFUSAL_SLOT = {
 }
 
 
+# A cell's key: (org, grain, sub, key, model, node, protocol, mode, hour) for
+# a rollup cell (without the grain: a FULL cell of ``sum_calls``), (org, kind,
+# tag key, hour, value) for an attribution cell.
+CellKey = tuple[Any, ...]
+# A rollup cell: its key, its sums (``SUM_COLUMNS``), then its three bucket lists.
+RollupCell = tuple[CellKey, list[Any]]
+# An attribution cell: its key and its sums (``ATTRIBUTION_SUMS``).
+AttributionCell = tuple[CellKey, list[int]]
+
 # Bucket index standing for a zero duration (below any real bucket: 1 us is 0).
 ZERO = -(2**31)
 
 
-def mode_of(stream) -> str:
+def mode_of(stream: bool) -> str:
     """The rollups' name for a call's streaming: "stream" or "plain"."""
     return "stream" if stream else "plain"
 
 
-def grain_cells(org, sub, key, model, node, protocol, mode, hour) -> tuple[tuple, ...]:
+def grain_cells(
+    org: int, sub: int, key: int, model: str, node: int, protocol: str, mode: str, hour: int
+) -> tuple[CellKey, ...]:
     """The cell of every grain a call of these dimensions adds to, each keyed
     (org, grain, sub, key, model, node, protocol, mode, hour); the FULL one last."""
     return (
@@ -115,16 +127,11 @@ def grain_cells(org, sub, key, model, node, protocol, mode, hour) -> tuple[tuple
     )
 
 
-def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
+def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[CellKey, list[Any]]:
     """FULL-grain sums keyed by (org, sub, key, model, node, protocol, mode, hour_ts)."""
-    cells: dict[tuple, list] = {}
-    log = math.log
-    ceil = math.ceil
-    inv = _INV_LOG_GAMMA
-    slots = _REFUSAL_SLOT
-    tps_bins = TPS_BINS
+    cells: dict[CellKey, list[Any]] = {}
+    get = cells.get
     for row, hour in zip(rows, hours, strict=True):
-        stream = row.stream
         key = (
             row.organization_id,
             row.sub_account_id or 0,
@@ -132,91 +139,103 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[tuple, list]:
             row.model,
             row.node_id or 0,
             row.protocol,
-            mode_of(stream),
+            mode_of(row.stream),
             hour,
         )
-        a = cells.get(key)
+        a = get(key)
         if a is None:
             a = cells[key] = [0] * N_SUMS + [[], [], []]
-        a[0] += 1
-        status = row.status_code
-        ok = 200 <= status < 300
-        if ok:
-            a[1] += 1
-        elif 400 <= status < 500:
-            a[2] += 1
-            if status == 429:
-                a[3] += 1
-        elif status >= 500:
-            a[4] += 1
-        if stream:
-            a[5] += 1
-        cache = row.cache_status
-        if cache != "miss":
-            a[6] += 1
-            if cache == "response_hit":
-                a[_RESPONSE_CACHE] += 1
-        if not row.priced:
-            a[7] += 1
-        inp = row.input_tokens
-        cr = row.cache_read_tokens
-        cw = row.cache_write_tokens
-        out = row.output_tokens
-        a[8] += inp
-        a[9] += cr
-        a[10] += cw
-        a[11] += out
-        a[12] += row.reasoning_tokens
-        a[13] += row.cost
-        # The vendor's charge counts where it is in the organization's
-        # currency (the rollup's); a call an upstream served with tokens to pay
-        # for, at an unknown cost or in another currency, counts as uncosted.
-        if row.upstream_currency == row.currency:
-            a[_UPSTREAM_COST] += row.upstream_cost
-        elif row.node_id is not None and (inp or cr or cw or out):
-            a[_UNCOSTED] += 1
-        lat = row.latency_us
-        a[14] += lat
-        a[LAT_BINS].append(ceil(log(lat) * inv) if lat else ZERO)
-        ttft = row.ttft_us
-        if ttft is not None:
-            a[15] += 1
-            a[16] += ttft
-            a[TTFT_BINS].append(ceil(log(ttft) * inv) if ttft else ZERO)
-        if ok and out > 0 and cache != "response_hit":
-            gen = lat - ttft if stream and ttft is not None else lat
-            if gen > 0:
-                v = out * 1_000_000_000 // gen
-                a[tps_bins].append(ceil(log(v) * inv) if v else ZERO)
-        t = row.queue_us
-        if t:
-            a[_QUEUE] += t
-        t = row.overhead_us
-        if t:
-            a[_OVERHEAD] += t
-        t = row.upstream_us
-        if t:
-            a[_UPSTREAM] += t
-        err = row.error_type
-        if err:
-            slot = slots.get(err)
-            if slot is None and err.endswith(CAP_SUFFIX):
-                slot = _CAP_REFUSED
-            if slot is not None:
-                a[slot] += 1
+        _add_counts(a, row)
+        _add_times(a, row)
     return cells
 
 
-def all_grains(full: dict[tuple, list]) -> list[tuple[tuple, list]]:
+def _add_counts(a: list[Any], row: CallRow) -> None:
+    """Add a call to its cell's counts and sums: status classes, streaming,
+    caches, tokens, cost, the vendor's charge, and the refusal's cause."""
+    a[0] += 1
+    status = row.status_code
+    if 200 <= status < 300:
+        a[1] += 1
+    elif 400 <= status < 500:
+        a[2] += 1
+        if status == 429:
+            a[3] += 1
+    elif status >= 500:
+        a[4] += 1
+    if row.stream:
+        a[5] += 1
+    cache = row.cache_status
+    if cache != "miss":
+        a[6] += 1
+        if cache == "response_hit":
+            a[_RESPONSE_CACHE] += 1
+    if not row.priced:
+        a[7] += 1
+    inp = row.input_tokens
+    cr = row.cache_read_tokens
+    cw = row.cache_write_tokens
+    out = row.output_tokens
+    a[8] += inp
+    a[9] += cr
+    a[10] += cw
+    a[11] += out
+    a[12] += row.reasoning_tokens
+    a[13] += row.cost
+    # The vendor's charge counts where it is in the organization's
+    # currency (the rollup's); a call an upstream served with tokens to pay
+    # for, at an unknown cost or in another currency, counts as uncosted.
+    if row.upstream_currency == row.currency:
+        a[_UPSTREAM_COST] += row.upstream_cost
+    elif row.node_id is not None and (inp or cr or cw or out):
+        a[_UNCOSTED] += 1
+    err = row.error_type
+    if err:
+        slot = _REFUSAL_SLOT.get(err)
+        if slot is None and err.endswith(CAP_SUFFIX):
+            slot = _CAP_REFUSED
+        if slot is not None:
+            a[slot] += 1
+
+
+def _add_times(a: list[Any], row: CallRow) -> None:
+    """Add a call's times to its cell: latency and time to first token (sums
+    and buckets), output speed's bucket, and where the time went."""
+    lat = row.latency_us
+    a[14] += lat
+    a[LAT_BINS].append(ceil(log(lat) * _INV_LOG_GAMMA) if lat else ZERO)
+    ttft = row.ttft_us
+    if ttft is not None:
+        a[15] += 1
+        a[16] += ttft
+        a[TTFT_BINS].append(ceil(log(ttft) * _INV_LOG_GAMMA) if ttft else ZERO)
+    out = row.output_tokens
+    if 200 <= row.status_code < 300 and out > 0 and row.cache_status != "response_hit":
+        gen = lat - ttft if row.stream and ttft is not None else lat
+        if gen > 0:
+            v = out * 1_000_000_000 // gen
+            a[TPS_BINS].append(ceil(log(v) * _INV_LOG_GAMMA) if v else ZERO)
+    t = row.queue_us
+    if t:
+        a[_QUEUE] += t
+    t = row.overhead_us
+    if t:
+        a[_OVERHEAD] += t
+    t = row.upstream_us
+    if t:
+        a[_UPSTREAM] += t
+
+
+def all_grains(full: dict[CellKey, list[Any]]) -> list[RollupCell]:
     """Every grain's cells from the FULL cells, sorted by key: the order in
     which rows are locked, the same in every worker, so workers never deadlock.
 
     The FULL cells are first grouped under each derived cell, then each
     group is summed at once, column by column (``map(sum, zip(...))``) and
     its bucket lists chained: no intermediate list per FULL cell added."""
-    groups: dict[tuple, list[list]] = {}
+    groups: dict[CellKey, list[list[Any]]] = {}
     get = groups.get
-    out: dict[tuple, list] = {}
+    out: dict[CellKey, list[Any]] = {}
     for dims, sums in full.items():
         *derived, whole = grain_cells(*dims)
         for cell in derived:
@@ -231,7 +250,7 @@ def all_grains(full: dict[tuple, list]) -> list[tuple[tuple, list]]:
             (sums,) = members
             out[cell] = [*sums[:N_SUMS], *(list(sums[h]) for h in HISTS)]
         else:
-            acc: list = list(map(sum, zip(*[m[:N_SUMS] for m in members], strict=True)))
+            acc: list[Any] = list(map(sum, zip(*[m[:N_SUMS] for m in members], strict=True)))
             for h in HISTS:
                 acc.append(list(chain.from_iterable([m[h] for m in members])))
             out[cell] = acc
@@ -258,12 +277,12 @@ TAG = "tag"
 END_USER = "user"
 
 
-def sum_attribution(rows: list[CallRow], hours: list[int]) -> list[tuple[tuple, list[int]]]:
+def sum_attribution(rows: list[CallRow], hours: list[int]) -> list[AttributionCell]:
     """The batch's attribution cells, keyed (org, kind, tag key, hour, value)
     and sorted (the order rows are locked in, the same in every worker): one
     per tag a call carries, one for its end user. Calls with neither add
     nothing, and cost one test each."""
-    cells: dict[tuple, list[int]] = {}
+    cells: dict[CellKey, list[int]] = {}
     get = cells.get
     for row, hour in zip(rows, hours, strict=True):
         tags = row.tags
@@ -279,7 +298,7 @@ def sum_attribution(rows: list[CallRow], hours: list[int]) -> list[tuple[tuple, 
             row.output_tokens,
             row.cost,
         )
-        keys = [(org, TAG, k, hour, v) for k, v in tags.items()]
+        keys: list[CellKey] = [(org, TAG, k, hour, v) for k, v in tags.items()]
         if user:
             keys.append((org, END_USER, "", hour, user))
         for key in keys:

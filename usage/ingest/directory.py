@@ -36,7 +36,7 @@ class Directory:
     def age(self) -> float:
         return time.monotonic() - self.loaded_at
 
-    def prefetch(self, org_ids: set, key_ids: set) -> None:
+    def prefetch(self, org_ids: set[int], key_ids: set[int]) -> None:
         """Load the ids this batch mentions that are not cached yet (one query each)."""
         org_ids = {i for i in org_ids if type(i) is int and i not in self.orgs}
         key_ids = {i for i in key_ids if type(i) is int and i not in self.keys}
@@ -67,7 +67,7 @@ class Directory:
             for pk in ids - found.keys():
                 self.keys.pop(pk, None)
 
-    def reload_keys(self, key_ids: set) -> None:
+    def reload_keys(self, key_ids: set[int]) -> None:
         """Re-read keys from the database (before refusing events for them)."""
         self._load_keys({k for k in key_ids if type(k) is int})
 
@@ -86,7 +86,7 @@ def get_directory() -> Directory:
     return d
 
 
-def invalidate_directory(**_kwargs) -> None:
+def invalidate_directory(**_kwargs: object) -> None:
     global _cached
     with _lock:
         _cached = None

@@ -7,7 +7,7 @@ first statement and no other worker can interleave."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -25,12 +25,12 @@ CHUNK = 500
 _DATETIME_COLUMNS = ("started_at", "finished_at", "ingested_at")
 
 
-def _adapter(columns: tuple[str, ...]):
+def _adapter(columns: tuple[str, ...]) -> Callable[[CallRow], list[Any]]:
     adapt = connection.ops.adapt_datetimefield_value
     positions = [columns.index(c) for c in _DATETIME_COLUMNS]
     tags = columns.index("tags")
 
-    def convert(row: tuple) -> list:
+    def convert(row: CallRow) -> list[Any]:
         out = list(row)
         for i in positions:
             out[i] = adapt(out[i])
@@ -60,7 +60,7 @@ def insert_calls(rows: list[CallRow], columns: tuple[str, ...]) -> set[str] | No
     return set(inserted)
 
 
-def apply_rollups(cells: list[tuple[tuple, list]], currencies: dict[int, str]) -> None:
+def apply_rollups(cells: list[RollupCell], currencies: dict[int, str]) -> None:
     adapt = connection.ops.adapt_datetimefield_value
     where = " AND ".join(f"{c} = %s" for c in (*KEY_COLUMNS, "hour"))
     add = ", ".join(f"{c} = {c} + %s" for c in SUM_COLUMNS)
@@ -91,7 +91,7 @@ def apply_rollups(cells: list[tuple[tuple, list]], currencies: dict[int, str]) -
                 )
 
 
-def apply_attribution(cells: list[tuple[tuple, list[int]]], currencies: dict[int, str]) -> None:
+def apply_attribution(cells: list[AttributionCell], currencies: dict[int, str]) -> None:
     """Add the batch's attribution cells (``aggregate.sum_attribution``) to
     their rows, creating the missing ones."""
     if not cells:

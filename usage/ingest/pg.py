@@ -12,7 +12,7 @@ columns as array literals, histograms as binary ``bytea[]``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -47,7 +47,7 @@ _N = "\\N"
 _PG_ISO = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d{1,6})?([+-]\d\d:\d\d|Z)\Z")
 
 
-def copy_stamp(raw, parsed: datetime) -> str:
+def copy_stamp(raw: object, parsed: datetime) -> str:
     """The COPY text of a timestamp: the event's own string when PostgreSQL
     reads it as is (formatting a datetime costs more than the rest of the row)."""
     if type(raw) is str:
@@ -212,12 +212,12 @@ def is_deadlock(exc: BaseException) -> bool:
 _KEY_TYPES = ("bigint", "text", "bigint", "bigint", "text", "bigint", "text", "text", "timestamptz")
 
 
-def _ints(values) -> str:
+def _ints(values: Iterable[int]) -> str:
     """A bigint[] literal (joining text is far cheaper than binary array dumping)."""
     return "{" + ",".join(map(str, values)) + "}"
 
 
-def _texts(values) -> str:
+def _texts(values: Iterable[str]) -> str:
     """A text[] literal, every element quoted."""
     return '{"' + '","'.join([v.replace("\\", "\\\\").replace('"', '\\"') for v in values]) + '"}'
 
@@ -225,7 +225,7 @@ def _texts(values) -> str:
 class RollupArrays:
     """A batch's cells (sorted by key) as the statements' array literals."""
 
-    def __init__(self, cells: list[tuple[tuple, list]], currencies: dict[int, str]):
+    def __init__(self, cells: list[RollupCell], currencies: dict[int, str]):
         self.cells = cells
         if not cells:
             return
@@ -293,7 +293,7 @@ ADD = (
 )
 
 
-def apply_rollups(cells: list[tuple[tuple, list]] | RollupArrays, currencies: dict[int, str]):
+def apply_rollups(cells: list[RollupCell] | RollupArrays, currencies: dict[int, str]) -> None:
     """Add the batch's cells to their rows: lock the existing rows in key
     order and read their histograms, merge in Python, then write the sums
     and histograms of every cell in one upsert (creating missing rows)."""
@@ -307,9 +307,9 @@ def apply_rollups(cells: list[tuple[tuple, list]] | RollupArrays, currencies: di
         locked = cur.fetchall()
         lat_counts, ttft_counts = arrays.lat_counts, arrays.ttft_counts
         tps_counts = arrays.tps_counts
-        lats: list = [None] * len(cells)
-        ttfts: list = [None] * len(cells)
-        tpss: list = [None] * len(cells)
+        lats: list[bytes | None] = [None] * len(cells)
+        ttfts: list[bytes | None] = [None] * len(cells)
+        tpss: list[bytes | None] = [None] * len(cells)
         for _, i, old_lat, old_ttft, old_tps in locked:
             i -= 1
             lats[i] = add_counts_to_encoded(old_lat, *lat_counts[i])
@@ -327,7 +327,9 @@ def apply_rollups(cells: list[tuple[tuple, list]] | RollupArrays, currencies: di
             _add_to_rows_created_meanwhile(cur, arrays, {r[0] for r in cur.fetchall()})
 
 
-def _add_to_rows_created_meanwhile(cur, arrays: RollupArrays, written: set[int]) -> None:
+def _add_to_rows_created_meanwhile(
+    cur: psycopg.Cursor[Any], arrays: RollupArrays, written: set[int]
+) -> None:
     """The cells whose row another worker created between ``LOCK`` and the
     upsert: the upsert locked those rows without changing them; add the
     cells to them now (rare: two workers opening the same new row)."""
@@ -362,7 +364,7 @@ ATTRIBUTE = (
 )
 
 
-def apply_attribution(cells: list[tuple[tuple, list[int]]], currencies: dict[int, str]) -> None:
+def apply_attribution(cells: list[AttributionCell], currencies: dict[int, str]) -> None:
     """Add the batch's attribution cells (``aggregate.sum_attribution``) to
     their rows in one upsert."""
     if not cells:

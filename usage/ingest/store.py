@@ -26,13 +26,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from usage.ingest.aggregate import AttributionCell, RollupCell
 from usage.ingest.rows import CallRow
 
-# A rollup cell: its key (org, grain, sub, key, model, node, protocol, mode,
-# hour) and its sums, then its three bucket lists (``aggregate.sum_calls``).
-RollupCell = tuple[tuple[Any, ...], list[Any]]
-# An attribution cell: (org, kind, tag key, hour, value) and its sums.
-AttributionCell = tuple[tuple[Any, ...], list[int]]
 Ready = TypeVar("Ready")
 
 
