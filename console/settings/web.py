@@ -30,7 +30,7 @@ CONSOLE_MAX_BODY_BYTES = config.env_int("CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 102
 CONSOLE_READYZ_TIMEOUT_SECONDS = config.env_float(
     "CONSOLE_READYZ_TIMEOUT_SECONDS", 2.0, minimum=0.1
 )
-# The public pages (console.features.analytics.marketplace), no sign-in: off answers 404. The
+# The public pages (console.features.analytics.public_pages), no sign-in: off answers 404. The
 # marketplace shows models, list prices and platform-wide figures; the status page each
 # model's up / degraded / down state now and per day. Off by default: publishing them
 # (model names, outages) is the operator's decision. The marketplace's platform-wide

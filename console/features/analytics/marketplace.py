@@ -7,11 +7,8 @@ side-by-side comparison of chosen models; platform staff also see one
 model's figures per channel. The REST API (``/api/v1/marketplace/``) answers
 the same figures as JSON.
 
-Two optional public pages need no sign-in and show no organization's data:
-the public marketplace (``CONSOLE_PUBLIC_MARKETPLACE``: models, list prices
-and the platform-wide figures) and the status page (``CONSOLE_PUBLIC_STATUS``:
-each model up, degraded or down now and on each of the last 90 days). Both
-answer 404 while their setting is off. The platform-wide figures are kept
+The two optional public pages (no sign-in) are ``public_pages``, over this
+module's catalogue and platform-wide figures. The platform-wide figures are kept
 for ``CONSOLE_MARKETPLACE_CACHE_SECONDS`` (the same for every reader), so
 that page views, anonymous ones above all, do not each read 30 days of
 rollups.
@@ -19,16 +16,16 @@ rollups.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
 from django.core.cache import cache
-from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.formats import number_format
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
@@ -41,18 +38,13 @@ from rest_framework.views import APIView
 from accounts.facade import IsOrgMember, Perm, org_view
 from console.kernel.money import format_exact, format_rate
 from usage.facade import (
-    DEGRADED_BELOW,
-    DOWN_BELOW,
     PERFORMANCE_WINDOWS,
-    STATUS_DAYS,
     CatalogModelRow,
     Figures,
     PerMtok,
     catalog_models,
     channel_performance,
-    daily_status,
     discount_ppm_for,
-    list_prices,
     model_performance,
     model_price_list,
 )
@@ -75,12 +67,12 @@ class Column:
 
     key: str
     label: str
-    value: object
+    value: Callable[[dict[str, Any]], Any]
     page: str = ""
     pct: str = ""
 
 
-def _fig(name: str):
+def _fig(name: str) -> Callable[[dict[str, Any]], Any]:
     return lambda row: getattr(row["figures"], name) if row["figures"] else None
 
 
@@ -104,7 +96,7 @@ COMPARE_COLUMNS = (
     "cache",
     "availability",
 )
-SORTS = {
+SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "name": lambda row: row["name"],
     "provider": lambda row: row["provider"].lower() or None,
     "context": lambda row: row["context_window"],
@@ -163,7 +155,7 @@ def _figures(row: dict) -> dict | None:
     return None if fig is None else fig.as_dict()
 
 
-def _cached(key: str, compute):
+def cached_figures(key: str, compute):
     """What ``compute`` returns, kept ``CONSOLE_MARKETPLACE_CACHE_SECONDS``
     (0: computed every time). Only platform-wide figures are kept: the same
     for every reader."""
@@ -175,10 +167,10 @@ def _cached(key: str, compute):
 
 def platform_figures(window: str) -> dict[str, Figures]:
     """Each model's figures over ``window``, across every organization."""
-    return _cached(f"figures:{window}", lambda: model_performance(windows=(window,))[window])
+    return cached_figures(f"figures:{window}", lambda: model_performance(windows=(window,))[window])
 
 
-def _catalogue() -> list[CatalogModelRow]:
+def enabled_models() -> list[CatalogModelRow]:
     return catalog_models(enabled=True)
 
 
@@ -208,7 +200,7 @@ def member_rows(actor, window: str) -> list[dict]:
     prices = {p.model.name: p for p in model_price_list(actor=actor)}
     org = actor.organization
     rows = []
-    for m in _catalogue():
+    for m in enabled_models():
         p = prices.get(m.name)
         rows.append(
             {
@@ -259,7 +251,7 @@ def _headers(base: dict, sort: str) -> list[tuple]:
 @org_view()
 def marketplace(request):
     actor = request.actor
-    catalogue = _catalogue()
+    catalogue = enabled_models()
     form = MarketplaceForm(request.GET or None, models=[m.name for m in catalogue])
     window = form.value("window", DEFAULT_WINDOW)
     sort = form.value("sort", "name")
@@ -362,146 +354,3 @@ class MarketplaceAPIView(APIView):
                 ],
             }
         )
-
-
-# --- the public pages ------------------------------------------------------------------
-
-
-def public_rows(window: str) -> list[dict]:
-    """Enabled models, their list prices per currency and the platform-wide
-    figures: nothing of any organization's."""
-
-    def compute():
-        performance = platform_figures(window)
-        listed = list_prices()
-        return [
-            {
-                "name": m.name,
-                "display_name": m.display_name,
-                "provider": m.provider,
-                "modality": m.modality,
-                "context_window": m.context_window,
-                "list_prices_per_mtok": {
-                    cur: vars(p).copy() for cur, p in sorted(listed.get(m.name, {}).items())
-                },
-                "figures": (f.as_dict() if (f := performance.get(m.name)) else None),
-            }
-            for m in _catalogue()
-        ]
-
-    return _cached(f"public:{window}", compute)
-
-
-@require_GET
-def public_marketplace(request):
-    if not settings.CONSOLE_PUBLIC_MARKETPLACE:
-        raise Http404
-    window = request.GET.get("window") or DEFAULT_WINDOW
-    if window not in PERFORMANCE_WINDOWS:
-        window = DEFAULT_WINDOW
-    rows = public_rows(window)
-    if request.GET.get("format") == "json":
-        return JsonResponse({"window": window, "models": rows})
-    for r in rows:
-        r["modality_label"] = MODALITY_LABELS.get(r["modality"], r["modality"])
-        r["prices"] = [
-            (cur, {k: format_exact(v, cur) for k, v in p.items()})
-            for cur, p in r["list_prices_per_mtok"].items()
-        ]
-        fig = r["figures"]
-        r["cells"] = [
-            (c, display(c.key, fig[c.value_key] if fig else None)) for c in PUBLIC_COLUMNS
-        ]
-    return render(
-        request,
-        "console/analytics/public_marketplace.html",
-        {"rows": rows, "window": window, "windows": WINDOW_CHOICES, "columns": PUBLIC_COLUMNS},
-    )
-
-
-@dataclass(frozen=True)
-class PublicColumn:
-    label: str
-    value_key: str
-    key: str
-
-
-PUBLIC_COLUMNS = tuple(
-    PublicColumn(c.label, k, c.key)
-    for c, k in zip(
-        COLUMNS,
-        (
-            "ttft_p50_ms",
-            "ttft_p99_ms",
-            "latency_p50_ms",
-            "latency_p99_ms",
-            "latency_p999_ms",
-            "tokens_per_s_p50",
-            "cache_hit_share",
-            "availability",
-            "calls",
-        ),
-        strict=True,
-    )
-)
-
-
-def status_rows() -> list[dict]:
-    def compute():
-        now = timezone.now()
-        models = [m.name for m in _catalogue()]
-        return [
-            {
-                "model": s.model,
-                "current": s.current,
-                "days": [
-                    {
-                        "day": d.day.isoformat(),
-                        "state": d.state,
-                        "calls": d.calls,
-                        "failed_calls": d.failed_calls,
-                    }
-                    for d in s.days
-                ],
-            }
-            for s in daily_status(models, now=now)
-        ]
-
-    return _cached("status", compute)
-
-
-STATE_LABELS = {
-    "up": gettext_lazy("Up"),
-    "degraded": gettext_lazy("Degraded"),
-    "down": gettext_lazy("Down"),
-    "no_data": gettext_lazy("No calls"),
-}
-
-
-@require_GET
-def public_status(request):
-    if not settings.CONSOLE_PUBLIC_STATUS:
-        raise Http404
-    rows = status_rows()
-    if request.GET.get("format") == "json":
-        return JsonResponse(
-            {
-                "days": STATUS_DAYS,
-                "thresholds": {"down_below": DOWN_BELOW, "degraded_below": DEGRADED_BELOW},
-                "models": rows,
-            }
-        )
-    for r in rows:
-        r["current_label"] = STATE_LABELS[r["current"]]
-        for d in r["days"]:
-            d["label"] = STATE_LABELS[d["state"]]
-    return render(
-        request,
-        "console/analytics/public_status.html",
-        {
-            "rows": rows,
-            "days": STATUS_DAYS,
-            "down_pct": f"{DOWN_BELOW * 100:g}",
-            "degraded_pct": f"{DEGRADED_BELOW * 100:g}",
-        },
-    )

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.features.analytics import margin, marketplace, views
+from console.features.analytics import margin, marketplace, public_pages, views
 
 app_name = "analytics"
 
@@ -11,8 +11,8 @@ urlpatterns = [
     path("analytics/margin/export.csv", margin.margin_csv, name="margin_csv"),
     # Every member; and the two public pages (no sign-in, off unless enabled).
     path("marketplace/", marketplace.marketplace, name="marketplace"),
-    path("public/models/", marketplace.public_marketplace, name="public_marketplace"),
-    path("public/status/", marketplace.public_status, name="public_status"),
+    path("public/models/", public_pages.public_marketplace, name="public_marketplace"),
+    path("public/status/", public_pages.public_status, name="public_status"),
     *(path(f"analytics/{name}/", view, name=name) for name, view in views.PAGE_VIEWS.items()),
     *(
         path(f"analytics/charts/{name}/", view, name=f"chart_{name}")
