@@ -75,6 +75,8 @@ class NodeSnapshot(Protocol):
         self, public_model: str, organization_id: int | None
     ) -> tuple[RoutableNode, ...]: ...
 
+    def models(self, organization_id: int | None) -> set[str]: ...
+
 
 class NoCandidates(Exception):
     """No node of the list can take a call now (all circuits open)."""

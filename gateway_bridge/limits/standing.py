@@ -80,6 +80,14 @@ class Standing:
                 return c
         return None
 
+    def key_cap(self, period: str) -> CapStanding:
+        """The key's own standing for ``period`` (a standing has each of the
+        key's periods, capped or not)."""
+        found = self.cap(KEY, period)
+        if found is None:  # pragma: no cover - ``standing`` builds all three
+            raise LookupError(f"no standing of the key for {period!r}")
+        return found
+
     @property
     def room(self) -> int | None:
         """The least a call may still spend under any cap or the balance

@@ -41,12 +41,14 @@ from urllib.parse import parse_qs
 from console.kernel.money import micro_to_decimal
 from gateway_bridge.limits import in_db_thread
 from gateway_bridge.limits.plan import org_zone
-from gateway_bridge.limits.standing import KEY, Standing, key_spend_between, standing
+from gateway_bridge.limits.standing import Standing, key_spend_between, standing
 from gateway_bridge.pipeline import auth, relay
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import OVERLOADED, GatewayError, invalid
 
 if TYPE_CHECKING:
+    from accounts.facade import AuthenticatedKey
+    from gateway_bridge.asgi import Receive, Scope, Send
     from gateway_bridge.gateway import Gateway
 
 logger = logging.getLogger(__name__)
@@ -59,7 +61,15 @@ UNLIMITED = 100_000_000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-async def handle(gw: Gateway, call: Call, scope, receive, send, headers, _model) -> None:
+async def handle(
+    gw: Gateway,
+    call: Call,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+    _model: str | None,
+) -> None:
     entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
     call.record = False
     key = entry.auth
@@ -76,7 +86,7 @@ async def handle(gw: Gateway, call: Call, scope, receive, send, headers, _model)
     await relay.respond(send, 200, _dumps(body), call)
 
 
-async def _standing(gw: Gateway, key, now: datetime) -> Standing:
+async def _standing(gw: Gateway, key: AuthenticatedKey, now: datetime) -> Standing:
     try:
         return await standing(gw.limits, key, now)
     except GatewayError:
@@ -99,12 +109,12 @@ def _unavailable() -> GatewayError:
 # --- OpenAI's old billing shapes ------------------------------------------------
 
 
-def _subscription(key, where: Standing) -> dict[str, Any]:
+def _subscription(key: AuthenticatedKey, where: Standing) -> dict[str, Any]:
     room = where.room
     if room is None:
-        limit: Decimal | int = UNLIMITED
+        limit: Decimal | int | None = UNLIMITED
     else:
-        limit = _amount(where.cap(KEY, "lifetime").spent + room)
+        limit = _amount(where.key_cap("lifetime").spent + room)
     return {
         "object": "billing_subscription",
         "has_payment_method": True,
@@ -156,7 +166,9 @@ def _range(query: bytes, tz_name: str, now: datetime) -> tuple[datetime, datetim
     return at(start_day), at(end_day)
 
 
-async def _usage(key, where: Standing, now: datetime, start: datetime, end: datetime) -> Decimal:
+async def _usage(
+    key: AuthenticatedKey, where: Standing, now: datetime, start: datetime, end: datetime
+) -> Decimal:
     """The key's spend in [start, end), in cents: the ingested calls, plus
     those settled and not ingested yet when the range takes in now."""
     try:
@@ -171,8 +183,8 @@ async def _usage(key, where: Standing, now: datetime, start: datetime, end: date
 # --- GET /v1/key ------------------------------------------------------------------
 
 
-def _key(key, where: Standing) -> dict[str, Any]:
-    life = where.cap(KEY, "lifetime")
+def _key(key: AuthenticatedKey, where: Standing) -> dict[str, Any]:
+    life = where.key_cap("lifetime")
     caps = [
         {
             "scope": c.scope,
@@ -208,8 +220,8 @@ def _key(key, where: Standing) -> dict[str, Any]:
         "expires_at": key.expires_at.astimezone(UTC).isoformat() if key.expires_at else None,
         "allowed_models": _allowed_models(key),
         "usage": _amount(life.spent),
-        "usage_daily": _amount(where.cap(KEY, "daily").spent),
-        "usage_monthly": _amount(where.cap(KEY, "monthly").spent),
+        "usage_daily": _amount(where.key_cap("daily").spent),
+        "usage_monthly": _amount(where.key_cap("monthly").spent),
         "limit": _amount(life.limit),
         "limit_remaining": _amount(where.room),
         "is_free_tier": False,
@@ -219,9 +231,9 @@ def _key(key, where: Standing) -> dict[str, Any]:
     }
 
 
-def _allowed_models(key) -> list[str] | None:
+def _allowed_models(key: AuthenticatedKey) -> list[str] | None:
     """The models the key may call (every level's allow-list at once); None: any."""
-    allowed = None
+    allowed: set[str] | None = None
     for rule in (key.allowed_models_key, key.allowed_models_sub_account, key.allowed_models_org):
         if rule:
             allowed = set(rule) if allowed is None else allowed & set(rule)
@@ -247,7 +259,7 @@ def _dumps(obj: dict[str, Any]) -> bytes:
     numbers: list[Decimal] = []
     nonce = secrets.token_hex(8)
 
-    def default(value):
+    def default(value: object) -> str:
         if isinstance(value, Decimal):
             numbers.append(value)
             return f"{nonce}:{len(numbers) - 1}"

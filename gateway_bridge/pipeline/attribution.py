@@ -34,7 +34,7 @@ def _utf8(value: str, source: str) -> str:
         ) from None
 
 
-def _body_field(data, path: tuple[str, ...]):
+def _body_field(data: Any, path: tuple[str, ...]) -> Any:
     """The value at ``path`` in the parsed body (None when absent)."""
     for name in path:
         if type(data) is not dict:
@@ -43,7 +43,7 @@ def _body_field(data, path: tuple[str, ...]):
     return data if path else None
 
 
-def attribute(call: Call, data, headers: dict[str, Any]) -> None:
+def attribute(call: Call, data: Any, headers: dict[str, str]) -> None:
     """Set the call's tags and end user from ``headers`` and the parsed body.
 
     The end user: the ``x-gateway-end-user`` header when it is present and not

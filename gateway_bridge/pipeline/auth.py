@@ -21,14 +21,20 @@ Networks (trusted proxies, allowlists) are parsed once, by ``console.kernel.ipne
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from accounts.facade import checksum_refuses
 from console.kernel import ipnet
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import AUTHENTICATION, PERMISSION, GatewayError
+
+if TYPE_CHECKING:
+    from gateway_bridge.asgi import Scope
+    from gateway_bridge.state import GatewayState, KeyEntry
 
 # The one answer for a key that is not usable, whatever the reason (a wrong
 # checksum included): the caller learns no more than "invalid".
@@ -37,7 +43,7 @@ INVALID_KEY_MESSAGE = (
 )
 
 
-def trusted_proxies(entries, logger) -> ipnet.Networks:
+def trusted_proxies(entries: Iterable[str], logger: logging.Logger) -> ipnet.Networks:
     """``GATEWAY_TRUSTED_PROXIES`` parsed; an entry that is not an address or
     a range is logged and ignored."""
     return ipnet.parse(
@@ -57,7 +63,7 @@ def query_key(query_string: bytes) -> str | None:
     return None
 
 
-def raw_key(headers: dict[str, Any], query_string: bytes) -> str | None:
+def raw_key(headers: dict[str, str], query_string: bytes) -> str | None:
     """The key the client presented, or None. ``query_string`` is searched
     for ``key=`` (pass ``b""`` where the protocol takes no key in the URL)."""
     auth = headers.get("authorization")
@@ -66,20 +72,22 @@ def raw_key(headers: dict[str, Any], query_string: bytes) -> str | None:
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
     for name in ("x-api-key", "x-goog-api-key"):
-        value = headers.get(name)
-        if value:
-            return value.strip()
+        presented = headers.get(name)
+        if presented:
+            return presented.strip()
     return query_key(query_string)
 
 
-def client_ip(trusted: ipnet.Networks, scope, headers: dict[str, Any]) -> str:
+def client_ip(trusted: ipnet.Networks, scope: Scope, headers: dict[str, str]) -> str:
     """The client's address: the peer, or behind trusted proxies the
     right-most forwarded hop that is not one of them ("" when unknown)."""
     peer = (scope.get("client") or ("",))[0] or ""
     return ipnet.forwarded_client(peer, headers.get("x-forwarded-for"), trusted)
 
 
-async def authenticate(state, trusted: ipnet.Networks, call: Call, scope, headers: dict[str, Any]):
+async def authenticate(
+    state: GatewayState, trusted: ipnet.Networks, call: Call, scope: Scope, headers: dict[str, str]
+) -> KeyEntry:
     """The call's key entry (also set on ``call``, with the client's address);
     raises the protocol-neutral 401 / 403 otherwise."""
     query = scope.get("query_string") or b""

@@ -11,7 +11,7 @@ the client's protocol by the relay.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -25,6 +25,10 @@ from gateway_bridge.protocols.base import (
     GatewayError,
 )
 
+if TYPE_CHECKING:
+    from gateway_bridge.asgi import Receive, Scope
+    from gateway_bridge.pipeline.fair import Ticket
+
 
 def too_large(max_body: int) -> GatewayError:
     return GatewayError(
@@ -34,12 +38,14 @@ def too_large(max_body: int) -> GatewayError:
     )
 
 
-async def read_json(receive, headers: dict[str, Any], max_body: int):
+async def read_json(receive: Receive, headers: dict[str, str], max_body: int) -> Any:
     """The request body, parsed as JSON."""
     return loads(await read_raw(receive, headers, max_body))
 
 
-async def read_raw(receive, headers: dict[str, Any], max_body: int, large=None) -> bytes:
+async def read_raw(
+    receive: Receive, headers: dict[str, str], max_body: int, large: Ticket | None = None
+) -> bytes:
     """The request body's bytes (size limit and content type checked).
     ``large`` (a ``fair.Ticket``) is claimed before the body is read when
     ``Content-Length`` says it is large, or as soon as the bytes counted
@@ -55,7 +61,7 @@ async def read_raw(receive, headers: dict[str, Any], max_body: int, large=None) 
             ) from None
         if declared > max_body:
             raise too_large(max_body)
-        if declared >= large_at:
+        if declared >= large_at and large is not None:
             large.claim()
     ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if ctype and ctype != "application/json" and not ctype.endswith("+json"):
@@ -64,7 +70,7 @@ async def read_raw(receive, headers: dict[str, Any], max_body: int, large=None) 
             "unsupported_content_type",
             f"Content-Type must be application/json, not {ctype}.",
         )
-    chunks = []
+    chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
@@ -75,7 +81,7 @@ async def read_raw(receive, headers: dict[str, Any], max_body: int, large=None) 
             size += len(chunk)
             if size > max_body:
                 raise too_large(max_body)
-            if size >= large_at:
+            if size >= large_at and large is not None:
                 large.claim()
             chunks.append(chunk)
         if not message.get("more_body"):
@@ -83,7 +89,7 @@ async def read_raw(receive, headers: dict[str, Any], max_body: int, large=None) 
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def loads(raw: bytes):
+def loads(raw: bytes) -> Any:
     """The body parsed as JSON (a clear 400 when it is not)."""
     if not raw.strip():
         raise GatewayError(INVALID_REQUEST, "invalid_json", "The request body is empty.")
@@ -99,12 +105,17 @@ def loads(raw: bytes):
 
 
 def parse(
-    call: Call, data, scope, headers: dict[str, Any], path_model: str | None, raw: bytes = b""
+    call: Call,
+    data: Any,
+    scope: Scope,
+    headers: dict[str, str],
+    path_model: str | None,
+    raw: bytes = b"",
 ) -> CallRequest:
     """The call, validated and normalized by its protocol's adapter, with what
     a native channel needs: the body as sent, and the query less any ``key``."""
     query = scope.get("query_string") or b""
-    req = parser(call.protocol, call.endpoint).parse_call(
+    req: CallRequest = parser(call.protocol, call.endpoint).parse_call(
         call.endpoint, data, path_model=path_model, query=query, headers=headers
     )
     req.raw = raw

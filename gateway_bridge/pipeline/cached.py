@@ -20,13 +20,17 @@ from gateway_bridge.protocols.base import CallRequest
 from gateway_bridge.usage_mapping import TokenUsage
 
 if TYPE_CHECKING:
+    from gateway_bridge.asgi import Send
     from gateway_bridge.gateway import Gateway
+    from usage.facade import PriceRow
 
 _MISS = (b"x-gateway-cache", b"miss")
 _HIT = (b"x-gateway-cache", b"hit")
 
 
-async def lookup(gw: Gateway, call: Call, req: CallRequest, headers: dict[str, Any]):
+async def lookup(
+    gw: Gateway, call: Call, req: CallRequest, headers: dict[str, str]
+) -> tuple[str | None, int, dict[str, Any] | None]:
     """(cache key, ttl, cached entry or None) for this call; (None, 0, None)
     when the call may not use the cache (only a deterministic call may)."""
     auth = call.entry.auth
@@ -50,7 +54,12 @@ async def lookup(gw: Gateway, call: Call, req: CallRequest, headers: dict[str, A
 
 
 async def serve(
-    gw: Gateway, call: Call, req: CallRequest, hit: dict[str, Any], price, send
+    gw: Gateway,
+    call: Call,
+    req: CallRequest,
+    hit: dict[str, Any],
+    price: PriceRow | None,
+    send: Send,
 ) -> None:
     """Answer ``call`` from a cache entry."""
     upstream = hit["response"]

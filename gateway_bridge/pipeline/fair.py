@@ -32,21 +32,35 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway_bridge.pipeline import body
-from gateway_bridge.pipeline.adapters import parser
+from gateway_bridge.pipeline.adapters import ADAPTERS, parser
+from gateway_bridge.pipeline.call import Call, safe_model
 from gateway_bridge.protocols.base import RATE_LIMIT, GatewayError
+
+if TYPE_CHECKING:
+    from gateway_bridge.asgi import Scope
+    from gateway_bridge.state import KeyEntry
 
 logger = logging.getLogger(__name__)
 
 
+# A refusal as a worker sends it back: (kind, code, message, param, status, headers).
+Refusal = tuple[str, str, str, str | None, int, list[tuple[str, str]]]
+
+
 def validate(
-    protocol: str, endpoint: str, raw: bytes, path_model, query: bytes, headers: dict[str, Any]
-):
+    protocol: str,
+    endpoint: str,
+    raw: bytes,
+    path_model: str | None,
+    query: bytes,
+    headers: dict[str, str],
+) -> tuple[str | None, Refusal | None]:
     """In a parse worker: ``(model named in the body or None, the refusal as a
     tuple or None)``."""
-    model = None
+    model: str | None = None
     try:
         data = body.loads(raw)
         if isinstance(data, dict) and isinstance(data.get("model"), str):
@@ -61,11 +75,11 @@ def validate(
     return model, None
 
 
-def count(protocol: str, raw: bytes, path_model):
+def count(
+    protocol: str, raw: bytes, path_model: str | None
+) -> tuple[str | None, bytes | None, Refusal | None]:
     """In a parse worker: ``(the model counted for, the answer's bytes or None,
     the refusal as a tuple or None)`` of a token count."""
-    from gateway_bridge.pipeline.adapters import ADAPTERS
-
     try:
         data = body.loads(raw)
         adapter = ADAPTERS[protocol]
@@ -90,7 +104,7 @@ class Ticket:
 
     __slots__ = ("claimed", "gate", "org")
 
-    def __init__(self, gate: LargeBodies, org):
+    def __init__(self, gate: LargeBodies, org: int) -> None:
         self.gate = gate
         self.org = org
         self.claimed = False
@@ -110,18 +124,18 @@ class Ticket:
 class LargeBodies:
     """Per-organization slots for large bodies and the parse workers."""
 
-    def __init__(self, threshold: int, per_org: int, workers: int):
+    def __init__(self, threshold: int, per_org: int, workers: int) -> None:
         self.threshold = threshold
         self.per_org = per_org
         self.workers = workers
-        self.in_flight: dict[str, Any] = {}
+        self.in_flight: dict[int, int] = {}  # organization id -> large bodies being read
         self.refused = 0
         self._pool: ProcessPoolExecutor | None = None
 
-    def ticket(self, entry) -> Ticket:
+    def ticket(self, entry: KeyEntry) -> Ticket:
         return Ticket(self, entry.auth.organization_id)
 
-    def claim(self, org) -> None:
+    def claim(self, org: int) -> None:
         held = self.in_flight.get(org, 0)
         if held >= self.per_org:
             self.refused += 1
@@ -134,7 +148,7 @@ class LargeBodies:
             )
         self.in_flight[org] = held + 1
 
-    def release(self, org) -> None:
+    def release(self, org: int) -> None:
         left = self.in_flight.get(org, 1) - 1
         if left > 0:
             self.in_flight[org] = left
@@ -157,7 +171,7 @@ class LargeBodies:
             await asyncio.get_running_loop().run_in_executor(self.pool, _ready)
 
     async def check(
-        self, call, raw: bytes, scope, headers: dict[str, Any], path_model
+        self, call: Call, raw: bytes, scope: Scope, headers: dict[str, str], path_model: str | None
     ) -> str | None:
         """Validate a large body in a parse worker: raises its refusal, else
         returns the model it names (None when it names none)."""
@@ -176,13 +190,13 @@ class LargeBodies:
         if refusal is not None:
             kind, code, message, param, status, extra = refusal
             if model is not None and call.model is None:
-                from gateway_bridge.pipeline.call import safe_model
-
                 call.model = safe_model(model)
             raise GatewayError(kind, code, message, param=param, status=status, headers=extra)
         return model
 
-    async def count(self, call, raw: bytes, path_model):
+    async def count(
+        self, call: Call, raw: bytes, path_model: str | None
+    ) -> tuple[str | None, bytes | None] | None:
         """A large body's token count, from a parse worker: ``(model, answer)``,
         or ``None`` to count on the loop (no workers, or they died)."""
         if not self.workers:

@@ -14,16 +14,20 @@ from gateway_bridge.pipeline.call import Call, safe_model
 from gateway_bridge.protocols.base import NOT_FOUND, GatewayError, ModelInfo
 
 if TYPE_CHECKING:
+    from gateway_bridge.asgi import Receive, Scope, Send
     from gateway_bridge.gateway import Gateway
+    from gateway_bridge.state import KeyEntry
 
 
-def visible_models(gw: Gateway, entry) -> list[ModelInfo]:
+def visible_models(gw: Gateway, entry: KeyEntry) -> list[ModelInfo]:
     """The models served to the key's organization that the key may use."""
     key = entry.auth
     state = gw.state
     snapshot = state.nodes
-    served = snapshot.models(key.organization_id) if snapshot else set()
-    out = []
+    if snapshot is None:
+        return []
+    served = snapshot.models(key.organization_id)
+    out: list[ModelInfo] = []
     for name in sorted(served):
         if not key.model_allowed(name):
             continue
@@ -44,16 +48,33 @@ def visible_models(gw: Gateway, entry) -> list[ModelInfo]:
     return out
 
 
-async def models(gw: Gateway, call: Call, scope, receive, send, headers, _model) -> None:
+async def models(
+    gw: Gateway,
+    call: Call,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+    _model: str | None,
+) -> None:
     entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
     call.record = False
     infos = visible_models(gw, entry)
     await relay.respond(send, 200, ADAPTERS[call.protocol].render_models(infos), call)
 
 
-async def model(gw: Gateway, call: Call, scope, receive, send, headers, name) -> None:
+async def model(
+    gw: Gateway,
+    call: Call,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+    name: str | None,
+) -> None:
     entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
     call.record = False
+    assert name is not None  # the route names the model
     name = name.removeprefix("models/")
     infos = [m for m in visible_models(gw, entry) if m.name == name]
     if not infos:
@@ -71,7 +92,15 @@ async def model(gw: Gateway, call: Call, scope, receive, send, headers, name) ->
     await relay.respond(send, 200, json.dumps(rendered).encode(), call)
 
 
-async def count(gw: Gateway, call: Call, scope, receive, send, headers, path_model) -> None:
+async def count(
+    gw: Gateway,
+    call: Call,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+    path_model: str | None,
+) -> None:
     entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
     ticket = gw.large.ticket(entry)  # a large body: a slot, and counted off the loop
     try:

@@ -35,14 +35,14 @@ _JSON_SPACE = b" \t\r\n"
 _BACKSLASH = 0x5C
 _COLON = 0x3A
 _ANY_STRING = rb'"(?:[^"\\]|\\.)*"'
-_KEY_PATTERNS: dict[str, re.Pattern] = {}
+_KEY_PATTERNS: dict[str, re.Pattern[bytes]] = {}
 _KEY_CUTS: dict[str, tuple[bytes, ...]] = {}
 # The rewriters' patterns by (key, vendor ids; None: any string), bounded.
-_FIELD_PATTERNS: dict[tuple[str, tuple[bytes, ...] | None], re.Pattern] = {}
+_FIELD_PATTERNS: dict[tuple[str, tuple[bytes, ...] | None], re.Pattern[bytes]] = {}
 _MAX_FIELD_PATTERNS = 256
 
 
-def _key_pattern(key: str) -> re.Pattern:
+def _key_pattern(key: str) -> re.Pattern[bytes]:
     """``"<key>"`` and its colon: a key, unless after a backslash (then inside a
     string; checked by the callers: a lookbehind here would cost the search
     its literal prefix)."""
@@ -135,7 +135,7 @@ class ModelRewriter:
         self._pending = b""
         self._prev = b""  # its last byte: the one before the next data
 
-    def _compile(self) -> re.Pattern:
+    def _compile(self) -> re.Pattern[bytes]:
         literals = None if self._literals is None else tuple(self._literals)
         pattern = _FIELD_PATTERNS.get((self.key, literals))
         if pattern is None:
@@ -165,7 +165,7 @@ class ModelRewriter:
         if not isinstance(value, str):
             return False
         self.learned.add(value)
-        if value != self.public:
+        if value != self.public and self._literals is not None:  # learning: a list
             self._literals.append(orjson.dumps(value))
             self._pattern = self._compile()
         return True

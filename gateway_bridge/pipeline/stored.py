@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway_bridge.pipeline import auth, relay
 from gateway_bridge.pipeline.call import Call
@@ -40,6 +40,7 @@ from gateway_bridge.protocols import responses
 from gateway_bridge.protocols.base import NOT_FOUND, CallRequest, GatewayError, dumps
 
 if TYPE_CHECKING:
+    from gateway_bridge.asgi import Receive, Scope, Send
     from gateway_bridge.gateway import Gateway
 
 _ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,96}$")
@@ -49,7 +50,9 @@ def _key(organization_id: int, response_id: str) -> str:
     return f"{organization_id}:{response_id}"
 
 
-def _not_found(response_id: str, *, param=None, previous: bool = False) -> GatewayError:
+def _not_found(
+    response_id: str, *, param: str | None = None, previous: bool = False
+) -> GatewayError:
     shown = response_id if _ID.match(response_id) else "(invalid id)"
     what = "Previous response" if previous else "Response"
     return GatewayError(
@@ -66,7 +69,7 @@ async def prepare(gw: Gateway, call: Call, req: CallRequest) -> None:
     facts = req.extra.get("responses")
     if facts is None:
         return
-    adapter = req.response
+    adapter = cast(responses.ResponsesResponse, req.response)  # a Responses call's
     adapter.response_id = "resp_" + call.request_id.removeprefix("req_")
     adapter.created_at = int(call.started)
     org = call.entry.auth.organization_id
@@ -92,7 +95,8 @@ def _expand_for_vendor(req: CallRequest, history: list[dict[str, Any]]) -> None:
         for item in history
         if item.get("type") != "reasoning" or item.get("encrypted_content")
     ]
-    body = {k: v for k, v in req.client_body.items() if k != "previous_response_id"}
+    client_body = req.client_body or {}  # set: the call is passed through (prepare)
+    body = {k: v for k, v in client_body.items() if k != "previous_response_id"}
     body["input"] = [*items, *req.extra["responses"]["input"]]
     req.client_body = body
     req.raw = dumps(body)
@@ -103,7 +107,7 @@ async def _save(
 ) -> None:
     """Store the answered response; ``native``: the vendor's own response
     object (a passed-through call), whose id is the one the client saw."""
-    adapter = req.response
+    adapter = cast(responses.ResponsesResponse, req.response)  # a Responses call's
     if native is not None:
         if not isinstance(native.get("id"), str) or not _ID.match(native["id"]):
             return
@@ -118,10 +122,19 @@ async def _save(
     await gw.responses.put(_key(org, adapter.result["id"]), record, gw.responses.max_ttl)
 
 
-async def stored(gw: Gateway, call: Call, scope, receive, send, headers, response_id) -> None:
+async def stored(
+    gw: Gateway,
+    call: Call,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+    response_id: str | None,
+) -> None:
     """``GET /v1/responses/{id}`` (the stored response) and ``DELETE`` (forget it)."""
     entry = await auth.authenticate(gw.state, gw.trusted, call, scope, headers)
     call.record = False
+    assert response_id is not None  # the route names the response
     key = _key(entry.auth.organization_id, response_id)
     if scope["method"] == "DELETE":
         if not _ID.match(response_id) or not await gw.responses.delete(key):
