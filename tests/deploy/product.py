@@ -48,6 +48,19 @@ def kubectl() -> str | None:
     return found
 
 
+def kubernetes_validate():
+    """The kubernetes-validate package (the test extra; its Kubernetes JSON schemas
+    are bundled, so it validates offline); missing, the test is skipped, except
+    under CI, where it fails."""
+    try:
+        import kubernetes_validate
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("kubernetes-validate is required under CI (pip install -e '.[test]')")
+        pytest.skip("kubernetes-validate is not installed (the test extra)")
+    return kubernetes_validate
+
+
 @cache
 def entrypoint_variables() -> frozenset[str]:
     """The variables the entrypoint reads: ``${NAME:-default}``."""

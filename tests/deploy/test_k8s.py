@@ -21,6 +21,7 @@ from tests.deploy.product import (
     entrypoint,
     entrypoint_variables,
     kubectl,
+    kubernetes_validate,
     listen_port,
     unknown_variables,
 )
@@ -113,23 +114,21 @@ def blocked_network(*args, **kwargs):
 
 
 def test_every_object_is_valid_against_the_kubernetes_schemas_offline(rendered, monkeypatch):
-    import kubernetes_validate
-
+    validator = kubernetes_validate()
     monkeypatch.setattr(socket.socket, "connect", blocked_network)
     monkeypatch.setattr(socket, "create_connection", blocked_network)
     assert objects(rendered)
     for obj in objects(rendered):
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        validator.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
 def test_the_schema_check_catches_a_wrong_field(monkeypatch):
-    import kubernetes_validate
-
+    validator = kubernetes_validate()
     monkeypatch.setattr(socket.socket, "connect", blocked_network)
     bad = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x"}}
     bad["spec"] = {"minAvailable": 1, "selectr": {}}
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
+    with pytest.raises(validator.ValidationError):
+        validator.validate(bad, KUBERNETES_VERSION, strict=True)
 
 
 def test_the_workloads(rendered):
