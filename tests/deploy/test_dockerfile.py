@@ -8,7 +8,12 @@ from __future__ import annotations
 import fnmatch
 import re
 
+import pytest
+
 from tests.deploy.product import ENTRYPOINT, ROOT
+
+# Files and parsers only: the same on every engine (CI's embedded pass leaves it out).
+pytestmark = pytest.mark.engine_independent
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 

@@ -13,6 +13,9 @@ import pytest
 from tests.deploy.product import ENTRYPOINT, check_command, entrypoint, listen_port
 from tests.test_deploy_examples import concrete, procfile
 
+# Files and parsers only: the same on every engine (CI's embedded pass leaves it out).
+pytestmark = pytest.mark.engine_independent
+
 KINDS = {
     "web": "web",
     "gateway": "web",
