@@ -4,7 +4,11 @@ read-only here; they are written by ingest alone."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils import timezone as tz
 
 from usage.models import (
@@ -56,20 +60,20 @@ class PriceAdmin(admin.ModelAdmin):
     search_fields = ("model__name", "organization__slug")
     raw_id_fields = ("organization", "created_by")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Price, form: Any, change: bool) -> None:
         if not change and obj.created_by_id is None:
             obj.created_by = request.user
         super().save_model(request, obj, form, change)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -95,8 +99,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
     readonly_fields = ("received_at", "request_id", "organization_id", "reason", "payload")
     actions = ["mark_resolved"]
 
-    @admin.action(description="Mark as resolved")
-    def mark_resolved(self, request, queryset):
+    @admin.action(description="Mark as resolved")  # type: ignore[untyped-decorator]  # Django's
+    def mark_resolved(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
         queryset.filter(resolved_at__isnull=True).update(resolved_at=tz.now())
 
 

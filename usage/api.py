@@ -7,6 +7,7 @@ Pages are keyset cursors (``before``/``after`` tokens in ``next`` and
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django.http import StreamingHttpResponse
@@ -14,10 +15,11 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions, renderers
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.facade import IsOrgMember, Perm, ValidationFailed
+from accounts.facade import Actor, IsOrgMember, Perm, ValidationFailed
 from console.kernel.crypto import no_store
 from console.kernel.db_router import on_replica, replica_reads
 from usage import call_csv, logs
@@ -96,7 +98,9 @@ class CSVRenderer(renderers.BaseRenderer):
     format = "csv"
     charset = "utf-8"
 
-    def render(self, data, accepted_media_type=None, renderer_context=None):
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> Any:
         return data
 
 
@@ -104,8 +108,9 @@ class CallApiView(APIView):
     permission_classes = (permissions.IsAuthenticated, IsOrgMember)
 
     @property
-    def actor(self):
-        return self.request._request.actor
+    def actor(self) -> Actor:
+        actor: Actor = self.request._request.actor
+        return actor
 
     def filter_form(self) -> CallFilterForm:
         form = CallFilterForm(self.request.query_params, actor=self.actor)
@@ -125,11 +130,12 @@ class CallApiView(APIView):
         response["Content-Disposition"] = f'attachment; filename="{name}"'
         return no_store(response)
 
-    def handle_exception(self, exc):
+    def handle_exception(self, exc: Exception) -> Response:
         # Errors are JSON even when the CSV was asked for.
         self.request.accepted_renderer = renderers.JSONRenderer()
         self.request.accepted_media_type = "application/json"
-        return super().handle_exception(exc)
+        response: Response = super().handle_exception(exc)
+        return response
 
 
 class CallListView(CallApiView):
@@ -141,7 +147,7 @@ class CallListView(CallApiView):
         responses=CallPageSerializer,
     )
     @replica_reads
-    def get(self, request):
+    def get(self, request: Request) -> Response | StreamingHttpResponse:
         form = self.filter_form()
         if request.accepted_renderer.format == "csv":
             return self.export(form)
@@ -155,9 +161,10 @@ class CallListView(CallApiView):
         )
         params = form.filter_params()
 
-        def link(**cursor):
+        def link(**cursor: str) -> str:
             query = urlencode({**params, **cursor}, doseq=True)
-            return request.build_absolute_uri(f"{request.path}?{query}")
+            uri: str = request.build_absolute_uri(f"{request.path}?{query}")
+            return uri
 
         older = link(before=page.older) if page.older else None
         newer = link(after=page.newer) if page.newer else None
@@ -173,7 +180,7 @@ class CallListView(CallApiView):
 
 
 class CallExportView(CallApiView):
-    def perform_content_negotiation(self, request, force=False):
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # The answer is CSV whatever Accept says; errors fall back to JSON.
         return super().perform_content_negotiation(request, force=True)
 
@@ -182,14 +189,14 @@ class CallExportView(CallApiView):
         parameters=FILTER_PARAMETERS,
         responses={(200, "text/csv"): OpenApiTypes.STR},
     )
-    def get(self, request):
+    def get(self, request: Request) -> StreamingHttpResponse:
         return self.export(self.filter_form())
 
 
 class CallDetailView(CallApiView):
     @extend_schema(responses=CallRecordSerializer)
     @replica_reads
-    def get(self, request, request_id: str):
+    def get(self, request: Request, request_id: str) -> Response:
         call = logs.call_get(actor=self.actor, request_id=request_id)
         logs.resolve_names([call])
         return Response(CallRecordSerializer(call).data)
@@ -221,12 +228,12 @@ class SpendAttributionView(CallApiView):
         responses=AttributionSerializer,
     )
     @replica_reads
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         form = AttributionQueryForm(request.query_params, actor=self.actor)
         if not form.is_valid():
             raise ValidationFailed.from_fields(form.error_fields())
         d = form.cleaned_data
-        where: dict = {}
+        where: dict[str, Any] = {}
         if d.get("key"):
             where["api_key_id"] = d["key"].pk
         elif not self.actor.can(Perm.USAGE_VIEW_ALL):

@@ -32,7 +32,7 @@ class RepeatedTextInput(forms.TextInput):
     """A text box per value of a parameter that may be repeated
     (``?tag=a:1&tag=b:2``), and one more, empty, to add a value."""
 
-    def value_from_datadict(self, data, files, name):
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
         getlist = getattr(data, "getlist", None)
         values = getlist(name) if getlist else data.get(name)
         if values is None:
@@ -41,17 +41,24 @@ class RepeatedTextInput(forms.TextInput):
             values = [values]
         return [v for v in values if isinstance(v, str) and v]  # "": an empty box
 
-    def render(self, name, value, attrs=None, renderer=None):
+    def render(
+        self,
+        name: str,
+        value: list[str] | None,
+        attrs: dict[str, Any] | None = None,
+        renderer: Any = None,
+    ) -> str:
         values = [v for v in (value or []) if v]
-        boxes = []
+        boxes: list[str] = []
         for i, v in enumerate([*values, ""]):
             box_attrs = dict(attrs or {})
             if i:
                 box_attrs.pop("id", None)
             boxes.append(super().render(name, v, box_attrs, renderer))
-        return mark_safe("".join(boxes))  # noqa: S308 - each box is rendered (escaped) by Django
+        html: str = mark_safe("".join(boxes))  # noqa: S308 - each box is rendered (escaped) by Django
+        return html
 
-    def format_value(self, value):
+    def format_value(self, value: Any) -> str | None:
         return value if isinstance(value, str) else None
 
 
@@ -60,7 +67,7 @@ class TagFilterField(forms.Field):
 
     widget = RepeatedTextInput
 
-    def to_python(self, value):
+    def to_python(self, value: Any) -> list[tuple[str, str]]:
         if not value:
             return []
         if isinstance(value, str):
@@ -229,7 +236,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
     before = forms.CharField(required=False, max_length=400, widget=forms.HiddenInput)
     after = forms.CharField(required=False, max_length=400, widget=forms.HiddenInput)
 
-    def __init__(self, data=None, *, actor: Actor, **kwargs):
+    def __init__(self, data: Any = None, *, actor: Actor, **kwargs: Any) -> None:
         super().__init__(data, **kwargs)
         self.for_organization(actor)
         for name in ("from", "to"):
@@ -237,16 +244,16 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
                 "zone": self.tz.key
             }
 
-    def clean_status(self):
-        value = self.cleaned_data["status"].strip().lower()
+    def clean_status(self) -> str:
+        value: str = self.cleaned_data["status"].strip().lower()
         if value and value not in logs.STATUS_CLASSES and not _STATUS_RE.match(value):
             raise forms.ValidationError(
                 _("Use ok, errors, 4xx, 429, 5xx or a status code from 100 to 599.")
             )
         return value
 
-    def clean_request_id(self):
-        value = self.cleaned_data["request_id"].strip()
+    def clean_request_id(self) -> str:
+        value: str = self.cleaned_data["request_id"].strip()
         if value and not _REQUEST_ID_RE.match(value):
             raise forms.ValidationError(_("A request id has letters, digits and . _ : - only."))
         return value
@@ -263,7 +270,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
     def sort_order(self) -> str:
         return (self.cleaned_data.get("sort") if self.is_valid() else "") or logs.NEWEST_FIRST
 
-    def _cursor(self, name):
+    def _cursor(self, name: str) -> logs.Cursor | None:
         token = self.cleaned_data.get(name)
         if not token:
             return None
@@ -273,8 +280,8 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
             self.add_error(name, str(exc))
             return None
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean()
         start, end = data.get("from"), data.get("to")
         quick = data.get("range")
         if quick and start is None and "from" not in self.errors:
@@ -320,7 +327,7 @@ class CallFilterForm(OrganizationFilterMixin, forms.Form):
             return {}
         keep = ("from", "to", "range", "key", "sub_account", "model", "node", "status",
                 "min_latency_ms", "request_id", "end_user", "limit", "sort")  # fmt: skip
-        params: dict = {k: self.data[k] for k in keep if self.data.get(k)}
+        params: dict[str, str | list[str]] = {k: self.data[k] for k in keep if self.data.get(k)}
         tags = self.fields["tag"].widget.value_from_datadict(self.data, None, "tag")
         if tags:
             params["tag"] = tags
@@ -355,8 +362,8 @@ class AttributionQueryForm(OrganizationFilterMixin, forms.Form):
         super().__init__(data, **kwargs)
         self.for_organization(actor)
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean()
         data["by"] = data.get("by") or "end_user"
         if data["by"] == "tag" and not data.get("tag_key") and "tag_key" not in self.errors:
             self.add_error("tag_key", _("Give the tag key whose values group the spend."))

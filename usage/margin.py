@@ -28,10 +28,12 @@ Decisions:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from typing import Any
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -123,22 +125,23 @@ def _whole_hour(t: datetime, name: str) -> datetime:
     return t
 
 
-def grouped_query(grain: str, start: datetime, end: datetime, column: str):
+def grouped_query(grain: str, start: datetime, end: datetime, column: str) -> QuerySet[Rollup]:
     """The sums of one grain's rollup rows over a range, by ``column`` and
     currency (on PostgreSQL, a range of the ``usage_rollup_platform`` index)."""
-    return (
+    rows: QuerySet[Rollup] = (
         Rollup.objects.filter(grain=grain, hour__gte=start, hour__lt=end)
         .values(column, "currency")
         .annotate(**_SUMS)
         .order_by()
     )
+    return rows
 
 
-def _grouped(grain: str, start: datetime, end: datetime, column: str) -> list[dict]:
+def _grouped(grain: str, start: datetime, end: datetime, column: str) -> list[dict[str, Any]]:
     return list(grouped_query(grain, start, end, column))
 
 
-def _lines(rows: list[dict], column: str, labels: dict) -> list[MarginLine]:
+def _lines(rows: list[dict[str, Any]], column: str, labels: dict[Any, str]) -> list[MarginLine]:
     lines = [
         MarginLine(
             key=r[column],
@@ -156,7 +159,7 @@ def _lines(rows: list[dict], column: str, labels: dict) -> list[MarginLine]:
     return lines
 
 
-def node_labels(ids) -> dict:
+def node_labels(ids: Iterable[int]) -> dict[int, str]:
     """Channel or node names by id (0: local answers), deleted ones said so."""
     named = dict(Node.objects.filter(pk__in=[i for i in ids if i]).values_list("pk", "name"))
     labels = {i: named.get(i) or _("node #%(id)s (deleted)") % {"id": i} for i in ids if i}

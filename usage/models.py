@@ -47,7 +47,7 @@ class CatalogModel(models.Model):
         ordering = ("name",)
 
     def __str__(self) -> str:
-        return self.name
+        return str(self.name)
 
 
 class Price(models.Model):
@@ -104,7 +104,7 @@ class CacheStatus(TextChoices):
 
 
 class CallQuerySet(models.QuerySet):
-    def billed(self):
+    def billed(self) -> CallQuerySet:
         """The calls an organization pays for: all but load-test calls marked
         "not billed" (``is_test``). Invoices, their reconciliation, incident
         credits, the SLA and re-rating read calls through this; the prepaid
@@ -112,7 +112,8 @@ class CallQuerySet(models.QuerySet):
         attribution rollups are sums of these calls only (ingest adds no test
         call to them), so whatever reads a rollup plus the call records of a
         partial hour reads the edge through this too."""
-        return self.filter(is_test=False)
+        billed: CallQuerySet = self.filter(is_test=False)
+        return billed
 
 
 class CallRecord(models.Model):
@@ -192,7 +193,7 @@ class CallRecord(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.request_id
+        return str(self.request_id)
 
 
 class Grain(TextChoices):

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone as tz
 
 logger = logging.getLogger(__name__)
@@ -87,7 +89,8 @@ def _parse_bound(text: str) -> tuple[datetime | None, datetime | None]:
     found = _BOUND.search(text)
     if found is None:
         raise ValueError(f"unexpected partition bound: {text}")
-    return tuple(datetime.fromisoformat(v).astimezone(UTC) for v in found.groups())
+    start, end = (datetime.fromisoformat(v).astimezone(UTC) for v in found.groups())
+    return start, end
 
 
 def partitions(table: str = TABLE, *, count_rows: bool = False) -> list[Partition]:
@@ -117,7 +120,7 @@ def _literal(when: datetime) -> str:
     return when.strftime("'%Y-%m-%d %H:%M:%S+00'")
 
 
-def _create_month(cur, month: datetime, table: str) -> None:
+def _create_month(cur: CursorWrapper, month: datetime, table: str) -> None:
     """One month's partition. Rows the default partition caught for that
     month (PostgreSQL refuses to add the partition while they are there)
     are moved into it in the same transaction."""
@@ -143,9 +146,10 @@ def _create_month(cur, month: datetime, table: str) -> None:
     cur.execute(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES {bounds}')
 
 
-def _exists(cur, name: str) -> bool:
+def _exists(cur: CursorWrapper, name: str) -> bool:
     cur.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
-    return cur.fetchone()[0]
+    exists: bool = cur.fetchone()[0]
+    return exists
 
 
 def ensure_partitions(
@@ -228,7 +232,7 @@ def drop_empty_partitions_after(month: datetime, table: str = TABLE) -> list[str
     return dropped
 
 
-def rows_by_partition(organization_ids, table: str = TABLE) -> dict[str, int]:
+def rows_by_partition(organization_ids: Iterable[int], table: str = TABLE) -> dict[str, int]:
     """How many of these organizations' call records each partition holds
     (partitions holding none are left out)."""
     if not is_partitioned(table):
@@ -249,7 +253,8 @@ def default_rows(table: str = TABLE) -> int:
         return 0
     with connection.cursor() as cur:
         cur.execute(f'SELECT count(*) FROM "{default_name(table)}"')
-        return cur.fetchone()[0]
+        rows: int = cur.fetchone()[0]
+        return rows
 
 
 def maintain() -> list[str]:
@@ -268,7 +273,7 @@ def maintain() -> list[str]:
 # --- conversion (the migration) ------------------------------------------------
 
 
-def _index_defs(cur, table: str) -> list[str]:
+def _index_defs(cur: CursorWrapper, table: str) -> list[str]:
     """``CREATE INDEX`` statements of the table's indexes other than its
     primary key, pointed at ``table`` by name (so they survive a rename)."""
     cur.execute(
@@ -282,7 +287,7 @@ def _index_defs(cur, table: str) -> list[str]:
     ]
 
 
-def _primary_key_name(cur, table: str) -> str:
+def _primary_key_name(cur: CursorWrapper, table: str) -> str:
     cur.execute(
         "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'p'",
         [table],
@@ -291,7 +296,7 @@ def _primary_key_name(cur, table: str) -> str:
     return found[0] if found else f"{table}_pkey"
 
 
-def _swap(cur, table: str, create_new: list[str], key: str) -> None:
+def _swap(cur: CursorWrapper, table: str, create_new: list[str], key: str) -> None:
     """Replace ``table`` by a new one made by ``create_new`` (which names it
     ``<table>_new``): copy the rows, drop the old, rename, then the primary
     key ``key`` and the old indexes under their own names."""
@@ -308,7 +313,13 @@ def _swap(cur, table: str, create_new: list[str], key: str) -> None:
         cur.execute(statement)
 
 
-def to_partitioned(cur, table: str = TABLE, *, months_ahead: int = 3, now: datetime | None = None):
+def to_partitioned(
+    cur: CursorWrapper,
+    table: str = TABLE,
+    *,
+    months_ahead: int = 3,
+    now: datetime | None = None,
+) -> None:
     """Convert the plain call table into a partitioned one, in the caller's
     transaction: one partition for every month that holds rows, the current
     month and ``months_ahead`` more, and the default partition. Columns are
@@ -331,7 +342,7 @@ def to_partitioned(cur, table: str = TABLE, *, months_ahead: int = 3, now: datet
     _swap(cur, table, [parent, *parts], f"request_id, {KEY}")
 
 
-def to_plain(cur, table: str = TABLE) -> None:
+def to_plain(cur: CursorWrapper, table: str = TABLE) -> None:
     """The reverse: one plain table keyed on ``request_id`` alone."""
     create = (
         f'CREATE TABLE "{table}_new" (LIKE "{table}" INCLUDING DEFAULTS INCLUDING CONSTRAINTS '

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from django.db.models import Sum
 from django.utils import timezone
@@ -85,7 +86,7 @@ class Figures:
     def cache_hit_share(self) -> float | None:
         return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             **asdict(self),
             "availability": self.availability,
@@ -98,11 +99,21 @@ class _Acc:
 
     def __init__(self) -> None:
         self.calls = self.failed = self.prompt = self.cache_read = 0
-        self.lat: list = []
-        self.ttft: list = []
-        self.tps: list = []
+        self.lat: list[bytes | None] = []
+        self.ttft: list[bytes | None] = []
+        self.tps: list[bytes | None] = []
 
-    def add(self, calls, failed, inp, cr, cw, lat, ttft, tps) -> None:
+    def add(
+        self,
+        calls: int,
+        failed: int,
+        inp: int,
+        cr: int,
+        cw: int,
+        lat: bytes | None,
+        ttft: bytes | None,
+        tps: bytes | None,
+    ) -> None:
         self.calls += calls
         self.failed += failed
         self.prompt += inp + cr + cw

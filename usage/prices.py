@@ -9,6 +9,7 @@ import threading
 import time
 from bisect import bisect_right
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 
@@ -25,7 +26,7 @@ class PriceBook:
         series: dict[tuple[str, str, int | None], list[PriceRow]] = {}
         for row in rows:
             series.setdefault((row.model, row.currency, row.organization_id), []).append(row)
-        self._rows: dict[tuple, tuple[list[float], list[PriceRow]]] = {}
+        self._rows: dict[tuple[Any, ...], tuple[list[float], list[PriceRow]]] = {}
         for key, items in series.items():
             items.sort(key=lambda r: r.effective_from)
             self._rows[key] = ([r.effective_from.timestamp() for r in items], items)
@@ -50,7 +51,7 @@ class PriceBook:
         ]
         return cls(rows)
 
-    def _find(self, key: tuple, ts: float) -> PriceRow | None:
+    def _find(self, key: tuple[Any, ...], ts: float) -> PriceRow | None:
         entry = self._rows.get(key)
         if entry is None:
             return None
@@ -97,7 +98,7 @@ def get_price_book(*, max_age: float | None = None) -> PriceBook:
     return book
 
 
-def invalidate_price_book(**_kwargs) -> None:
+def invalidate_price_book(**_kwargs: Any) -> None:
     global _cached
     with _lock:
         _cached = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 from usage.models import CatalogModel, Price
 
@@ -15,7 +16,7 @@ USD = 1_000_000  # micro-units per dollar
 
 # name, display name, family, provider, kind, context window, fallbacks,
 # (input, output) in dollars per million tokens.
-CATALOG: tuple[tuple, ...] = (
+CATALOG: tuple[tuple[Any, ...], ...] = (
     ("gpt-4o", "GPT-4o", "gpt-4o", "openai", "chat", 128_000, ["gpt-4o-mini"], ("2.50", "10.00")),
     ("gpt-4o-mini", "GPT-4o mini", "gpt-4o", "openai", "chat", 128_000, [], ("0.15", "0.60")),
     ("o3-mini", "o3-mini", "o-series", "openai", "chat", 200_000, [], ("1.10", "4.40")),
@@ -184,7 +185,7 @@ def list_prices(input_dollars: str, output_dollars: str) -> dict[str, int]:
     }
 
 
-def seed_catalog(catalog_model=None, price_model=None) -> int:
+def seed_catalog(catalog_model: Any = None, price_model: Any = None) -> int:
     """Create missing catalogue entries and their 2024-01-01 USD list prices.
     Returns how many models were created. The model classes can be passed
     (a migration passes its historical ones)."""

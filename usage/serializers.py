@@ -3,6 +3,8 @@ durations are integer microseconds, as stored."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -43,17 +45,17 @@ class CallRecordSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     @extend_schema_field(KeyRef)
-    def get_key(self, call) -> dict:
+    def get_key(self, call: CallRecord) -> dict[str, Any]:
         return {"id": call.api_key_id, "prefix": call.key_prefix, "name": call.key_name}
 
     @extend_schema_field(NamedRef(allow_null=True))
-    def get_sub_account(self, call) -> dict | None:
+    def get_sub_account(self, call: CallRecord) -> dict[str, Any] | None:
         if call.sub_account_id is None:
             return None
         return {"id": call.sub_account_id, "name": call.sub_account_name}
 
     @extend_schema_field(NamedRef(allow_null=True))
-    def get_node(self, call) -> dict | None:
+    def get_node(self, call: CallRecord) -> dict[str, Any] | None:
         if call.node_id is None:
             return None
         return {"id": call.node_id, "name": call.node_name}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
@@ -19,7 +21,7 @@ TRANSIENT_DB_ERRORS = (
 )
 
 
-@shared_task(
+@shared_task(  # type: ignore[untyped-decorator]  # Celery ships no annotations
     name="usage.ingest_batch",
     acks_late=True,
     reject_on_worker_lost=True,
@@ -30,7 +32,7 @@ TRANSIENT_DB_ERRORS = (
     retry_backoff_max=60,
     max_retries=10,
 )
-def ingest_batch(events: list[dict]) -> dict:
+def ingest_batch(events: list[dict[str, Any]]) -> dict[str, int]:
     # A span when OpenTelemetry is configured (console.kernel.observability); else nothing.
     with tracing.span("usage.ingest", {"usage.batch_size": len(events)}) as span:
         result = ingest.ingest_events(events)
@@ -45,12 +47,12 @@ def ingest_batch(events: list[dict]) -> dict:
     }
 
 
-@shared_task(name="usage.prune_calls")
+@shared_task(name="usage.prune_calls")  # type: ignore[untyped-decorator]  # Celery: untyped
 def prune_calls() -> int:
     return retention.prune_calls()
 
 
-@shared_task(name="usage.ensure_call_partitions")
+@shared_task(name="usage.ensure_call_partitions")  # type: ignore[untyped-decorator]  # Celery
 def ensure_call_partitions() -> list[str]:
     """PostgreSQL: the call table's month partitions, created ahead (daily)."""
     return partitions.maintain()

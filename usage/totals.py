@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class OrgUsageTotals:
     request_ids: tuple[str, ...]
 
 
-def org_totals(rows: Iterable) -> list[OrgUsageTotals]:
+def org_totals(rows: Iterable[Any]) -> list[OrgUsageTotals]:
     """Per-organization totals of the billed calls among stored call rows
     (``usage.ingest.rows.CallRow``), in organization id order."""
     cost: dict[int, int] = defaultdict(int)

@@ -3,7 +3,9 @@ a live tail and CSV export) and the models & prices page."""
 
 from __future__ import annotations
 
-from django.http import Http404, StreamingHttpResponse
+from collections.abc import Callable, Iterable
+
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -15,19 +17,32 @@ from console.kernel.db_router import on_replica, replica_reads
 from console.kernel.money import exact_places
 from usage import call_csv, catalog, logs
 from usage.forms import CallFilterForm
+from usage.models import CallRecord
 
 _CALLS = (Perm.USAGE_VIEW_ALL, Perm.USAGE_VIEW_OWN)
+_View = Callable[..., HttpResponse]
 
 
-def _form(request) -> CallFilterForm:
+def _page(*perms: Perm, any_of: bool = False) -> Callable[[_View], _View]:
+    """A console page of this app: GET only, for a member of an organization
+    holding ``perms`` (all of them, or one with ``any_of``; ``org_view``)."""
+
+    def wrap(view: _View) -> _View:
+        page: _View = require_GET(org_view(*perms, any_of=any_of)(view))
+        return page
+
+    return wrap
+
+
+def _form(request: HttpRequest) -> CallFilterForm:
     return CallFilterForm(request.GET, actor=request.actor)
 
 
-def _status_options():
+def _status_options() -> list[tuple[str, str]]:
     return [*logs.status_class_labels().items(), ("404", _("not found (404)"))]
 
 
-def _cost_places(calls, default: int | None = None) -> int | None:
+def _cost_places(calls: Iterable[CallRecord], default: int | None = None) -> int | None:
     """One number of decimals for every cost on a page (the most any of its
     costs needs to be exact), so the column lines up; ``default`` (the page's,
     for rows the live tail adds) when it is at least that."""
@@ -37,7 +52,9 @@ def _cost_places(calls, default: int | None = None) -> int | None:
     return needed
 
 
-def _render_logs(request, form: CallFilterForm, page: logs.CallPage | None):
+def _render_logs(
+    request: HttpRequest, form: CallFilterForm, page: logs.CallPage | None
+) -> HttpResponse:
     form.prepare_choices()
     params = form.filter_params()
     sort = params.get("sort") or logs.NEWEST_FIRST
@@ -57,10 +74,9 @@ def _render_logs(request, form: CallFilterForm, page: logs.CallPage | None):
     return render(request, "usage/calls.html", context)
 
 
-@require_GET
-@org_view(*_CALLS, any_of=True)
+@_page(*_CALLS, any_of=True)
 @replica_reads
-def call_list(request):
+def call_list(request: HttpRequest) -> HttpResponse:
     """The logs page. Invalid filters are shown on the form, with no rows."""
     form = _form(request)
     page = None
@@ -76,10 +92,9 @@ def call_list(request):
     return _render_logs(request, form, page)
 
 
-@require_GET
-@org_view(*_CALLS, any_of=True)
+@_page(*_CALLS, any_of=True)
 @replica_reads
-def call_tail(request):
+def call_tail(request: HttpRequest) -> HttpResponse:
     """Rows newer than ``after`` (the newest one shown), for the live tail."""
     form = _form(request)
     if not form.is_valid():
@@ -96,10 +111,9 @@ def call_tail(request):
     )
 
 
-@require_GET
-@org_view(*_CALLS, any_of=True)
+@_page(*_CALLS, any_of=True)
 @replica_reads
-def call_detail(request, request_id: str):
+def call_detail(request: HttpRequest, request_id: str) -> HttpResponse:
     try:
         call = logs.call_get(actor=request.actor, request_id=request_id)
     except NotFound:
@@ -109,9 +123,8 @@ def call_detail(request, request_id: str):
     return render(request, template, {"call": call})
 
 
-@require_GET
-@org_view(*_CALLS, any_of=True)
-def call_export(request):
+@_page(*_CALLS, any_of=True)
+def call_export(request: HttpRequest) -> HttpResponse:
     """The filtered calls as CSV, streamed in keyset chunks."""
     form = _form(request)
     if not form.is_valid():
@@ -132,9 +145,8 @@ def call_export(request):
     return no_store(response)
 
 
-@require_GET
-@org_view()
-def model_list(request):
+@_page()
+def model_list(request: HttpRequest) -> HttpResponse:
     actor = request.actor
     context = {
         "rows": catalog.model_price_list(actor=actor),

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db.models import Q
 
 from usage.models import CallRecord, Grain, Rollup
-from usage.sketch import merge_encoded
+from usage.sketch import LogHistogram, merge_encoded
 
 _HOUR = timedelta(hours=1)
 
@@ -57,7 +58,7 @@ def window_stats(
     one ``node_id`` (not both), and their 5xx count and p99s."""
     if model and node_id:
         raise ValueError("a window is of one model or one node, not both")
-    dims: dict = {}
+    dims: dict[str, Any] = {}
     grain = Grain.ORG
     if model:
         dims, grain = {"model": model}, Grain.MODEL
@@ -65,8 +66,8 @@ def window_stats(
         dims, grain = {"node_id": node_id}, Grain.NODE
     whole_from, whole_to = _ceil_hour(start), _floor_hour(end)
     calls = errors = 0
-    lat_blobs: list = []
-    ttft_blobs: list = []
+    lat_blobs: list[Any] = []
+    ttft_blobs: list[Any] = []
     edges = Q(started_at__gte=start, started_at__lt=end)
     if whole_from < whole_to:
         rows = Rollup.objects.filter(
@@ -98,7 +99,7 @@ def window_stats(
         if ttft_us is not None:
             ttft.add(max(0, int(ttft_us)))
 
-    def p99(hist) -> float | None:
+    def p99(hist: LogHistogram) -> float | None:
         q = hist.quantile(0.99)
         return None if q is None else q / 1000.0
 

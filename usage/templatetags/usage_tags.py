@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django import template
 from django.utils.translation import gettext_lazy
 
-from console.kernel.money import format_amount, format_exact
+from console.kernel.money import format_amount
 
 register = template.Library()
 
@@ -20,34 +21,29 @@ CACHE_STATUS_LABELS = {
 }
 
 
-@register.simple_tag
 def cache_status_label(value: str) -> str:
     return str(CACHE_STATUS_LABELS.get(value, value))
 
 
-@register.simple_tag
 def exact_money(micro: int | None, currency: str) -> str:
-    """``console.kernel.money.format_exact``: as many decimals as the amount needs."""
-    return format_exact(micro, currency)
+    """``console.kernel.money.format_amount``, exact: as many decimals as the amount needs."""
+    return format_amount(micro, currency, exact=True)
 
 
-@register.simple_tag
 def cost_cell(micro: int | None, currency: str, places: int | None = None) -> str:
     """A cost in a column: ``places`` decimals (the same for the whole column,
     enough for its most precise figure), exact otherwise."""
     if places is None or micro is None:
-        return format_exact(micro, currency)
+        return format_amount(micro, currency, exact=True)
     return format_amount(micro, currency, places=places)
 
 
-@register.filter
-def tag_links(tags: dict | None) -> list[tuple[str, str, str]]:
+def tag_links(tags: dict[str, str] | None) -> list[tuple[str, str, str]]:
     """A call's tags, sorted by key, each with the call-log query that
     filters on it: ``[(key, value, "tag=key%3Avalue"), ...]``."""
     return [(k, v, urlencode({"tag": f"{k}:{v}"})) for k, v in sorted((tags or {}).items())]
 
 
-@register.filter
 def us_to_ms(us: int | None) -> str:
     """Microseconds as milliseconds with one decimal (``12.3``), or a dash."""
     if us is None:
@@ -57,8 +53,7 @@ def us_to_ms(us: int | None) -> str:
     return f"{tenths // 10:,}.{tenths % 10}"
 
 
-@register.simple_tag
-def query_with(params: dict, **changes) -> str:
+def query_with(params: dict[str, Any], **changes: Any) -> str:
     """The filter query string with ``changes`` applied (``None`` drops a key)."""
     merged = {**params}
     for key, value in changes.items():
@@ -67,3 +62,12 @@ def query_with(params: dict, **changes) -> str:
         else:
             merged[key] = value
     return urlencode(merged, doseq=True)  # a repeated filter (``tag``) is a list
+
+
+# Registered by call (Django's decorators are untyped to the checker).
+register.simple_tag(cache_status_label)
+register.simple_tag(exact_money)
+register.simple_tag(cost_cell)
+register.filter(tag_links)
+register.filter(us_to_ms)
+register.simple_tag(query_with)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from usage import partitions
 
@@ -23,12 +24,14 @@ class Command(BaseCommand):
         "the current month and USAGE_PARTITION_MONTHS_AHEAD (or --ahead) more, from --from."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["list", "ensure"])
         parser.add_argument("--ahead", type=int, help="Months ahead of the current one")
         parser.add_argument("--from", dest="first", type=_month, help="First month, YYYY-MM")
 
-    def handle(self, *args, action, ahead, first, **options):
+    def handle(
+        self, *args: Any, action: str, ahead: int | None, first: datetime | None, **options: Any
+    ) -> None:
         if not partitions.is_partitioned():
             raise CommandError("usage_call is not partitioned (PostgreSQL only, after migrate)")
         if action == "ensure":

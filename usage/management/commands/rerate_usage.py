@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC
+from datetime import UTC, datetime
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from accounts.facade import Organization
 from usage.rerate import rerate
 
 
-def _when(value: str, name: str):
-    parsed = parse_datetime(value)
+def _when(value: str, name: str) -> datetime:
+    parsed: datetime | None = parse_datetime(value)
     if parsed is None:
         raise CommandError(f"{name} is not an ISO 8601 date-time: {value!r}")
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
@@ -25,7 +26,7 @@ class Command(BaseCommand):
         "Closed (invoiced) periods get adjustments instead of edits."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--from", dest="start", required=True, help="ISO start (UTC if naive)")
         parser.add_argument("--to", dest="end", required=True, help="ISO end, exclusive")
         parser.add_argument("--org", type=int, help="Only this organization id")
@@ -33,7 +34,17 @@ class Command(BaseCommand):
         parser.add_argument("--reason", required=True, help="Why (kept in the run and audit log)")
         parser.add_argument("--dry-run", action="store_true", help="Report, change nothing")
 
-    def handle(self, *args, start, end, org, model, reason, dry_run, **options):
+    def handle(
+        self,
+        *args: Any,
+        start: str,
+        end: str,
+        org: int | None,
+        model: str | None,
+        reason: str,
+        dry_run: bool,
+        **options: Any,
+    ) -> None:
         if org is not None and not Organization.objects.filter(pk=org).exists():
             raise CommandError(f"No organization with id {org}.")
         try:

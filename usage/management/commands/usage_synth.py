@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from usage import partitions
 from usage.ingest import ingest_events
@@ -21,7 +22,7 @@ class Command(BaseCommand):
         "calls for the last --days days, in time order."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--orgs", type=int, default=3, help="How many organizations")
         parser.add_argument("--days", type=int, default=30)
         parser.add_argument("--calls", type=int, default=20_000, help="Calls per organization")
@@ -32,7 +33,18 @@ class Command(BaseCommand):
             "--via-celery", action="store_true", help="Send usage.ingest_batch tasks instead"
         )
 
-    def handle(self, *args, orgs, days, calls, org_slug, seed, batch, via_celery, **options):
+    def handle(
+        self,
+        *args: Any,
+        orgs: int,
+        days: int,
+        calls: int,
+        org_slug: str | None,
+        seed: int,
+        batch: int,
+        via_celery: bool,
+        **options: Any,
+    ) -> None:
         if orgs < 1 or days < 1 or calls < 0 or batch < 1:
             raise CommandError("--orgs, --days and --batch must be positive, --calls not negative")
         seed_catalog()
@@ -48,7 +60,12 @@ class Command(BaseCommand):
         send = None
         if via_celery:
             send = ingest_batch.delay
-        totals = {"accepted": 0, "duplicates": 0, "dead_lettered": 0, "sent_batches": 0}
+        totals: dict[str, Any] = {
+            "accepted": 0,
+            "duplicates": 0,
+            "dead_lettered": 0,
+            "sent_batches": 0,
+        }
         began = time.perf_counter()
         for i, slug in enumerate(slugs):
             org, keys = ensure_org(slug)
