@@ -279,9 +279,8 @@ def burst(scenario: Scenario, results: list[Result]) -> dict:
     mine = [r for r in results if r.key == key.label]
     admitted = sum(1 for r in mine if r.status == 200)
     refused = [r for r in mine if r.status == 429]
-    refused_at_node = sum(
-        1 for c in call_rows(request_ids=[r.request_id for r in refused]) if c.node_id is not None
-    )
+    refused_ids = [r.request_id for r in refused if r.request_id]  # None matches no record
+    refused_at_node = sum(1 for c in call_rows(request_ids=refused_ids) if c.node_id is not None)
     spent = sum(c.cost for c in call_rows(api_key_id=key.key_id))
     cap = key.caps["spend_cap_lifetime"]
     return {
