@@ -62,8 +62,9 @@ def breaches(path: Path) -> Iterator[Breach]:
             limit = f"at most {MAX_FUNCTION_LINES}"
             yield Breach(name, node.lineno, f"function {node.name} of {length} lines ({limit})")
         for inner in ast.walk(node):
-            is_import = isinstance(inner, ast.Import | ast.ImportFrom)
-            if is_import and not _has_reason(lines, inner.lineno):
+            if not isinstance(inner, ast.Import | ast.ImportFrom):
+                continue
+            if not _has_reason(lines, inner.lineno):
                 what = f"import inside {node.name} with no reason given"
                 yield Breach(name, inner.lineno, what)
 
