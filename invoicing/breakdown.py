@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
 from console.kernel.csv_header import header_line
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 from invoicing.exports import Echo, price_cell
 from usage.facade import ATTRIBUTE_BY_END_USER, ATTRIBUTE_BY_TAG, attribution, csv_text, tag_keys
 
@@ -34,7 +34,7 @@ class BreakdownRow:
     calls: int
     tokens: int
     amount: int  # micro-units of the invoice's currency
-    amount_text: str = ""  # to the micro-unit, for people (``console.kernel.money.format_exact``)
+    amount_text: str = ""  # to the micro-unit, for people (``format_amount``, exact)
 
 
 @dataclass
@@ -95,13 +95,18 @@ def invoice_breakdown(invoice, value: str | None) -> Breakdown | None:
             g.calls,
             g.tokens,
             g.cost,
-            format_exact(g.cost, invoice.currency),
+            format_amount(g.cost, invoice.currency, exact=True),
         )
         for g in result.groups
     ]
     total = result.total
     return Breakdown(
-        value, key, rows, total.calls, total.cost, format_exact(total.cost, invoice.currency)
+        value,
+        key,
+        rows,
+        total.calls,
+        total.cost,
+        format_amount(total.cost, invoice.currency, exact=True),
     )
 
 

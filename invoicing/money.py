@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from console.kernel.money import format_exact, format_minor, minor_units
-
-PPM = 1_000_000
+from console.kernel.money import minor_units
 
 
 def div_round(numerator: int, denominator: int) -> int:
@@ -55,20 +53,6 @@ def minor_to_decimal(minor: int, currency: str) -> Decimal:
 def micro_to_currency(micro: int, currency: str) -> Decimal:
     """Micro-units as currency units with the currency's decimals (half away from zero)."""
     return minor_to_decimal(to_minor(micro, currency), currency)
-
-
-def minor_text(minor: int, currency: str) -> str:
-    """For messages: ``468`` USD cents → ``"4.68 USD"``
-    (``console.kernel.money.format_minor``: one formatter for money)."""
-    return format_minor(minor, currency)
-
-
-def micro_text(micro: int, currency: str) -> str:
-    """For messages: micro-units in the currency, with its decimals, and more
-    only when the amount needs them to be exact (``5407911`` USD →
-    ``"5.407911 USD"``, ``5410000`` → ``"5.41 USD"``): a limit rounded to
-    cents would refuse the very amount it names (``console.kernel.money.format_exact``)."""
-    return format_exact(micro, currency)
 
 
 def allocate(total: int, weights: list[int]) -> list[int]:

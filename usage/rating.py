@@ -26,7 +26,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple, Protocol
 
-PPM = 1_000_000
+from console.kernel.money import PPM
+
 TOKENS_PER_MTOK = 1_000_000
 _DIVISOR = TOKENS_PER_MTOK * PPM
 _HALF = _DIVISOR // 2

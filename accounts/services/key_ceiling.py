@@ -18,7 +18,7 @@ from accounts.actors import Actor
 from accounts.models import ApiKey, Organization
 from accounts.permissions import Perm
 from accounts.services._common import CAP_FIELDS, LIMIT_FIELDS, RATE_FIELDS, FieldErrors
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 
 # The limits a key manager's setting makes a ceiling for the key's owner.
 CEILING_FIELDS = (*LIMIT_FIELDS, "ip_allowlist", "expires_at")
@@ -70,7 +70,7 @@ def _cap_breach(actor: Actor, limit: int, new: int | None, *, by_admin: bool) ->
         if by_admin
         else _("Capped at %(cap)s by your organization: you may lower it, not raise or remove it.")
     )
-    return message % {"cap": format_exact(limit, actor.organization.currency)}
+    return message % {"cap": format_amount(limit, actor.organization.currency, exact=True)}
 
 
 def _rate_breach(limit: int, new: int | None) -> str | None:

@@ -15,13 +15,14 @@ The display rules:
   A non-zero amount too small to show is ``"< 0.01 USD"``, never a
   misleading ``"0.00 USD"``. Never scientific notation, never a raw count of
   micro-units.
-* ``format_exact``: as many decimals as the amount needs (at least the
+  ``exact=True``: as many decimals as the amount needs (at least the
   currency's, at most six), only where a user asks for exact figures (a
   call's cost, CSV exports, limit refusals that name the very amount).
+  ``unit="minor"``: an amount held in the currency's minor unit (cents).
 * ``format_rate``: a rate stored in parts per million as a percentage
   (``190_000`` → ``"19 %"``, ``75_000`` → ``"7.5 %"``).
-* ``amount_decimal`` / ``exact_decimal``: the same two roundings as
-  ``Decimal`` values, for CSV cells and chart data; ``chart_tickformat``
+* ``money_decimal``: the same two roundings (``exact``) as ``Decimal``
+  values, for CSV cells and chart data; ``chart_tickformat``
   gives a chart axis or hover label the currency's decimals.
 
 ``locale`` (``"en"``, ``"de_DE"``, ``"zh_Hans_CN"``…) chooses the digit
@@ -33,13 +34,14 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from functools import lru_cache
+from typing import Literal
 
 from babel import Locale, UnknownLocaleError
 from babel.numbers import NumberPattern, get_currency_precision, parse_pattern
 
 MICRO = 1_000_000
 MICRO_PLACES = 6
-PPM = 1_000_000
+PPM = 1_000_000  # parts per million: a rate's whole (1 = 100 %)
 _MICRO_D = Decimal(MICRO)
 CURRENCY_CODES = (
     "USD", "EUR", "GBP", "JPY", "CNY", "CHF", "CAD", "AUD", "SGD", "HKD", "INR", "KRW",
@@ -134,11 +136,14 @@ def _round(micro: int | Decimal, places: int) -> Decimal:
     )
 
 
-def amount_decimal(micro: int, currency: str) -> Decimal:
+def money_decimal(micro: int, currency: str, *, exact: bool = False) -> Decimal:
     """Micro-units rounded half up to the currency's minor unit:
-    ``Decimal("12.35")`` (USD), ``Decimal("1235")`` (JPY). For CSV cells and
-    chart data; ``str()`` of it is never in scientific notation."""
-    return _round(micro, minor_units(currency))
+    ``Decimal("12.35")`` (USD), ``Decimal("1235")`` (JPY); ``exact``: with as
+    many decimals as it needs, at least the currency's (``Decimal("5.407911")``,
+    ``Decimal("5.41")``). For CSV cells and chart data; ``str()`` of it is
+    never in scientific notation."""
+    places = exact_places(micro, currency) if exact else minor_units(currency)
+    return _round(micro, places)
 
 
 def exact_places(micro: int, currency: str) -> int:
@@ -150,54 +155,45 @@ def exact_places(micro: int, currency: str) -> int:
     return places
 
 
-def exact_decimal(micro: int, currency: str) -> Decimal:
-    """Micro-units exactly, with at least the currency's decimals:
-    ``Decimal("5.407911")``, ``Decimal("5.41")``."""
-    return _round(micro, exact_places(micro, currency))
-
-
 # --- text ---------------------------------------------------------------------------------
 
 
 def format_amount(
-    micro: int | None,
+    amount: int | None,
     currency: str = "USD",
     *,
+    unit: Literal["micro", "minor"] = "micro",
+    exact: bool = False,
     places: int | None = None,
     locale: str | None = None,
 ) -> str:
-    """The display form: rounded half up to the currency's minor unit (or to
-    ``places``, for prices per million tokens), the locale's grouping, the
-    code after the amount. A non-zero amount that would show as zero shows
-    as ``"< 0.01 USD"`` (``"> -0.01 USD"`` when negative)."""
-    if micro is None:
+    """The display form of ``amount`` (micro-units; ``unit="minor"``: the
+    currency's minor unit, cents for USD): rounded half up to the currency's
+    minor unit (or to ``places``, for prices per million tokens), the
+    locale's grouping, the code after the amount. A non-zero amount that
+    would show as zero shows as ``"< 0.01 USD"`` (``"> -0.01 USD"`` when
+    negative).
+
+    ``exact``: with as many decimals as the amount needs (at least the
+    currency's, at most six): a call's cost is often a fraction of a cent,
+    and rounding it to cents would show most calls as free. Only where a
+    user asks for exact figures (call detail, exports, a limit that names
+    its amount)."""
+    if amount is None:
         return NONE_TEXT
     code = currency.upper()
-    digits = minor_units(code) if places is None else places
-    value = _round(micro, digits)
-    if micro and not value:
+    if unit == "minor":
+        digits = minor_units(code)
+        return f"{_number(Decimal(int(amount)).scaleb(-digits), digits, locale)} {code}"
+    if exact:
+        digits = exact_places(amount, currency)
+    else:
+        digits = minor_units(code) if places is None else places
+    value = _round(amount, digits)
+    if amount and not value:
         smallest = _number(Decimal(1).scaleb(-digits), digits, locale)
-        return f"< {smallest} {code}" if micro > 0 else f"> -{smallest} {code}"
+        return f"< {smallest} {code}" if amount > 0 else f"> -{smallest} {code}"
     return f"{_number(value, digits, locale)} {code}"
-
-
-def format_exact(micro: int | None, currency: str, *, locale: str | None = None) -> str:
-    """An amount with as many decimals as it needs (at least the currency's,
-    at most six): a call's cost is often a fraction of a cent, and rounding
-    it to cents would show most calls as free. Only where a user asks for
-    exact figures (call detail, exports, a limit that names its amount)."""
-    if micro is None:
-        return NONE_TEXT
-    places = exact_places(micro, currency)
-    return f"{_number(_round(micro, places), places, locale)} {currency.upper()}"
-
-
-def format_minor(minor: int | None, currency: str, *, locale: str | None = None) -> str:
-    """An amount held in the currency's minor unit (cents for USD)."""
-    if minor is None:
-        return NONE_TEXT
-    places = minor_units(currency)
-    return f"{_number(Decimal(int(minor)).scaleb(-places), places, locale)} {currency.upper()}"
 
 
 def rate_decimal(ppm: int) -> Decimal:
@@ -212,7 +208,7 @@ def format_rate(ppm: int | None, *, locale: str | None = None) -> str:
     if ppm is None:
         return NONE_TEXT
     value = rate_decimal(ppm)
-    places = max(0, -value.as_tuple().exponent)
+    places = max(0, -int(value.as_tuple().exponent))  # finite: the exponent is a number
     return f"{_number(value, places, locale)} %"
 
 
@@ -267,7 +263,7 @@ def _param_value(name: str, value, currency: str) -> str:
         return NONE_TEXT
     is_number = isinstance(value, int) and not isinstance(value, bool)
     if is_number and name.endswith("_minor"):
-        return format_minor(value, currency)
+        return format_amount(value, currency, unit="minor")
     if is_number and name.endswith("_ppm"):
         return format_rate(value)
     if is_number and name in MICRO_PARAMS:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 from gateway_bridge.protocols.base import PAYMENT_REQUIRED, RATE_LIMIT, GatewayError
 
 PREPAID_CODE = "prepaid_balance_exhausted"
@@ -176,7 +176,7 @@ def _money(micro: int, currency: str) -> str:
     # Exact (a cap rounded to cents would refuse the very amount it names),
     # in console.kernel.money's one format.
     # With no currency known (an old bucket), the number alone ("XXX": no currency).
-    return format_exact(micro, currency or "XXX").removesuffix(" XXX")
+    return format_amount(micro, currency or "XXX", exact=True).removesuffix(" XXX")
 
 
 def _window_text(window_ms: int) -> str:

@@ -12,7 +12,7 @@ from django import template
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, pgettext
 
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 from inference_node.models import HealthCheck, NodeHealth, NodeKind
 from inference_node.presets import get_preset
 
@@ -84,7 +84,7 @@ def preset_label(key: str) -> str:
 @register.simple_tag
 def cost_price(micro, currency):
     """A cost per million tokens, with as many decimals as it needs."""
-    return "—" if micro is None or not currency else format_exact(micro, currency)
+    return "—" if micro is None or not currency else format_amount(micro, currency, exact=True)
 
 
 def _label(choices, value) -> str:

@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 from invoicing.forms.fields import MoneyField
 from invoicing.models import LineKind, line_description
 from invoicing.services._common import org_zone
@@ -47,7 +47,7 @@ class CreditNoteForm(forms.Form):
                 required=False,
                 label=line_description(line),
                 help_text=_("at most %(amount)s")
-                % {"amount": format_exact(line.amount, invoice.currency)},
+                % {"amount": format_amount(line.amount, invoice.currency, exact=True)},
             )
             self.line_fields.append(name)
 
@@ -68,7 +68,7 @@ class CreditNoteForm(forms.Form):
         remaining = self.invoice.total - self.invoice.credited
         if mode == "amount" and (data.get("amount") or 0) > remaining:
             # The service refuses it too; this says it in money, not micro-units.
-            left = format_exact(remaining, self.invoice.currency)
+            left = format_amount(remaining, self.invoice.currency, exact=True)
             self.add_error(
                 "amount", _("That is more than the %(left)s left to credit.") % {"left": left}
             )

@@ -16,7 +16,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from console.kernel.choices import TextChoices
-from console.kernel.money import format_minor
+from console.kernel.money import format_amount
 from invoicing.models.sla import sla_credit_description
 
 
@@ -349,7 +349,8 @@ class Payment(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {format_minor(self.amount_minor, self.currency)} ({self.status})"
+        amount = format_amount(self.amount_minor, self.currency, unit="minor")
+        return f"{self.kind} {amount} ({self.status})"
 
 
 class CreditNoteEffect(TextChoices):

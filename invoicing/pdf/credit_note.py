@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.utils import translation
 from django.utils.translation import pgettext
 
+from console.kernel.money import format_amount
 from invoicing.models import CreditNote, CreditNoteEffect
 from invoicing.pdf.document import CONTENT_W, MUTED, Column, Document, Table
 from invoicing.pdf.language import document_language, pdf_lang
@@ -17,8 +18,6 @@ from invoicing.pdf.parts import (
     effect_wording,
     heading,
     local_date,
-    minor,
-    money,
     parties,
     period_text,
     section,
@@ -67,28 +66,41 @@ def _render(note: CreditNote, buyer: dict, language: str) -> bytes:
     )
     table.start()
     for line in note.lines.order_by("id"):
-        table.row([line.description, money(line.amount, cur)])
-    rows = [(pgettext("invoice PDF", "Total credited"), minor(note.amount_minor, cur), True)]
-    if note.due_reduction_minor:
-        rows.append(
-            (
-                pgettext("invoice PDF", "%(effect)s on invoice %(number)s")
-                % {
-                    "effect": effect_wording(CreditNoteEffect.REDUCE_DUE),
-                    "number": invoice.number,
-                },
-                minor(note.due_reduction_minor, cur),
-                False,
-            )
-        )
-    if note.refund_minor:
-        wording = effect_wording(note.effect, pgettext("invoice PDF", "Refunded"))
-        rows.append((wording, minor(note.refund_minor, cur), False))
+        table.row([line.description, format_amount(line.amount, cur)])
     doc.set_y(doc.get_y() + 4)
-    totals(doc, rows)
+    totals(doc, _total_rows(note))
     section(doc, pgettext("invoice PDF", "Reason"), [note.reason])
     doc.set_y(doc.get_y() + 3)
     doc.ensure(6)
     note_text = pgettext("invoice PDF", "Amounts in %(currency)s.") % {"currency": cur}
     doc.block(doc.l_margin, doc.get_y(), CONTENT_W, note_text, size=7.5, color=MUTED)
     return doc.finish()
+
+
+def _total_rows(note: CreditNote) -> list[tuple[str, str, bool]]:
+    """The note's totals: what it credits, then how (less due on the
+    invoice, refunded)."""
+    cur = note.currency
+    rows = [
+        (
+            pgettext("invoice PDF", "Total credited"),
+            format_amount(note.amount_minor, cur, unit="minor"),
+            True,
+        )
+    ]
+    if note.due_reduction_minor:
+        rows.append(
+            (
+                pgettext("invoice PDF", "%(effect)s on invoice %(number)s")
+                % {
+                    "effect": effect_wording(CreditNoteEffect.REDUCE_DUE),
+                    "number": note.invoice.number,
+                },
+                format_amount(note.due_reduction_minor, cur, unit="minor"),
+                False,
+            )
+        )
+    if note.refund_minor:
+        wording = effect_wording(note.effect, pgettext("invoice PDF", "Refunded"))
+        rows.append((wording, format_amount(note.refund_minor, cur, unit="minor"), False))
+    return rows

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.utils import translation
 from django.utils.translation import pgettext, pgettext_lazy
 
-from console.kernel.money import current_locale, format_exact
+from console.kernel.money import current_locale, format_amount, format_rate
 from invoicing.models import Invoice, InvoiceStatus, LineKind, TokenClass
 from invoicing.pdf.document import CONTENT_W, MUTED, SHADE, Column, Document, Table
 from invoicing.pdf.language import document_language, pdf_lang
@@ -24,11 +24,8 @@ from invoicing.pdf.parts import (
     effect_wording,
     heading,
     local_date,
-    minor,
-    money,
     parties,
     period_text,
-    rate,
     section,
     totals,
 )
@@ -85,7 +82,7 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
                     _token_label(line) if line.token_class else line.description,
                     count(line.quantity) if line.quantity else "",
                     money_price(line.unit_price_per_mtok, cur),
-                    money(line.amount, cur),
+                    format_amount(line.amount, cur),
                 ],
                 # The group's last row stays on the page of its total.
                 keep_with_next=7 if n == len(rows) > 1 else 0,
@@ -94,7 +91,7 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
             table.row(
                 [
                     pgettext("invoice PDF", "%(model)s total") % {"model": model},
-                    money(sum(ln.amount for ln in rows), cur),
+                    format_amount(sum(ln.amount for ln in rows), cur),
                 ],
                 bold=True,
                 span=True,
@@ -109,12 +106,12 @@ def _lines(doc: Document, invoice: Invoice, lines) -> None:
         )
         for line in adjustments:
             calls = pgettext("invoice PDF", "%(count)s calls") % {"count": count(line.quantity)}
-            table.row([line.description, calls, "", money(line.amount, cur)])
+            table.row([line.description, calls, "", format_amount(line.amount, cur)])
 
 
 def money_price(unit: int | None, currency: str) -> str:
     """A price per million tokens, with the decimals it needs (at least the currency's)."""
-    return "" if unit is None else format_exact(unit, currency)
+    return "" if unit is None else format_amount(unit, currency, exact=True)
 
 
 def _totals(doc: Document, invoice: Invoice) -> None:
@@ -122,30 +119,31 @@ def _totals(doc: Document, invoice: Invoice) -> None:
     subtotal = pgettext("invoice PDF", "Subtotal (%(count)s calls)") % {
         "count": count(invoice.calls)
     }
-    rows: list[tuple[str, str, bool]] = [(subtotal, money(invoice.subtotal, cur), False)]
+    rows: list[tuple[str, str, bool]] = [(subtotal, format_amount(invoice.subtotal, cur), False)]
     if invoice.discount_amount:
         label = (
-            pgettext("invoice PDF", "Discount %(rate)s") % {"rate": rate(invoice.discount_ppm)}
+            pgettext("invoice PDF", "Discount %(rate)s")
+            % {"rate": format_rate(invoice.discount_ppm)}
             if invoice.discount_ppm
             else pgettext("invoice PDF", "Discount")
         )
-        rows.append((label, deduction(money(invoice.discount_amount, cur)), False))
+        rows.append((label, deduction(format_amount(invoice.discount_amount, cur)), False))
     if invoice.tax_rate_ppm or invoice.tax_amount:
-        base = money(invoice.subtotal - invoice.discount_amount, cur)
+        base = format_amount(invoice.subtotal - invoice.discount_amount, cur)
         label = pgettext("invoice PDF", "Tax %(rate)s of %(base)s") % {
-            "rate": rate(invoice.tax_rate_ppm),
+            "rate": format_rate(invoice.tax_rate_ppm),
             "base": base,
         }
-        rows.append((label, money(invoice.tax_amount, cur), False))
-    rows.append((pgettext("invoice PDF", "Total"), money(invoice.total, cur), True))
+        rows.append((label, format_amount(invoice.tax_amount, cur), False))
+    rows.append((pgettext("invoice PDF", "Total"), format_amount(invoice.total, cur), True))
     if invoice.credits_applied:
-        credits = deduction(money(invoice.credits_applied, cur))
+        credits = deduction(format_amount(invoice.credits_applied, cur))
         rows.append((pgettext("invoice PDF", "Paid from your prepaid balance"), credits, False))
     if invoice.credited_minor:
         rows.append(
             (
                 pgettext("invoice PDF", "Credit notes"),
-                deduction(minor(invoice.credited_minor, cur)),
+                deduction(format_amount(invoice.credited_minor, cur, unit="minor")),
                 False,
             )
         )
@@ -153,11 +151,17 @@ def _totals(doc: Document, invoice: Invoice) -> None:
         rows.append(
             (
                 pgettext("invoice PDF", "Payments received"),
-                deduction(minor(invoice.paid_minor, cur)),
+                deduction(format_amount(invoice.paid_minor, cur, unit="minor")),
                 False,
             )
         )
-    rows.append((pgettext("invoice PDF", "Amount due"), minor(invoice.amount_due_minor, cur), True))
+    rows.append(
+        (
+            pgettext("invoice PDF", "Amount due"),
+            format_amount(invoice.amount_due_minor, cur, unit="minor"),
+            True,
+        )
+    )
     doc.set_y(doc.get_y() + 4)
     totals(doc, rows)
 
@@ -182,7 +186,7 @@ def _credit_notes(doc: Document, invoice: Invoice, notes) -> None:
                 note.number,
                 local_date(note.created_at, invoice.organization.timezone),
                 effect_wording(note.effect),
-                minor(note.amount_minor, invoice.currency),
+                format_amount(note.amount_minor, invoice.currency, unit="minor"),
             ]
         )
 
@@ -208,7 +212,7 @@ def _payment(invoice: Invoice) -> list[str]:
             "Please pay %(amount)s by %(date)s, quoting the invoice number %(number)s.",
         )
         % {
-            "amount": minor(due, cur),
+            "amount": format_amount(due, cur, unit="minor"),
             "date": local_date(invoice.due_at, tz_name),
             "number": invoice.number,
         }
@@ -248,13 +252,20 @@ def _breakdown(doc: Document, invoice: Invoice, breakdown) -> None:
     )
     table.start()
     for row in breakdown.rows:
-        table.row([row.label, count(row.calls), count(row.tokens), format_exact(row.amount, cur)])
+        table.row(
+            [
+                row.label,
+                count(row.calls),
+                count(row.tokens),
+                format_amount(row.amount, cur, exact=True),
+            ]
+        )
     table.row(
         [
             pgettext("invoice PDF", "Usage total"),
             count(breakdown.calls),
             "",
-            format_exact(breakdown.amount, cur),
+            format_amount(breakdown.amount, cur, exact=True),
         ],
         bold=True,
     )

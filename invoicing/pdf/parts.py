@@ -14,9 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.conf import settings
 from django.utils.translation import pgettext, pgettext_lazy
 
-from console.kernel.money import format_amount, format_rate
 from invoicing.models import BillingProfile, CreditNoteEffect
-from invoicing.money import from_minor
 from invoicing.pdf.document import (
     ALERT,
     CONTENT_W,
@@ -55,22 +53,8 @@ RIGHT_X = MARGIN + 100.0  # the number block / buyer column
 RIGHT_W = PAGE_W - MARGIN - RIGHT_X
 
 
-def money(micro: int, currency: str) -> str:
-    return format_amount(micro, currency)
-
-
-def minor(amount_minor: int, currency: str) -> str:
-    """An amount kept in the currency's minor unit (cents)."""
-    return format_amount(from_minor(amount_minor, currency), currency)
-
-
 def deduction(text: str) -> str:
     return f"{MINUS}{text}"
-
-
-def rate(ppm: int) -> str:
-    """A rate kept in parts per million as a percentage: 200_000 → "20 %"."""
-    return format_rate(ppm)
 
 
 def local_date(moment: datetime | None, timezone_name: str) -> str:

@@ -17,11 +17,10 @@ from invoicing.services.collection import invoice_collect, payment_intent_apply
 from invoicing.services.credit_notes import (
     CreditNotePlan,
     credit_note_create,
-    credit_note_for_incident,
     credit_note_preview,
-    incident_credit_preview,
 )
 from invoicing.services.disputes import dispute_apply
+from invoicing.services.incident_credits import credit_note_for_incident, incident_credit_preview
 from invoicing.services.invoices import (
     invoice_draft,
     invoice_finalize,
@@ -29,7 +28,6 @@ from invoicing.services.invoices import (
     invoice_mark_uncollectible,
     invoice_preview,
     invoice_refresh,
-    invoice_run_month,
     invoice_void,
 )
 from invoicing.services.ledger import (
@@ -38,6 +36,7 @@ from invoicing.services.ledger import (
     low_balance_check,
     prepaid_adjust,
 )
+from invoicing.services.monthly_run import invoice_run_month
 from invoicing.services.overdue import invoice_notify_overdue, invoices_notify_overdue
 from invoicing.services.refunds import refund_apply, refund_execute, refund_mark_paid
 from invoicing.services.retries import payment_sync, payments_retry_pending

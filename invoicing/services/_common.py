@@ -11,9 +11,7 @@ from django.utils.translation import gettext as _
 
 from accounts.facade import ValidationFailed
 from console.kernel import timezones
-from console.kernel.money import format_amount, format_exact
 from invoicing.models import InvoiceEvent
-from invoicing.money import from_minor
 
 _PERIOD = re.compile(r"(\d{4})-(\d{2})\Z")
 
@@ -54,22 +52,6 @@ def event(invoice, type_: str, actor=None, **params) -> None:
     InvoiceEvent.objects.create(
         invoice=invoice, type=type_, params=params, actor=getattr(actor, "user", actor)
     )
-
-
-def money(micro: int, currency: str) -> str:
-    """An amount in micro-units as people (and the audit log) read it:
-    ``14293328`` USD → ``"14.29 USD"``, through ``console.kernel.money``."""
-    return format_amount(micro, currency)
-
-
-def money_exact(micro: int, currency: str) -> str:
-    """Like ``money`` but never rounded (a ledger grant of 0.004 USD)."""
-    return format_exact(micro, currency)
-
-
-def money_minor(minor: int, currency: str) -> str:
-    """An amount in the currency's minor unit (cents) as people read it."""
-    return format_amount(from_minor(minor, currency), currency)
 
 
 def local_today(timezone_name: str) -> date:

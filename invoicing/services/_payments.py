@@ -15,8 +15,9 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from accounts.facade import ValidationFailed
+from console.kernel.money import format_amount
 from invoicing.models import Payment, PaymentKind, PaymentMethod
-from invoicing.services._common import local_day, local_today, money_minor
+from invoicing.services._common import local_day, local_today
 
 MANUAL_METHODS = (PaymentMethod.BANK_TRANSFER, PaymentMethod.OTHER)
 
@@ -41,7 +42,7 @@ def describe(payment: Payment) -> str:
     day = payment.paid_on or payment.created_at.date()
     text = _("%(what)s of %(amount)s on %(day)s") % {
         "what": what,
-        "amount": money_minor(payment.amount_minor, payment.currency),
+        "amount": format_amount(payment.amount_minor, payment.currency, unit="minor"),
         "day": day.isoformat(),
     }
     doc = payment.credit_note or payment.invoice

@@ -31,6 +31,7 @@ import logging
 from django.db import transaction
 
 from accounts.facade import NotFound
+from console.kernel.money import format_amount
 from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,
@@ -44,7 +45,7 @@ from invoicing.models import (
 )
 from invoicing.money import from_minor
 from invoicing.services import outbound
-from invoicing.services._common import event, local_today, money_minor
+from invoicing.services._common import event, local_today
 from invoicing.services.invoices import _apply_payment
 from invoicing.services.ledger import ledger_entry_create
 from invoicing.stripe_adapter import Intent, StripeDeclined, StripeRejected
@@ -107,7 +108,7 @@ def _settle_intent(payment: Payment, intent: Intent, invoice: Invoice | None) ->
                 invoice,
                 "payment_succeeded",
                 payment_id=payment.pk,
-                amount=money_minor(payment.amount_minor, payment.currency),
+                amount=format_amount(payment.amount_minor, payment.currency, unit="minor"),
                 payment_intent=intent.id,
             )
             if was not in (InvoiceStatus.FINALIZED, InvoiceStatus.UNCOLLECTIBLE):
@@ -233,7 +234,7 @@ def invoice_collect(*, invoice_id: int) -> str:
                 invoice,
                 "collection_started",
                 payment_id=payment.pk,
-                amount=money_minor(due, invoice.currency),
+                amount=format_amount(due, invoice.currency, unit="minor"),
             )
     # 2. The charge, under the invoice's and the payment's locks.
     outage = None

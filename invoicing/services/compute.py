@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from accounts.facade import BillingMode, Organization
-from console.kernel.money import format_rate
+from console.kernel.money import PPM, format_rate
 from invoicing.models import BillingProfile, LineKind, TokenClass
-from invoicing.money import PPM, allocate, div_round, to_minor
+from invoicing.money import allocate, div_round, to_minor
 from usage.facade import (
     billed_usage_groups,
     discount_for,
@@ -28,7 +29,9 @@ from usage.facade import (
     unbilled_adjustments,
 )
 
-CLASSES = (
+# The usage group's token column of each token class, and the price's.
+_TokenColumn = Literal["input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens"]
+CLASSES: tuple[tuple[TokenClass, _TokenColumn, str], ...] = (
     (TokenClass.INPUT, "input_tokens", "input_per_mtok"),
     (TokenClass.CACHE_READ, "cache_read_tokens", "cache_read_per_mtok"),
     (TokenClass.CACHE_WRITE, "cache_write_tokens", "cache_write_per_mtok"),
@@ -78,7 +81,7 @@ def _usage_lines(org: Organization, start: datetime, end: datetime) -> tuple[lis
         calls += g["n"]
         cost = int(g["cost"] or 0)
         usage += cost
-        price = prices.get(g["price_id"])
+        price = prices.get(g["price_id"]) if g["price_id"] is not None else None
         if price is None:
             if cost:  # unpriced calls cost 0; anything else is a price row deleted since
                 lines.append(
@@ -98,10 +101,10 @@ def _usage_lines(org: Organization, start: datetime, end: datetime) -> tuple[lis
                 Line(
                     LineKind.USAGE,
                     # Stored data: English whatever language the request that drafts it uses.
-                    f"{g['model']} · {klass.value.replace('_', ' ')} tokens",
+                    f"{g['model']} · {str(klass).replace('_', ' ')} tokens",
                     amount,
                     model=g["model"],
-                    token_class=klass.value,
+                    token_class=str(klass),
                     price_id=price.id,
                     quantity=qty,
                     unit_price_per_mtok=div_round(price_mtok * ppm, PPM),

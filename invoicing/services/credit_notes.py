@@ -1,6 +1,7 @@
 """Credit notes: the only correction of a finalized invoice.
 
-Full or partial, by line, by amount, or for an incident's calls; the sum of
+Full or partial, by line, by amount, or for an incident's calls
+(``invoicing.services.incident_credits``); the sum of
 an invoice's credit notes never exceeds its total (checked under the
 invoice's row lock). Effect, in the order applied: what is still due is
 reduced first; anything beyond that was paid, and is refunded — to the card
@@ -22,7 +23,6 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from django.core import signing
 from django.db import transaction
@@ -32,7 +32,7 @@ from django.utils.translation import gettext as _
 
 from accounts.facade import BillingMode, Conflict, NotFound, Perm, ValidationFailed, audit_record
 from console.kernel.celery import registered_task
-from console.kernel.money import format_rate
+from console.kernel.money import PPM, format_amount, format_rate
 from invoicing import stripe_adapter
 from invoicing.models import (
     CreditNote,
@@ -47,11 +47,10 @@ from invoicing.models import (
     PaymentMethod,
     PaymentStatus,
 )
-from invoicing.money import PPM, div_round, from_minor, micro_text, to_minor
+from invoicing.money import div_round, from_minor, to_minor
 from invoicing.services import outbound
-from invoicing.services._common import event, money, money_minor
+from invoicing.services._common import event
 from invoicing.services.ledger import ledger_entry_create
-from usage.facade import costly_billed_calls
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +170,7 @@ def _draft(invoice: Invoice, *, reason: str, lines: list[tuple]) -> _Draft:
         raise ValidationFailed.from_fields(
             {
                 "amount": _("That is more than the %(left)s left to credit.")
-                % {"left": micro_text(remaining, cur)}
+                % {"left": format_amount(remaining, cur, exact=True)}
             }
         )
     if invoice.credit_notes.count() + 1 > MAX_NOTES:
@@ -259,28 +258,20 @@ def _check_confirmation(invoice: Invoice, draft: _Draft, reason: str, confirmati
         )
 
 
-def _issue(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote:
-    reason = reason.strip()
-    cur = invoice.currency
-    amount, minor, due_reduction, refund = (
-        draft.amount,
-        draft.minor,
-        draft.due_reduction,
-        draft.refund,
-    )
-    effect, card_payment = draft.effect, draft.card_payment
+def _create_note(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote:
+    """The credit note and its lines, numbered after the invoice's last note."""
     seq = invoice.credit_notes.count() + 1
     note = CreditNote.objects.create(
         invoice=invoice,
         organization_id=invoice.organization_id,
         number=f"{invoice.number}-CN{seq:02d}",
         sequence=seq,
-        currency=cur,
-        amount=amount,
-        amount_minor=minor,
-        due_reduction_minor=due_reduction,
-        refund_minor=refund,
-        effect=effect,
+        currency=invoice.currency,
+        amount=draft.amount,
+        amount_minor=draft.minor,
+        due_reduction_minor=draft.due_reduction,
+        refund_minor=draft.refund,
+        effect=draft.effect,
         reason=reason,
         created_by=getattr(actor, "user", None),
     )
@@ -296,17 +287,28 @@ def _issue(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote
             for d, a, line, ids in draft.lines
         ]
     )
-    invoice.credited += amount
-    invoice.credited_minor += minor
-    invoice.due_reduced_minor += due_reduction
+    return note
+
+
+def _credit_invoice(invoice: Invoice, draft: _Draft) -> bool:
+    """The invoice's credited totals after the note; a finalized invoice left
+    with nothing due is paid. True when the note paid it."""
+    invoice.credited += draft.amount
+    invoice.credited_minor += draft.minor
+    invoice.due_reduced_minor += draft.due_reduction
     fields = ["credited", "credited_minor", "due_reduced_minor"]
     if invoice.status == InvoiceStatus.FINALIZED and invoice.amount_due_minor == 0:
         invoice.status, invoice.paid_at = InvoiceStatus.PAID, tz.now()
         fields += ["status", "paid_at"]
     invoice.save(update_fields=fields)
-    outbound.credit_note_issued(note)
-    if "status" in fields:
-        outbound.invoice_event(invoice, "invoice.paid")
+    return "status" in fields
+
+
+def _pay_out(invoice: Invoice, note: CreditNote, draft: _Draft, *, actor, reason: str) -> None:
+    """What the note refunds: to the prepaid balance (a ledger entry), or a
+    pending refund payment (to the card, sent to Stripe once the note
+    commits; or a bank transfer finance pays by hand)."""
+    cur, effect, refund = invoice.currency, draft.effect, draft.refund
     if effect == CreditNoteEffect.REFUND_BALANCE:
         ledger_entry_create(
             organization_id=invoice.organization_id,
@@ -317,39 +319,51 @@ def _issue(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote
             created_by=getattr(actor, "user", None),
             currency=cur,
         )
-    elif refund:
-        payment = Payment.objects.create(
-            organization_id=invoice.organization_id,
-            invoice=invoice,
-            credit_note=note,
-            kind=PaymentKind.REFUND,
-            method=PaymentMethod.STRIPE
-            if effect == CreditNoteEffect.REFUND_CARD
-            else PaymentMethod.BANK_TRANSFER,
-            status=PaymentStatus.PENDING,
-            currency=cur,
-            amount_minor=refund,
-            reference=note.number,
-            stripe_payment_intent_id=card_payment.stripe_payment_intent_id
-            if effect == CreditNoteEffect.REFUND_CARD
-            else "",
-            created_by=getattr(actor, "user", None),
-        )
-        if effect == CreditNoteEffect.REFUND_CARD:
-            pid = payment.pk
-            transaction.on_commit(lambda: _enqueue_refund(pid))
+        return
+    if not refund:
+        return
+    card = effect == CreditNoteEffect.REFUND_CARD
+    payment = Payment.objects.create(
+        organization_id=invoice.organization_id,
+        invoice=invoice,
+        credit_note=note,
+        kind=PaymentKind.REFUND,
+        method=PaymentMethod.STRIPE if card else PaymentMethod.BANK_TRANSFER,
+        status=PaymentStatus.PENDING,
+        currency=cur,
+        amount_minor=refund,
+        reference=note.number,
+        stripe_payment_intent_id=draft.card_payment.stripe_payment_intent_id
+        if card and draft.card_payment is not None
+        else "",
+        created_by=getattr(actor, "user", None),
+    )
+    if card:
+        pid = payment.pk
+        transaction.on_commit(lambda: _enqueue_refund(pid))
+
+
+def _issue(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote:
+    reason = reason.strip()
+    cur = invoice.currency
+    note = _create_note(invoice, draft, actor=actor, reason=reason)
+    paid = _credit_invoice(invoice, draft)
+    outbound.credit_note_issued(note)
+    if paid:
+        outbound.invoice_event(invoice, "invoice.paid")
+    _pay_out(invoice, note, draft, actor=actor, reason=reason)
     shown = {
-        "amount": money(amount, cur),
-        "reduces_due": money_minor(due_reduction, cur),
-        "refund": money_minor(refund, cur),
+        "amount": format_amount(draft.amount, cur),
+        "reduces_due": format_amount(draft.due_reduction, cur, unit="minor"),
+        "refund": format_amount(draft.refund, cur, unit="minor"),
     }
-    event(invoice, "credit_note", actor, number=note.number, effect=effect, **shown)
+    event(invoice, "credit_note", actor, number=note.number, effect=draft.effect, **shown)
     if actor is not None:
         audit_record(
             actor=actor,
             action="credit_note.create",
             target=note,
-            params={"invoice": invoice.number, **shown, "effect": effect, "reason": reason},
+            params={"invoice": invoice.number, **shown, "effect": draft.effect, "reason": reason},
         )
     return note
 
@@ -375,6 +389,7 @@ def _requested_lines(
         if type(amount) is not int:
             raise ValidationFailed.from_fields({"amount": "Amounts are micro-units."})
         return [("Credit", amount, None, None)]
+    assert line_amounts is not None  # _one_of: one of the three was given
     return _line_credits(invoice, line_amounts)
 
 
@@ -450,7 +465,7 @@ def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]
             continue
         left = line.amount - credited.get(line.pk, 0)
         if type(value) is not int or value <= 0 or value > left:
-            most = micro_text(left, invoice.currency)
+            most = format_amount(left, invoice.currency, exact=True)
             errors[f"line_{line_id}"] = _(
                 "Credit at most %(most)s on this line (more than zero)."
             ) % {"most": most}
@@ -460,114 +475,3 @@ def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]
     if errors:
         raise ValidationFailed.from_fields(errors)
     return out + [(d, a, None, None) for d, a in _grossed(invoice, net)]
-
-
-def _incident_lines(
-    invoice: Invoice,
-    *,
-    start: datetime,
-    end: datetime,
-    node_id: int | None,
-    status_min: int,
-    status_max: int,
-    model: str | None,
-) -> list[tuple]:
-    calls = costly_billed_calls(
-        invoice.organization_id,
-        invoice.currency,
-        max(start, invoice.period_start),
-        min(end, invoice.period_end),
-        status_min=status_min,
-        status_max=status_max,
-        node_id=node_id,
-        model=model,
-    )
-    done = set()
-    for ids in CreditNoteLine.objects.filter(credit_note__invoice=invoice).values_list(
-        "request_ids", flat=True
-    ):
-        done.update(ids or [])
-    found = [(rid, cost) for rid, cost in calls if rid not in done]
-    if not found:
-        raise ValidationFailed.from_fields(
-            {"__all__": _("No uncredited calls with a cost match this incident.")}
-        )
-    net = sum(c for _, c in found)
-    where = f"node {node_id}" if node_id is not None else "all nodes"
-    desc = (
-        f"Incident credit: {len(found)} calls, status {status_min}-{status_max}, {where}, "
-        f"{start.astimezone(UTC):%Y-%m-%d %H:%M} to {end.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
-    )
-    lines = [(desc, net, None, sorted(r for r, _ in found))]
-    return lines + [(d, a, None, None) for d, a in _grossed(invoice, net)]
-
-
-def _incident_checks(actor, start: datetime, end: datetime) -> None:
-    if actor is not None:
-        actor.require(Perm.BILLING_MANAGE)
-    if start >= end:
-        raise ValidationFailed.from_fields({"end": _("The window must end after it starts.")})
-
-
-def incident_credit_preview(
-    *,
-    invoice_id: int,
-    actor=None,
-    reason: str,
-    start: datetime,
-    end: datetime,
-    node_id: int | None = None,
-    status_min: int = 500,
-    status_max: int = 599,
-    model: str | None = None,
-) -> CreditNotePlan:
-    """What ``credit_note_for_incident`` with the same arguments would issue
-    (the calls it would credit among its lines), and its confirmation token."""
-    _incident_checks(actor, start, end)
-    with transaction.atomic():
-        invoice = _lock_invoice(invoice_id, actor)
-        lines = _incident_lines(
-            invoice,
-            start=start,
-            end=end,
-            node_id=node_id,
-            status_min=status_min,
-            status_max=status_max,
-            model=model,
-        )
-        return _plan(invoice, _draft(invoice, reason=reason, lines=lines), reason)
-
-
-def credit_note_for_incident(
-    *,
-    invoice_id: int,
-    actor=None,
-    reason: str,
-    start: datetime,
-    end: datetime,
-    node_id: int | None = None,
-    status_min: int = 500,
-    status_max: int = 599,
-    model: str | None = None,
-    confirmation: str | None = None,
-) -> CreditNote:
-    """Credit every call of the invoice's period that matches the incident
-    (node, status range, time window, model) and has not been credited yet,
-    in one credit note that lists the calls. ``confirmation``: as for
-    ``credit_note_create`` (a call credited or added meanwhile changes it)."""
-    _incident_checks(actor, start, end)
-    with transaction.atomic():
-        invoice = _lock_invoice(invoice_id, actor)
-        lines = _incident_lines(
-            invoice,
-            start=start,
-            end=end,
-            node_id=node_id,
-            status_min=status_min,
-            status_max=status_max,
-            model=model,
-        )
-        draft = _draft(invoice, reason=reason, lines=lines)
-        if confirmation is not None:
-            _check_confirmation(invoice, draft, reason, confirmation)
-        return _issue(invoice, draft, actor=actor, reason=reason)

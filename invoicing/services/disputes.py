@@ -9,8 +9,9 @@ import logging
 from django.db import transaction
 
 from accounts.facade import Organization, audit_record
+from console.kernel.money import format_amount
 from invoicing.models import Invoice, Payment, PaymentStatus
-from invoicing.services._common import event, money_minor
+from invoicing.services._common import event
 from invoicing.services.collection import CHARGED
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,11 @@ def dispute_apply(*, payment_intent_id: str, dispute_id: str, amount_minor: int,
         payment.status = PaymentStatus.DISPUTED
         payment.failure_message = f"Disputed ({reason or 'no reason given'}): {dispute_id}"[:255]
         payment.save(update_fields=["status", "failure_message"])
-        amount = money_minor(amount_minor, payment.currency) if amount_minor is not None else ""
+        amount = (
+            format_amount(amount_minor, payment.currency, unit="minor")
+            if amount_minor is not None
+            else ""
+        )
         params = {"dispute": dispute_id, "amount": amount, "reason": reason}
         if payment.invoice is not None:
             event(payment.invoice, "payment_disputed", payment_id=payment.pk, **params)

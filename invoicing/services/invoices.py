@@ -9,27 +9,25 @@ from __future__ import annotations
 import logging
 from datetime import date, timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone as tz
 from django.utils.translation import gettext as _
 
 from accounts.facade import Conflict, NotFound, Organization, Perm, ValidationFailed, audit_record
 from console.kernel.celery import registered_task
+from console.kernel.money import format_amount
 from invoicing import stripe_adapter
 from invoicing.models import (
     BillingProfile,
     DocumentLanguage,
     Invoice,
     InvoiceLine,
-    InvoiceRun,
     InvoiceSequence,
     InvoiceStatus,
     Payment,
     PaymentKind,
     PaymentMethod,
     PaymentStatus,
-    RunStatus,
 )
 from invoicing.pdf import invoice_pdf
 from invoicing.rules import finalize_blocker
@@ -38,19 +36,14 @@ from invoicing.services._common import (
     event,
     local_noon,
     local_today,
-    money,
-    money_minor,
     org_zone,
     period_bounds,
     period_of,
-    previous_period,
 )
 from invoicing.services._payments import paid_on_day, require_free_reference, save_with_reference
 from invoicing.services.compute import Computed, compute_invoice
 from usage.facade import (
     close_period,
-    has_billed_calls,
-    has_unbilled_adjustments,
     lock_unbilled_adjustments,
     mark_adjustments_billed,
     release_adjustments,
@@ -248,30 +241,38 @@ def invoice_finalize(*, invoice_id: int, actor=None) -> Invoice:
         close_period(org.pk, invoice.period_start, invoice.period_end, invoice.number)
         invoice.pdf = invoice_pdf(invoice)
         invoice.save(update_fields=["pdf"])
-        event(
-            invoice,
-            "finalized",
-            actor,
-            number=invoice.number,
-            total=money(invoice.total, invoice.currency),
-        )
-        outbound.invoice_event(invoice, "invoice.finalized")
-        if invoice.status == InvoiceStatus.PAID:
-            outbound.invoice_event(invoice, "invoice.paid")
-        if actor is not None:
-            audit_record(
-                actor=actor,
-                action="invoice.finalize",
-                target=invoice,
-                params={
-                    "total": money(invoice.total, invoice.currency),
-                    "amount_due": money_minor(invoice.amount_due_minor, invoice.currency),
-                },
-            )
+        _announce_finalized(invoice, actor)
         if invoice.status == InvoiceStatus.FINALIZED and invoice.amount_due_minor > 0:
             invoice_id_ = invoice.pk
             transaction.on_commit(lambda: _enqueue_collection(invoice_id_))
     return invoice
+
+
+def _announce_finalized(invoice: Invoice, actor) -> None:
+    """A finalized invoice in its history, to the webhooks (finalized, and paid
+    when nothing is due) and, for a person's action, in the audit trail."""
+    event(
+        invoice,
+        "finalized",
+        actor,
+        number=invoice.number,
+        total=format_amount(invoice.total, invoice.currency),
+    )
+    outbound.invoice_event(invoice, "invoice.finalized")
+    if invoice.status == InvoiceStatus.PAID:
+        outbound.invoice_event(invoice, "invoice.paid")
+    if actor is not None:
+        audit_record(
+            actor=actor,
+            action="invoice.finalize",
+            target=invoice,
+            params={
+                "total": format_amount(invoice.total, invoice.currency),
+                "amount_due": format_amount(
+                    invoice.amount_due_minor, invoice.currency, unit="minor"
+                ),
+            },
+        )
 
 
 def _enqueue_collection(invoice_id: int) -> None:
@@ -332,7 +333,9 @@ def invoice_mark_uncollectible(*, invoice_id: int, actor=None, reason: str = "")
                 target=invoice,
                 params={
                     "reason": reason,
-                    "amount_due": money_minor(invoice.amount_due_minor, invoice.currency),
+                    "amount_due": format_amount(
+                        invoice.amount_due_minor, invoice.currency, unit="minor"
+                    ),
                 },
             )
     return invoice
@@ -388,13 +391,7 @@ def invoice_mark_paid(
             not_before=invoice.issued_at,
             not_before_what=_("the invoice was issued"),
         )
-        due = invoice.amount_due_minor
-        amount = due if amount_minor is None else amount_minor
-        if amount <= 0 or amount > due:
-            owed = money_minor(due, invoice.currency)
-            raise ValidationFailed.from_fields(
-                {"amount": f"Enter an amount above zero and at most what is due ({owed})."}
-            )
+        amount = _payment_amount(invoice, amount_minor)
         require_free_reference(invoice.organization_id, reference)
         payment = save_with_reference(
             Payment(
@@ -412,80 +409,45 @@ def invoice_mark_paid(
         )
         paid_at = None if day == local_today(zone) else local_noon(day, zone)
         _apply_payment(invoice, amount, paid_at=paid_at)
-        shown = money_minor(amount, invoice.currency)
-        event(
-            invoice,
-            "payment_recorded",
-            actor,
-            amount=shown,
-            reference=reference,
-            paid_on=day.isoformat(),
-        )
-        if actor is not None:
-            audit_record(
-                actor=actor,
-                action="invoice.mark_paid",
-                target=invoice,
-                params={
-                    "amount": shown,
-                    "reference": reference,
-                    "paid_on": day.isoformat(),
-                    "method": method,
-                },
-            )
+        _announce_payment(invoice, payment, actor)
     return payment
 
 
-# --- the monthly run ------------------------------------------------------
-
-
-def run_period_due(now=None) -> str | None:
-    """The month (UTC calendar) the run may draft now: the one just ended,
-    once every time zone's month has ended (UTC-12 ends 12 h after UTC; 14 h
-    covers them all) plus the grace period for late usage events."""
-    now = now or tz.now()
-    grace = timedelta(hours=settings.INVOICING_GRACE_HOURS)
-    period = previous_period(period_of(now, "UTC"))
-    _start, end = period_bounds(period, "UTC")
-    return period if now >= end + timedelta(hours=14) + grace else None
-
-
-def _billable(org: Organization, period: str) -> bool:
-    start, end = period_bounds(period, org.timezone)
-    return has_billed_calls(org.pk, start, end) or has_unbilled_adjustments(org.pk, end)
-
-
-def invoice_run_month(*, period: str | None = None, now=None) -> InvoiceRun | None:
-    """Draft every active organization's invoice for ``period`` (default: the
-    month due now). Organizations go in id order, each in its own
-    transaction that also moves the run's cursor, so a worker killed
-    halfway leaves every organization either fully drafted or untouched,
-    and the rerun continues after the last one done."""
-    period = period or run_period_due(now)
-    if period is None:
-        return None
-    run, _created = InvoiceRun.objects.get_or_create(period=period)
-    if run.status == RunStatus.DONE:
-        return run
-    while True:
-        org = (
-            Organization.objects.filter(is_active=True, pk__gt=run.processed_through)
-            .order_by("pk")
-            .first()
+def _payment_amount(invoice: Invoice, amount_minor: int | None) -> int:
+    """The amount a manual payment records: all that is due when not given;
+    refused when not above zero or above what is due."""
+    due = invoice.amount_due_minor
+    amount = due if amount_minor is None else amount_minor
+    if amount <= 0 or amount > due:
+        owed = format_amount(due, invoice.currency, unit="minor")
+        raise ValidationFailed.from_fields(
+            {"amount": f"Enter an amount above zero and at most what is due ({owed})."}
         )
-        if org is None:
-            break
-        with transaction.atomic():
-            run = InvoiceRun.objects.select_for_update().get(pk=run.pk)
-            if run.processed_through >= org.pk:
-                continue  # another worker did this one
-            if _billable(org, period):
-                invoice_draft(organization_id=org.pk, period=period)
-                run.drafted += 1
-            run.processed_through = org.pk
-            run.save(update_fields=["processed_through", "drafted"])
-    run.status = RunStatus.DONE
-    run.finished_at = tz.now()
-    run.save(update_fields=["status", "finished_at"])
-    logger.info("invoice run %s: %s drafts", period, run.drafted)
-    return run
+    return amount
+
+
+def _announce_payment(invoice: Invoice, payment: Payment, actor) -> None:
+    """A manual payment in the invoice's history and, for a person's action,
+    in the audit trail."""
+    shown = format_amount(payment.amount_minor, invoice.currency, unit="minor")
+    paid_on = payment.paid_on.isoformat()
+    event(
+        invoice,
+        "payment_recorded",
+        actor,
+        amount=shown,
+        reference=payment.reference,
+        paid_on=paid_on,
+    )
+    if actor is not None:
+        audit_record(
+            actor=actor,
+            action="invoice.mark_paid",
+            target=invoice,
+            params={
+                "amount": shown,
+                "reference": payment.reference,
+                "paid_on": paid_on,
+                "method": payment.method,
+            },
+        )

@@ -37,7 +37,6 @@ from console.kernel.money import format_amount
 from invoicing.models import BillingProfile, LedgerEntry, LedgerKind
 from invoicing.rules import usage_debit_reason
 from invoicing.selectors import prepaid_balance
-from invoicing.services._common import money_exact
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +171,10 @@ def prepaid_adjust(
                 actor=actor,
                 action=f"ledger.{kind}",
                 target=entry,
-                params={"amount": money_exact(amount, entry.currency), "reason": reason},
+                params={
+                    "amount": format_amount(amount, entry.currency, exact=True),
+                    "reason": reason,
+                },
             )
     return entry
 

@@ -14,10 +14,11 @@ import logging
 from django.db import transaction
 from django.utils import timezone as tz
 
+from console.kernel.money import format_amount
 from invoicing.models import Invoice, InvoiceEvent, InvoiceStatus
 from invoicing.selectors import past_due_invoices
 from invoicing.services import outbound
-from invoicing.services._common import event, money_minor
+from invoicing.services._common import event
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def invoice_notify_overdue(*, invoice_id: int, now=None) -> bool:
         event(
             invoice,
             OVERDUE,
-            amount_due=money_minor(invoice.amount_due_minor, invoice.currency),
+            amount_due=format_amount(invoice.amount_due_minor, invoice.currency, unit="minor"),
             due_at=invoice.due_at.isoformat(),
         )
         outbound.invoice_event(invoice, "invoice.overdue")

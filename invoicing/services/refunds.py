@@ -15,9 +15,10 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from accounts.facade import Conflict, NotFound, Perm, ValidationFailed, audit_record
+from console.kernel.money import format_amount
 from invoicing import stripe_adapter
 from invoicing.models import Invoice, Payment, PaymentKind, PaymentMethod, PaymentStatus
-from invoicing.services._common import event, local_today, money_minor
+from invoicing.services._common import event, local_today
 from invoicing.services._payments import paid_on_day, require_free_reference, save_with_reference
 from invoicing.services.collection import _fail
 from invoicing.stripe_adapter import Refund, StripeDeclined, StripeRejected
@@ -49,7 +50,7 @@ def _settle_refund(payment: Payment, refund: Refund) -> str:
         payment.paid_on = local_today(payment.organization.timezone)
         payment.save(update_fields=["status", "failure_message", "paid_on"])
         if invoice is not None:
-            shown = money_minor(payment.amount_minor, payment.currency)
+            shown = format_amount(payment.amount_minor, payment.currency, unit="minor")
             event(invoice, "refunded", payment_id=payment.pk, amount=shown)
         return "succeeded"
     if refund.status in ("failed", "canceled"):
@@ -214,7 +215,7 @@ def refund_mark_paid(*, actor, payment_id: int, reference: str, paid_on: date | 
         save_with_reference(
             payment, update_fields=["reference", "paid_on", "status", "failure_message"]
         )
-        shown = money_minor(payment.amount_minor, payment.currency)
+        shown = format_amount(payment.amount_minor, payment.currency, unit="minor")
         params = {
             "credit_note": note.number if note is not None else "",
             "amount": shown,

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -47,16 +48,11 @@ from django.utils import timezone as tz
 from django.utils.translation import gettext as _
 
 from accounts.facade import NotFound, Organization, Perm, ValidationFailed, audit_record
+from console.kernel.money import PPM, format_amount
 from invoicing.models import Invoice, InvoiceStatus, SlaMonth, SlaStatus, SlaTarget
 from invoicing.models.sla import SLA_CREDIT_TEXT, SLA_TTFT_TEXT, percent_text
-from invoicing.money import PPM, div_round
-from invoicing.services._common import (
-    money,
-    org_zone,
-    period_bounds,
-    period_of,
-    previous_period,
-)
+from invoicing.money import div_round
+from invoicing.services._common import org_zone, period_bounds, period_of, previous_period
 from invoicing.services.credit_notes import _draft, _issue, _lock_invoice
 from usage import facade as usage
 
@@ -249,6 +245,21 @@ def _closed(organization: Organization, period: str, now: datetime) -> bool:
     return now >= end
 
 
+def _month_values(figures: SlaFigures, now: datetime) -> dict[str, Any]:
+    """An evaluated month's fields from its figures: met, or a drafted credit."""
+    return {
+        "calls": figures.calls,
+        "failed_calls": figures.failed,
+        "availability_ppm": figures.availability_ppm,
+        "target_ppm": figures.target_ppm,
+        "ttft_p99_ms": figures.ttft_p99_ms,
+        "ttft_bound_ms": figures.ttft_bound_ms,
+        "credit_rate_ppm": figures.credit_rate_ppm,
+        "status": SlaStatus.DRAFTED if figures.breached else SlaStatus.MET,
+        "evaluated_at": now,
+    }
+
+
 def sla_evaluate(
     *, organization_id: int, period: str, actor=None, now: datetime | None = None
 ) -> SlaMonth:
@@ -267,19 +278,7 @@ def sla_evaluate(
                 % {"period": period}
             }
         )
-    figures = sla_figures(org, period, now=now)
-    status = SlaStatus.DRAFTED if figures.breached else SlaStatus.MET
-    values = {
-        "calls": figures.calls,
-        "failed_calls": figures.failed,
-        "availability_ppm": figures.availability_ppm,
-        "target_ppm": figures.target_ppm,
-        "ttft_p99_ms": figures.ttft_p99_ms,
-        "ttft_bound_ms": figures.ttft_bound_ms,
-        "credit_rate_ppm": figures.credit_rate_ppm,
-        "status": status,
-        "evaluated_at": now,
-    }
+    values = _month_values(sla_figures(org, period, now=now), now)
     with transaction.atomic():
         month = (
             SlaMonth.objects.select_for_update()
@@ -402,7 +401,7 @@ def sla_credit_approve(*, month_id: int, actor):
             params={
                 "period": month.period,
                 "credit_note": note.number,
-                "amount": money(amount, invoice.currency),
+                "amount": format_amount(amount, invoice.currency),
             },
         )
         return note

@@ -23,12 +23,11 @@ from accounts.facade import (
     ValidationFailed,
     audit_record,
 )
-from console.kernel.money import format_amount
+from console.kernel.money import PPM, format_amount
 from invoicing import stripe_adapter
 from invoicing.models import LedgerKind, Payment, PaymentKind, PaymentMethod, PaymentStatus
-from invoicing.money import PPM, from_minor, to_minor
+from invoicing.money import from_minor, to_minor
 from invoicing.services import outbound
-from invoicing.services._common import money_minor
 from invoicing.services._payments import (
     paid_on_day,
     reference_holder,
@@ -92,7 +91,7 @@ def _new_topup(org, actor, amount_minor: int, *, request_key: str = "", **audit)
         actor=actor,
         action="topup.create",
         target=payment,
-        params={"amount": money_minor(amount_minor, org.currency), **audit},
+        params={"amount": format_amount(amount_minor, org.currency, unit="minor"), **audit},
     )
     return payment
 
@@ -210,7 +209,7 @@ def topup_record_manual(
             action="topup.record_manual",
             target=payment,
             params={
-                "amount": money_minor(amount_minor, org.currency),
+                "amount": format_amount(amount_minor, org.currency, unit="minor"),
                 "reference": reference,
                 "paid_on": day.isoformat(),
             },

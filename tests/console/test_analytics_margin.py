@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from accounts.models import Role
 from console.features.analytics.margin import MarginForm, percent_text
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 from tests.factories import MembershipFactory, UserFactory
 from tests.usage.margin_fixtures import T0, brute_force, seed_margin
 from usage.facade import margin_basis_points, seed_catalog
@@ -59,9 +59,9 @@ def _expected_rows(sums: dict[tuple, list[int]], labels: dict) -> list[list[str]
             [
                 labels[key],
                 f"{calls:,}",
-                format_exact(revenue, cur),
-                format_exact(cost, cur),
-                format_exact(revenue - cost, cur),
+                format_amount(revenue, cur, exact=True),
+                format_amount(cost, cur, exact=True),
+                format_amount(revenue - cost, cur, exact=True),
                 percent_text(margin_basis_points(revenue - cost, revenue)),
                 f"{uncosted:,}",
             ]
@@ -119,9 +119,9 @@ def test_the_csv_holds_the_pages_rows_exactly(world, staff):
             assert cells == [
                 row["name"].removeprefix("'"),
                 f"{int(row['calls']):,}",
-                format_exact(micro["revenue"], cur),
-                format_exact(micro["vendor_cost"], cur),
-                format_exact(micro["margin"], cur),
+                format_amount(micro["revenue"], cur, exact=True),
+                format_amount(micro["vendor_cost"], cur, exact=True),
+                format_amount(micro["margin"], cur, exact=True),
                 f"{row['margin_pct']} %" if row["margin_pct"] else "—",
                 f"{int(row['calls_without_comparable_cost']):,}",
             ]

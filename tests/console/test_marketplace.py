@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Role
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 from tests.factories import MembershipFactory, UserFactory
 from tests.usage.factories import event
 from usage.ingest import ingest_events
@@ -144,7 +144,10 @@ def test_the_page_and_the_api_show_the_platform_figures_and_the_callers_own_pric
     assert r.status_code == 200
     html = r.content.decode()
     row = re.search(r'<tr data-model="sim-chat-small">(.*?)</tr>', html, re.S).group(1)
-    assert format_exact(4_321_000, "USD") in row and format_exact(9_876_000, "USD") in row
+    assert (
+        format_amount(4_321_000, "USD", exact=True) in row
+        and format_amount(9_876_000, "USD", exact=True) in row
+    )
     calls = figures["sim-chat-small"].calls
     assert f">{calls:,}<" in row
     # Each figure links to the organization's own chart of it, model and range preset.
@@ -273,7 +276,9 @@ def test_public_pages_show_no_organizations_data_only_list_prices(client, settin
         )
         ingest_events([event(key, started_at=now - timedelta(hours=h)) for h in range(3)])
         secrets += [name, org.slug, sub.name, key.name, key.public_id]
-        secrets += [format_exact(v, "USD") for v in (price, price // 10, price + 1, price * 2)]
+        secrets += [
+            format_amount(v, "USD", exact=True) for v in (price, price // 10, price + 1, price * 2)
+        ]
         secrets += [str(v) for v in (price, price // 10, price + 1, price * 2)]
     listed = Price.objects.get(model=model, organization=None, currency="USD")
     pages = [
@@ -290,7 +295,7 @@ def test_public_pages_show_no_organizations_data_only_list_prices(client, settin
     for page in pages:
         for secret in secrets:
             assert not re.search(rf"(?<![\w.]){re.escape(secret)}(?![\w.])", page), secret
-    assert format_exact(listed.input_per_mtok, "USD") in pages[0]
+    assert format_amount(listed.input_per_mtok, "USD", exact=True) in pages[0]
     data = client.get(reverse("analytics:public_marketplace"), {"format": "json"}).json()
     entry = next(m for m in data["models"] if m["name"] == "sim-chat-small")
     assert entry["list_prices_per_mtok"]["USD"]["input"] == listed.input_per_mtok

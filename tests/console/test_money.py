@@ -6,16 +6,13 @@ import pytest
 
 from console.kernel.money import (
     MICRO,
-    amount_decimal,
     amount_input,
     chart_tickformat,
-    exact_decimal,
     format_amount,
-    format_exact,
-    format_minor,
     format_rate,
     micro_to_decimal,
     minor_units,
+    money_decimal,
     money_header,
     param_texts,
     parse_amount,
@@ -109,9 +106,9 @@ def test_minor_units_come_from_iso_4217():
 def test_an_amount_typed_in_scientific_notation_prints_in_plain_digits():
     cap = parse_amount("1E+2")
     assert format_amount(cap, "USD") == "100.00 USD"
-    assert format_exact(cap, "USD") == "100.00 USD"
-    assert str(amount_decimal(cap, "USD")) == "100.00"
-    assert str(amount_decimal(parse_amount("1E+3"), "JPY")) == "1000"
+    assert format_amount(cap, "USD", exact=True) == "100.00 USD"
+    assert str(money_decimal(cap, "USD")) == "100.00"
+    assert str(money_decimal(parse_amount("1E+3"), "JPY")) == "1000"
     assert "E" not in format_amount(10**18, "USD")
 
 
@@ -130,15 +127,15 @@ def test_an_amount_typed_in_scientific_notation_prints_in_plain_digits():
     ],
 )
 def test_format_exact_shows_what_the_amount_needs(micro, currency, expected):
-    assert format_exact(micro, currency) == expected
+    assert format_amount(micro, currency, exact=True) == expected
 
 
 def test_decimals_for_exports_and_charts():
-    assert amount_decimal(14_293_328, "USD") == Decimal("14.29")
-    assert str(amount_decimal(2_500_000, "JPY")) == "3"  # half up
-    assert str(amount_decimal(14_293_328, "BHD")) == "14.293"
-    assert str(exact_decimal(14_293_328, "USD")) == "14.293328"
-    assert str(exact_decimal(14_000_000, "USD")) == "14.00"
+    assert money_decimal(14_293_328, "USD") == Decimal("14.29")
+    assert str(money_decimal(2_500_000, "JPY")) == "3"  # half up
+    assert str(money_decimal(14_293_328, "BHD")) == "14.293"
+    assert str(money_decimal(14_293_328, "USD", exact=True)) == "14.293328"
+    assert str(money_decimal(14_000_000, "USD", exact=True)) == "14.00"
     assert chart_tickformat("USD") == ",.2f"
     assert chart_tickformat("JPY") == ",.0f"
     assert chart_tickformat("BHD") == ",.3f"
@@ -146,9 +143,9 @@ def test_decimals_for_exports_and_charts():
 
 
 def test_minor_amounts():
-    assert format_minor(123_456, "USD") == "1,234.56 USD"
-    assert format_minor(123_456, "JPY") == "123,456 JPY"
-    assert format_minor(123_456, "BHD") == "123.456 BHD"
+    assert format_amount(123_456, "USD", unit="minor") == "1,234.56 USD"
+    assert format_amount(123_456, "JPY", unit="minor") == "123,456 JPY"
+    assert format_amount(123_456, "BHD", unit="minor") == "123.456 BHD"
 
 
 @pytest.mark.parametrize(

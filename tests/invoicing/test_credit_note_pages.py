@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
+from console.kernel.money import format_amount
 from invoicing.models import (
     CreditNote,
     InvoiceStatus,
@@ -73,9 +74,9 @@ def test_credit_note_by_line_and_full(client, members, finalized):
     too_much = f"{line.amount + 1}e-6"  # one micro-unit more than the line
     response = c.post(url, {"mode": "lines", f"line_{line.pk}": too_much, "reason": "x"})
     assert response.status_code == 200 and "Credit at most" in html(response)
-    from invoicing.money import micro_text
-
-    assert f"{micro_text(line.amount, 'USD')} on this line" in html(response)  # money, not micro
+    assert f"{format_amount(line.amount, 'USD', exact=True)} on this line" in html(
+        response
+    )  # money, not micro
     data = {"mode": "lines", f"line_{line.pk}": "0.01", "reason": "bad line"}
     response = preview_and_confirm(c, url, data)
     assert response.status_code == 302

@@ -11,6 +11,7 @@ import pytest
 
 from accounts.errors import NotFound, PermissionDenied, ValidationFailed
 from accounts.models import BillingMode, Role
+from console.kernel.money import format_amount
 from invoicing.models import (
     BillingProfile,
     CreditNoteEffect,
@@ -221,14 +222,13 @@ def test_incident_window_is_printed_in_utc_whatever_zone_it_came_in(
 
 def test_credit_and_payment_limits_are_said_in_money(finalized, members, actor_for):
     from accounts.errors import ValidationFailed
-    from invoicing.money import micro_text, minor_text
     from invoicing.services import credit_note_create, invoice_mark_paid
 
     finance = actor_for(members[Role.FINANCE])
     remaining = finalized.total - finalized.credited
     with pytest.raises(ValidationFailed) as too_much:
         credit_note_create(invoice_id=finalized.pk, actor=finance, amount=remaining + 1, reason="x")
-    assert micro_text(remaining, "USD") in too_much.value.fields["amount"][0]
+    assert format_amount(remaining, "USD", exact=True) in too_much.value.fields["amount"][0]
     line = finalized.lines.filter(kind="usage").first()
     with pytest.raises(ValidationFailed) as line_much:
         credit_note_create(
@@ -237,13 +237,16 @@ def test_credit_and_payment_limits_are_said_in_money(finalized, members, actor_f
             line_amounts={line.pk: line.amount + 1},
             reason="x",
         )
-    assert micro_text(line.amount, "USD") in line_much.value.fields[f"line_{line.pk}"][0]
+    assert (
+        format_amount(line.amount, "USD", exact=True)
+        in line_much.value.fields[f"line_{line.pk}"][0]
+    )
     due = finalized.amount_due_minor
     with pytest.raises(ValidationFailed) as overpaid:
         invoice_mark_paid(
             invoice_id=finalized.pk, actor=finance, reference="T", amount_minor=due + 1
         )
-    assert minor_text(due, "USD") in overpaid.value.fields["amount"][0]
+    assert format_amount(due, "USD", unit="minor") in overpaid.value.fields["amount"][0]
     for exc in (too_much, line_much, overpaid):
         text = " ".join(m for msgs in exc.value.fields.values() for m in msgs)
         assert "micro" not in text and "minor unit" not in text

@@ -229,7 +229,7 @@ def test_monthly_run_waits_for_grace_and_recovers_after_a_crash(catalog, make_ke
     assert invoice_run_month(now=before_grace) is None
     after = datetime(2025, 4, 1, 21, tzinfo=UTC)
     # The worker dies while drafting the second organization.
-    from invoicing.services import invoices as svc
+    from invoicing.services import monthly_run as svc
 
     real = svc.invoice_draft
     calls = []

@@ -12,8 +12,9 @@ import pytest
 
 from accounts.errors import NotFound, PermissionDenied, ValidationFailed
 from accounts.models import AuditEvent, Role
+from console.kernel.money import PPM
 from invoicing.models import CreditNote, SlaMonth, SlaStatus, SlaTarget
-from invoicing.money import PPM, div_round
+from invoicing.money import div_round
 from invoicing.services import invoice_draft, invoice_finalize
 from invoicing.services.sla import (
     credit_amount,

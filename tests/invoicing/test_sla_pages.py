@@ -15,9 +15,10 @@ from django.urls import reverse
 from django.utils import translation
 
 from accounts.models import Role
+from console.kernel.money import PPM
 from invoicing.models import CreditNote, Invoice, SlaMonth, SlaStatus, SlaTarget
 from invoicing.models.invoices import credit_description
-from invoicing.money import PPM, div_round
+from invoicing.money import div_round
 from invoicing.services.sla import sla_evaluate
 from tests.factories import MembershipFactory, UserFactory
 from tests.invoicing.pages import as_member, follow_messages, html

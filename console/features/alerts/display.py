@@ -10,7 +10,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from console.features.alerts.models import Kind
-from console.kernel.money import format_amount, format_minor
+from console.kernel.money import format_amount
 
 NONE = "—"
 
@@ -25,7 +25,7 @@ def figure(kind: str, value: Decimal | None, currency: str) -> str:
     if kind in (Kind.SPEND_CAP, Kind.BALANCE_LOW):
         return format_amount(int(value), currency)
     if kind == Kind.INVOICE_OVERDUE:
-        return format_minor(int(value), currency)
+        return format_amount(int(value), currency, unit="minor")
     if kind in (Kind.ERROR_RATE, Kind.RATE_NEAR_LIMIT):
         return f"{_plain(value.quantize(Decimal('0.01')))} %"
     if kind in (Kind.LATENCY_P99, Kind.TTFT_P99):

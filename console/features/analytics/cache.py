@@ -24,7 +24,7 @@ from console.features.analytics.chart import (
     x_labels,
 )
 from console.features.analytics.query import Query
-from console.kernel.money import exact_decimal, format_amount
+from console.kernel.money import format_amount, money_decimal
 from usage import facade as usage
 
 
@@ -204,7 +204,7 @@ def cache_savings(q: Query) -> Chart:
     chart.total_row(
         "Total",
         sum(p["cache_read_tokens"] for points in saved.values() for p in points),
-        exact_decimal(total, cur),
+        money_decimal(total, cur, exact=True),
         sum(p["unpriced_tokens"] for points in saved.values() for p in points),
     )
     chart.summary = _("%(amount)s saved in all over this range.") % {
@@ -248,7 +248,7 @@ def _savings_bars(chart: Chart, q: Query, saved: dict[str, list[dict]]) -> tuple
                     iso_local(p["start"], q.tz),
                     model,
                     p["cache_read_tokens"],
-                    exact_decimal(p["saved"], cur),
+                    money_decimal(p["saved"], cur, exact=True),
                     p["unpriced_tokens"],
                 ]
             )

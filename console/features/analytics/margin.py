@@ -7,7 +7,7 @@ organization's business, so everyone else, organization owners and finance
 included, gets a 404 (the page does not exist for them), not a 403, and it
 is in no organization's navigation. The figures are ``usage.facade.margin_report``'s,
 read from the rollups, per currency; amounts are formatted by ``console.kernel.money``
-with as many decimals as they need (``format_exact``: calls cost fractions of
+with as many decimals as they need (``format_amount``, exact: calls cost fractions of
 a cent, and rounding to cents would show a model's margin as 0.00), so the
 page and the CSV show the same figures to the micro-unit; the margin share
 is integer basis points, shown with two decimals.
@@ -42,7 +42,7 @@ from console.features.analytics.forms import MAX_RANGE, RANGES
 from console.features.analytics.views import _json_for_script, _tabs
 from console.kernel.crypto import no_store
 from console.kernel.csv_header import header_line
-from console.kernel.money import format_exact, micro_to_decimal
+from console.kernel.money import format_amount, micro_to_decimal
 from usage.facade import MarginLine, MarginReport, csv_text, margin_report
 
 MARGIN_RANGES = [*RANGES[:-1], ("last_month", gettext_lazy("Last month")), RANGES[-1]]
@@ -184,9 +184,9 @@ def _table(lines: list[MarginLine], title: str, noun: str, *, totals: bool = Fal
             [
                 (_("All calls") if totals else m.label, None),
                 (f"{m.calls:,}", None),
-                (format_exact(m.revenue, m.currency), None),
-                (format_exact(m.cost, m.currency), None),
-                (format_exact(m.margin, m.currency), None),
+                (format_amount(m.revenue, m.currency, exact=True), None),
+                (format_amount(m.cost, m.currency, exact=True), None),
+                (format_amount(m.margin, m.currency, exact=True), None),
                 (percent_text(m.margin_bp), None),
                 (f"{m.uncosted_calls:,}", None),
             ]

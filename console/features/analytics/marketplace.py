@@ -36,7 +36,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.facade import IsOrgMember, Perm, org_view
-from console.kernel.money import format_exact, format_rate
+from console.kernel.money import format_amount, format_rate
 from usage.facade import (
     PERFORMANCE_WINDOWS,
     CatalogModelRow,
@@ -147,7 +147,7 @@ def _per_mtok(p: PerMtok | None) -> dict | None:
 def _money(p: PerMtok | None, currency: str) -> dict | None:
     if p is None:
         return None
-    return {k: format_exact(v, currency) for k, v in vars(p).items()}
+    return {k: format_amount(v, currency, exact=True) for k, v in vars(p).items()}
 
 
 def _figures(row: dict) -> dict | None:

@@ -23,7 +23,7 @@ from console.features.analytics.chart import (
     share_pct,
 )
 from console.features.analytics.query import Query
-from console.kernel.money import chart_tickformat, exact_decimal, format_amount
+from console.kernel.money import chart_tickformat, format_amount, money_decimal
 from invoicing import facade as invoicing
 from usage import facade as usage
 
@@ -150,7 +150,10 @@ def overview_kpis(q: Query) -> Chart:
                 [
                     label,
                     iso_local(t["start"], q.tz),
-                    *(exact_decimal(v[k], cur) if k == "spend" else v[k] for k, _ in KPIS),
+                    *(
+                        money_decimal(v[k], cur, exact=True) if k == "spend" else v[k]
+                        for k, _ in KPIS
+                    ),
                 ]
             )
         kpis.append({"label": str(PERIOD_TITLES[label]), "tiles": tiles, "bucket": bucket})
@@ -186,7 +189,9 @@ def overview_top(q: Query) -> Chart:
         rows = []
         for value, (p,) in ranked:
             label = q.names.label(column, value)
-            chart.rows.append([column, value, label, p["calls"], exact_decimal(p["cost"], cur)])
+            chart.rows.append(
+                [column, value, label, p["calls"], money_decimal(p["cost"], cur, exact=True)]
+            )
             dim = {"model" if column == "model" else "key": value}
             link = q.calls_url(start=start, end=end, **dim)
             rows.append(

@@ -26,7 +26,7 @@ from console.features.analytics.marketplace import (
     enabled_models,
     platform_figures,
 )
-from console.kernel.money import format_exact
+from console.kernel.money import format_amount
 from usage.facade import (
     DEGRADED_BELOW,
     DOWN_BELOW,
@@ -75,7 +75,7 @@ def public_marketplace(request):
     for r in rows:
         r["modality_label"] = MODALITY_LABELS.get(r["modality"], r["modality"])
         r["prices"] = [
-            (cur, {k: format_exact(v, cur) for k, v in p.items()})
+            (cur, {k: format_amount(v, cur, exact=True) for k, v in p.items()})
             for cur, p in r["list_prices_per_mtok"].items()
         ]
         fig = r["figures"]

@@ -21,7 +21,7 @@ from console.features.analytics.chart import (
     x_labels,
 )
 from console.features.analytics.query import PALETTE, TOKEN_COLOURS, Query, can_see_all
-from console.kernel.money import exact_decimal, format_amount
+from console.kernel.money import format_amount, money_decimal
 from usage.facade import (
     ATTRIBUTE_BY_END_USER,
     ATTRIBUTE_BY_TAG,
@@ -73,10 +73,15 @@ def spend(q: Query) -> Chart:
         label = q.names.label(column, group)
         for p in s.groups[group]:
             chart.rows.append(
-                [iso_local(p["start"], q.tz), label, p["calls"], exact_decimal(p["cost"], cur)]
+                [
+                    iso_local(p["start"], q.tz),
+                    label,
+                    p["calls"],
+                    money_decimal(p["cost"], cur, exact=True),
+                ]
             )
     total, calls = s.total("cost"), s.total("calls")
-    chart.total_row("Total", calls, exact_decimal(total, cur))
+    chart.total_row("Total", calls, money_decimal(total, cur, exact=True))
     chart.summary = ngettext(
         "%(amount)s in all over this range, for %(calls)s call.",
         "%(amount)s in all over this range, for %(calls)s calls.",
@@ -159,7 +164,7 @@ def top_spenders(q: Query) -> Chart:
         sub = q.names.label("sub_account_id", subs.get(key_id) or 0)
         share = share_pct(p["cost"], total)
         chart.rows.append(
-            [key_id, label, sub, p["calls"], toks, exact_decimal(p["cost"], cur), share]
+            [key_id, label, sub, p["calls"], toks, money_decimal(p["cost"], cur, exact=True), share]
         )
         rows.append(
             [
@@ -324,7 +329,7 @@ def _attribution_table(
                 g.cache_read_tokens,
                 g.cache_write_tokens,
                 g.output_tokens,
-                exact_decimal(g.cost, cur),
+                money_decimal(g.cost, cur, exact=True),
                 share,
             ]
         )
@@ -346,7 +351,7 @@ def _attribution_table(
             a.total.cache_read_tokens,
             a.total.cache_write_tokens,
             a.total.output_tokens,
-            exact_decimal(total, cur),
+            money_decimal(total, cur, exact=True),
             100.0 if total else None,
         ]
     )

@@ -20,7 +20,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 
 from console.features.webhooks.models import DestinationKind, EventType
-from console.kernel.money import format_amount, format_minor
+from console.kernel.money import format_amount
 
 _TITLES = {
     EventType.ALERT_FIRED: lambda: _("Alert fired"),
@@ -59,7 +59,7 @@ def envelope(event, organization_slug: str) -> bytes:
 def _amount(data: dict) -> str:
     currency = str(data.get("currency") or "USD")
     if isinstance(data.get("amount_minor"), int):
-        return format_minor(data["amount_minor"], currency)
+        return format_amount(data["amount_minor"], currency, unit="minor")
     if isinstance(data.get("amount_micro"), int):
         return format_amount(data["amount_micro"], currency)
     return ""
