@@ -81,6 +81,8 @@ class Field:
     wrong_type: Reason | None = None
     too_low: Reason | None = None
     too_high: Reason | None = None
+    group: int = 0  # 0: in the first release; n: came with the n-th group added since
+    default: object = None  # what an event without the field's group means (group > 0)
 
     def check(self, values: dict[str, Any]) -> None:
         """Raise this rule's reason when ``values[name]`` breaks it; a time is

@@ -182,13 +182,138 @@ class UsageEvent:
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(UsageEvent))
 FIELD_SET = frozenset(FIELD_NAMES)
-# Fields added to version 1 after its first release, group by group, with
-# what an event without them means (see the module docstring). A group comes
-# all together or not at all; an event may lack any group.
-ADDED_GROUPS: tuple[dict[str, object], ...] = (
-    {"credential_id": None, "upstream_cost": 0, "upstream_currency": ""},
-    {"end_user": "", "tags": {}},
-    {"is_test": False},
+
+
+def _is_currency(code: str) -> bool:
+    """An ISO 4217 code's shape: three ASCII capital letters."""
+    return len(code) == 3 and code.isascii() and code.isalpha() and code.isupper()
+
+
+@lru_cache(maxsize=65536)
+def _check_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def tags_problem(tags: object) -> str | None:
+    """Why ``tags`` are not a call's tags, or None: a JSON object of at most
+    ``MAX_TAGS`` entries, each key 1 to ``MAX_TAG_KEY`` characters of
+    ``A-Z a-z 0-9 _ . -``, each value a string of 1 to ``MAX_TAG_VALUE``
+    characters without control characters."""
+    if type(tags) is not dict:
+        return f"tags must be an object, not {type(tags).__name__}"
+    if len(tags) > MAX_TAGS:
+        return f"at most {MAX_TAGS} tags, not {len(tags)}"
+    for key, value in tags.items():
+        if (
+            type(key) is not str
+            or not 0 < len(key) <= MAX_TAG_KEY
+            or not _TAG_KEY_CHARS.issuperset(key)
+        ):
+            return (
+                f"tag key {str(key)[:40]!r} is not 1 to {MAX_TAG_KEY} characters "
+                "of A-Z a-z 0-9 _ . -"
+            )
+        if type(value) is not str or not 0 < len(value) <= MAX_TAG_VALUE:
+            return f"tag {key!r} must have a string value of 1 to {MAX_TAG_VALUE} characters"
+        if CONTROL.search(value):
+            return f"tag {key!r} has control characters in its value"
+    return None
+
+
+# The event's rules, one line a field, in the order the checked parser reads
+# them (the first failing rule gives the reason); see ``usage.event_rules``.
+# ``group``: the added group a field came with (``ADDED_GROUPS``).
+_BETWEEN = "{name} must be between {lo} and {hi}"
+_TEXT = "{name} must be a string of 1 to {hi} characters"
+_INT_ID: Options = {"lo": 1, "wrong_type": AN_INTEGER, "says": "{name} must be positive"}
+_DURATION: Options = {"lo": 0, "hi": MAX_DURATION_US, "says": _BETWEEN, "wrong_type": AN_INTEGER}
+_DURATION_OR_NULL: Options = {
+    "null": True,
+    "lo": 0,
+    "hi": MAX_DURATION_US,
+    "says": _BETWEEN,
+    "wrong_type": AN_INTEGER_OR_NULL,
+}
+_TOKENS: Options = {
+    "lo": 0,
+    "hi": MAX_TOKENS,
+    "wrong_type": AN_INTEGER,
+    "too_low": "{name} is negative ({v})",
+    "too_high": "{name} is implausibly large ({v})",
+}
+
+
+def _one_of(choices: frozenset[str]) -> str:
+    return "{name} {v!r} is not one of " + ", ".join(sorted(choices))
+
+
+def _skew(values: dict[str, Any]) -> str:
+    return f"started_at is more than {settings.USAGE_MAX_FUTURE_SKEW_SECONDS} s in the future"
+
+
+RULES: tuple[Rule, ...] = (
+    Field("version", int, f"unsupported version {{v!r}}; this worker reads {SCHEMA_VERSION}",
+          lo=SCHEMA_VERSION, hi=SCHEMA_VERSION),
+    Field("request_id", str, _TEXT, lo=1, hi=MAX_REQUEST_ID, plain=True),
+    Field("model", str, _TEXT, lo=1, hi=MAX_MODEL, plain=True),
+    Field("error_type", str, "{name} must be a string of at most {hi} characters",
+          hi=MAX_ERROR_TYPE, plain=True),
+    Field("organization_id", int, **_INT_ID),
+    Field("api_key_id", int, **_INT_ID),
+    Field("sub_account_id", int, **_DURATION_OR_NULL),
+    Field("node_id", int, **_DURATION_OR_NULL),
+    Field("ttft_us", int, **_DURATION_OR_NULL),
+    Field("upstream_us", int, **_DURATION_OR_NULL),
+    Field("overhead_us", int, **_DURATION_OR_NULL),
+    Field("queue_us", int, **_DURATION_OR_NULL),
+    Field("latency_us", int, **_DURATION),
+    Field("input_tokens", int, **_TOKENS),
+    Field("cache_read_tokens", int, **_TOKENS),
+    Field("cache_write_tokens", int, **_TOKENS),
+    Field("output_tokens", int, **_TOKENS),
+    Field("reasoning_tokens", int, **_TOKENS),
+    Together("reasoning_tokens <= output_tokens", "reasoning_tokens ({reasoning_tokens}) exceed "
+             "output_tokens ({output_tokens}); reasoning is part of output"),
+    Field("protocol", str, _one_of(PROTOCOLS), among=PROTOCOLS),
+    Field("endpoint", str, "{name} {v!r} is not a known endpoint", among=ENDPOINTS),
+    Field("cache_status", str, _one_of(CACHE_STATUSES), among=CACHE_STATUSES),
+    Field("stream", bool, A_BOOLEAN),
+    Field("is_test", bool, A_BOOLEAN, group=3, default=False),
+    Field("status_code", int, "{name} must be an HTTP status between 100 and 599: {v!r}",
+          lo=100, hi=599),
+    Field("priority", int, "{name} must be a small integer", lo=-32768, hi=32767),
+    Field("client_ip", str, lambda v: f"client_ip is not an IP address: {str(v)[:64]!r}",
+          null=True, test=_check_ip),
+    Field("credential_id", int, "{name} must be a positive id", null=True, lo=1, hi=MAX_ID,
+          wrong_type=AN_INTEGER_OR_NULL, group=1, default=None),
+    Field("upstream_cost", int, _BETWEEN, lo=0, hi=MAX_UPSTREAM_COST, wrong_type=AN_INTEGER,
+          group=1, default=0),
+    Field("upstream_currency", str, test=lambda c: not c or _is_currency(c), wrong_type=A_STRING,
+          says=lambda v: f"upstream_currency must be a three-letter currency code: {v[:8]!r}",
+          group=1, default=""),
+    Together("not upstream_cost or upstream_currency",
+             "upstream_cost is set without its upstream_currency"),
+    Field("end_user", str, "{name} must be at most {hi} characters", hi=MAX_END_USER,
+          clean=True, wrong_type=A_STRING, group=2, default=""),
+    Field("tags", dict, lambda t: tags_problem(t) or "", group=2, default={},
+          test=lambda t: not t or tags_problem(t) is None),
+    Field("started_at", datetime),
+    Field("finished_at", datetime),
+    Together("finished_at >= started_at", "finished_at is before started_at"),
+    Together("started_at.timestamp() <= latest", _skew),
+)  # fmt: skip
+# Fields added to version 1 after its first release, group by group (their
+# rules' ``group``), with what an event without them means (their ``default``;
+# see the module docstring). A group comes all together or not at all; an
+# event may lack any group.
+_FIELDS = [r for r in RULES if isinstance(r, Field)]
+ADDED_GROUPS: tuple[dict[str, object], ...] = tuple(
+    {f.name: f.default for f in _FIELDS if f.group == g}
+    for g in range(1, max(f.group for f in _FIELDS) + 1)
 )
 ADDED_FIELDS: dict[str, object] = {k: v for g in ADDED_GROUPS for k, v in g.items()}
 _FIRST_FIELD_SET = FIELD_SET - ADDED_FIELDS.keys()
@@ -288,16 +413,6 @@ def _stored(values: Sequence[Any], started: datetime, finished: datetime) -> Par
     return parsed
 
 
-def _is_currency(code: str) -> bool:
-    """An ISO 4217 code's shape: three ASCII capital letters."""
-    return len(code) == 3 and code.isascii() and code.isalpha() and code.isupper()
-
-
-def _is_currency_or_none(code: str) -> bool:
-    """A currency code, or "" (no vendor charge)."""
-    return not code or _is_currency(code)
-
-
 def _with_added(d: Any) -> Any:
     """``d`` with the defaults of the added groups it lacks, when it is an
     event written without them (before they were added) and holds every
@@ -310,15 +425,6 @@ def _with_added(d: Any) -> Any:
                     out["tags"] = {}  # a dict of its own per event
                 return out
     return d
-
-
-@lru_cache(maxsize=65536)
-def _check_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _field_error(d: object) -> InvalidEvent:
@@ -367,118 +473,6 @@ def parse(d: dict[str, Any], latest: float | None = None) -> ParsedEvent:
     return _parse_checked(d, latest)
 
 
-def tags_problem(tags: object) -> str | None:
-    """Why ``tags`` are not a call's tags, or None: a JSON object of at most
-    ``MAX_TAGS`` entries, each key 1 to ``MAX_TAG_KEY`` characters of
-    ``A-Z a-z 0-9 _ . -``, each value a string of 1 to ``MAX_TAG_VALUE``
-    characters without control characters."""
-    if type(tags) is not dict:
-        return f"tags must be an object, not {type(tags).__name__}"
-    if len(tags) > MAX_TAGS:
-        return f"at most {MAX_TAGS} tags, not {len(tags)}"
-    for key, value in tags.items():
-        if (
-            type(key) is not str
-            or not 0 < len(key) <= MAX_TAG_KEY
-            or not _TAG_KEY_CHARS.issuperset(key)
-        ):
-            return (
-                f"tag key {str(key)[:40]!r} is not 1 to {MAX_TAG_KEY} characters "
-                "of A-Z a-z 0-9 _ . -"
-            )
-        if type(value) is not str or not 0 < len(value) <= MAX_TAG_VALUE:
-            return f"tag {key!r} must have a string value of 1 to {MAX_TAG_VALUE} characters"
-        if CONTROL.search(value):
-            return f"tag {key!r} has control characters in its value"
-    return None
-
-
-def _tags_ok(tags: dict[str, Any]) -> bool:
-    return not tags or tags_problem(tags) is None
-
-
-def _tags_reason(tags: object) -> str:
-    return tags_problem(tags) or ""
-
-
-# The event's rules, one line a field, in the order the checked parser reads
-# them (the first failing rule gives the reason); see ``usage.event_rules``.
-_BETWEEN = "{name} must be between {lo} and {hi}"
-_TEXT = "{name} must be a string of 1 to {hi} characters"
-_INT_ID: Options = {"lo": 1, "wrong_type": AN_INTEGER, "says": "{name} must be positive"}
-_DURATION: Options = {"lo": 0, "hi": MAX_DURATION_US, "says": _BETWEEN, "wrong_type": AN_INTEGER}
-_DURATION_OR_NULL: Options = {
-    "null": True,
-    "lo": 0,
-    "hi": MAX_DURATION_US,
-    "says": _BETWEEN,
-    "wrong_type": AN_INTEGER_OR_NULL,
-}
-_TOKENS: Options = {
-    "lo": 0,
-    "hi": MAX_TOKENS,
-    "wrong_type": AN_INTEGER,
-    "too_low": "{name} is negative ({v})",
-    "too_high": "{name} is implausibly large ({v})",
-}
-
-
-def _one_of(choices: frozenset[str]) -> str:
-    return "{name} {v!r} is not one of " + ", ".join(sorted(choices))
-
-
-def _skew(values: dict[str, Any]) -> str:
-    return f"started_at is more than {settings.USAGE_MAX_FUTURE_SKEW_SECONDS} s in the future"
-
-
-RULES: tuple[Rule, ...] = (
-    Field("version", int, f"unsupported version {{v!r}}; this worker reads {SCHEMA_VERSION}",
-          lo=SCHEMA_VERSION, hi=SCHEMA_VERSION),
-    Field("request_id", str, _TEXT, lo=1, hi=MAX_REQUEST_ID, plain=True),
-    Field("model", str, _TEXT, lo=1, hi=MAX_MODEL, plain=True),
-    Field("error_type", str, "{name} must be a string of at most {hi} characters",
-          hi=MAX_ERROR_TYPE, plain=True),
-    Field("organization_id", int, **_INT_ID),
-    Field("api_key_id", int, **_INT_ID),
-    Field("sub_account_id", int, **_DURATION_OR_NULL),
-    Field("node_id", int, **_DURATION_OR_NULL),
-    Field("ttft_us", int, **_DURATION_OR_NULL),
-    Field("upstream_us", int, **_DURATION_OR_NULL),
-    Field("overhead_us", int, **_DURATION_OR_NULL),
-    Field("queue_us", int, **_DURATION_OR_NULL),
-    Field("latency_us", int, **_DURATION),
-    Field("input_tokens", int, **_TOKENS),
-    Field("cache_read_tokens", int, **_TOKENS),
-    Field("cache_write_tokens", int, **_TOKENS),
-    Field("output_tokens", int, **_TOKENS),
-    Field("reasoning_tokens", int, **_TOKENS),
-    Together("reasoning_tokens <= output_tokens", "reasoning_tokens ({reasoning_tokens}) exceed "
-             "output_tokens ({output_tokens}); reasoning is part of output"),
-    Field("protocol", str, _one_of(PROTOCOLS), among=PROTOCOLS),
-    Field("endpoint", str, "{name} {v!r} is not a known endpoint", among=ENDPOINTS),
-    Field("cache_status", str, _one_of(CACHE_STATUSES), among=CACHE_STATUSES),
-    Field("stream", bool, A_BOOLEAN),
-    Field("is_test", bool, A_BOOLEAN),
-    Field("status_code", int, "{name} must be an HTTP status between 100 and 599: {v!r}",
-          lo=100, hi=599),
-    Field("priority", int, "{name} must be a small integer", lo=-32768, hi=32767),
-    Field("client_ip", str, lambda v: f"client_ip is not an IP address: {str(v)[:64]!r}",
-          null=True, test=_check_ip),
-    Field("credential_id", int, "{name} must be a positive id", null=True, lo=1, hi=MAX_ID,
-          wrong_type=AN_INTEGER_OR_NULL),
-    Field("upstream_cost", int, _BETWEEN, lo=0, hi=MAX_UPSTREAM_COST, wrong_type=AN_INTEGER),
-    Field("upstream_currency", str, test=_is_currency_or_none, wrong_type=A_STRING,
-          says=lambda v: f"upstream_currency must be a three-letter currency code: {v[:8]!r}"),
-    Together("not upstream_cost or upstream_currency",
-             "upstream_cost is set without its upstream_currency"),
-    Field("end_user", str, "{name} must be at most {hi} characters", hi=MAX_END_USER,
-          clean=True, wrong_type=A_STRING),
-    Field("tags", dict, _tags_reason, test=_tags_ok),
-    Field("started_at", datetime),
-    Field("finished_at", datetime),
-    Together("finished_at >= started_at", "finished_at is before started_at"),
-    Together("started_at.timestamp() <= latest", _skew),
-)  # fmt: skip
 # The fast path for a valid event (the common case): every rule as one
 # expression; ``None`` (or an exception) on any failure, and ``_parse_checked``
 # then says which. Its ``__doc__`` is its source.

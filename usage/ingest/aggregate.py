@@ -128,10 +128,15 @@ def grain_cells(
 
 
 def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[CellKey, list[Any]]:
-    """FULL-grain sums keyed by (org, sub, key, model, node, protocol, mode, hour_ts)."""
+    """FULL-grain sums keyed by (org, sub, key, model, node, protocol, mode, hour_ts):
+    here each call's counts (by status class, streaming, cache, pricing) and
+    its buckets (latency, time to first token, output speed); its sums in
+    ``_add_sums``."""
     cells: dict[CellKey, list[Any]] = {}
     get = cells.get
+    inv = _INV_LOG_GAMMA
     for row, hour in zip(rows, hours, strict=True):
+        stream = row.stream
         key = (
             row.organization_id,
             row.sub_account_id or 0,
@@ -139,39 +144,51 @@ def sum_calls(rows: list[CallRow], hours: list[int]) -> dict[CellKey, list[Any]]
             row.model,
             row.node_id or 0,
             row.protocol,
-            mode_of(row.stream),
+            mode_of(stream),
             hour,
         )
         a = get(key)
         if a is None:
             a = cells[key] = [0] * N_SUMS + [[], [], []]
-        _add_counts(a, row)
-        _add_times(a, row)
+        a[0] += 1
+        status = row.status_code
+        ok = 200 <= status < 300
+        if ok:
+            a[1] += 1
+        elif 400 <= status < 500:
+            a[2] += 1
+            if status == 429:
+                a[3] += 1
+        elif status >= 500:
+            a[4] += 1
+        if stream:
+            a[5] += 1
+        cache = row.cache_status
+        if cache != "miss":
+            a[6] += 1
+            if cache == "response_hit":
+                a[_RESPONSE_CACHE] += 1
+        if not row.priced:
+            a[7] += 1
+        lat = row.latency_us
+        a[LAT_BINS].append(ceil(log(lat) * inv) if lat else ZERO)
+        ttft = row.ttft_us
+        if ttft is not None:
+            a[TTFT_BINS].append(ceil(log(ttft) * inv) if ttft else ZERO)
+        out = row.output_tokens
+        if ok and out > 0 and cache != "response_hit":
+            gen = lat - ttft if stream and ttft is not None else lat
+            if gen > 0:
+                v = out * 1_000_000_000 // gen
+                a[TPS_BINS].append(ceil(log(v) * inv) if v else ZERO)
+        _add_sums(a, row)
     return cells
 
 
-def _add_counts(a: list[Any], row: CallRow) -> None:
-    """Add a call to its cell's counts and sums: status classes, streaming,
-    caches, tokens, cost, the vendor's charge, and the refusal's cause."""
-    a[0] += 1
-    status = row.status_code
-    if 200 <= status < 300:
-        a[1] += 1
-    elif 400 <= status < 500:
-        a[2] += 1
-        if status == 429:
-            a[3] += 1
-    elif status >= 500:
-        a[4] += 1
-    if row.stream:
-        a[5] += 1
-    cache = row.cache_status
-    if cache != "miss":
-        a[6] += 1
-        if cache == "response_hit":
-            a[_RESPONSE_CACHE] += 1
-    if not row.priced:
-        a[7] += 1
+def _add_sums(a: list[Any], row: CallRow) -> None:
+    """Add a call's sums to its cell: tokens, cost, the vendor's charge,
+    latency and time to first token, where the time went, and the cause of a
+    refusal."""
     inp = row.input_tokens
     cr = row.cache_read_tokens
     cw = row.cache_write_tokens
@@ -189,32 +206,11 @@ def _add_counts(a: list[Any], row: CallRow) -> None:
         a[_UPSTREAM_COST] += row.upstream_cost
     elif row.node_id is not None and (inp or cr or cw or out):
         a[_UNCOSTED] += 1
-    err = row.error_type
-    if err:
-        slot = _REFUSAL_SLOT.get(err)
-        if slot is None and err.endswith(CAP_SUFFIX):
-            slot = _CAP_REFUSED
-        if slot is not None:
-            a[slot] += 1
-
-
-def _add_times(a: list[Any], row: CallRow) -> None:
-    """Add a call's times to its cell: latency and time to first token (sums
-    and buckets), output speed's bucket, and where the time went."""
-    lat = row.latency_us
-    a[14] += lat
-    a[LAT_BINS].append(ceil(log(lat) * _INV_LOG_GAMMA) if lat else ZERO)
+    a[14] += row.latency_us
     ttft = row.ttft_us
     if ttft is not None:
         a[15] += 1
         a[16] += ttft
-        a[TTFT_BINS].append(ceil(log(ttft) * _INV_LOG_GAMMA) if ttft else ZERO)
-    out = row.output_tokens
-    if 200 <= row.status_code < 300 and out > 0 and row.cache_status != "response_hit":
-        gen = lat - ttft if row.stream and ttft is not None else lat
-        if gen > 0:
-            v = out * 1_000_000_000 // gen
-            a[TPS_BINS].append(ceil(log(v) * _INV_LOG_GAMMA) if v else ZERO)
     t = row.queue_us
     if t:
         a[_QUEUE] += t
@@ -224,6 +220,13 @@ def _add_times(a: list[Any], row: CallRow) -> None:
     t = row.upstream_us
     if t:
         a[_UPSTREAM] += t
+    err = row.error_type
+    if err:
+        slot = _REFUSAL_SLOT.get(err)
+        if slot is None and err.endswith(CAP_SUFFIX):
+            slot = _CAP_REFUSED
+        if slot is not None:
+            a[slot] += 1
 
 
 def all_grains(full: dict[CellKey, list[Any]]) -> list[RollupCell]:
