@@ -76,6 +76,7 @@ ALERTS = (P.BILLING_MANAGE, P.KEYS_MANAGE_OWN)
 # have no namespace). Unnamed routes are matched as "namespace:<path>".
 RULES: list[tuple[str, Access]] = [
     # public
+    ("console:livez", Access("public")),  # liveness without dependencies: {"status": "ok"}
     ("console:health", Access("public")),
     ("console:readyz", Access("public")),  # readiness: names its checks, no data
     ("accounts:login", Access("public")),
