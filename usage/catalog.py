@@ -32,8 +32,24 @@ class PerMtok:
 
 
 @dataclass(frozen=True)
+class CatalogModelRow:
+    """One catalogue model, everything the gateway routes and lists by."""
+
+    name: str
+    display_name: str
+    family: str
+    provider: str
+    kind: str
+    context_window: int
+    fallbacks: tuple[str, ...]
+    enabled: bool
+    created_at: datetime
+    modality: str
+
+
+@dataclass(frozen=True)
 class ModelPrices:
-    model: CatalogModel
+    model: CatalogModelRow
     currency: str
     list_price: PerMtok | None
     override: PerMtok | None
@@ -116,11 +132,12 @@ def model_price_list(*, actor: Actor, at: datetime | None = None) -> list[ModelP
     out = []
     for model in CatalogModel.objects.order_by("name"):
         listed, negotiated = latest.get((model.pk, False)), latest.get((model.pk, True))
+        row = _catalog_row(model)
         in_effect = negotiated or listed
         effective = effective_per_mtok(_row(in_effect), org_ppm) if in_effect else None
         out.append(
             ModelPrices(
-                model=model,
+                model=row,
                 currency=currency,
                 list_price=_figures(_row(listed)) if listed else None,
                 override=_figures(_row(negotiated)) if negotiated else None,
@@ -178,41 +195,28 @@ def model_names(*, enabled: bool | None = None, kind: str | None = None) -> list
     return list(models.order_by("name").values_list("name", flat=True))
 
 
-@dataclass(frozen=True)
-class CatalogModelRow:
-    """One catalogue model, everything the gateway routes and lists by."""
-
-    name: str
-    display_name: str
-    provider: str
-    kind: str
-    context_window: int
-    fallbacks: tuple[str, ...]
-    enabled: bool
-    created_at: datetime
-    modality: str
-
-
 def catalog_models(*, enabled: bool | None = None) -> list[CatalogModelRow]:
     """Every catalogue model by name (only the enabled ones, or the disabled
     ones, when asked): the gateway's catalogue snapshot, the marketplace."""
     models = CatalogModel.objects.all()
     if enabled is not None:
         models = models.filter(enabled=enabled)
-    return [
-        CatalogModelRow(
-            name=m.name,
-            display_name=m.display_name,
-            provider=m.provider,
-            kind=m.kind,
-            context_window=m.context_window,
-            fallbacks=tuple(str(f) for f in (m.fallbacks or ())),
-            enabled=m.enabled,
-            created_at=m.created_at,
-            modality=m.modality,
-        )
-        for m in models.order_by("name")
-    ]
+    return [_catalog_row(m) for m in models.order_by("name")]
+
+
+def _catalog_row(m: CatalogModel) -> CatalogModelRow:
+    return CatalogModelRow(
+        name=m.name,
+        display_name=m.display_name,
+        family=m.family,
+        provider=m.provider,
+        kind=m.kind,
+        context_window=m.context_window,
+        fallbacks=tuple(str(f) for f in (m.fallbacks or ())),
+        enabled=m.enabled,
+        created_at=m.created_at,
+        modality=m.modality,
+    )
 
 
 def connect_catalog_changes(handler: Callable[..., None], dispatch_uid: str) -> None:

@@ -8,7 +8,7 @@ billing charts, and the usage tiles of the overview.
   developer's own keys, display names and one colour per model.
 - ``chart.py`` holds what every chart shares: the ``Chart`` (a Plotly
   figure plus the rows of its CSV), the figure, line and bar builders, and
-  ``series_of``, which reads ``usage.analytics.series`` (the hourly rollups,
+  ``series_of``, which reads ``usage.charts.series`` (the hourly rollups,
   never call records). One module per page builds that page's charts:
   ``latency.py``, ``cache.py``, ``spend.py``, ``errors.py``, ``nodes.py``,
   ``billing.py`` (invoiced, paid and refunded, read through

@@ -1,7 +1,7 @@
 """Charts that split a total by cause, from the rollups' breakdown sums
 (``usage.ingest.aggregate``): where the time of a call goes, and why calls
 were refused. Same contract as the other charts (``chart.py``): a ``Chart`` with its figure and
-the rows of its CSV, read from ``usage.analytics.series`` only."""
+the rows of its CSV, read from ``usage.charts.series`` only."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What every analytics chart shares: the ``Chart`` a builder returns (a
 Plotly figure plus the rows of its CSV), the figure, line and bar builders,
-and the small helpers that read ``usage.analytics.series`` for a ``Query``
+and the small helpers that read ``usage.charts.series`` for a ``Query``
 and format its points.
 
 Each page's charts live in a module of their own (``latency``, ``cache``,
