@@ -113,3 +113,13 @@ def test_local_state_and_secrets_stay_out_of_the_context():
         "deploy/compose/.env",
     ):
         assert is_ignored(path), path
+
+
+def test_the_processes_import_the_source_tree_not_the_wheel():
+    """The installed wheel carries no templates, static files or locale (BASE_DIR
+    is three levels above console/settings/base.py): the processes import /app."""
+    final = instructions()[[w for w, _ in instructions()].index("FROM", 1) :]
+    assert ("WORKDIR", "/app") in final
+    env = " ".join(rest for word, rest in final if word == "ENV")
+    assert "PYTHONPATH=/app" in env.split()
+    assert (ROOT / "console" / "settings" / "base.py").exists()
