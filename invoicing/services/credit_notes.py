@@ -58,7 +58,7 @@ CREDITABLE = (InvoiceStatus.FINALIZED, InvoiceStatus.PAID, InvoiceStatus.UNCOLLE
 MAX_NOTES = 99
 
 
-def _lock_invoice(invoice_id: int, actor) -> Invoice:
+def lock_creditable_invoice(invoice_id: int, actor) -> Invoice:
     invoice = Invoice.objects.select_for_update().filter(pk=invoice_id).first()
     if invoice is None or (actor is not None and invoice.organization_id != actor.organization_id):
         raise NotFound("No such invoice.")
@@ -72,7 +72,7 @@ def _lock_invoice(invoice_id: int, actor) -> Invoice:
     return invoice
 
 
-def _grossed(invoice: Invoice, net: int) -> list[tuple[str, int]]:
+def grossed_lines(invoice: Invoice, net: int) -> list[tuple[str, int]]:
     """The invoice's discount and tax on a net credit, as extra note lines."""
     out = []
     discount = div_round(net * invoice.discount_ppm, PPM)
@@ -157,7 +157,7 @@ CONFIRM_SALT = "invoicing.credit_note.confirm"
 CONFIRM_MAX_AGE = 3600  # seconds a preview may be confirmed in
 
 
-def _draft(invoice: Invoice, *, reason: str, lines: list[tuple]) -> _Draft:
+def draft_note(invoice: Invoice, *, reason: str, lines: list[tuple]) -> _Draft:
     """``lines``: (description, net amount, invoice line or None, request ids)."""
     if not (reason or "").strip():
         raise ValidationFailed.from_fields({"reason": _("Give a reason for the credit note.")})
@@ -217,7 +217,7 @@ def _fingerprint(invoice: Invoice, draft: _Draft, reason: str) -> dict:
     }
 
 
-def _plan(invoice: Invoice, draft: _Draft, reason: str) -> CreditNotePlan:
+def plan_of(invoice: Invoice, draft: _Draft, reason: str) -> CreditNotePlan:
     due = invoice.amount_due_minor
     return CreditNotePlan(
         invoice_id=invoice.pk,
@@ -240,7 +240,7 @@ def _plan(invoice: Invoice, draft: _Draft, reason: str) -> CreditNotePlan:
     )
 
 
-def _check_confirmation(invoice: Invoice, draft: _Draft, reason: str, confirmation: str) -> None:
+def check_confirmation(invoice: Invoice, draft: _Draft, reason: str, confirmation: str) -> None:
     try:
         seen = signing.loads(confirmation, salt=CONFIRM_SALT, max_age=CONFIRM_MAX_AGE)
     except signing.SignatureExpired:
@@ -343,7 +343,7 @@ def _pay_out(invoice: Invoice, note: CreditNote, draft: _Draft, *, actor, reason
         transaction.on_commit(lambda: _enqueue_refund(pid))
 
 
-def _issue(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote:
+def issue_note(invoice: Invoice, draft: _Draft, *, actor, reason: str) -> CreditNote:
     reason = reason.strip()
     cur = invoice.currency
     note = _create_note(invoice, draft, actor=actor, reason=reason)
@@ -415,9 +415,9 @@ def credit_note_preview(
     the token that confirms it. Writes nothing."""
     _one_of(actor, amount, line_amounts, full)
     with transaction.atomic():
-        invoice = _lock_invoice(invoice_id, actor)
+        invoice = lock_creditable_invoice(invoice_id, actor)
         lines = _requested_lines(invoice, amount=amount, line_amounts=line_amounts, full=full)
-        return _plan(invoice, _draft(invoice, reason=reason, lines=lines), reason)
+        return plan_of(invoice, draft_note(invoice, reason=reason, lines=lines), reason)
 
 
 def credit_note_create(
@@ -438,12 +438,12 @@ def credit_note_create(
     as it was (the console always gives one)."""
     _one_of(actor, amount, line_amounts, full)
     with transaction.atomic():
-        invoice = _lock_invoice(invoice_id, actor)
+        invoice = lock_creditable_invoice(invoice_id, actor)
         lines = _requested_lines(invoice, amount=amount, line_amounts=line_amounts, full=full)
-        draft = _draft(invoice, reason=reason, lines=lines)
+        draft = draft_note(invoice, reason=reason, lines=lines)
         if confirmation is not None:
-            _check_confirmation(invoice, draft, reason, confirmation)
-        return _issue(invoice, draft, actor=actor, reason=reason)
+            check_confirmation(invoice, draft, reason, confirmation)
+        return issue_note(invoice, draft, actor=actor, reason=reason)
 
 
 def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]:
@@ -474,4 +474,4 @@ def _line_credits(invoice: Invoice, line_amounts: dict[int, int]) -> list[tuple]
         net += value
     if errors:
         raise ValidationFailed.from_fields(errors)
-    return out + [(d, a, None, None) for d, a in _grossed(invoice, net)]
+    return out + [(d, a, None, None) for d, a in grossed_lines(invoice, net)]

@@ -14,12 +14,12 @@ from accounts.facade import Perm, ValidationFailed
 from invoicing.models import CreditNote, CreditNoteLine, Invoice
 from invoicing.services.credit_notes import (
     CreditNotePlan,
-    _check_confirmation,
-    _draft,
-    _grossed,
-    _issue,
-    _lock_invoice,
-    _plan,
+    check_confirmation,
+    draft_note,
+    grossed_lines,
+    issue_note,
+    lock_creditable_invoice,
+    plan_of,
 )
 from usage.facade import costly_billed_calls
 
@@ -61,7 +61,7 @@ def _incident_lines(
         f"{start.astimezone(UTC):%Y-%m-%d %H:%M} to {end.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
     )
     lines = [(desc, net, None, sorted(r for r, _ in found))]
-    return lines + [(d, a, None, None) for d, a in _grossed(invoice, net)]
+    return lines + [(d, a, None, None) for d, a in grossed_lines(invoice, net)]
 
 
 def _incident_checks(actor, start: datetime, end: datetime) -> None:
@@ -87,7 +87,7 @@ def incident_credit_preview(
     (the calls it would credit among its lines), and its confirmation token."""
     _incident_checks(actor, start, end)
     with transaction.atomic():
-        invoice = _lock_invoice(invoice_id, actor)
+        invoice = lock_creditable_invoice(invoice_id, actor)
         lines = _incident_lines(
             invoice,
             start=start,
@@ -97,7 +97,7 @@ def incident_credit_preview(
             status_max=status_max,
             model=model,
         )
-        return _plan(invoice, _draft(invoice, reason=reason, lines=lines), reason)
+        return plan_of(invoice, draft_note(invoice, reason=reason, lines=lines), reason)
 
 
 def credit_note_for_incident(
@@ -119,7 +119,7 @@ def credit_note_for_incident(
     ``credit_note_create`` (a call credited or added meanwhile changes it)."""
     _incident_checks(actor, start, end)
     with transaction.atomic():
-        invoice = _lock_invoice(invoice_id, actor)
+        invoice = lock_creditable_invoice(invoice_id, actor)
         lines = _incident_lines(
             invoice,
             start=start,
@@ -129,7 +129,7 @@ def credit_note_for_incident(
             status_max=status_max,
             model=model,
         )
-        draft = _draft(invoice, reason=reason, lines=lines)
+        draft = draft_note(invoice, reason=reason, lines=lines)
         if confirmation is not None:
-            _check_confirmation(invoice, draft, reason, confirmation)
-        return _issue(invoice, draft, actor=actor, reason=reason)
+            check_confirmation(invoice, draft, reason, confirmation)
+        return issue_note(invoice, draft, actor=actor, reason=reason)

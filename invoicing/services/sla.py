@@ -31,7 +31,7 @@ hourly) evaluates it once: one ``SlaMonth`` row per organization and month,
 so evaluating again (the beat, or staff's "evaluate now") never drafts a
 second credit. A breach is drafted; finance approves it, which issues a
 credit note on that month's invoice through the credit-note mechanism
-(``credit_notes._draft`` / ``_issue``: the invoice's amount due falls by
+(``credit_notes.draft_note`` / ``issue_note``: the invoice's amount due falls by
 it, or it is refunded when paid), listing the failed calls' request ids;
 or dismisses it."""
 
@@ -53,7 +53,7 @@ from invoicing.models import Invoice, InvoiceStatus, SlaMonth, SlaStatus, SlaTar
 from invoicing.models.sla import SLA_CREDIT_TEXT, SLA_TTFT_TEXT, percent_text
 from invoicing.money import div_round
 from invoicing.services._common import org_zone, period_bounds, period_of, previous_period
-from invoicing.services.credit_notes import _draft, _issue, _lock_invoice
+from invoicing.services.credit_notes import draft_note, issue_note, lock_creditable_invoice
 from usage import facade as usage
 
 # (availability below this, share of the invoice credited), checked in order;
@@ -366,7 +366,7 @@ def sla_credit_approve(*, month_id: int, actor):
                     % {"period": month.period}
                 }
             )
-        invoice = _lock_invoice(invoice.pk, actor)
+        invoice = lock_creditable_invoice(invoice.pk, actor)
         amount = credit_amount(month, invoice)
         if amount <= 0:
             raise ValidationFailed.from_fields(
@@ -384,8 +384,8 @@ def sla_credit_approve(*, month_id: int, actor):
         if ttft_over(month.ttft_p99_ms, month.ttft_bound_ms):
             text += SLA_TTFT_TEXT.format(ttft=month.ttft_p99_ms, bound=month.ttft_bound_ms)
         reason = f"SLA breach {month.period}"
-        draft = _draft(invoice, reason=reason, lines=[(text, amount, None, ids)])
-        note = _issue(invoice, draft, actor=actor, reason=reason)
+        draft = draft_note(invoice, reason=reason, lines=[(text, amount, None, ids)])
+        note = issue_note(invoice, draft, actor=actor, reason=reason)
         month.status = SlaStatus.APPROVED
         month.credit_amount = amount
         month.credit_note = note
