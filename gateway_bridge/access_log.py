@@ -18,8 +18,12 @@ when the logger is enabled for INFO (``ACCESS_LOG=false`` turns it off).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from gateway_bridge.pipeline.call import Call
+
+if TYPE_CHECKING:
+    from accounts.facade import AuthenticatedKey
 
 logger = logging.getLogger("gateway_bridge.access")
 _INFO = logging.INFO
@@ -28,7 +32,7 @@ _IN_MESSAGE = ("protocol", "endpoint", "status")  # the plain format does not re
 try:
     from opentelemetry.trace import Status, StatusCode
 except ImportError:  # pragma: no cover - spans need the API (start_span makes none then)
-    Status = StatusCode = None
+    Status = StatusCode = None  # type: ignore[assignment,misc]  # optional dependency
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -73,7 +77,7 @@ def finish(call: Call, elapsed: float, overhead: float) -> None:
     )
 
 
-def _end_span(call: Call, auth) -> None:
+def _end_span(call: Call, auth: AuthenticatedKey | None) -> None:
     span = call.span
     span.set_attribute("gateway.request_id", call.request_id)
     span.set_attribute("gateway.protocol", call.protocol)

@@ -6,6 +6,7 @@ failures as the gateway's own errors."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -22,7 +23,7 @@ from gateway_bridge.protocols.base import (
 )
 
 
-def json_object(raw: bytes):
+def json_object(raw: bytes | str) -> dict[str, Any] | None:
     try:
         obj = orjson.loads(raw)
     except (ValueError, RecursionError):
@@ -60,7 +61,7 @@ def output_tokens(obj: dict[str, Any]) -> int:
     return count_tokens("".join(texts))
 
 
-def chunks_of(upstream: dict[str, Any], endpoint: str):
+def chunks_of(upstream: dict[str, Any], endpoint: str) -> Iterator[dict[str, Any]]:
     """A cached plain answer as stream chunks (for a streamed cache hit)."""
     base = {
         "id": upstream.get("id", ""),
@@ -103,7 +104,7 @@ def chunks_of(upstream: dict[str, Any], endpoint: str):
         }
 
 
-def assemble(chunks: list[dict], endpoint: str) -> dict[str, Any]:
+def assemble(chunks: list[dict[str, Any]], endpoint: str) -> dict[str, Any]:
     """A streamed answer's chunks as the equivalent plain answer (for the cache)."""
     first = chunks[0] if chunks else {}
     by_index: dict[int, dict[str, Any]] = {}
@@ -137,7 +138,7 @@ def assemble(chunks: list[dict], endpoint: str) -> dict[str, Any]:
         if endpoint == "completions":
             choices.append({"index": i, "text": text, "finish_reason": slot["finish"]})
             continue
-        message = {"role": "assistant", "content": text or None}
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
         if slot["tools"]:
             message["tool_calls"] = [slot["tools"][k] for k in sorted(slot["tools"])]
         choices.append({"index": i, "message": message, "finish_reason": slot["finish"]})
@@ -197,7 +198,7 @@ def upstream_client_error(status: int, raw: bytes) -> GatewayError:
     )
 
 
-def upstream_exception_error(exc) -> GatewayError:
+def upstream_exception_error(exc: Exception) -> GatewayError:
     reason = getattr(exc, "reason", "connect")
     if reason.endswith("timeout") and reason != "connect_timeout":
         return GatewayError(

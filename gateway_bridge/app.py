@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from console.kernel.logs import offload
+
+if TYPE_CHECKING:
+    from gateway_bridge.asgi import Receive, Scope, Send
+    from gateway_bridge.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 _heap_frozen = False
@@ -41,24 +47,30 @@ def owns(path: str) -> bool:
 
 
 class Router:
-    def __init__(self, django_app, gateway_factory=None):
+    def __init__(
+        self,
+        django_app: Callable[[Scope, Receive, Send], Any],
+        gateway_factory: Callable[[], Gateway] | None = None,
+    ) -> None:
         self.django_app = django_app
         self._factory = gateway_factory
-        self._gateway = None
-        self._stop_access_log = None
+        self._gateway: Gateway | None = None
+        self._stop_access_log: Callable[[], None] | None = None
 
     @property
-    def gateway(self):
+    def gateway(self) -> Gateway:
         if self._gateway is None:
             if self._factory is not None:
                 self._gateway = self._factory()
             else:
+                # deferred: the gateway is built on the first call or at start-up,
+                # not when the ASGI module imports this router
                 from gateway_bridge.gateway import Gateway
 
                 self._gateway = Gateway()
         return self._gateway
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http" and owns(scope["path"]):
             await self.gateway.handle(scope, receive, send)
@@ -67,7 +79,7 @@ class Router:
         else:
             await self.django_app(scope, receive, send)
 
-    async def _lifespan(self, receive, send):
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":

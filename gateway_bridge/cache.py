@@ -55,6 +55,7 @@ class TtlStore:
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._redis = None
         if settings.REDIS_URL:
+            # deferred: only with REDIS_URL; the embedded setup never loads it
             from console.kernel import redis_url
 
             # A stalled Redis costs a lookup at most this (then it is a miss), never a hang.
@@ -87,9 +88,10 @@ class TtlStore:
         if raw is None:
             return None
         try:
-            return json.loads(raw)
+            value: dict[str, Any] = json.loads(raw)  # written by ``put``: an object
         except ValueError:
             return None
+        return value
 
     async def put(self, key: str, value: dict[str, Any], ttl: int) -> bool:
         """Store ``value``; False when it could not be written."""

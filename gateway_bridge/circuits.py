@@ -21,7 +21,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway_bridge.breaker import Breaker
+    from inference_node.facade import RoutableNode
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +48,9 @@ class CircuitReporter:
         gateway: str | None = None,
         retry_seconds: float = 5.0,
         max_pending: int = 1000,
-    ):
+    ) -> None:
         if send is None:
+            # deferred: the emitter imports kombu, needed only to publish
             from gateway_bridge.emitter import CelerySend
 
             send = CelerySend(task=TASK)
@@ -58,7 +63,7 @@ class CircuitReporter:
         self._busy = False
         self._retry: asyncio.TimerHandle | None = None
 
-    def report(self, node, breaker) -> None:
+    def report(self, node: RoutableNode, breaker: Breaker) -> None:
         """Called on the event loop by the router: queue and schedule, no I/O."""
         opened = breaker.state == "open"
         self.pending.append(
@@ -106,7 +111,7 @@ class CircuitReporter:
         self.sent += len(batch)
         return True
 
-    def _flushed(self, future) -> None:
+    def _flushed(self, future: asyncio.Future[bool]) -> None:
         """Back on the loop."""
         self._busy = False
         if future.cancelled() or future.exception() is not None or not future.result():

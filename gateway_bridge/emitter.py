@@ -33,13 +33,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from kombu import serialization
 
 from gateway_bridge.spool import Spool
 from usage.facade import UsageEvent, encode, to_wire
+
+if TYPE_CHECKING:
+    from gateway_bridge.journal import Journal
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
 # workers decode it as any JSON message. Registered for encoding only; the
 # content type keeps naming kombu's "json" for everything that decodes.
 SERIALIZER = "usage-orjson"
-serialization.register(
+serialization.register(  # type: ignore[no-untyped-call]  # kombu has no annotations
     SERIALIZER, encode, None, content_type="application/json", content_encoding="utf-8"
 )
 serialization.registry.type_to_name["application/json"] = "json"
@@ -80,16 +83,18 @@ class CelerySend:
         serializer: str = SERIALIZER,
         confirm_timeout: float = 5.0,
         queue: str | None = None,
-    ):
+    ) -> None:
         self.connect_timeout = connect_timeout
         self.confirm_timeout = confirm_timeout
         self.broker_url = broker_url  # None: the configured broker
         self.task = task
         self.serializer = serializer
         self.queue = queue  # None: the default queue (CELERY_QUEUE)
-        self._conn = None
+        self._conn: Any = None  # kombu's connection, made on first use
 
     def _url(self) -> str:
+        # deferred: the Celery app is needed only once a batch goes to the
+        # broker (the tests and benchmarks pass their own ``send``)
         from console.kernel.celery import app
 
         return self.broker_url or app.conf.broker_write_url or app.conf.broker_url or ""
@@ -99,8 +104,9 @@ class CelerySend:
         """Whether the broker confirms each publish (RabbitMQ)."""
         return urlsplit(self._url()).scheme in AMQP_SCHEMES
 
-    def _connection(self):
+    def _connection(self) -> Any:
         if self._conn is None:
+            # deferred: as in ``_url``, the Celery app only when publishing
             from console.kernel.celery import app
 
             # The configured broker's options, unless told another broker.
@@ -127,9 +133,10 @@ class CelerySend:
         return self._conn
 
     def __call__(self, batch: list[Any]) -> None:
+        # deferred: as in ``_url``, the Celery app only when publishing
         from console.kernel.celery import app
 
-        extra = {}
+        extra: dict[str, Any] = {}
         if self.confirms:
             extra = {"confirm_timeout": self.confirm_timeout, "mandatory": True}
         if self.queue:
@@ -169,8 +176,8 @@ class UsageEmitter:
         max_batch: int = 500,
         max_delay: float = 0.25,
         replay_interval: float = 2.0,
-        journal=None,
-    ):
+        journal: Journal | None = None,
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         if max_delay <= 0 or replay_interval <= 0:
@@ -238,10 +245,10 @@ class UsageEmitter:
         batch_started: float | None = None
         while True:
             now = time.monotonic()
-            if self._queue and batch_started is None:
-                batch_started = now
             if self._queue:
-                wait = batch_started + self.max_delay - now
+                if batch_started is None:
+                    batch_started = now
+                wait: float | None = batch_started + self.max_delay - now
             elif self.spool_pending:
                 wait = self._next_replay - now
             else:

@@ -39,9 +39,12 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from gateway_bridge.spool import Spool
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +87,7 @@ class Journal:
     def _new(self) -> _File:
         return _File(Path(f"{self.prefix}.journal.{os.getpid()}.{next(self._n)}"))
 
-    def write(self, event) -> None:
+    def write(self, event: Any) -> None:
         """One event as one line, copied into the mapped file (the hot path)."""
         line = orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)
         with self._lock:
@@ -171,7 +174,7 @@ def read(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def adopt(prefix: Path, spool, max_batch: int = 500) -> int:
+def adopt(prefix: Path, spool: Spool, max_batch: int = 500) -> int:
     """Move the events of ``prefix``'s journal files (left by a dead process:
     the caller holds the slot's lock) into ``spool``; delete the files.
     Returns how many events were recovered."""

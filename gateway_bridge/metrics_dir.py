@@ -25,6 +25,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class MetricsDirectory:
     """This process's place in the shared metrics directory."""
 
-    def __init__(self, path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.stem = f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         self._lock_fd: int | None = None
@@ -123,7 +124,7 @@ class MetricsDirectory:
         _write_atomically(self.snapshot_path, data)
         self._written_seq = seq
 
-    def collect(self, own: dict[str, Any]) -> tuple[list[dict], dict[str, Any] | None]:
+    def collect(self, own: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """The snapshots of the host's live processes (``own`` for this one,
         written first) and the archive of the dead, after archiving those
         that died since the last scrape."""
@@ -168,7 +169,7 @@ class MetricsDirectory:
         return [snap for _, snap in live], archive
 
     @contextlib.contextmanager
-    def _archive_locked(self):
+    def _archive_locked(self) -> Iterator[None]:
         fd = os.open(self.path / ARCHIVE_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 Listener = Callable[[str], None]
 _listeners: list[Listener] = []
 _lock = threading.Lock()
-_redis = None
+_redis: Any = None  # a redis-py client, made on the first publish
 
 
 def channel() -> str:
@@ -64,7 +65,7 @@ def deliver(message: str) -> None:
             logger.exception("gateway listener failed on %r", message)
 
 
-def _redis_client():
+def _redis_client() -> Any:
     global _redis
     if _redis is None:
         # deferred: only with REDIS_URL; the embedded setup never loads it
@@ -76,7 +77,12 @@ def _redis_client():
     return _redis
 
 
-def listen(stop: threading.Event, on_message: Listener, *, on_subscribed=None) -> None:
+def listen(
+    stop: threading.Event,
+    on_message: Listener,
+    *,
+    on_subscribed: Callable[[], None] | None = None,
+) -> None:
     """Hand every message on the Redis channel to ``on_message`` until ``stop``
     is set (blocking: run it on a thread), resubscribing after any Redis error
     (``on_subscribed()`` after each subscription). On Sentinel it listens on
@@ -140,19 +146,19 @@ def key_changed(key_id: int) -> None:
 def connect_signals() -> None:
     """Wire the models the gateway caches to ``publish`` (AppConfig.ready)."""
 
-    def on_key(sender, instance, **kwargs):
+    def on_key(sender: object, instance: Any, **kwargs: object) -> None:
         key_changed(instance.pk)
 
-    def on_sub(sender, instance, **kwargs):
+    def on_sub(sender: object, instance: Any, **kwargs: object) -> None:
         publish_on_commit(f"sub:{instance.pk}")
 
-    def on_org(sender, instance, **kwargs):
+    def on_org(sender: object, instance: Any, **kwargs: object) -> None:
         publish_on_commit(f"org:{instance.pk}")
 
-    def on_prices(sender, instance, **kwargs):
+    def on_prices(sender: object, instance: Any, **kwargs: object) -> None:
         publish_on_commit("prices")
 
-    def on_nodes(sender, instance, **kwargs):
+    def on_nodes(sender: object, instance: Any, **kwargs: object) -> None:
         publish_on_commit("nodes")
 
     for model, handler in (

@@ -62,7 +62,7 @@ class Spool:
     operation holds one lock, including ``replay`` while it sends (the
     emitter's single thread is the only caller in practice)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._offset_path = self.path.with_name(self.path.name + ".offset")
         self._lock = threading.RLock()

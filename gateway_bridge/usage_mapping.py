@@ -31,7 +31,7 @@ counts as zero."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,7 @@ def _sub(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _usage(build, usage) -> TokenUsage | None:
+def _usage(build: Callable[[Mapping[str, Any]], TokenUsage], usage: object) -> TokenUsage | None:
     if not isinstance(usage, Mapping):
         return None
     try:
@@ -133,7 +133,7 @@ def _gemini(u: Mapping[str, Any]) -> TokenUsage:
     )
 
 
-def from_openai(usage) -> TokenUsage | None:
+def from_openai(usage: object) -> TokenUsage | None:
     # The common shapes first, as ``_openai`` maps them: two plain counts (and a
     # total), with or without ``prompt_tokens_details`` holding only cached_tokens.
     if type(usage) is dict and len(usage) <= 4:
@@ -157,11 +157,11 @@ def from_openai(usage) -> TokenUsage | None:
     return _usage(_openai, usage)
 
 
-def from_anthropic(usage) -> TokenUsage | None:
+def from_anthropic(usage: object) -> TokenUsage | None:
     return _usage(_anthropic, usage)
 
 
-def from_gemini(usage) -> TokenUsage | None:
+def from_gemini(usage: object) -> TokenUsage | None:
     return _usage(_gemini, usage)
 
 

@@ -274,13 +274,14 @@ async def _relay_events(
             data = await events.__anext__()
             if data == b"[DONE]":
                 break
-            chunk = data if type(data) is dict else answers.json_object(data)
-            if chunk is None:
+            parsed = data if type(data) is dict else answers.json_object(data)
+            if parsed is None:
                 raise GatewayError(
                     UPSTREAM,
                     "upstream_invalid_response",
                     "The node streamed something that is not JSON.",
                 )
+            chunk = parsed
     except StopAsyncIteration:
         pass  # the node closed a well-formed stream without [DONE]
     except (UpstreamError, GatewayError, OSError) as exc:

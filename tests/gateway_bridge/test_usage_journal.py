@@ -18,8 +18,8 @@ import pytest
 
 from gateway_bridge import journal as journals
 from gateway_bridge.emitter import UsageEmitter
-from gateway_bridge.spool_slot import open_spool as _open_spool
 from gateway_bridge.spool import Spool
+from gateway_bridge.spool_slot import open_spool as _open_spool
 from tests.gateway_bridge.harness import gateway_process
 from tests.gateway_bridge.test_gateway_openai import client
 from usage.ingest import ingest_events
