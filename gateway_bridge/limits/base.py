@@ -295,9 +295,10 @@ def hold_ms(hold_seconds: float) -> int:
     return max(1, round(hold_seconds * 1000))
 
 
-class SlottedWindow:
-    """The rate window's geometry both stores share: ``window_ms`` cut in
-    ``slots`` slots of ``slot_ms``."""
+class StoreBase:
+    """What both stores share: the rate window's geometry (``window_ms`` cut
+    in ``slots`` slots of ``slot_ms``) and ``snapshot``, read through the
+    store's own ``peek``."""
 
     def __init__(self, window_seconds: float, slots: int) -> None:
         self.window_ms = round(window_seconds * 1000)
@@ -305,3 +306,11 @@ class SlottedWindow:
             raise ValueError("the window must split into whole milliseconds per slot")
         self.slots = slots
         self.slot_ms = self.window_ms // slots
+
+    async def peek(self, key: str) -> tuple[int, int] | None:
+        """A bucket's (used, reserved), None when it is not in the store."""
+        raise NotImplementedError
+
+    async def snapshot(self, key: str) -> tuple[int, int]:
+        """A bucket's (used, reserved); (0, 0) when it is not in the store."""
+        return await self.peek(key) or (0, 0)

@@ -26,7 +26,7 @@ from gateway_bridge.limits.base import (
     DuplicateReservation,
     RateRule,
     RuleState,
-    SlottedWindow,
+    StoreBase,
     check_args,
     check_settle,
     hold_ms,
@@ -73,7 +73,7 @@ class _Record:
     expires_ms: int
 
 
-class MemoryLimitStore(SlottedWindow):
+class MemoryLimitStore(StoreBase):
     def __init__(
         self,
         *,
@@ -310,11 +310,6 @@ class MemoryLimitStore(SlottedWindow):
             # An absent bucket is seeded from the database later, credit included.
             if b is not None:
                 b.used -= amount
-
-    async def snapshot(self, key: str) -> tuple[int, int]:
-        with self._lock:
-            b = self._bucket(key, self._now_ms())
-            return (b.used, b.reserved) if b is not None else (0, 0)
 
     async def peek(self, key: str) -> tuple[int, int] | None:
         with self._lock:

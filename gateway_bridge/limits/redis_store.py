@@ -44,7 +44,7 @@ from gateway_bridge.limits.base import (
     DuplicateReservation,
     RateRule,
     RuleState,
-    SlottedWindow,
+    StoreBase,
     check_args,
     check_settle,
     hold_ms,
@@ -82,7 +82,7 @@ class MixedTags(ValueError):
     them atomically. ``limits.plan`` never builds one."""
 
 
-class RedisLimitStore(SlottedWindow):
+class RedisLimitStore(StoreBase):
     """``client`` is a ``redis.asyncio.Redis`` (or RedisCluster) or one of
     ``limits.resp``'s pipelined clients (``RespClient``, ``SentinelClient``,
     ``ClusterClient``): anything with ``register_script(lua)`` -> ``await
@@ -262,10 +262,6 @@ class RedisLimitStore(SlottedWindow):
     async def credit(self, key: str, amount: int) -> None:
         # An absent bucket is seeded from the database later, credit included.
         await self._credit(keys=[key], args=[-int(amount)])
-
-    async def snapshot(self, key: str) -> tuple[int, int]:
-        used, reserved, _ = await self._purge(keys=[key, z_key(key)], args=[self._now_arg()])
-        return int(used), int(reserved)
 
     async def peek(self, key: str) -> tuple[int, int] | None:
         used, reserved, present = await self._purge(keys=[key, z_key(key)], args=[self._now_arg()])
