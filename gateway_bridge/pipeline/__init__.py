@@ -12,6 +12,7 @@ In call order (``gateway_bridge.gateway.Gateway.handle`` composes them):
                  rule), reservation and rate limits; settle afterwards
     cached.py    answer from the response cache
     forward.py   route to a node, retry while nothing reached the client
+                 (each try's path and body: channel_request.py)
     relay.py     plain and streamed answers, disconnects, partial billing, errors
     local.py     answers without a node: model lists, token counts
 

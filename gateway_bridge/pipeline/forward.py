@@ -72,13 +72,11 @@ from gateway_bridge.vendors import dialect_for
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Send
     from gateway_bridge.gateway import Gateway
+    from gateway_bridge.pipeline.admit import Chain
     from gateway_bridge.routing import Lease
     from gateway_bridge.upstreams.response import UpstreamResponse
     from gateway_bridge.vendors.base import Dialect
     from inference_node.facade import RoutableCredential, RoutableNode
-
-    # A fallback chain: (public model, its nodes), the first model first.
-    Chain = list[tuple[str, tuple[RoutableNode, ...]]]
 
 _NO_EXCLUSIONS: frozenset[int] = frozenset()
 _OUTCOME_NAMES = {outcome: outcome.name.lower() for outcome in Outcome}
