@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from gateway_bridge.pipeline import auth, relay
 from gateway_bridge.pipeline.call import Call
@@ -69,7 +69,7 @@ async def prepare(gw: Gateway, call: Call, req: CallRequest) -> None:
     facts = req.extra.get("responses")
     if facts is None:
         return
-    adapter = cast(responses.ResponsesResponse, req.response)  # a Responses call's
+    adapter = responses.adapter_of(req)
     adapter.response_id = "resp_" + call.request_id.removeprefix("req_")
     adapter.created_at = int(call.started)
     org = call.entry.auth.organization_id
@@ -107,7 +107,7 @@ async def _save(
 ) -> None:
     """Store the answered response; ``native``: the vendor's own response
     object (a passed-through call), whose id is the one the client saw."""
-    adapter = cast(responses.ResponsesResponse, req.response)  # a Responses call's
+    adapter = responses.adapter_of(req)
     if native is not None:
         if not isinstance(native.get("id"), str) or not _ID.match(native["id"]):
             return
