@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time as clock
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.features.capacity.loadgen import run_load
@@ -113,8 +114,6 @@ def test_reports_a_server_process_cpu_over_the_window():
 
 
 def test_p999_output_tokens_and_a_stop_signal():
-    import time as clock
-
     body = {**chat(5), "stream_options": {"include_usage": True}}
     with node_process("--profile", "instant", via="module") as node:
         url = node.base_url + CHAT
@@ -137,3 +136,42 @@ def test_p999_output_tokens_and_a_stop_signal():
     assert stopped["seconds"] < 1.0 and stopped["ok"] > 0
     # Throughput over the time measured, not the 30 s asked for.
     assert stopped["requests_per_second"] > stopped["requests"] / 1.0
+
+
+def _slow_server(seconds: float, seen: list[int]) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            seen.append(1)
+            clock.sleep(seconds)
+            self.send_response(200)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_requests_in_flight_at_the_end_are_counted_as_cut_off():
+    # Answers take 0.3 s: at the window's end each client has one in flight,
+    # answered in the drain (first run) or aborted when the drain ends (second).
+    for drain in (2.0, 0.05):
+        seen: list[int] = []
+        server = _slow_server(0.3, seen)
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
+        try:
+            result = run_load(url, [chat(1)], {}, concurrency=3, seconds=0.5, drain=drain)
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert result["cut_off"] == 3, (drain, result)
+        assert result["requests"] + result["cut_off"] == len(seen)  # every request sent
+        assert result["errors"] == 0  # a cut-off call is no error of the window

@@ -8,17 +8,20 @@ load-test worker would."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import datetime
 
 import pytest
 from django.db.models import Sum
+from django.urls import reverse
 
 from accounts.models import ApiKey, ApiKeyStatus
 from console.features.capacity import services
 from console.features.capacity.models import LoadTest, Status
 from console.features.capacity.runner import run_load_test
+from console.kernel.money import format_amount
 from tests.capacity.conftest import SATURATION
 from usage.ingest import ingest_events
 from usage.models import CallRecord
@@ -92,6 +95,11 @@ def test_cancel_stops_the_load_within_a_second(lab):
     time.sleep(0.5)
     started = [_epoch(e["started_at"]) for e in lab.gateway.emitter.events]
     assert started and max(started) <= stopped_at
+    # The calls aborted by the cancel are counted as cut off: the step's calls
+    # are the call log's.
+    assert step.cut_off > 0
+    ingest_events(_settled(lab.gateway.emitter.events, step.requests + step.cut_off))
+    assert CallRecord.objects.filter(api_key_id=test.api_key_id).count() == step.calls
 
 
 def test_the_budget_holds(lab):
@@ -115,3 +123,40 @@ def test_the_budget_holds(lab):
     last = steps[-1]
     assert last.requests > last.ok
     assert last.requests_per_second == pytest.approx(last.ok / last.seconds, rel=0.01)
+
+
+def _settled(events, at_least: int, timeout: float = 5.0) -> list:
+    """The gateway's events once it has emitted ``at_least`` (calls cut off at a
+    step's end finish on the gateway a moment after the client let go)."""
+    deadline = time.monotonic() + timeout
+    while len(events) < at_least and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # and none more
+    return list(events)
+
+
+def test_every_call_of_a_run_is_counted_in_its_steps_and_its_cost_is_on_its_page(lab, client):
+    # Past the saturation point calls queue: at each step's end some are in flight.
+    test = _queued(lab, steps=[2, 12])
+    run_load_test(test.pk)
+    test.refresh_from_db()
+    assert test.status == Status.DONE, test.error
+    steps = list(test.results.order_by("index"))
+    counted = sum(s.requests + s.cut_off for s in steps)
+    assert all(s.cut_off > 0 for s in steps)  # cut off at each step's end, and counted
+
+    ingest_events(_settled(lab.gateway.emitter.events, counted))
+    calls = CallRecord.objects.filter(api_key_id=test.api_key_id)
+    assert calls.count() == counted
+    cost = calls.aggregate(s=Sum("cost"))["s"]
+    assert cost > 0
+
+    client.force_login(lab.owner.user)
+    page = client.get(reverse("capacity:detail", args=[test.pk])).content.decode()
+    shown = re.search(r'<p id="load-test-cost">(.*?)</p>', page, re.S)[1]
+    assert format_amount(cost, lab.org.currency, exact=True) in shown
+    assert f"({counted} calls in the call log)" in shown
+    cells = [re.findall(r'<td class="num">(\d+)', row)[2:4] for row in re.findall(
+        r'<tr data-step="\d+"[^>]*>(.*?)</tr>', page, re.S
+    )]  # fmt: skip
+    assert cells == [[str(s.requests), str(s.cut_off)] for s in steps]

@@ -213,7 +213,7 @@ def test_the_result_page_draws_qps_against_p99_and_marks_the_knee(client, owner)
     page = _client(client, owner).get(reverse("capacity:detail", args=[test.pk]))
     html = page.content.decode()
     assert 'id="plot-qps-p99"' in html
-    assert "Knee: 16 concurrent clients." in html
+    assert "Knee: step 4 (16 clients)." in html
     assert 'hx-trigger="every 1s"' not in html  # an ended test is not polled
     assert 'id="load-test-cancel"' not in html
     assert '<tr data-step="3" class="knee">' in html

@@ -18,19 +18,39 @@ from console.features.capacity.models import Billing, LoadTest, LoadTestStep
 
 class LoadTestStepSerializer(serializers.ModelSerializer):
     error_rate = serializers.FloatField(read_only=True)
+    number = serializers.IntegerField(
+        read_only=True, help_text="the step as the pages count it (1-based)"
+    )
+    calls = serializers.IntegerField(
+        read_only=True, help_text="every call of the step: requests + cut_off"
+    )
 
     class Meta:
         model = LoadTestStep
         fields = (
-            "index", "concurrency", "seconds", "requests", "ok", "errors", "error_rate",
-            "requests_per_second", "output_tokens_per_second", "ttft_p50_ms", "ttft_p99_ms",
-            "ttft_p999_ms", "latency_p50_ms", "latency_p99_ms", "latency_p999_ms", "cut_short",
+            "index", "number", "concurrency", "seconds", "requests", "cut_off", "calls", "ok",
+            "errors", "error_rate", "requests_per_second", "output_tokens_per_second",
+            "ttft_p50_ms", "ttft_p99_ms", "ttft_p999_ms", "latency_p50_ms", "latency_p99_ms",
+            "latency_p999_ms", "cut_short",
         )  # fmt: skip
 
 
 class LoadTestSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField()
-    knee_concurrency = serializers.SerializerMethodField()
+    knee_step = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="index (0-based) of the knee in steps and results; see knee_step_number",
+    )
+    knee_step_number = serializers.IntegerField(
+        source="knee_number",
+        read_only=True,
+        allow_null=True,
+        help_text="the knee as the pages name it: step N, 1-based",
+    )
+    knee_concurrency = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="the knee step's concurrent clients"
+    )
     results = LoadTestStepSerializer(many=True, read_only=True)
     node = serializers.IntegerField(source="pinned_node_id", read_only=True, allow_null=True)
     node_name = serializers.CharField(source="pinned_node_name", read_only=True)
@@ -39,18 +59,13 @@ class LoadTestSerializer(serializers.ModelSerializer):
         model = LoadTest
         fields = (
             "id", "model", "input_tokens", "output_tokens", "prefix_share", "steps",
-            "step_seconds", "budget", "billing", "node", "node_name", "status", "progress",
-            "current_step", "key_prefix", "knee_step", "knee_concurrency", "error", "created_at",
-            "started_at", "finished_at", "results",
+            "step_seconds", "budget", "billing", "node", "node_name", "status", "cancel_requested",
+            "progress", "current_step", "key_prefix", "knee_step", "knee_step_number",
+            "knee_concurrency", "error", "created_at", "started_at", "finished_at", "results",
         )  # fmt: skip
 
     def get_progress(self, obj) -> int:
         return obj.progress()
-
-    def get_knee_concurrency(self, obj) -> int | None:
-        if obj.knee_step is None or obj.knee_step >= len(obj.steps):
-            return None
-        return obj.steps[obj.knee_step]
 
 
 class LoadTestInput(serializers.Serializer):

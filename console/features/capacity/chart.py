@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from django.utils.translation import gettext as _
 
 from console.features.analytics.chart import figure, line
+from console.features.capacity.models import step_label
 
 
 def qps_p99_figure(steps, knee_step: int | None) -> str | None:
@@ -42,7 +43,10 @@ def qps_p99_figure(steps, knee_step: int | None) -> str | None:
                 {
                     "x": [knee[0].requests_per_second],
                     "y": [knee[0].latency_p99_ms],
-                    "text": [_("knee: %(n)d clients") % {"n": knee[0].concurrency}],
+                    "text": [
+                        _("knee: %(step)s")
+                        % {"step": step_label(knee[0].number, knee[0].concurrency)}
+                    ],
                 },
             )
         )

@@ -13,6 +13,10 @@ latency percentiles are over 2xx answers (end of the response), ``ttft_*`` over
 2xx streams (time to the first SSE data event that carries generated text:
 OpenAI chat/completions, Anthropic and Gemini chunks are recognised).
 ``errors`` counts non-2xx answers and transport failures (``error_kinds``).
+``cut_off`` counts the requests sent in the window whose answer (or failure)
+came after it: finished in the drain, or aborted at its end or by ``stop``.
+The server saw them (a gateway charges and logs them), so ``requests`` plus
+``cut_off`` plus transport failures is every request sent in the window.
 ``output_tokens`` sums the ``completion_tokens`` / ``output_tokens`` usage
 figure each 2xx answer reports (the last one in its body: a stream's final
 usage chunk when the body asks for ``stream_options.include_usage``).
@@ -75,6 +79,7 @@ class _Run:
         self.output_tokens = 0
         self.statuses: Counter[str] = Counter()
         self.error_kinds: Counter[str] = Counter()
+        self.cut_off = 0
         self.clients: set[_Client] = set()
         self.users_left = 0
         self.all_done: asyncio.Future[None] | None = None
@@ -88,9 +93,13 @@ class _Run:
     def in_window(self, now: float) -> bool:
         return self.window_start <= now <= self.deadline
 
-    def error(self, kind: str, now: float) -> None:
+    def error(self, kind: str, now: float, *, sent: bool = True) -> None:
+        """A failure at ``now``; ``sent``: of a request in flight (past the
+        window, one cut off)."""
         if self.in_window(now):
             self.error_kinds[kind] += 1
+        elif sent and now > self.deadline:
+            self.cut_off += 1
 
     async def connect(self, delay: float = 0.0) -> None:
         """Open a connection for one virtual client (again, after a failure)."""
@@ -111,13 +120,18 @@ class _Run:
                 )
                 return
             except OSError:
-                self.error("connect", _perf())
+                self.error("connect", _perf(), sent=False)
                 delay = 0.05
 
     def abort_all(self) -> None:
-        """Abort every open connection; its client stops (opens no other)."""
+        """Abort every open connection; its client stops (opens no other). A
+        request in flight is cut off here and now (the summary may be taken
+        before the loop reports the connection lost)."""
         for client in list(self.clients):
             client.stopping = True
+            if client.busy:
+                client.busy = False
+                self.cut_off += 1
             client.transport.abort()
 
     def user_done(self) -> None:
@@ -210,6 +224,8 @@ class _Client(asyncio.Protocol):
                 run.output_tokens += self.output
                 if self.ttft is not None:
                     run.ttfts.append(self.ttft)
+        elif now > run.deadline:
+            run.cut_off += 1
         if not self.parser.should_keep_alive():
             self.transport.close()  # connection_lost opens the next connection
             return
@@ -340,6 +356,7 @@ def _summary(run: _Run, seconds: float, *, stopped: bool) -> dict[str, Any]:
         "ttft_p99_ms": _percentile(run.ttfts, 0.99),
         "ttft_p999_ms": _percentile(run.ttfts, 0.999),
         "output_tokens": run.output_tokens,
+        "cut_off": run.cut_off,
         "stopped": stopped,
         "statuses": dict(sorted(run.statuses.items())),
         "error_kinds": dict(sorted(run.error_kinds.items())),

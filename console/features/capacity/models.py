@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.utils import timezone as tz
-from django.utils.translation import pgettext_lazy
+from django.utils.translation import gettext, pgettext, pgettext_lazy
 
 from console.kernel.choices import TextChoices
 
@@ -18,6 +18,12 @@ class Status(TextChoices):
 
 
 ACTIVE = (Status.QUEUED, Status.RUNNING)
+
+
+def step_label(number: int, clients: int) -> str:
+    """How the list, the page and the chart name a step (the knee): its
+    1-based number and its clients, "step 2 (4 clients)"."""
+    return gettext("step %(n)d (%(clients)d clients)") % {"n": number, "clients": clients}
 
 
 class Billing(TextChoices):
@@ -57,7 +63,9 @@ class LoadTest(models.Model):
     key_prefix = models.CharField(max_length=32, blank=True)
     current_step = models.PositiveSmallIntegerField(default=0)
     step_started_at = models.DateTimeField(null=True, blank=True)
-    knee_step = models.PositiveSmallIntegerField(null=True, blank=True)  # index into steps
+    # Index into steps (0-based, as stored and as ``knee_step`` in the API);
+    # people read its ``knee_number`` (1-based) with its ``knee_concurrency``.
+    knee_step = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=tz.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -73,6 +81,37 @@ class LoadTest(models.Model):
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
+
+    @property
+    def cancelling(self) -> bool:
+        """A cancel was asked and the run has not stopped yet."""
+        return self.active and self.cancel_requested
+
+    @property
+    def status_label(self) -> str:
+        """The status as people read it: "Cancelling" between the cancel and the stop."""
+        if self.cancelling:
+            return pgettext("load test status", "Cancelling")
+        return str(self.get_status_display())
+
+    @property
+    def knee_number(self) -> int | None:
+        """The knee as people count steps (1-based), ``None`` without one."""
+        return None if self.knee_step is None else self.knee_step + 1
+
+    @property
+    def knee_concurrency(self) -> int | None:
+        """The knee step's concurrent clients."""
+        if self.knee_step is None or self.knee_step >= len(self.steps):
+            return None
+        return int(self.steps[self.knee_step])
+
+    @property
+    def knee_label(self) -> str:
+        """The knee named one way on the list and the page: "step 2 (4 clients)"."""
+        if self.knee_number is None:
+            return ""
+        return step_label(self.knee_number, self.knee_concurrency or 0)
 
     @property
     def total_seconds(self) -> int:
@@ -103,6 +142,10 @@ class LoadTestStep(models.Model):
     requests = models.PositiveIntegerField()  # answers received (any status)
     ok = models.PositiveIntegerField()
     errors = models.PositiveIntegerField()  # non-2xx answers and transport failures
+    # Calls sent in the step whose answer ended after it (in the drain, or
+    # aborted at its end or by a cancel): charged, in the call log, and in no
+    # figure above. ``requests + cut_off`` is every call the step made.
+    cut_off = models.PositiveIntegerField(default=0)
     requests_per_second = models.FloatField()  # successful (2xx) answers per second
     output_tokens_per_second = models.FloatField()
     ttft_p50_ms = models.FloatField(null=True)
@@ -121,6 +164,16 @@ class LoadTestStep(models.Model):
 
     def __str__(self) -> str:
         return f"step {self.index} ({self.concurrency} clients)"
+
+    @property
+    def number(self) -> int:
+        """The step as people count them (1-based)."""
+        return self.index + 1
+
+    @property
+    def calls(self) -> int:
+        """Every call the step made: answered in it, and cut off at its end."""
+        return self.requests + self.cut_off
 
     @property
     def error_rate(self) -> float:

@@ -70,6 +70,7 @@ def _store_step(test: LoadTest, index: int, clients: int, summary: dict) -> Load
         requests=summary["requests"],
         ok=summary["ok"],
         errors=summary["errors"],
+        cut_off=summary["cut_off"],
         # Successful answers per second: refused or failed calls are no throughput.
         requests_per_second=round(summary["ok"] / seconds, 2) if seconds else 0.0,
         output_tokens_per_second=round(summary["output_tokens"] / seconds, 1) if seconds else 0.0,

@@ -24,7 +24,7 @@ from accounts.facade import (
 from console.features.capacity.models import ACTIVE, Billing, LoadTest, Status
 from console.kernel.celery import registered_task
 from inference_node.facade import Node, node_serves_model, nodes_own_and_shared
-from usage.facade import model_names
+from usage.facade import SPEND_BY_KEY, calls_and_tokens_by_key, model_names, spend_by_period
 
 DEFAULT_STEPS = (50, 100, 200, 400)
 MIN_STEP_SECONDS, MAX_STEP_SECONDS = 5, 120
@@ -32,6 +32,8 @@ MAX_STEPS = 10
 # A run still "running" this long after it should have ended lost its worker.
 STALE_AFTER = timedelta(minutes=5)
 TASK = "capacity.run_load_test"
+# The call log's calls of a run: from its creation until a little after now.
+_CALLS_UNTIL = timedelta(minutes=5)
 
 
 def load_tests(actor: Actor):
@@ -220,3 +222,18 @@ def load_test_cancel(*, actor: Actor, load_test_id: int) -> LoadTest:
         test.save(update_fields=fields)
         audit_record(actor=actor, action="load_test.cancel", target=test, params={})
     return test
+
+
+def load_test_cost(test: LoadTest) -> tuple[int, int] | None:
+    """What the run's calls cost (micro-units) and how many they are, from the
+    call log of its key (billed or test calls alike); ``None`` before the run
+    has a key. Calls still being ingested are not in it yet."""
+    if test.api_key_id is None:
+        return None
+    cost = spend_by_period(
+        organization_id=test.organization_id, grain=SPEND_BY_KEY, ident=test.api_key_id, periods={}
+    )["life"]
+    counts = calls_and_tokens_by_key(
+        test.organization_id, [test.api_key_id], test.created_at, tz.now() + _CALLS_UNTIL
+    )
+    return cost, counts.get(test.api_key_id, (0, 0))[0]

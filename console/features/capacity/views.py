@@ -13,6 +13,11 @@ from console.features.capacity import services
 from console.features.capacity.chart import qps_p99_figure
 from console.features.capacity.forms import LoadTestForm
 from console.features.capacity.knee import P99_RISE, QPS_GROWTH
+from console.kernel.money import format_amount
+
+
+def _exact(micro: int, currency: str) -> str:
+    return format_amount(micro, currency, exact=True)
 
 
 def _get(request, load_test_id: int):
@@ -63,14 +68,21 @@ def load_test_list(request):
 
 def _detail_context(request, test):
     steps = list(test.results.all())
+    cost = services.load_test_cost(test)
     return {
         "test": test,
+        # To the micro-unit, as the call log shows each call: a short test
+        # often costs less than a cent.
+        "cost": _exact(cost[0], request.actor.organization.currency) if cost else None,
+        "logged_calls": cost[1] if cost else None,
         "steps": steps,
         "figure_json": qps_p99_figure(steps, test.knee_step),
         "knee": next((s for s in steps if s.index == test.knee_step), None),
         "p99_rise": int(P99_RISE * 100),
         "qps_growth": int(QPS_GROWTH * 100),
-        "may_cancel": request.actor.can(Perm.ORG_MANAGE) and test.active,
+        "may_cancel": (
+            request.actor.can(Perm.ORG_MANAGE) and test.active and not test.cancel_requested
+        ),
         "progress_url": reverse("capacity:progress", args=[test.pk]),
     }
 
