@@ -7,12 +7,16 @@ captured (``capture``), its credentials checked (``vendor_auth``), and every
 error it gets is rendered in its vendor's shape (``dialects.error_response``).
 
 Admin endpoint: ``GET /admin/faults`` reads the fault settings, ``POST
-/admin/faults`` merges a JSON object of fault fields and returns the result,
-``GET /admin/requests`` returns the captured requests, ``POST /admin/reset``
-clears the prefix and prompt caches, the counters and the capture. It always
-needs ``Authorization: Bearer <token>``; a node started without ``--token``
-answers 403 ``admin_disabled`` there, so a node nobody secured cannot be
-reconfigured.
+/admin/faults`` merges a JSON object of fault fields and returns the result
+(``?for_seconds=N``: only for N seconds, then the settings from before; the
+``x-faults-expires-in`` header says how long is left), ``DELETE /admin/faults``
+goes back to the faults the node started with, ``GET /admin/requests``
+returns the captured requests, ``POST /admin/reset`` clears the prefix and
+prompt caches, the counters and the capture. With an admin secret
+(``--admin-secret``/``SIM_ADMIN_SECRET``, see ``admin``) it answers loopback
+clients that send ``X-Sim-Admin-Secret`` only; otherwise it needs
+``Authorization: Bearer <token>``, and a node started with neither answers 403
+``admin_disabled`` there, so a node nobody secured cannot be reconfigured.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
+from urllib.parse import parse_qs
 
 from . import metrics
+from .admin import ADMIN_SECRET_HEADER, EXPIRES_HEADER, check_admin_secret
 from .anthropic import AnthropicEndpoints
 from .capture import RequestLog
 from .config import FaultError, NodeConfig
@@ -76,6 +82,7 @@ class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
         self.captured = RequestLog()
         self.started = int(time.time())
         self._token = config.token.encode()
+        self._admin_secret = config.admin_secret.encode()
         self._routes: dict[str, dict[str, Handler]] = {
             "/v1/chat/completions": {"POST": self._chat},
             "/v1/completions": {"POST": self._completions},
@@ -88,7 +95,11 @@ class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
             "/health": {"GET": self._health},
             "/version": {"GET": self._version},
             "/metrics": {"GET": self._metrics},
-            "/admin/faults": {"GET": self._faults_get, "POST": self._faults_post},
+            "/admin/faults": {
+                "GET": self._faults_get,
+                "POST": self._faults_post,
+                "DELETE": self._faults_clear,
+            },
             "/admin/requests": {"GET": self._requests_get},
             "/admin/reset": {"POST": self._reset},
         }
@@ -142,7 +153,7 @@ class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
         try:
             handler = self._resolve(request, path, dialect)
             if path.startswith("/admin/"):
-                self._check_admin(request)
+                self._check_admin(request, conn)
             elif dialect is not None:
                 self.keys.check(request, dialect)
             return await handler(request, conn)
@@ -163,7 +174,12 @@ class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
                 code="invalid_api_key",
             )
 
-    def _check_admin(self, request: Request) -> None:
+    def _check_admin(self, request: Request, conn) -> None:
+        if self._admin_secret:
+            peer = conn.wire.get_extra_info("peername")
+            presented = request.headers.get(ADMIN_SECRET_HEADER, "")
+            check_admin_secret(presented, self._admin_secret, peer)
+            return
         if not self._token:
             raise ApiError(
                 403,
@@ -214,19 +230,31 @@ class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
         text = metrics.render(self.engines.values())
         return Response(200, text.encode(), content_type="text/plain; version=0.0.4")
 
+    def _faults_response(self) -> Response:
+        response = _json(200, self.faults.settings.as_dict())
+        left = self.faults.expires_in()
+        if left is not None:
+            response.headers = ((EXPIRES_HEADER, f"{left:.3f}"),)
+        return response
+
     async def _faults_get(self, request, conn) -> Response:
-        return _json(200, self.faults.settings.as_dict())
+        return self._faults_response()
 
     async def _faults_post(self, request, conn) -> Response:
         try:
             changes = json.loads(request.body or b"{}")
         except ValueError:
             raise ApiError(400, "The body is not valid JSON.", code="invalid_json") from None
+        for_seconds = _for_seconds(request.query)
         try:
-            settings = self.faults.update(changes)
+            self.faults.update(changes, for_seconds)
         except FaultError as error:
             raise ApiError(400, error.message, param=error.param or None) from None
-        return _json(200, settings.as_dict())
+        return self._faults_response()
+
+    async def _faults_clear(self, request, conn) -> Response:
+        self.faults.clear()
+        return self._faults_response()
 
     async def _requests_get(self, request, conn) -> Response:
         return _json(200, {"requests": self.captured.entries()})
@@ -236,6 +264,20 @@ class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
             engine.reset()
         self.captured.clear()
         return _json(200, {"status": "ok"})
+
+
+def _for_seconds(query: str) -> float | None:
+    """``for_seconds`` of a query string (a positive number), or None."""
+    raw = parse_qs(query).get("for_seconds")
+    if not raw:
+        return None
+    try:
+        value = float(raw[-1])
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < float("inf"):
+        raise ApiError(400, "'for_seconds' must be a positive number.", param="for_seconds")
+    return value
 
 
 async def serve(config: NodeConfig, stop: asyncio.Event, on_ready=None) -> None:

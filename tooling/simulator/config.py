@@ -177,6 +177,7 @@ class NodeConfig:
     profile_name: str = "instant"
     profile: LatencyProfile = field(default_factory=LatencyProfile)
     token: str = ""
+    admin_secret: str = ""
     time_scale: float = 1.0
     prefix_cache_blocks: int = 4096
     max_running: int = 64
@@ -284,6 +285,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "custom: realistic values changed by --ttft-ms and the other override flags",
     )
     add("--token", default="", help="require 'Authorization: Bearer TOKEN' (enables /admin)")
+    add(
+        "--admin-secret",
+        default="",
+        help="the /admin endpoint answers loopback clients sending 'X-Sim-Admin-Secret: "
+        "SECRET' only (the node token no longer opens it); also read from the environment "
+        "variable SIM_ADMIN_SECRET (keeps it off the process list)",
+    )
     add("--time-scale", type=_non_negative(float), default=1.0, help="multiplies every sleep")
     add("--prefix-cache-blocks", type=_non_negative(int), default=4096)
     add("--max-running", type=_positive_int, default=64, help="sequences per model batch")
@@ -356,6 +364,7 @@ def config_from_options(options: dict) -> NodeConfig:
         profile_name=options["profile"],
         profile=profile,
         token=options["token"] or "",
+        admin_secret=options.get("admin_secret") or os.environ.get("SIM_ADMIN_SECRET", ""),
         time_scale=options["time_scale"],
         prefix_cache_blocks=options["prefix_cache_blocks"],
         max_running=options["max_running"],

@@ -3,11 +3,17 @@
 Decisions come from one RNG seeded with the node's ``--seed``, so a run is
 reproducible, and rates of 0.0 and 1.0 are exact. Each request draws once per
 error kind, checked in the order 500, 429, 503.
+
+A change may be timed (``update(changes, for_seconds=...)``): once it runs out
+the settings go back to what they were before it. ``clear()`` goes back to the
+settings the node started with.
 """
 
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import FaultSettings
@@ -24,14 +30,55 @@ NO_FAULT = FaultDecision()
 
 
 class FaultInjector:
-    def __init__(self, settings: FaultSettings, seed: int = 0):
-        self.settings = settings
+    def __init__(
+        self, settings: FaultSettings, seed: int = 0, clock: Callable[[], float] = time.monotonic
+    ):
+        self.initial = settings
+        self._settings = settings
+        self._clock = clock
+        # A timed change: the settings to go back to, and when (clock seconds).
+        self._restore: FaultSettings | None = None
+        self._expires_at: float | None = None
         self._rng = random.Random(f"faults:{seed}")  # noqa: S311 - simulation, not security
 
-    def update(self, changes: object) -> FaultSettings:
-        """Merge a JSON object of fault fields (raises config.FaultError on a bad one)."""
-        self.settings = self.settings.merged(changes)
-        return self.settings
+    def _expire(self) -> None:
+        """Undo a timed change that ran out."""
+        if self._expires_at is not None and self._clock() >= self._expires_at:
+            self._settings = self._restore or self.initial
+            self._restore = self._expires_at = None
+
+    @property
+    def settings(self) -> FaultSettings:
+        """The settings in force."""
+        self._expire()
+        return self._settings
+
+    def expires_in(self) -> float | None:
+        """Seconds until the timed change runs out (None: nothing timed)."""
+        self._expire()
+        if self._expires_at is None:
+            return None
+        return max(0.0, self._expires_at - self._clock())
+
+    def update(self, changes: object, for_seconds: float | None = None) -> FaultSettings:
+        """Merge a JSON object of fault fields (raises config.FaultError on a bad one);
+        with ``for_seconds``, only for that long (then the settings from before)."""
+        current = self.settings
+        merged = current.merged(changes)
+        if for_seconds is not None:
+            if self._expires_at is None:
+                self._restore = current
+            self._expires_at = self._clock() + for_seconds
+        else:
+            self._restore = self._expires_at = None
+        self._settings = merged
+        return merged
+
+    def clear(self) -> FaultSettings:
+        """Back to the settings the node started with (a timed change is dropped)."""
+        self._settings = self.initial
+        self._restore = self._expires_at = None
+        return self.initial
 
     def _hit(self, rate: float) -> bool:
         if rate <= 0.0:

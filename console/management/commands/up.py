@@ -16,7 +16,12 @@ vendor paths in the first minute.
 
 ``Ready.`` means the first call works: ``up`` probes the demo upstreams healthy
 before it starts the web server, and checks the demo key on every demo model
-through its own gateway before it says so (``console.management.readiness``)."""
+through its own gateway before it says so (``console.management.readiness``).
+
+Both simulators get an admin secret derived from ``SECRET_KEY`` (in the
+environment, off the process list): their ``/admin`` endpoint then answers
+loopback clients with that secret only, never a gateway key, and
+``manage.py simulator_faults`` derives it again to inject faults."""
 
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ from console.management.readiness import (
 from console.processes import ChildDied, CrashLoop, Supervisor
 from console.server import server_args
 from console.staticassets import collect_static
+from tooling.simulator.admin import ADMIN_SECRET_ENV, derive_admin_secret
 
 # How long up waits for the upstreams, the server and the demo key's first calls.
 READY_TIMEOUT_SECONDS = 90.0
@@ -221,16 +227,18 @@ class Command(BaseCommand):
 
     def start_simulators(self, sup: Supervisor, node_port: int, vendor_port: int) -> None:
         """The inference-node simulator (the demo's own node) and the vendor simulator
-        (the demo's vendor channels), each when its port is set."""
+        (the demo's vendor channels), each when its port is set, each with the
+        admin secret ``simulator_faults`` uses."""
+        admin = {ADMIN_SECRET_ENV: derive_admin_secret(settings.SECRET_KEY)}
         if node_port:
             models = ",".join(f"{name}:{context}" for name, context in SIMULATOR_MODELS)
-            sup.start("node", _simulator(node_port, models))
+            sup.start("node", _simulator(node_port, models), env_extra=admin)
         if vendor_port:
             models = ",".join(f"{up}:{ctx}" for _, _, _, up, ctx, _ in VENDOR_CHANNELS)
             sup.start(
                 "vendor-sim",
                 _simulator(vendor_port, models),
-                env_extra={"SIM_API_KEYS": vendor_key()},
+                env_extra={"SIM_API_KEYS": vendor_key(), **admin},
             )
 
     def run_children(
