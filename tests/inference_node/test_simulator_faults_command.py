@@ -5,6 +5,7 @@ admin endpoint's guard (the secret, loopback peers only)."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from types import SimpleNamespace
 
@@ -12,13 +13,20 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from accounts.actors import Actor
 from console.management.commands.up import _simulator
 from console.management.demo import (
     SIMULATOR_MODELS,
     SIMULATOR_NODE_NAME,
     ensure_simulator_node,
 )
+from inference_node.models import Node, NodeHealth
+from inference_node.selectors import invalidate_routing_snapshot
+from tests.factories import issue_key
+from tests.gateway_bridge.harness import running_gateway
 from tests.inference_node.server_helpers import _start_process, inprocess_node, stop_process
+from tests.simulator_faults import request
+from tests.usage.conftest import catalog  # noqa: F401 - the seeded catalogue
 from tooling.simulator.admin import (
     ADMIN_SECRET_ENV,
     ADMIN_SECRET_HEADER,
@@ -167,3 +175,39 @@ def test_a_timed_change_is_undone_when_it_runs_out():
     assert injector.decide().status == 0
     assert injector.settings == FaultSettings(spike_ms=20.0)
     assert injector.expires_in() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_through_the_gateway_fails_with_the_injected_status(
+    demo_sim,
+    catalog,
+    owner,
+    settings,
+    tmp_path,  # noqa: F811 - the usage fixture
+):
+    """The simulator's injected 503 reaches the caller as the gateway's 502
+    ``upstream_error``; cleared, the same call succeeds again."""
+    settings.GATEWAY_SPOOL_DIR = tmp_path / "spool"
+    settings.GATEWAY_LIMITS_STORE = "memory"
+    settings.GATEWAY_RETRY_BACKOFF_SECONDS = 0.001
+    ensure_simulator_node(demo_sim.port)
+    Node.objects.filter(name=SIMULATOR_NODE_NAME).update(health=NodeHealth.HEALTHY)
+    invalidate_routing_snapshot()
+    _key, raw = issue_key(Actor(owner, "127.0.0.1"))
+    headers = {"Authorization": f"Bearer {raw}", "Content-Type": "application/json"}
+
+    def call(gw) -> tuple[int, bytes]:
+        reply = request(gw.url, "POST", CHAT, BODY, headers)
+        return reply.status, reply.body
+
+    try:
+        with running_gateway() as gw:
+            assert call(gw)[0] == 200
+            faults("--node", SIMULATOR_NODE_NAME, "--error-rate", "1.0", "--status", "503")
+            status, body = call(gw)
+            assert status == 502
+            assert json.loads(body)["error"]["code"] == "upstream_error"
+            faults("--node", SIMULATOR_NODE_NAME, "--clear")
+            assert call(gw)[0] == 200
+    finally:
+        faults("--node", SIMULATOR_NODE_NAME, "--clear")
