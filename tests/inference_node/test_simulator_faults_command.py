@@ -30,6 +30,8 @@ from tests.usage.conftest import catalog  # noqa: F401 - the seeded catalogue
 from tooling.simulator.admin import (
     ADMIN_SECRET_ENV,
     ADMIN_SECRET_HEADER,
+    FaultControl,
+    FaultControlError,
     check_admin_secret,
     derive_admin_secret,
     is_loopback_peer,
@@ -178,12 +180,9 @@ def test_a_timed_change_is_undone_when_it_runs_out():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("catalog")
 def test_a_call_through_the_gateway_fails_with_the_injected_status(
-    demo_sim,
-    catalog,
-    owner,
-    settings,
-    tmp_path,  # noqa: F811 - the usage fixture
+    demo_sim, owner, settings, tmp_path
 ):
     """The simulator's injected 503 reaches the caller as the gateway's 502
     ``upstream_error``; cleared, the same call succeeds again."""
@@ -211,3 +210,24 @@ def test_a_call_through_the_gateway_fails_with_the_injected_status(
             assert call(gw)[0] == 200
     finally:
         faults("--node", SIMULATOR_NODE_NAME, "--clear")
+
+
+def test_the_admin_client_sets_times_and_clears_faults():
+    with inprocess_node("--admin-secret", "s3cret", "--fault-429-rate", "0.5") as node:
+        control = FaultControl(node.base_url, "s3cret")
+        state = control.set({"fault_500_rate": 1.0}, for_seconds=600)
+        assert state.settings["fault_500_rate"] == 1.0
+        assert 590 < (control.get().expires_in or 0) <= 600
+        state = control.clear()
+        assert state.settings["fault_500_rate"] == 0.0
+        assert state.settings["fault_429_rate"] == 0.5  # what it started with
+        assert state.expires_in is None
+        headers = {ADMIN_SECRET_HEADER: "s3cret"}
+        status, _, body = node.post(
+            "/admin/faults?for_seconds=-1", {"fault_500_rate": 1.0}, headers=headers
+        )
+        assert status == 400 and body["error"]["param"] == "for_seconds"
+        with pytest.raises(FaultControlError, match="401"):
+            FaultControl(node.base_url, "wrong").get()
+    with pytest.raises(FaultControlError, match="not a loopback"):
+        FaultControl("http://10.0.0.5:9001", "s3cret")
