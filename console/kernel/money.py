@@ -38,6 +38,8 @@ from typing import Literal
 
 from babel import Locale, UnknownLocaleError
 from babel.numbers import NumberPattern, get_currency_precision, parse_pattern
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import get_language, to_locale
 
 MICRO = 1_000_000
 MICRO_PLACES = 6
@@ -72,9 +74,6 @@ def _locale(name: str) -> Locale:
 def current_locale() -> str:
     """Django's active language as a Babel locale name (``"en-us"`` →
     ``"en_US"``), or ``"en"`` outside a request or without a language."""
-    from django.core.exceptions import ImproperlyConfigured
-    from django.utils.translation import get_language, to_locale
-
     try:
         language = get_language()
     except ImproperlyConfigured:  # no Django settings: a plain script
