@@ -11,7 +11,7 @@ the client's protocol by the relay.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -27,7 +27,21 @@ from gateway_bridge.protocols.base import (
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Scope
-    from gateway_bridge.pipeline.fair import Ticket
+
+
+class _Threshold(Protocol):
+    @property
+    def threshold(self) -> int: ...
+
+
+class LargeBodyClaim(Protocol):
+    """What reading a body needs of a large-body ticket (``fair.Ticket``, which
+    imports this module): the size that makes a body large, and the claim."""
+
+    @property
+    def gate(self) -> _Threshold: ...
+
+    def claim(self) -> None: ...
 
 
 def too_large(max_body: int) -> GatewayError:
@@ -44,7 +58,7 @@ async def read_json(receive: Receive, headers: dict[str, str], max_body: int) ->
 
 
 async def read_raw(
-    receive: Receive, headers: dict[str, str], max_body: int, large: Ticket | None = None
+    receive: Receive, headers: dict[str, str], max_body: int, large: LargeBodyClaim | None = None
 ) -> bytes:
     """The request body's bytes (size limit and content type checked).
     ``large`` (a ``fair.Ticket``) is claimed before the body is read when

@@ -7,7 +7,8 @@ from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 
 from console.kernel.crypto import seal
-from tooling.soak.cluster import Cluster, Proc
+from tooling.soak.cluster import Cluster
+from tooling.soak.procs import Proc
 
 
 def test_the_soak_children_open_the_node_tokens_the_soak_sealed(tmp_path):
@@ -44,7 +45,7 @@ def test_the_relay_forwards_and_cuts_every_connection_when_stopped(tmp_path):
     import sys
     import threading
 
-    from tooling.soak.cluster import free_port
+    from tooling.soak.procs import free_port
 
     class Echo(socketserver.BaseRequestHandler):
         def handle(self):

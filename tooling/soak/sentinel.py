@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from tooling.soak.cluster import Proc
+from tooling.soak.procs import Proc
 
 SERVICE = "soak"
 DATA_PORTS = 7300  # the first two free ports from here: primary and replica
