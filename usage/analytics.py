@@ -1,7 +1,9 @@
 """Usage analytics read from the hourly rollups only, never from call records,
 so a month of one organization is at most a few thousand rows however many
 calls it made. Latency percentiles come from merging the rows' histograms
-(``usage.sketch``: within 1 % of the exact value).
+(``usage.sketch``: within 1 % of the exact value); ``percentiles`` of a range
+holding few calls reads those calls' records instead and is exact
+(``usage.percentiles``).
 
 ``filters`` may hold ``sub_account_id``, ``api_key_id``, ``model`` and
 ``node_id`` (``None`` values are ignored; ``sub_account_id=0`` means keys
@@ -21,11 +23,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.db.models.functions import TruncDay
 
 from usage.ingest.aggregate import SUM_COLUMNS
-from usage.models import CatalogModel, Grain, Rollup
+from usage.models import CallRecord, CatalogModel, Grain, Rollup
+from usage.percentiles import percentiles_of
 from usage.quantiles import encoded_quantiles
 
 DIMENSIONS = ("sub_account_id", "api_key_id", "model", "node_id", "protocol", "mode")
@@ -99,6 +102,44 @@ def rollup_rows(
     return rows
 
 
+def _dimension_match(dim: str, value: Any) -> Q:
+    """The call records a rollup filter's value stands for: ``0`` is "none"
+    for a sub-account or a node, a mode is whether the call streamed."""
+    values = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
+    match = Q(pk__in=[])
+    for v in values:
+        if dim == "mode":
+            match |= Q(stream=v == "stream")
+        elif dim in ("sub_account_id", "node_id") and v == 0:
+            match |= Q(**{f"{dim}__isnull": True})
+        else:
+            match |= Q(**{dim: v})
+    return match
+
+
+def call_values(
+    organization_id: int, start: datetime, end: datetime, filters: Filters | None
+) -> tuple[list[int], list[int]]:
+    """The latencies and TTFTs (us) of the billed calls that ``rollup_rows``
+    of the same arguments sum up: started in the rollup hours ``[start, end)``
+    covers (``end`` rounded up to its hour)."""
+    last = floor_hour(end)
+    if last < end:
+        last += HOUR
+    calls = CallRecord.objects.billed().filter(
+        organization_id=organization_id, started_at__gte=floor_hour(start), started_at__lt=last
+    )
+    for dim, value in _clean_filters(filters).items():
+        calls = calls.filter(_dimension_match(dim, value))
+    lats: list[int] = []
+    ttfts: list[int] = []
+    for lat, ttft in calls.values_list("latency_us", "ttft_us").iterator():
+        lats.append(lat)
+        if ttft is not None:
+            ttfts.append(ttft)
+    return lats, ttfts
+
+
 def latency_series(
     organization_id: int,
     start: datetime,
@@ -141,7 +182,9 @@ def percentiles(
     filters: Filters | None = None,
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
 ) -> dict[str, Any]:
-    """Percentiles over the whole range: ``{"calls", "latency_ms", "ttft_ms"}``."""
+    """Percentiles over the whole range: ``{"calls", "latency_ms", "ttft_ms"}``;
+    exact (nearest rank) from the call records while the range holds few
+    calls, from the sketches above (``usage.percentiles``)."""
     calls = 0
     lats: list[bytes | None] = []
     ttfts: list[bytes | None] = []
@@ -151,10 +194,17 @@ def percentiles(
         calls += n
         lats.append(lat)
         ttfts.append(ttft)
+    values: list[tuple[list[int], list[int]]] = []
+
+    def records() -> tuple[list[int], list[int]]:
+        if not values:
+            values.append(call_values(organization_id, start, end, filters))
+        return values[0]
+
     return {
         "calls": calls,
-        "latency_ms": encoded_quantiles(lats, quantiles),
-        "ttft_ms": encoded_quantiles(ttfts, quantiles),
+        "latency_ms": percentiles_of(lats, quantiles, lambda: records()[0]),
+        "ttft_ms": percentiles_of(ttfts, quantiles, lambda: records()[1]),
     }
 
 

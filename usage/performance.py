@@ -12,8 +12,10 @@ the hour now running and the whole hours before it, 24, 168 or 720 hours):
 * calls: every billed call recorded for the model (the rollups hold no
   load-test call marked "not billed": a load test at its knee is not the
   model's performance);
-* TTFT p50 / p99 and latency p50 / p99 / p99.9 (ms): quantiles of the merged
-  sketches (``usage.sketch``: within 1 % relative error);
+* TTFT p50 / p99 and latency p50 / p99 / p99.9 (ms): ``usage.percentiles``:
+  exact nearest-rank order statistics of the call records while the window
+  holds fewer than ``EXACT_BELOW`` values, the merged sketches'
+  (``usage.sketch``: within 1 % relative error) above;
 * output tokens per second, p50: of the per-call ``output tokens ÷ generation
   time`` (latency less TTFT for a stream, the whole latency otherwise), over
   the 2xx calls with output tokens not answered from the response cache
@@ -29,15 +31,18 @@ the hour now running and the whole hours before it, 24, 168 or 720 hours):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db.models import Sum
 from django.utils import timezone
 
 from usage.margin import node_labels
-from usage.models import Grain, Rollup
+from usage.models import CallRecord, Grain, Rollup
+from usage.percentiles import EXACT_BELOW, percentiles_of
 from usage.quantiles import encoded_quantiles
 
 HOUR = timedelta(hours=1)
@@ -122,9 +127,11 @@ class _Acc:
         self.ttft.append(ttft)
         self.tps.append(tps)
 
-    def figures(self) -> Figures:
-        ttft = encoded_quantiles(self.ttft, TTFT_QUANTILES)
-        lat = encoded_quantiles(self.lat, LATENCY_QUANTILES)
+    def figures(self, records: Callable[[], _Values]) -> Figures:
+        """``records``: the window's (latency, TTFT) values (us) from the call
+        records, read only when the window holds few calls."""
+        ttft = percentiles_of(self.ttft, TTFT_QUANTILES, lambda: records()[1])
+        lat = percentiles_of(self.lat, LATENCY_QUANTILES, lambda: records()[0])
         # The sketch holds thousandths of a token per second; ``encoded_quantiles``
         # divides by 1000 (it reads microseconds as ms), which gives tokens/s.
         tps = encoded_quantiles(self.tps, (0.5,))
@@ -140,6 +147,46 @@ class _Acc:
             latency_p999_ms=lat[0.999],
             tokens_per_s_p50=tps[0.5],
         )
+
+
+# One window's latencies and TTFTs (us) from the call records.
+_Values = tuple[list[int], list[int]]
+
+
+def _record_values(
+    start: datetime, end: datetime, models: Sequence[str], node_id: int | None = None
+) -> dict[str, _Values]:
+    """The billed calls' latencies and TTFTs (us) per model, started in
+    ``[start, end)`` (the rollup hours they are summed into); ``node_id``:
+    one channel's only (0: answered by none)."""
+    calls = CallRecord.objects.billed().filter(
+        model__in=list(models), started_at__gte=start, started_at__lt=end
+    )
+    if node_id is not None:
+        calls = calls.filter(node_id=node_id or None)
+    out: dict[str, _Values] = {m: ([], []) for m in models}
+    for model, lat, ttft in calls.values_list("model", "latency_us", "ttft_us").iterator():
+        values = out[model]
+        values[0].append(lat)
+        if ttft is not None:
+            values[1].append(ttft)
+    return out
+
+
+class _Records:
+    """A window's call-record values per model, read once, on first need."""
+
+    def __init__(self, load: Callable[[], dict[str, _Values]]) -> None:
+        self._load = load
+        self._values: dict[str, _Values] | None = None
+
+    def of(self, model: str) -> Callable[[], _Values]:
+        def values() -> _Values:
+            if self._values is None:
+                self._values = self._load()
+            return self._values.get(model, ([], []))
+
+        return values
 
 
 _COLUMNS = (
@@ -170,7 +217,13 @@ def model_performance(
         for w, start in starts.items():
             if hour >= start:
                 accs[w][model].add(*values)
-    return {w: {m: a.figures() for m, a in sorted(by.items())} for w, by in accs.items()}
+    end = floor_hour(now) + HOUR
+    out: dict[str, dict[str, Figures]] = {}
+    for w, by in accs.items():
+        few = [m for m, a in by.items() if a.calls < EXACT_BELOW]
+        records = _Records(partial(_record_values, starts[w], end, few))
+        out[w] = {m: a.figures(records.of(m)) for m, a in sorted(by.items())}
+    return out
 
 
 @dataclass(frozen=True)
@@ -197,7 +250,15 @@ def channel_performance(
     for node_id, *values in rows.iterator(chunk_size=2000):
         accs[node_id].add(*values)
     labels = node_labels(list(accs))
-    out = [ChannelFigures(n, labels[n], acc.figures()) for n, acc in accs.items()]
+    start, end = window_start(window, now), floor_hour(now) + HOUR
+    out = [
+        ChannelFigures(
+            n,
+            labels[n],
+            acc.figures(_Records(partial(_record_values, start, end, [model], n)).of(model)),
+        )
+        for n, acc in accs.items()
+    ]
     out.sort(key=lambda c: (-c.figures.calls, c.label))
     return out
 

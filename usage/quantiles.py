@@ -86,6 +86,16 @@ def _merged_slowly(blobs: list[bytes]) -> tuple[int, int, list[int]]:
     return lo, hist.zero_count, [hist.bins.get(k, 0) for k in range(lo, hi)]
 
 
+def encoded_count(encoded: Iterable[bytes | memoryview | None]) -> int:
+    """How many values the merge of these encoded histograms holds."""
+    total = 0
+    for b in encoded:
+        if b:
+            zero, counts = _dense(bytes(b))[1:]
+            total += zero + sum(counts)
+    return total
+
+
 def encoded_quantiles(
     encoded: Iterable[bytes | memoryview | None], quantiles: Iterable[float]
 ) -> dict[float, float | None]:
