@@ -19,6 +19,11 @@ The display rules:
   currency's, at most six), only where a user asks for exact figures (a
   call's cost, CSV exports, limit refusals that name the very amount).
   ``unit="minor"``: an amount held in the currency's minor unit (cents).
+  ``small=True``: the small-amount form, for analytics tables and chart
+  hover labels, where many amounts are fractions of a cent and must be told
+  apart: the same text, except that a non-zero amount that would round to
+  zero shows two significant digits (at most six decimals) instead of
+  ``"< 0.01 USD"``: ``"0.0042 USD"``, ``"0.000031 USD"``, ``"-0.0047 USD"``.
 * ``format_rate``: a rate stored in parts per million as a percentage
   (``190_000`` → ``"19 %"``, ``75_000`` → ``"7.5 %"``).
 * ``money_decimal``: the same two roundings (``exact``) as ``Decimal``
@@ -154,6 +159,15 @@ def exact_places(micro: int, currency: str) -> int:
     return places
 
 
+def small_places(micro: int) -> int:
+    """How many decimals show ``micro``'s first two significant digits (at
+    most six): 4_200 → 4 (``0.0042``), 31 → 6 (``0.000031``)."""
+    places = 0
+    while places < MICRO_PLACES and abs(micro) * 10**places < 10 * MICRO:
+        places += 1
+    return places
+
+
 # --- text ---------------------------------------------------------------------------------
 
 
@@ -163,6 +177,7 @@ def format_amount(
     *,
     unit: Literal["micro", "minor"] = "micro",
     exact: bool = False,
+    small: bool = False,
     places: int | None = None,
     locale: str | None = None,
 ) -> str:
@@ -177,7 +192,12 @@ def format_amount(
     currency's, at most six): a call's cost is often a fraction of a cent,
     and rounding it to cents would show most calls as free. Only where a
     user asks for exact figures (call detail, exports, a limit that names
-    its amount)."""
+    its amount).
+
+    ``small``: a non-zero amount that would show as zero keeps two
+    significant digits instead (``"0.0042 USD"``, at most six decimals):
+    analytics tables and hover labels, where fractions of a cent are told
+    apart."""
     if amount is None:
         return NONE_TEXT
     code = currency.upper()
@@ -189,6 +209,9 @@ def format_amount(
     else:
         digits = minor_units(code) if places is None else places
     value = _round(amount, digits)
+    if amount and not value and small:
+        digits = small_places(amount)
+        value = _round(amount, digits)
     if amount and not value:
         smallest = _number(Decimal(1).scaleb(-digits), digits, locale)
         return f"< {smallest} {code}" if amount > 0 else f"> -{smallest} {code}"

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 import plotly.graph_objects as go
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from console.features.analytics.query import Query
-from console.kernel.money import chart_tickformat, micro_to_decimal
+from console.kernel.money import MICRO, chart_tickformat, format_amount, micro_to_decimal
 from usage import facade as usage
 
 ALL_QUANTILES = (0.5, 0.9, 0.99, 0.999)
@@ -70,18 +71,44 @@ def iso_local(t: datetime, tz) -> str:
 
 
 def money_axis(micro: int) -> float:
-    """Display only (a chart's axis); CSVs carry the exact decimal. Hover
-    labels and ticks round it to the currency's decimals (``currency=`` of
-    ``line``, ``bar`` and ``figure``)."""
+    """Display only (a chart's axis); CSVs carry the exact decimal. Ticks
+    round it to the currency's decimals (``y_currency=`` of ``figure``);
+    hover labels show it in the small-amount form (``currency=`` of ``line``
+    and ``bar``: ``money_hover_texts``)."""
     return float(micro_to_decimal(micro))
 
 
+MONEY_HOVER = "%{customdata}"
+
+
 def _hover(number_format: str, unit: str, currency: str | None) -> str:
-    """A trace's hover label: money with its currency's decimals
-    (``console.kernel.money.chart_tickformat``: 2 for USD, 0 for JPY, 3 for BHD)."""
+    """A trace's hover label: money as the kernel's small-amount form (the
+    point's text in ``customdata``, see ``money_hover_texts``)."""
     if currency:
-        return f"%{{y:{chart_tickformat(currency)}}} {currency.upper()}"
+        return MONEY_HOVER
     return f"%{{y:{number_format}}}{unit}"
+
+
+def money_hover_texts(y, currency: str) -> list[str]:
+    """Each money point's hover text (``y`` in currency units, as
+    ``money_axis`` gives them): the currency's decimals, and fractions of a
+    cent told apart (``"0.0031 USD"``, ``console.kernel.money``'s
+    ``small=True``), never ``"< 0.01 USD"`` for every small point."""
+    texts = []
+    for v in y:
+        if v is None:
+            texts.append("")
+            continue
+        micro = (Decimal(str(v)) * MICRO).to_integral_value(rounding=ROUND_HALF_UP)
+        texts.append(format_amount(int(micro), currency, small=True))
+    return texts
+
+
+def _money_arrays(x, y, currency: str | None) -> dict:
+    arrays = {"x": x, "y": y}
+    if currency:
+        arrays["customdata"] = money_hover_texts(y, currency)
+    return arrays
 
 
 def share_pct(part: int, whole: int) -> float | None:
@@ -149,14 +176,14 @@ def line(
         connectgaps=False,
         hovertemplate=_hover(",.4~r", unit, currency),
     )
-    return trace, {"x": x, "y": y}
+    return trace, _money_arrays(x, y, currency)
 
 
 def bar(name: str, colour: str, x, y, *, unit: str = "", currency: str | None = None) -> tuple:
     trace = go.Bar(
         name=name, marker={"color": colour}, hovertemplate=_hover(",.6~r", unit, currency)
     )
-    return trace, {"x": x, "y": y}
+    return trace, _money_arrays(x, y, currency)
 
 
 def time_title(q: Query) -> str:

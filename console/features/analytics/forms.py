@@ -99,8 +99,14 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
         max_length=32,
         label=gettext_lazy("Tag key"),
         help_text=gettext_lazy("The tag whose values group the spend, such as team"),
+        # hx-preserve: a key being typed survives the form's swap when another
+        # filter (such as "Group spend by") changed a moment before (issue 38).
         widget=forms.TextInput(
-            attrs={"list": "tag-key-options", "placeholder": gettext_lazy("team")}
+            attrs={
+                "list": "tag-key-options",
+                "placeholder": gettext_lazy("team"),
+                "hx-preserve": "true",
+            }
         ),
     )
     refresh = forms.ChoiceField(
@@ -132,13 +138,10 @@ class AnalyticsForm(OrganizationFilterMixin, forms.Form):
             )
 
     def clean(self):
+        # "Group spend by: a tag's value" without a tag key yet is no error: the
+        # form swaps in as soon as the choice changes, before the key is typed
+        # (issue 38); the spend-by-tag chart asks for the key instead.
         data = super().clean()
-        if (
-            data.get("attribute") == "tag"
-            and not data.get("tag_key")
-            and "tag_key" not in self.errors
-        ):
-            self.add_error("tag_key", _("Give the tag key whose values group the spend."))
         if self.errors:
             return data
         start, end = data.get("from"), data.get("to")

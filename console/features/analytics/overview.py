@@ -15,15 +15,17 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from console.features.analytics.chart import (
+    MONEY_HOVER,
     Chart,
     hit_rate,
     iso_local,
     money_axis,
+    money_hover_texts,
     round_ms,
     share_pct,
 )
 from console.features.analytics.query import Query
-from console.kernel.money import chart_tickformat, format_amount, money_decimal
+from console.kernel.money import format_amount, money_decimal
 from invoicing import facade as invoicing
 from usage import facade as usage
 
@@ -95,7 +97,7 @@ def _sparkline(title: str, hovertemplate: str | None) -> dict:
         fillcolor="rgba(48,86,211,0.12)",
         connectgaps=False,
         name=title,
-        # Spend with the currency's decimals, like every money chart.
+        # Spend as every money chart shows it: the small-amount form (customdata).
         **({"hovertemplate": hovertemplate} if hovertemplate else {"hoverinfo": "x+y"}),
     )
     layout = go.Layout(
@@ -121,7 +123,7 @@ def overview_kpis(q: Query) -> Chart:
     )
     kpis = []
     any_calls = False
-    spend_hover = f"%{{x}}: %{{y:{chart_tickformat(cur)}}} {cur}<extra></extra>"
+    spend_hover = f"%{{x}}: {MONEY_HOVER}<extra></extra>"
     for label, start, end, bucket in overview_periods(q):
         kw = {"filters": q.filters, "tz": q.tz, "quantiles": (0.5, 0.99)}
         s = usage.series(q.organization_id, start, end, bucket=bucket, whole=True, **kw)
@@ -137,6 +139,8 @@ def overview_kpis(q: Query) -> Chart:
             ys = [money_axis(v[kind]) if kind == "spend" else v[kind] for v in points]
             fig = copy.deepcopy(_sparkline(title, spend_hover if kind == "spend" else None))
             fig["data"][0].update({"x": x, "y": ys})
+            if kind == "spend":
+                fig["data"][0]["customdata"] = money_hover_texts(ys, cur)
             tiles.append(
                 {
                     "kind": kind,
@@ -198,7 +202,7 @@ def overview_top(q: Query) -> Chart:
                 [
                     (label, link),
                     (f"{p['calls']:,}", None),
-                    (format_amount(p["cost"], cur), None),
+                    (format_amount(p["cost"], cur, small=True), None),
                 ]
             )
         tables.append(

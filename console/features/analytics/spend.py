@@ -172,7 +172,7 @@ def top_spenders(q: Query) -> Chart:
                 (sub, None),
                 (f"{p['calls']:,}", None),
                 (f"{toks:,}", None),
-                (format_amount(p["cost"], cur), None),
+                (format_amount(p["cost"], cur, small=True), None),
                 (f"{share:.1f} %" if share is not None else "—", None),
             ]
         )
@@ -212,7 +212,11 @@ def attribution_chart(q: Query) -> Chart:
         "spend_attribution",
         _("Spend by end user")
         if choice == "end_user"
-        else (_("Spend by tag “%(key)s”") % {"key": key} if choice == "tag" else _("Spend by tag")),
+        else (
+            _("Spend by tag “%(key)s”") % {"key": key}
+            if choice == "tag" and key
+            else _("Spend by tag")
+        ),
         columns=[
             "tag_key",
             "group",
@@ -227,6 +231,9 @@ def attribution_chart(q: Query) -> Chart:
     )
     if choice not in ("tag", "end_user"):
         chart.empty = _no_grouping_text(q)
+        return chart
+    if choice == "tag" and not key:
+        chart.empty = _("Give the tag key whose values group the spend.")
         return chart
     by = ATTRIBUTE_BY_TAG if choice == "tag" else ATTRIBUTE_BY_END_USER
     a = attribution(
@@ -338,7 +345,7 @@ def _attribution_table(
                 (label, _group_calls_url(q, a, by, g.value)),
                 (f"{g.calls:,}", None),
                 (f"{g.tokens:,}", None),
-                (format_amount(g.cost, cur), None),
+                (format_amount(g.cost, cur, small=True), None),
                 (f"{share:.1f} %" if share is not None else "—", None),
             ]
         )
