@@ -25,8 +25,11 @@ What is published, by topic:
   ``has_billed_calls``, ``billed_cost``, ``costly_billed_calls``); call
   records as ``StoredCall`` rows (``call_rows``), the 5xx calls of a month
   (``failed_billed_calls``), an organization's rolled-up cost
-  (``org_rollup_cost``) and per-key calls and tokens
-  (``calls_and_tokens_by_key``); the catalogue's models (``model_names``,
+  (``org_rollup_cost``), per-key calls and tokens
+  (``calls_and_tokens_by_key``) and when a key's or sub-account's calls were
+  first refused at one of its spend caps in each period
+  (``first_cap_refusals``, for the alert rules: a refusal is the cap
+  reached); the catalogue's models (``model_names``,
   ``catalog_models`` of ``CatalogModelRow``, ``connect_catalog_changes`` for
   a receiver of every catalogue or price change);
 * the rollup reads the analytics pages draw (``series`` into a ``Series``,
@@ -154,6 +157,7 @@ from usage.records import (
     call_rows,
     calls_and_tokens_by_key,
     failed_billed_calls,
+    first_cap_refusals,
     org_rollup_cost,
 )
 from usage.seed import seed_catalog
@@ -227,6 +231,7 @@ __all__ = [
     "encode",
     "ensure_call_partitions",
     "failed_billed_calls",
+    "first_cap_refusals",
     "has_billed_calls",
     "has_unbilled_adjustments",
     "key_filter_field",

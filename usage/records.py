@@ -1,6 +1,7 @@
 """Call records and rollups as plain rows, for what other apps check or watch:
 the soak's proofs (every answered call has its record, the money adds up,
-no cap was exceeded), and the alert rules' trailing spend and per-key rates."""
+no cap was exceeded), and the alert rules' trailing spend, per-key rates and
+the calls refused at a spend cap."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Min, Q, Sum
 
 from usage.models import CallRecord, Grain, Rollup
+
+# A cap period's name (as ``spend_by_period`` and the alert rules name them) to
+# the word in the gateway's refusal code (``key_daily_cap_exceeded``, ...).
+_CAP_PERIOD_WORDS = {"d": "daily", "m": "monthly", "life": "lifetime"}
 
 
 class StoredCall(NamedTuple):
@@ -134,3 +139,52 @@ def failed_billed_calls(organization_id: int, start: datetime, end: datetime) ->
         .values_list("request_id", "started_at", "model", "status_code", "error_type")
     )
     return [FailedCall(*row) for row in rows]
+
+
+def first_cap_refusals(
+    organization_id: int,
+    *,
+    grain: str,
+    idents: Iterable[int],
+    periods: dict[str, tuple[datetime, datetime]],
+) -> dict[int, dict[str, datetime]]:
+    """When the gateway first refused a call of key ``ident`` (``grain``
+    ``KEY``) or sub-account ``ident`` (``SUB_ACCOUNT``) for that holder's own
+    cap of each period (``periods``: ``"d"`` / ``"m"`` -> [start, end), with
+    ``"life"`` always looked at): ``{ident: {period: started_at}}``, a period
+    without such a refusal absent. A refusal (``key_daily_cap_exceeded``,
+    ``sub_account_monthly_cap_exceeded``, ...) means the spend reached the cap,
+    though the recorded spend stops short of it (the gateway reserves a call's
+    worst case). One grouped query."""
+    if grain not in (Grain.KEY.value, Grain.SUB_ACCOUNT.value):
+        raise ValueError(f"caps are kept per key or per sub-account, not per {grain!r}")
+    field = "api_key_id" if grain == Grain.KEY.value else "sub_account_id"
+    scope = "key" if grain == Grain.KEY.value else "sub_account"
+    idents = list(dict.fromkeys(idents))
+    if not idents:
+        return {}
+    firsts = {}
+    for name in (*periods, "life"):
+        word = _CAP_PERIOD_WORDS.get(name)
+        if word is None:
+            continue
+        q = Q(error_type=f"{scope}_{word}_cap_exceeded")
+        if name in periods:
+            start, end = periods[name]
+            q &= Q(started_at__gte=start, started_at__lt=end)
+        firsts[name] = Min("started_at", filter=q)
+    codes = [f"{scope}_{word}_cap_exceeded" for word in _CAP_PERIOD_WORDS.values()]
+    rows = (
+        CallRecord.objects.filter(
+            organization_id=organization_id, error_type__in=codes, **{f"{field}__in": idents}
+        )
+        .order_by()
+        .values(field)
+        .annotate(**firsts)
+    )
+    out: dict[int, dict[str, datetime]] = {}
+    for row in rows:
+        seen = {name: row[name] for name in firsts if row[name] is not None}
+        if seen:
+            out[int(row[field])] = seen
+    return out

@@ -1,7 +1,12 @@
 """What each kind of rule sees now: a rule becomes ``Observation``s, one per
 subject, threshold and period, each saying whether its condition holds.
 Everything is read from the rollups, call records, ledger, node and invoice
-rows through the apps' facades — never from the gateway's counters."""
+rows through the apps' facades — never from the gateway's counters.
+
+A spend cap counts as reached (100 %) once the gateway refused a call for it
+in the period: the gateway refuses at its reserved worst case, so the spend
+the records show stops just short of the cap and a 100 % threshold would
+otherwise never be crossed."""
 
 from __future__ import annotations
 
@@ -21,8 +26,10 @@ from inference_node.facade import (
 )
 from invoicing.facade import overdue_invoices, prepaid_balance
 from usage.facade import (
+    SPEND_BY_KEY,
     SPEND_BY_SUB_ACCOUNT,
     calls_and_tokens_by_key,
+    first_cap_refusals,
     org_rollup_cost,
     spend_by_period,
 )
@@ -73,13 +80,19 @@ def _period_names(bounds) -> dict[str, str]:
     return {"d": f"d:{day.isoformat()}", "m": f"m:{day.year:04d}-{day.month:02d}", "life": "life"}
 
 
-def _cap_observations(rule, subject, label, holder, spent: dict, names) -> list[Observation]:
+def _cap_observations(
+    rule, subject, label, holder, spent: dict, refused: dict, names
+) -> list[Observation]:
+    """``refused``: the periods in which the gateway refused a call for this
+    holder's cap; there the spend counts as the cap itself."""
     out = []
     for period, field in _CAPS:
         cap = getattr(holder, field)
         if not cap or cap <= 0:
             continue
         used = int(spent.get(period, 0))
+        if period in refused:
+            used = max(used, cap)
         for pct in sorted({int(p) for p in rule.percents}):
             out.append(
                 Observation(
@@ -93,6 +106,12 @@ def _cap_observations(rule, subject, label, holder, spent: dict, names) -> list[
                 )
             )
     return out
+
+
+def _refusals(rule: AlertRule, grain: str, idents: list[int], bounds) -> dict:
+    if not idents:
+        return {}
+    return first_cap_refusals(rule.organization_id, grain=grain, idents=idents, periods=bounds)
 
 
 def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
@@ -114,9 +133,16 @@ def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
             if keys
             else {}
         )
+        refused = _refusals(rule, SPEND_BY_KEY, [k.pk for k in keys], bounds)
         for k in keys:
             out += _cap_observations(
-                rule, f"key:{k.pk}", _key_label(k), k, spent.get(k.pk, {}), names
+                rule,
+                f"key:{k.pk}",
+                _key_label(k),
+                k,
+                spent.get(k.pk, {}),
+                refused.get(k.pk, {}),
+                names,
             )
     if rule.scope in (Scope.SUB_ACCOUNT, Scope.ORG):
         subs = SubAccount.objects.filter(
@@ -124,16 +150,28 @@ def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
         )
         if rule.scope == Scope.SUB_ACCOUNT:
             subs = subs.filter(pk=rule.sub_account_id)
-        for sub in subs.order_by("id"):
-            if not (sub.spend_cap_daily or sub.spend_cap_monthly or sub.spend_cap_lifetime):
-                continue
+        subs = [
+            s
+            for s in subs.order_by("id")
+            if s.spend_cap_daily or s.spend_cap_monthly or s.spend_cap_lifetime
+        ]
+        refused = _refusals(rule, SPEND_BY_SUB_ACCOUNT, [s.pk for s in subs], bounds)
+        for sub in subs:
             sub_spent = spend_by_period(
                 organization_id=rule.organization_id,
                 grain=SPEND_BY_SUB_ACCOUNT,
                 ident=sub.pk,
                 periods=bounds,
             )
-            out += _cap_observations(rule, f"sub_account:{sub.pk}", sub.name, sub, sub_spent, names)
+            out += _cap_observations(
+                rule,
+                f"sub_account:{sub.pk}",
+                sub.name,
+                sub,
+                sub_spent,
+                refused.get(sub.pk, {}),
+                names,
+            )
     return out
 
 
