@@ -7,6 +7,7 @@ beat's evaluation fires 50 %, 80 %, then 100 % at the refusal, once."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -15,7 +16,8 @@ from accounts.actors import Actor
 from accounts.models import ApiKey, Role
 from console.features.alerts.models import AlertRule, Kind, Scope
 from console.features.alerts.services import evaluate
-from tests.factories import MembershipFactory, OrganizationFactory, issue_key
+from tests.alerts.conftest import NOW, calls
+from tests.factories import MembershipFactory, OrganizationFactory, SubAccountFactory, issue_key
 from tests.gateway_bridge.harness import running_gateway
 from tests.inference_node.factories import NodeFactory
 from tests.simulator_faults import CHAT, TOKEN, request, simulator
@@ -24,6 +26,7 @@ from usage.ingest import ingest_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+COST = 240  # micro-units of one ingested test call (as in test_evaluate.py)
 SHORT = {**CHAT, "max_tokens": 16}  # a small worst case: the cap is reached call by call
 
 
@@ -106,3 +109,41 @@ def test_a_key_refused_at_its_daily_cap_fires_the_100_percent_alert_once(org, ou
     assert Decimal(hundred["value"]) == cap
     evaluate()
     assert len(outbound.fired) == 3
+
+
+def test_only_a_refusal_for_the_sub_accounts_own_cap_in_the_period_counts_as_reaching_it(
+    org, outbound
+):
+    """Under an organization-wide rule: a refusal of last month, or for the
+    key's own daily cap, reaches nothing of the sub-account's monthly cap;
+    this month's ``sub_account_monthly_cap_exceeded`` reaches 100 %."""
+    owner = Actor(MembershipFactory(organization=org, role=Role.OWNER), "127.0.0.1")
+    team = SubAccountFactory(organization=org, name="research", spend_cap_monthly=10 * COST)
+    key, _raw = issue_key(owner, name="research-key", sub_account_id=team.pk)
+    AlertRule.objects.create(
+        organization=org, name="caps", kind=Kind.SPEND_CAP, scope=Scope.ORG, percents=[100]
+    )
+    refusal = {"status_code": 429, "input_tokens": 0, "output_tokens": 0}
+    calls(key, 4, at=NOW - timedelta(hours=2))
+    calls(
+        key, 1, at=NOW - timedelta(days=5), error_type="sub_account_monthly_cap_exceeded", **refusal
+    )
+    calls(key, 1, at=NOW - timedelta(hours=1), error_type="key_daily_cap_exceeded", **refusal)
+    evaluate(now=NOW)
+    assert outbound.fired == []
+
+    calls(
+        key,
+        1,
+        at=NOW - timedelta(minutes=5),
+        error_type="sub_account_monthly_cap_exceeded",
+        **refusal,
+    )
+    evaluate(now=NOW + timedelta(minutes=1))
+    evaluate(now=NOW + timedelta(minutes=2))
+    (fired,) = outbound.fired
+    assert (fired["data"]["subject"], fired["data"]["period"]) == (
+        f"sub_account:{team.pk}",
+        "m:2026-12",
+    )
+    assert Decimal(fired["data"]["value"]) == 10 * COST
