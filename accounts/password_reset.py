@@ -75,6 +75,12 @@ class PasswordResetView(auth_views.PasswordResetView):
     subject_template_name = "accounts/password_reset_subject.txt"
     success_url = reverse_lazy("accounts:password_reset_done")
 
+    @property
+    def extra_email_context(self):  # type: ignore[override]
+        """The link is built from ``CONSOLE_BASE_URL`` (the console's public
+        address), never from the Host the request came with."""
+        return {"console_base_url": settings.CONSOLE_BASE_URL}
+
     def get_context_data(self, **kwargs):
         kwargs.setdefault("timeout_minutes", max(1, settings.PASSWORD_RESET_TIMEOUT // 60))
         return super().get_context_data(**kwargs)

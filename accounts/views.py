@@ -3,6 +3,7 @@ service or selector, and renders the page (or, for htmx, just the partial)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.core.paginator import Paginator
@@ -126,8 +127,8 @@ def member_list(request):
                 messages.success(
                     request, _("Invitation sent to %(email)s.") % {"email": invitation.email}
                 )
-                request.session[INVITE_LINK_SESSION_KEY] = request.build_absolute_uri(
-                    reverse("accounts:invitation_accept", args=[raw])
+                request.session[INVITE_LINK_SESSION_KEY] = settings.CONSOLE_BASE_URL + reverse(
+                    "accounts:invitation_accept", args=[raw]
                 )
                 return redirect("accounts:members")
     else:

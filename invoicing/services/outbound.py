@@ -7,7 +7,15 @@ after the caller's transaction commits). Each event id is stable
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.urls import reverse
+
 from console.kernel import hooks
+
+
+def _link(name: str, *args) -> str:
+    """The console page an event is about, absolute (``CONSOLE_BASE_URL``)."""
+    return settings.CONSOLE_BASE_URL + reverse(name, args=args)
 
 
 def _fire(organization_id: int, event_type: str, event_id: str, data: dict) -> None:
@@ -35,6 +43,7 @@ def invoice_event(invoice, event_type: str) -> None:
             "amount_minor": int(amount),
             "total_micro": int(invoice.total),
             "due_at": invoice.due_at.isoformat() if invoice.due_at else None,
+            "console_url": _link("invoicing:invoice_detail", invoice.pk),
         },
     )
 
@@ -51,6 +60,7 @@ def credit_note_issued(note) -> None:
             "currency": note.currency,
             "amount_minor": int(note.amount_minor),
             "reason": note.reason[:500],
+            "console_url": _link("invoicing:invoice_detail", note.invoice_id),
         },
     )
 
@@ -65,5 +75,6 @@ def topup_succeeded(payment) -> None:
             "method": payment.method,
             "currency": payment.currency,
             "amount_minor": int(payment.amount_minor),
+            "console_url": _link("invoicing:balance"),
         },
     )

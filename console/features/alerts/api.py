@@ -57,7 +57,10 @@ class AlertRuleInput(serializers.Serializer):
     node = serializers.IntegerField(required=False, allow_null=True)
     model = serializers.CharField(required=False, allow_blank=True)
     percents = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=100), required=False, max_length=10
+        child=serializers.IntegerField(min_value=1, max_value=100),
+        required=False,
+        max_length=10,
+        help_text="Spend caps: whole percents of each cap; 50, 80 and 100 when left out.",
     )
     threshold = serializers.DecimalField(
         max_digits=14, decimal_places=3, required=False, allow_null=True, min_value=0

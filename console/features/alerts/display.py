@@ -19,11 +19,11 @@ def _plain(value: Decimal) -> str:
     return f"{value.normalize():f}" if value == value.to_integral() else f"{value:f}".rstrip("0")
 
 
-def figure(kind: str, value: Decimal | None, currency: str) -> str:
+def figure(kind: str, value: Decimal | None, currency: str, *, exact: bool = False) -> str:
     if value is None:
         return NONE
     if kind in (Kind.SPEND_CAP, Kind.BALANCE_LOW):
-        return format_amount(int(value), currency)
+        return format_amount(int(value), currency, exact=exact)
     if kind == Kind.INVOICE_OVERDUE:
         return format_amount(int(value), currency, unit="minor")
     if kind in (Kind.ERROR_RATE, Kind.RATE_NEAR_LIMIT):
@@ -58,11 +58,25 @@ def which(incident) -> str:
     return ""
 
 
+def value_and_threshold(incident, currency: str) -> tuple[str, str]:
+    """The incident's value and threshold, with as many decimals as it takes
+    for two different amounts not to read as the same number."""
+    kind = incident.rule.kind
+    texts = figure(kind, incident.value, currency), figure(kind, incident.threshold, currency)
+    alike = texts[0] == texts[1] or texts[0][:1] in "<>" or texts[1][:1] in "<>"
+    if alike and incident.value != incident.threshold:
+        exact = (
+            figure(kind, incident.value, currency, exact=True),
+            figure(kind, incident.threshold, currency, exact=True),
+        )
+        return exact
+    return texts
+
+
 def decorate(incidents, currency: str) -> list:
     out = list(incidents)
     for i in out:
-        i.value_text = figure(i.rule.kind, i.value, currency)
-        i.threshold_text = figure(i.rule.kind, i.threshold, currency)
+        i.value_text, i.threshold_text = value_and_threshold(i, currency)
         i.resolved_text = figure(i.rule.kind, i.resolved_value, currency)
         i.which_text = which(i)
     return out

@@ -45,6 +45,10 @@ class AmountField(forms.CharField):
             raise forms.ValidationError(text, code="invalid") from None
 
 
+# A spend-cap rule given no percents fires at these shares of each cap.
+DEFAULT_PERCENTS = (50, 80, 100)
+
+
 class PercentListField(forms.CharField):
     """Whole percents between 1 and 100, separated by commas or spaces
     (``50, 80, 100``), or a list from a script."""
@@ -122,7 +126,7 @@ class AlertRuleForm(forms.Form):
     percents = PercentListField(
         label=_("Shares of each cap (%)"),
         required=False,
-        initial="50, 80, 100",
+        initial=", ".join(str(p) for p in DEFAULT_PERCENTS),
         help_text=_("Spend caps: whole percents of each daily, monthly and lifetime cap."),
     )
     threshold = forms.DecimalField(
@@ -205,8 +209,8 @@ class AlertRuleForm(forms.Form):
             else:
                 data[field] = None if field != "model" else ""
         if kind == Kind.SPEND_CAP:
-            if not data.get("percents"):
-                errors["percents"] = gettext("Enter at least one percent, such as 50, 80, 100.")
+            if not data.get("percents"):  # the documented default
+                data["percents"] = list(DEFAULT_PERCENTS)
         else:
             data["percents"] = []
         if kind == Kind.BALANCE_LOW:

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.urls import reverse
@@ -154,6 +155,21 @@ class EvaluationSummary:
     failed: int = 0
 
 
+# How an incident's value and threshold of each kind count (``webhooks.formats``
+# reads them so): micro-units or minor units of the currency, percent,
+# milliseconds, days; "" for a plain number.
+UNITS = {
+    Kind.SPEND_CAP: "micro",
+    Kind.BALANCE_LOW: "micro",
+    Kind.INVOICE_OVERDUE: "minor",
+    Kind.ERROR_RATE: "percent",
+    Kind.RATE_NEAR_LIMIT: "percent",
+    Kind.LATENCY_P99: "ms",
+    Kind.TTFT_P99: "ms",
+    Kind.BALANCE_RUNWAY: "days",
+}
+
+
 def event_data(incident: Incident, rule: AlertRule) -> dict:
     def num(v):
         return None if v is None else format(v.normalize(), "f")
@@ -161,6 +177,9 @@ def event_data(incident: Incident, rule: AlertRule) -> dict:
     return {
         "incident_id": incident.pk,
         "rule": {"id": rule.pk, "name": rule.name, "kind": rule.kind, "scope": rule.scope},
+        "rule_name": rule.name,
+        "kind": rule.kind,
+        "unit": UNITS.get(rule.kind, ""),
         "subject": incident.subject,
         "subject_label": incident.subject_label,
         "threshold_key": incident.threshold_key,
@@ -172,6 +191,7 @@ def event_data(incident: Incident, rule: AlertRule) -> dict:
         "fired_at": incident.fired_at.isoformat(),
         "resolved_at": incident.resolved_at.isoformat() if incident.resolved_at else None,
         "url": reverse("alerts:history") + f"?rule={rule.pk}",
+        "console_url": settings.CONSOLE_BASE_URL + reverse("alerts:history") + f"?rule={rule.pk}",
     }
 
 

@@ -5,6 +5,7 @@ whoever sees billing (finance too) may read the delivery log."""
 from __future__ import annotations
 
 import secrets
+import socket
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -35,7 +36,7 @@ from console.features.webhooks.models import (
     DestinationState,
     EventType,
 )
-from inference_node.facade import guarded, refuse_internal_host
+from inference_node.facade import guarded, literal_refusal, refuse_internal_host
 
 __all__ = [
     "delivery_replay",
@@ -88,8 +89,39 @@ def clean_url(value, *, kind: str, organization_id: int) -> str:
     if parts.fragment:
         raise ValueError(_("The URL takes no fragment."))
     if guarded(organization_id):
-        refuse_internal_host(parts.hostname)
+        refuse_internal_address(parts.hostname)
     return url
+
+
+def _resolved(host: str) -> list[str]:
+    """The addresses ``host`` stands for ([] when it does not resolve; the
+    inference_node check then says so)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return sorted({str(info[4][0]).split("%", 1)[0] for info in infos})
+
+
+def refuse_internal_address(host: str) -> None:
+    """ValueError, worded for what the admin typed, when ``host`` is (or
+    resolves to) a loopback, private or reserved address; inference_node's
+    address rules decide which addresses those are."""
+    message = _(
+        "%(host)s is on a loopback or private network (%(reason)s), which destinations "
+        "may not use. Enter the public address of your endpoint or chat app."
+    )
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith((".localhost", ".local", ".internal")):
+        raise ValueError(message % {"host": host, "reason": _("this machine or a local name")})
+    reason = literal_refusal(host)
+    if reason:
+        raise ValueError(message % {"host": host, "reason": _(reason)})
+    for address in _resolved(host):
+        reason = literal_refusal(address)
+        if reason:
+            raise ValueError(message % {"host": host, "reason": f"{address}: {_(reason)}"})
+    refuse_internal_host(host)
 
 
 def clean_events(value) -> list[str]:
