@@ -147,15 +147,16 @@ def first_cap_refusals(
     grain: str,
     idents: Iterable[int],
     periods: dict[str, tuple[datetime, datetime]],
+    lifetime: bool = True,
 ) -> dict[int, dict[str, datetime]]:
     """When the gateway first refused a call of key ``ident`` (``grain``
     ``KEY``) or sub-account ``ident`` (``SUB_ACCOUNT``) for that holder's own
-    cap of each period (``periods``: ``"d"`` / ``"m"`` -> [start, end), with
-    ``"life"`` always looked at): ``{ident: {period: started_at}}``, a period
-    without such a refusal absent. A refusal (``key_daily_cap_exceeded``,
-    ``sub_account_monthly_cap_exceeded``, ...) means the spend reached the cap,
-    though the recorded spend stops short of it (the gateway reserves a call's
-    worst case). One grouped query."""
+    cap of each period (``periods``: ``"d"`` / ``"m"`` -> [start, end), and
+    ``"life"`` when ``lifetime``; without it only the periods' calls are read):
+    ``{ident: {period: started_at}}``, a period without such a refusal absent.
+    A refusal (``key_daily_cap_exceeded``, ``sub_account_monthly_cap_exceeded``,
+    ...) means the spend reached the cap, though the recorded spend stops short
+    of it (the gateway reserves a call's worst case). One grouped query."""
     if grain not in (Grain.KEY.value, Grain.SUB_ACCOUNT.value):
         raise ValueError(f"caps are kept per key or per sub-account, not per {grain!r}")
     field = "api_key_id" if grain == Grain.KEY.value else "sub_account_id"
@@ -164,7 +165,7 @@ def first_cap_refusals(
     if not idents:
         return {}
     firsts = {}
-    for name in (*periods, "life"):
+    for name in (*periods, "life") if lifetime else tuple(periods):
         word = _CAP_PERIOD_WORDS.get(name)
         if word is None:
             continue
@@ -173,15 +174,15 @@ def first_cap_refusals(
             start, end = periods[name]
             q &= Q(started_at__gte=start, started_at__lt=end)
         firsts[name] = Min("started_at", filter=q)
+    if not firsts:
+        return {}
     codes = [f"{scope}_{word}_cap_exceeded" for word in _CAP_PERIOD_WORDS.values()]
-    rows = (
-        CallRecord.objects.filter(
-            organization_id=organization_id, error_type__in=codes, **{f"{field}__in": idents}
-        )
-        .order_by()
-        .values(field)
-        .annotate(**firsts)
+    calls = CallRecord.objects.filter(
+        organization_id=organization_id, error_type__in=codes, **{f"{field}__in": idents}
     )
+    if not lifetime:  # no lifetime cap among them: the periods' calls are enough
+        calls = calls.filter(started_at__gte=min(start for start, _ in periods.values()))
+    rows = calls.order_by().values(field).annotate(**firsts)
     out: dict[int, dict[str, datetime]] = {}
     for row in rows:
         seen = {name: row[name] for name in firsts if row[name] is not None}

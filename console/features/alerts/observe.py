@@ -108,10 +108,18 @@ def _cap_observations(
     return out
 
 
-def _refusals(rule: AlertRule, grain: str, idents: list[int], bounds) -> dict:
-    if not idents:
+def _refusals(rule: AlertRule, grain: str, holders: list, bounds) -> dict:
+    """The holders' cap refusals; the whole history is read only when one of
+    them has a lifetime cap (otherwise only the periods' calls)."""
+    if not holders:
         return {}
-    return first_cap_refusals(rule.organization_id, grain=grain, idents=idents, periods=bounds)
+    return first_cap_refusals(
+        rule.organization_id,
+        grain=grain,
+        idents=[h.pk for h in holders],
+        periods=bounds,
+        lifetime=any(h.spend_cap_lifetime for h in holders),
+    )
 
 
 def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
@@ -133,7 +141,7 @@ def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
             if keys
             else {}
         )
-        refused = _refusals(rule, SPEND_BY_KEY, [k.pk for k in keys], bounds)
+        refused = _refusals(rule, SPEND_BY_KEY, keys, bounds)
         for k in keys:
             out += _cap_observations(
                 rule,
@@ -155,7 +163,7 @@ def spend_cap(rule: AlertRule, now: datetime) -> list[Observation]:
             for s in subs.order_by("id")
             if s.spend_cap_daily or s.spend_cap_monthly or s.spend_cap_lifetime
         ]
-        refused = _refusals(rule, SPEND_BY_SUB_ACCOUNT, [s.pk for s in subs], bounds)
+        refused = _refusals(rule, SPEND_BY_SUB_ACCOUNT, subs, bounds)
         for sub in subs:
             sub_spent = spend_by_period(
                 organization_id=rule.organization_id,
