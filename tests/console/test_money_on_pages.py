@@ -20,7 +20,9 @@ person reads there:
   for exact figures (the call log and a call's detail, prices per million
   tokens, the staff margin report, the credit-note form's limits): there,
   at least the currency's decimals and at most six;
-* money charts label hover and ticks with the currency's decimals.
+* money charts label ticks with the currency's decimals, and hover too,
+  but for an amount under one minor unit: two significant digits there
+  (``console.kernel.money``'s small-amount form, issue 38).
 
 CSV exports: money columns name the currency, and cells are plain decimals.
 """
@@ -172,6 +174,18 @@ def check_text(text: str, where: str, planted: set[int], *, exact: bool, out: Fi
             )
 
 
+def check_hover_text(text: str, where: str, out: Findings) -> None:
+    """A money point's hover text: the currency's decimals, or, under one
+    minor unit, the small-amount form (more decimals, at most six)."""
+    for m in AMOUNT.finditer(text):
+        out.amounts += 1
+        digits, decimals = minor_units(m["code"]), len(m["decimals"] or "")
+        small = digits < decimals <= 6 and m["number"] == "0"
+        small = small and int(m["decimals"][:digits] or "0") == 0
+        if decimals != digits and not small:
+            out.add(where, f"{text!r} has {decimals} decimals ({m['code']}: {digits})")
+
+
 def check_charts(scripts: list[str], where: str, currency: str, out: Findings) -> None:
     """A money trace's hover label and a money axis's ticks use the
     currency's decimals."""
@@ -188,6 +202,9 @@ def check_charts(scripts: list[str], where: str, currency: str, out: Findings) -
                     hover = trace.get("hovertemplate") or ""
                     if re.search(rf"\s{currency}\b", hover) and want not in hover:
                         out.add(where, f"trace {trace.get('name')!r} hover {hover!r}, want {want}")
+                    if "%{customdata}" in hover:
+                        for text in trace.get("customdata") or []:
+                            check_hover_text(str(text), f"{where} hover", out)
                 yaxis = data.get("layout", {}).get("yaxis", {})
                 title = (yaxis.get("title") or {}).get("text") or ""
                 if f"({currency})" in title and yaxis.get("tickformat") != want:
