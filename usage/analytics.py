@@ -117,23 +117,31 @@ def _dimension_match(dim: str, value: Any) -> Q:
     return match
 
 
-def call_values(
+def billed_calls(
     organization_id: int, start: datetime, end: datetime, filters: Filters | None
-) -> tuple[list[int], list[int]]:
-    """The latencies and TTFTs (us) of the billed calls that ``rollup_rows``
-    of the same arguments sum up: started in the rollup hours ``[start, end)``
-    covers (``end`` rounded up to its hour)."""
+) -> QuerySet[CallRecord]:
+    """The billed call records that ``rollup_rows`` of the same arguments sum
+    up: started in the rollup hours ``[start, end)`` covers (``end`` rounded
+    up to its hour)."""
     last = floor_hour(end)
     if last < end:
         last += HOUR
-    calls = CallRecord.objects.billed().filter(
+    calls: QuerySet[CallRecord] = CallRecord.objects.billed().filter(
         organization_id=organization_id, started_at__gte=floor_hour(start), started_at__lt=last
     )
     for dim, value in _clean_filters(filters).items():
         calls = calls.filter(_dimension_match(dim, value))
+    return calls
+
+
+def call_values(
+    organization_id: int, start: datetime, end: datetime, filters: Filters | None
+) -> tuple[list[int], list[int]]:
+    """The latencies and TTFTs (us) of ``billed_calls``."""
     lats: list[int] = []
     ttfts: list[int] = []
-    for lat, ttft in calls.values_list("latency_us", "ttft_us").iterator():
+    rows = billed_calls(organization_id, start, end, filters).values_list("latency_us", "ttft_us")
+    for lat, ttft in rows.iterator():
         lats.append(lat)
         if ttft is not None:
             ttfts.append(ttft)

@@ -5,8 +5,11 @@
 ``usage.ingest.aggregate.SUM_COLUMNS``, so the time, cache and refusal
 breakdowns too) and percentiles per time bucket (an hour, a day in the
 organization's time zone, or the whole range), optionally one series per
-model, key, sub-account or node. ``cache_savings`` prices the cache-read
-tokens of the same rows with the one rating function.
+model, key, sub-account or node. A series holding fewer than
+``usage.percentiles.EXACT_BELOW`` calls reads their records too, and its
+percentiles are exact (nearest rank); a larger one's come from the sketches.
+``cache_savings`` prices the cache-read tokens of the same rows with the one
+rating function.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from django.db import connection
 from django.db.models import BigIntegerField, QuerySet, Sum
 from django.db.models.functions import Cast, Extract, TruncDay
 
-from usage.analytics import HOUR, Filters, floor_hour, rollup_rows
+from usage.analytics import HOUR, Filters, billed_calls, floor_hour, rollup_rows
 from usage.ingest.aggregate import SUM_COLUMNS
 from usage.models import Rollup
+from usage.percentiles import EXACT_BELOW, percentiles_of
 from usage.prices import get_price_book
-from usage.quantiles import encoded_quantiles
 from usage.rating import discount_for, rate
 
 SERIES_GROUP_BY = (None, "model", "api_key_id", "sub_account_id", "node_id")
@@ -123,6 +126,10 @@ def _hour_index(
 # A bucket's cell of one group: its sums, then one list of histogram blobs per
 # histogram asked for; keyed by (group value, bucket position).
 _Cells = dict[tuple[Any, int], list[list[Any]]]
+# A cell's latencies and TTFTs (us) from the call records, by the same key.
+_Values = tuple[list[int], list[int]]
+_Exact = dict[tuple[Any, int], _Values]
+_NONE: _Values = ([], [])
 
 
 def _summed_cells(
@@ -195,6 +202,34 @@ def _add_histograms(
                 acc[1 + j].append(bytes(blob))
 
 
+def _exact_values(
+    organization_id: int,
+    start: datetime,
+    end: datetime,
+    filters: Filters | None,
+    group_by: str | None,
+    hour_index: dict[datetime, int],
+) -> _Exact:
+    """Each cell's latencies and TTFTs from the call records (a series of
+    few calls: ``usage.percentiles`` reads them exactly)."""
+    out: _Exact = defaultdict(lambda: ([], []))
+    cols = [*([group_by] if group_by else []), "started_at", "latency_us", "ttft_us"]
+    for row in billed_calls(organization_id, start, end, filters).values_list(*cols).iterator():
+        group = (row[0] or 0) if group_by else None
+        i = hour_index.get(floor_hour(row[-3]))
+        if i is None:
+            continue
+        values = out[(group, i)]
+        values[0].append(row[-2])
+        if row[-1] is not None:
+            values[1].append(row[-1])
+    return out
+
+
+def _given(values: list[int]) -> Callable[[], list[int]]:
+    return lambda: values
+
+
 def _point(
     start: datetime,
     sum_cols: tuple[str, ...],
@@ -202,10 +237,14 @@ def _point(
     wanted: list[str],
     blobs: list[list[bytes]],
     quantiles: tuple[float, ...] | None,
+    values: _Values = _NONE,
 ) -> dict[str, Any]:
+    """A bucket's sums and percentiles (exact from ``values`` when the
+    bucket holds few calls and ``values`` holds them all, else the sketches')."""
     point: dict[str, Any] = {"start": start, **dict(zip(sum_cols, sums, strict=True))}
     for j, h in enumerate(wanted):
-        point[f"{h}_ms"] = encoded_quantiles(blobs[j], quantiles or ())
+        measured = values[0] if h == "latency" else values[1]
+        point[f"{h}_ms"] = percentiles_of(blobs[j], quantiles or (), _given(measured))
     return point
 
 
@@ -218,6 +257,7 @@ def _assembled(
     wanted: list[str],
     quantiles: tuple[float, ...] | None,
     whole: bool,
+    exact: _Exact | None = None,
 ) -> Series:
     """The cells as one series per group, busiest first (and each group's
     whole range when asked)."""
@@ -226,6 +266,7 @@ def _assembled(
         busy[group] += cell[0][0]
     if not grouped:
         busy.setdefault(None, 0)
+    exact = exact or {}
     out = Series(buckets=starts)
     empty = [0] * len(sum_cols)
     no_blobs: list[list[bytes]] = [[] for _ in wanted]
@@ -235,14 +276,16 @@ def _assembled(
             acc = cells.get((group, i))
             points.append(
                 _point(t, sum_cols, acc[0] if acc else empty, wanted,
-                       acc[1:] if acc else no_blobs, quantiles)
+                       acc[1:] if acc else no_blobs, quantiles, exact.get((group, i), _NONE))
             )  # fmt: skip
         out.groups[group] = points
         if whole:
             accs = [acc for i in range(len(starts)) if (acc := cells.get((group, i)))]
             added = [sum(col) for col in zip(*(acc[0] for acc in accs), strict=True)] or empty
             blobs = [[b for acc in accs for b in acc[1 + j]] for j in range(len(wanted))]
-            out.whole[group] = _point(starts[0], sum_cols, added, wanted, blobs, quantiles)
+            mine = [exact.get((group, i), _NONE) for i in range(len(starts))]
+            values = ([v for m in mine for v in m[0]], [v for m in mine for v in m[1]])
+            out.whole[group] = _point(starts[0], sum_cols, added, wanted, blobs, quantiles, values)
     return out
 
 
@@ -277,13 +320,17 @@ def series(
     group_col = [group_by] if group_by else []
     wanted: list[str] = [h for h in ("latency", "ttft") if h in hists] if quantiles else []
     cells = _summed_cells(qs, starts, bucket, tz, group_col, sum_cols, len(wanted))
-    # The histograms, each bucket's merged once in Python.
+    # The histograms, each bucket's merged once in Python; a series of few
+    # calls also reads their records, for exact percentiles.
+    exact: _Exact = {}
     if wanted:
         hour_index = _hour_index(start, end, bucket, tz)
         _add_histograms(cells, qs, hour_index, group_col, wanted)
+        if 0 < sum(cell[0][0] for cell in cells.values()) < EXACT_BELOW:
+            exact = _exact_values(organization_id, start, end, filters, group_by, hour_index)
     return _assembled(
         cells, starts, grouped=bool(group_by), sum_cols=sum_cols, wanted=wanted,
-        quantiles=quantiles, whole=whole,
+        quantiles=quantiles, whole=whole, exact=exact,
     )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import pytest
 from accounts.models import ApiKey, Membership, Organization, Role
 from tests.factories import MembershipFactory
 from usage.ingest import ingest_events
+from usage.percentiles import EXACT_BELOW
 from usage.synth import batched, ensure_org, generate
 
 START = datetime(2025, 2, 3, tzinfo=UTC)
@@ -46,6 +47,16 @@ def exact_ms(values, q: float) -> float:
     """The exact quantile with the sketches' rank rule."""
     ordered = sorted(values)
     return ordered[math.floor(q * (len(ordered) - 1))] / 1000
+
+
+def shown_ms(values, q: float, series_calls: int) -> float:
+    """What a chart of ``series_calls`` calls shows for a bucket's ``values``:
+    the nearest rank (exact) below ``EXACT_BELOW`` calls, else the sketches'
+    rank rule (within 1 %)."""
+    if series_calls >= EXACT_BELOW:
+        return exact_ms(values, q)
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(round(q * len(ordered), 9))) - 1] / 1000
 
 
 # --- fixtures (imported by the other analytics test modules) ----------------
