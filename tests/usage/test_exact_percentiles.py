@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from accounts.models import ApiKey
 from tests.usage.factories import event
 from usage import analytics
+from usage.charts import series
 from usage.ingest import ingest_events
 from usage.models import CallRecord, Rollup
 from usage.percentiles import EXACT_BELOW, nearest_rank
@@ -118,3 +119,31 @@ def test_many_calls_use_the_sketch_within_one_percent(org_key):
     for q in QUANTILES:
         want = ordered[math.floor(q * (n - 1))] / 1000
         assert abs(got["latency_ms"][q] - want) <= want * RELATIVE_ACCURACY * (1 + 1e-9)
+
+
+def test_a_chart_of_many_calls_uses_the_sketch_and_of_few_the_records(org_key):
+    org, key = org_key
+    n = EXACT_BELOW + 50
+    lats = [1_000 + (i * 7919) % 3_000_000 for i in range(n)]
+    _store(key, lats)
+    with CaptureQueriesContext(connection) as queries:
+        got = series(org.pk, START, END, bucket=None, quantiles=QUANTILES, hists=("latency",))
+    assert not any("usage_call" in q["sql"] for q in queries.captured_queries)
+    ordered = sorted(lats)
+    point = got.groups[None][0]
+    for q in QUANTILES:
+        want = ordered[math.floor(q * (n - 1))] / 1000
+        assert abs(point["latency_ms"][q] - want) <= want * RELATIVE_ACCURACY * (1 + 1e-9)
+    # The hours of a shorter range hold few calls: exact, from the records.
+    short = series(
+        org.pk, START, START + timedelta(hours=2), quantiles=QUANTILES, hists=("latency",)
+    )
+    for hour, point in zip(short.buckets, short.groups[None], strict=True):
+        mine = [
+            c.latency_us
+            for c in CallRecord.objects.filter(
+                started_at__gte=hour, started_at__lt=hour + timedelta(hours=1)
+            )
+        ]
+        assert point["calls"] == len(mine) > 0
+        assert point["latency_ms"] == {q: ranked(mine, q) for q in QUANTILES}
