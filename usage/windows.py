@@ -8,7 +8,9 @@ counters and merged ``usage.sketch`` histograms); the partial hours at its
 edges from the billed call records (``CallRecord.objects.billed()``: like
 the rollups, no load-test call marked "not billed"), added to the same
 histograms, so a five-minute window is five minutes of calls, not the hour
-around them, and counts the same calls as a window of whole hours.
+around them, and counts the same calls as a window of whole hours. A window
+of fewer than ``usage.percentiles.EXACT_BELOW`` calls reads them all from the
+records and its p99s are exact (nearest rank, ``usage.percentiles``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from usage.models import CallRecord, Grain, Rollup
+from usage.percentiles import percentiles_of
 from usage.sketch import LogHistogram, merge_encoded
 
 _HOUR = timedelta(hours=1)
@@ -44,6 +47,26 @@ def _floor_hour(t: datetime) -> datetime:
 def _ceil_hour(t: datetime) -> datetime:
     f = _floor_hour(t)
     return f if f == t else f + _HOUR
+
+
+def _p99s(
+    latency: LogHistogram, ttft: LogHistogram, window: QuerySet[CallRecord]
+) -> tuple[float | None, float | None]:
+    """The p99s of the window's histograms (``usage.percentiles``: exact from
+    the ``window``'s call records when it holds few calls)."""
+    values: list[tuple[list[int], list[int]]] = []
+
+    def recorded(i: int) -> list[int]:
+        if not values:
+            rows = window.order_by().values_list("latency_us", "ttft_us")
+            lats = [max(0, int(lat)) for lat, _t in rows]
+            ttfts = [max(0, int(t)) for _lat, t in rows if t is not None]
+            values.append((lats, ttfts))
+        return values[0][i]
+
+    lat = percentiles_of([latency.to_bytes()], (0.99,), lambda: recorded(0))
+    first = percentiles_of([ttft.to_bytes()], (0.99,), lambda: recorded(1))
+    return lat[0.99], first[0.99]
 
 
 def window_stats(
@@ -99,11 +122,10 @@ def window_stats(
         if ttft_us is not None:
             ttft.add(max(0, int(ttft_us)))
 
-    def p99(hist: LogHistogram) -> float | None:
-        q = hist.quantile(0.99)
-        return None if q is None else q / 1000.0
-
-    return WindowStats(calls, errors, p99(latency), p99(ttft))
+    window = CallRecord.objects.billed().filter(
+        organization_id=organization_id, started_at__gte=start, started_at__lt=end, **dims
+    )
+    return WindowStats(calls, errors, *_p99s(latency, ttft, window))
 
 
 __all__ = ["WindowStats", "window_stats"]

@@ -22,6 +22,7 @@ from usage.models import CallRecord, Rollup
 from usage.percentiles import EXACT_BELOW, nearest_rank
 from usage.sketch import RELATIVE_ACCURACY
 from usage.synth import ensure_org
+from usage.windows import window_stats
 
 pytestmark = pytest.mark.django_db
 START = datetime(2025, 3, 4, tzinfo=UTC)
@@ -147,3 +148,20 @@ def test_a_chart_of_many_calls_uses_the_sketch_and_of_few_the_records(org_key):
         ]
         assert point["calls"] == len(mine) > 0
         assert point["latency_ms"] == {q: ranked(mine, q) for q in QUANTILES}
+
+
+def test_an_alert_window_of_few_calls_has_the_exact_p99(org_key):
+    org, key = org_key
+    lats = [300_000 + 97_000 * i for i in range(15)] + [2_450_000]
+    _store(key, lats)  # spread over hours, some in whole hours, some at the edges
+    stats = window_stats(
+        organization_id=org.pk, start=START + timedelta(minutes=30), end=START + timedelta(hours=3)
+    )
+    inside = [
+        c.latency_us
+        for c in CallRecord.objects.filter(
+            started_at__gte=START + timedelta(minutes=30), started_at__lt=START + timedelta(hours=3)
+        )
+    ]
+    assert stats.calls == len(inside) > 1
+    assert stats.latency_p99_ms == max(inside) / 1000
