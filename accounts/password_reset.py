@@ -76,7 +76,7 @@ class PasswordResetView(auth_views.PasswordResetView):
     success_url = reverse_lazy("accounts:password_reset_done")
 
     @property
-    def extra_email_context(self):  # type: ignore[override]
+    def extra_email_context(self):
         """The link is built from ``CONSOLE_BASE_URL`` (the console's public
         address), never from the Host the request came with."""
         return {"console_base_url": settings.CONSOLE_BASE_URL}

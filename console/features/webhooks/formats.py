@@ -69,7 +69,7 @@ _STATES = {
 }
 
 # Where a billing event's link points, under CONSOLE_BASE_URL.
-_PATHS = {
+_PATHS: dict[str, str] = {
     EventType.TOPUP_SUCCEEDED: "/billing/balance/",
 }
 
@@ -159,7 +159,7 @@ def period_text(period: str, threshold_key: str = "") -> str:
 
 
 def _alert_lines(event_type: str, data: dict) -> list[str]:
-    rule = data.get("rule") if isinstance(data.get("rule"), dict) else {}
+    rule: dict = data["rule"] if isinstance(data.get("rule"), dict) else {}
     kind = str(data.get("kind") or rule.get("kind") or "")
     currency = str(data.get("currency") or "USD")
     unit = str(data.get("unit") or "")
@@ -205,7 +205,8 @@ def event_text(event_type: str, data: dict, organization_name: str, language: st
         title = _TITLES.get(event_type)
         heading = str(title()) if title else event_type
         if event_type in (EventType.ALERT_FIRED, EventType.ALERT_RESOLVED):
-            name = data.get("rule_name") or (data.get("rule") or {}).get("name")
+            rule = data["rule"] if isinstance(data.get("rule"), dict) else {}
+            name = data.get("rule_name") or rule.get("name")
             heading = f"{heading}: {name}" if name else heading
         lines = [f"[{organization_name}] {heading}"]
         summary = data.get("summary") or data.get("message") or data.get("title")
