@@ -13,13 +13,28 @@ the metrics and the usage event). The line's fields:
 A call refused before its key was known (401) has no organization or key.
 Nothing of the request's headers or body is logged. The dict is built only
 when the logger is enabled for INFO (``ACCESS_LOG=false`` turns it off).
+
+``start`` (the ASGI lifespan) picks how the lines are written. With logging
+as the settings configure it (one stream handler, ``LOG_FORMAT`` plain or
+json), the line is formatted here, exactly as that formatter would, and
+handed to a ``console.kernel.logs.LineSink`` that writes the lines of the
+last 50 ms at once; handlers attached to the logger itself still get each
+record. With any other logging set-up the records go through logging,
+written off the event loop (``offload``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import orjson
+
+from console.kernel.logs import LineSink, json_ts, line_sink, offload, plain_head, printable
+from console.kernel.redact import redact
 from gateway_bridge.pipeline.call import Call
 
 if TYPE_CHECKING:
@@ -35,6 +50,46 @@ except ImportError:  # pragma: no cover - spans need the API (start_span makes n
     Status = StatusCode = None  # type: ignore[assignment,misc]  # optional dependency
 
 
+_sink: LineSink | None = None
+_users = 0
+_lock = threading.Lock()
+
+
+def start() -> Callable[[], None]:
+    """Begin writing this process's access lines; returns ``stop``, which
+    writes what is pending. Gateways in one process share one writer (the
+    last ``stop`` ends it)."""
+    global _sink, _users
+    with _lock:
+        if _users == 0:
+            _sink = line_sink(logger.name)
+        _users += 1
+        sink = _sink
+    if sink is None:
+        stop_offload = offload(logger.name)
+    else:
+        logger.propagate = False  # the sink writes what propagation would have
+    stopped = False
+
+    def stop() -> None:
+        global _sink, _users
+        nonlocal stopped
+        if sink is None:
+            stop_offload()
+        with _lock:
+            if stopped:
+                return
+            stopped = True
+            _users -= 1
+            if _users or sink is None:
+                return
+            _sink = None
+            logger.propagate = True
+        sink.stop()
+
+    return stop
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 2)
 
@@ -46,35 +101,66 @@ def finish(call: Call, elapsed: float, overhead: float) -> None:
         _end_span(call, auth)
     if not logger.isEnabledFor(_INFO):
         return
+    extra = fields(call, auth, elapsed, overhead)
+    sink = _sink
+    if sink is not None:
+        sink.write(line(sink.format, call, extra, time.time()))
+        if not logger.handlers:
+            return
+    logger.info("%s %s %s", call.protocol, call.endpoint, call.status, extra=extra)
+
+
+def line(fmt: str, call: Call, extra: dict[str, object], created: float) -> str:
+    """The line ``PlainFormatter`` (``fmt`` "plain") or ``JsonFormatter`` ("json")
+    would write for the call's record made at ``created``."""
+    message = f"{call.protocol} {call.endpoint} {call.status}"
+    if fmt == "json":
+        out: dict[str, object] = {
+            "ts": json_ts(created),
+            "level": "INFO",
+            "logger": logger.name,
+            "message": message,
+        }
+        for key, value in extra.items():
+            if key[0] != "_":
+                out[key] = redact(value) if isinstance(value, str) else value
+        return orjson.dumps(out).decode()
+    extras = " ".join(
+        f"{key}={printable(str(value))}"
+        for key, value in extra.items()
+        if isinstance(value, str | int | float) and value != "" and key not in _IN_MESSAGE
+        and key[0] != "_"
+    )  # fmt: skip
+    return f"{plain_head(created, 'INFO', logger.name)}{printable(message)} {redact(extras)}"
+
+
+def fields(
+    call: Call, auth: AuthenticatedKey | None, elapsed: float, overhead: float
+) -> dict[str, object]:
+    """The access line's fields (the record's ``extra``)."""
     usage = call.usage
-    logger.info(
-        "%s %s %s",
-        call.protocol,
-        call.endpoint,
-        call.status,
-        extra={
-            "request_id": call.request_id,
-            "trace_id": call.trace.trace_id,
-            "organization_id": auth.organization_id if auth is not None else None,
-            "key": f"sk-{auth.public_id}" if auth is not None else None,
-            "model": call.model,
-            "protocol": call.protocol,
-            "endpoint": call.endpoint,
-            "status": call.status,
-            "error": call.error_type if call.status >= 400 else "",
-            "stream": call.stream,
-            "node": call.node_name,
-            "cache": call.cache_status,
-            "prompt_tokens": usage.input + usage.cache_read + usage.cache_write,
-            "output_tokens": usage.output,
-            "latency_ms": _ms(elapsed),
-            "ttft_ms": _ms(call.ttft),
-            "upstream_ms": _ms(call.upstream_s),
-            "queue_ms": _ms(call.queue_s),
-            "overhead_ms": _ms(overhead),
-            "_in_message": _IN_MESSAGE,
-        },
-    )
+    return {
+        "request_id": call.request_id,
+        "trace_id": call.trace.trace_id,
+        "organization_id": auth.organization_id if auth is not None else None,
+        "key": f"sk-{auth.public_id}" if auth is not None else None,
+        "model": call.model,
+        "protocol": call.protocol,
+        "endpoint": call.endpoint,
+        "status": call.status,
+        "error": call.error_type if call.status >= 400 else "",
+        "stream": call.stream,
+        "node": call.node_name,
+        "cache": call.cache_status,
+        "prompt_tokens": usage.input + usage.cache_read + usage.cache_write,
+        "output_tokens": usage.output,
+        "latency_ms": _ms(elapsed),
+        "ttft_ms": _ms(call.ttft),
+        "upstream_ms": _ms(call.upstream_s),
+        "queue_ms": _ms(call.queue_s),
+        "overhead_ms": _ms(overhead),
+        "_in_message": _IN_MESSAGE,
+    }
 
 
 def _end_span(call: Call, auth: AuthenticatedKey | None) -> None:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from console.kernel.logs import offload
+from gateway_bridge import access_log
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Scope, Send
@@ -91,7 +91,7 @@ class Router:
                     return
                 freeze_startup_heap()
                 # One access line per call, written off the event loop.
-                self._stop_access_log = offload("gateway_bridge.access")
+                self._stop_access_log = access_log.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._gateway is not None:

@@ -18,11 +18,20 @@ writes one access line per call from its event loop, and a write to a
 stderr pipe whose reader is slow would stall every call on that loop. Its
 records go through a queue to a listener thread, which formats them and hands
 them to the handlers propagation would have reached.
+
+``line_sink`` is the gateway's faster way for the same lines when logging is
+configured as ``logging_config`` does it (one stream handler, one of these
+formatters): the caller formats each line itself, exactly as the formatter
+would (``plain_head``, ``json_ts``), and a thread writes what has gathered
+every 50 ms (or at 512 lines) in one write under the handler's lock. Handing
+each record to a thread cost the gateway more CPU per call than the rest of
+its bookkeeping together (docs/performance.md); a batch costs one handover.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import logging
 import logging.config
@@ -47,6 +56,23 @@ _PLAIN_TYPES = (int, float, bool, type(None))
 def _second(epoch: int) -> str:
     """``epoch`` as ISO 8601 UTC to the second (the last few remembered)."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
+
+
+@functools.lru_cache(maxsize=4)
+def _local_second(epoch: int) -> str:
+    """``epoch`` as ``logging.Formatter`` writes ``asctime`` (local time, to the second)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def json_ts(created: float) -> str:
+    """``JsonFormatter``'s ``ts`` for a record made at ``created`` (POSIX seconds)."""
+    return f"{_second(int(created))}.{int((created - int(created)) * 1000):03d}Z"
+
+
+def plain_head(created: float, level: str, name: str) -> str:
+    """What ``PlainFormatter`` writes before a record's message: asctime, level, logger."""
+    msecs = int((created - int(created)) * 1000)
+    return f"{_local_second(int(created))},{msecs:03d} {level} {name}: "
 
 
 def _default(value):
@@ -106,12 +132,12 @@ class PlainFormatter(logging.Formatter):
         # escapes to a terminal (a traceback below the line keeps its lines).
         message = record.getMessage()
         if not message.isprintable():
-            record = logging.makeLogRecord({**record.__dict__, "msg": _printable(message)})
+            record = logging.makeLogRecord({**record.__dict__, "msg": printable(message)})
             record.args = None
         line = super().format(record)
         said = record.__dict__.get("_in_message", ())  # fields the message already shows
         extras = [
-            f"{key}={_printable(str(value))}"
+            f"{key}={printable(str(value))}"
             for key, value in _extras(record)
             if isinstance(value, str | int | float) and value != "" and key not in said
         ]
@@ -121,7 +147,7 @@ class PlainFormatter(logging.Formatter):
         return f"{head} {redact(' '.join(extras))}{sep}{tail}"
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """``text`` with every non-printable character as its escape (``\\r``, ``\\x1b``)."""
     if text.isprintable():
         return text
@@ -260,3 +286,99 @@ def offload(name: str) -> Callable[[], None]:
 
     atexit.register(stop)
     return stop
+
+
+class LineSink:
+    """Finished lines for one stream handler, written by a thread in batches.
+
+    ``write`` appends to a list (the caller's thread does nothing else); the
+    thread takes the list every ``flush_seconds``, or sooner when ``max_pending``
+    lines wait, and writes it in one call under the handler's lock (so the
+    lines never interleave with the handler's own). ``stop`` writes what is
+    left. ``format`` is ``"plain"`` or ``"json"``: the formatter the handler has."""
+
+    def __init__(
+        self,
+        handler: logging.StreamHandler,
+        fmt: str,
+        *,
+        flush_seconds: float = 0.05,
+        max_pending: int = 512,
+    ) -> None:
+        self.handler = handler
+        self.format = fmt
+        self._flush_seconds = flush_seconds
+        self._max_pending = max_pending
+        self._pending: list[str] = []
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="log-lines", daemon=True)
+        self._thread.start()
+
+    def write(self, line: str) -> None:
+        pending = self._pending
+        pending.append(line)
+        if len(pending) >= self._max_pending:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._wake.wait(self._flush_seconds)
+            self._wake.clear()
+            self._drain()
+
+    def _drain(self) -> None:
+        lines = self._pending
+        if not lines:
+            return
+        self._pending = []  # a line appended to ``lines`` meanwhile is written below
+        text = "\n".join(lines) + "\n"
+        handler = self.handler
+        handler.acquire()
+        try:
+            # A closed or broken stream loses the lines: logging never raises either.
+            with contextlib.suppress(OSError, ValueError):
+                handler.stream.write(text)
+                handler.flush()
+        finally:
+            handler.release()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(5)
+        self._drain()
+
+
+def _reached_handlers(logger: logging.Logger) -> list[logging.Handler]:
+    """The handlers propagation from ``logger`` reaches (not its own)."""
+    found: list[logging.Handler] = []
+    parent = logger.parent
+    while parent is not None:
+        found.extend(parent.handlers)
+        if not parent.propagate:
+            break
+        parent = parent.parent
+    return found
+
+
+def line_sink(name: str) -> LineSink | None:
+    """A ``LineSink`` for logger ``name`` when its records would reach exactly one
+    handler, a plain ``StreamHandler`` with ``PlainFormatter`` or ``JsonFormatter``
+    at a level that passes INFO (what ``logging_config`` sets up); else None
+    (an operator's own logging: use ``offload``)."""
+    logger = logging.getLogger(name)
+    handlers = _reached_handlers(logger)
+    if not logger.propagate or len(handlers) != 1:
+        return None
+    (handler,) = handlers
+    if type(handler) is not logging.StreamHandler or handler.level > logging.INFO:
+        return None
+    if handler.filters:
+        return None
+    formatter = handler.formatter
+    if type(formatter) is PlainFormatter:
+        return LineSink(handler, "plain")
+    if type(formatter) is JsonFormatter:
+        return LineSink(handler, "json")
+    return None
