@@ -46,6 +46,7 @@ from gateway_bridge.circuits import CircuitReporter
 from gateway_bridge.gauges import register_gauges
 from gateway_bridge.keypool import KeyPool
 from gateway_bridge.limits import Limits, apply_local_credit, build_store
+from gateway_bridge.limits.plan import PlanCache
 from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.metrics_dir import MetricsDirectory
 from gateway_bridge.pipeline import (
@@ -74,12 +75,10 @@ from inference_node.facade import why_not_public
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from accounts.facade import AuthenticatedKey
     from gateway_bridge.asgi import Receive, Scope, Send
     from gateway_bridge.circuits import CircuitReporter as Circuits
     from gateway_bridge.emitter import UsageEmitter
     from gateway_bridge.limits import LimitStore
-    from gateway_bridge.limits.base import CapBucket, RateRule
     from gateway_bridge.state import KeyEntry
 
     # A route's action: (call, scope, receive, send, headers, the path's model).
@@ -168,10 +167,7 @@ class Gateway:
         self.retries = settings.GATEWAY_RETRIES
         self.backoff = settings.GATEWAY_RETRY_BACKOFF_SECONDS
         self.default_max_tokens = settings.GATEWAY_DEFAULT_MAX_TOKENS
-        # key id -> (its auth, valid until (POSIX s), its caps and rate rules)
-        self._plans: dict[
-            int, tuple[AuthenticatedKey, float, tuple[list[CapBucket], list[RateRule]]]
-        ] = {}
+        self.plans = PlanCache()
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         # What each route's action runs (bound once, not per call).
@@ -289,7 +285,7 @@ class Gateway:
         if kind == "balance":
             # A memory store lives in this process: apply the credit here.
             org, _, delta = rest.partition(":")
-            apply_local_credit(self, int(org), int(delta))
+            apply_local_credit(self.limits.store, int(org), int(delta))
 
     # --- ASGI entry -------------------------------------------------------
 

@@ -12,35 +12,35 @@ from typing import TYPE_CHECKING
 from gateway_bridge.metrics import COUNTER, GAUGE, MAX, SUM
 
 if TYPE_CHECKING:
-    from gateway_bridge.gateway import Gateway
+    from gateway_bridge.pipeline.parts import Parts
 
 # What a reader yields: (label values, value).
 Samples = Iterator[tuple[tuple[str, ...], float]]
 
 
-def queue_depth(gw: Gateway) -> Samples:
+def queue_depth(gw: Parts) -> Samples:
     stats = gw.router.stats()
     for model, by_priority in stats.get("queues", {}).items():
         for priority, depth in by_priority.items():
             yield (model, priority), depth
 
 
-def node_in_flight(gw: Gateway) -> Samples:
+def node_in_flight(gw: Parts) -> Samples:
     for node, data in gw.router.stats().get("nodes", {}).items():
         yield (node,), data.get("in_flight", 0)
 
 
-def breaker_open(gw: Gateway) -> Samples:
+def breaker_open(gw: Parts) -> Samples:
     for node, data in gw.router.stats().get("nodes", {}).items():
         yield (node,), 0 if data.get("state") == "closed" else 1
 
 
-def breaker_openings(gw: Gateway) -> Samples:
+def breaker_openings(gw: Parts) -> Samples:
     for node, data in gw.router.stats().get("nodes", {}).items():
         yield (node,), data.get("openings", 0)
 
 
-def spool(gw: Gateway) -> Samples:
+def spool(gw: Parts) -> Samples:
     # Read every second on the event loop: never wait on the spool's lock.
     em = gw.started_emitter
     store = getattr(em, "spool", None)
@@ -50,41 +50,41 @@ def spool(gw: Gateway) -> Samples:
         yield (), em.spool_pending if em is not None else 0
 
 
-def emitted(gw: Gateway) -> Samples:
+def emitted(gw: Parts) -> Samples:
     em = gw.started_emitter
     yield (), em.emitted if em is not None else 0
 
 
-def invalidations(gw: Gateway) -> Samples:
+def invalidations(gw: Parts) -> Samples:
     yield (), gw.state.key_invalidations
 
 
-def negative_keys(gw: Gateway) -> Samples:
+def negative_keys(gw: Parts) -> Samples:
     yield (), len(gw.state.negative)
 
 
-def negative_hits(gw: Gateway) -> Samples:
+def negative_hits(gw: Parts) -> Samples:
     yield (), gw.state.negative_hits
 
 
-def large_refusals(gw: Gateway) -> Samples:
+def large_refusals(gw: Parts) -> Samples:
     yield (), gw.large.refused
 
 
-def key_coolings(gw: Gateway) -> Samples:
+def key_coolings(gw: Parts) -> Samples:
     yield (), gw.keys.coolings
 
 
-def key_refusals(gw: Gateway) -> Samples:
+def key_refusals(gw: Parts) -> Samples:
     yield (), gw.keys.refusals
 
 
-def last_invalidation(gw: Gateway) -> Samples:
+def last_invalidation(gw: Parts) -> Samples:
     yield (), gw.state.last_key_invalidation
 
 
 # (kind, name, help, labels, reader, aggregation across processes)
-SERIES: tuple[tuple[str, str, str, tuple[str, ...], Callable[[Gateway], Samples], str], ...] = (
+SERIES: tuple[tuple[str, str, str, tuple[str, ...], Callable[[Parts], Samples], str], ...] = (
     (GAUGE, "gateway_queue_depth", "Calls waiting for a node slot.",
      ("model", "priority"), queue_depth, SUM),
     (GAUGE, "gateway_node_in_flight", "Calls in flight per node.",
@@ -121,7 +121,7 @@ SERIES: tuple[tuple[str, str, str, tuple[str, ...], Callable[[Gateway], Samples]
 )  # fmt: skip
 
 
-def register_gauges(gw: Gateway) -> None:
+def register_gauges(gw: Parts) -> None:
     """Register the scrape-time series of ``gw`` on ``gw.metrics``."""
     m = gw.metrics
     for kind, name, help_text, labels, reader, agg in SERIES:

@@ -15,7 +15,7 @@ from gateway_bridge.metrics import merge
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Send
-    from gateway_bridge.gateway import Gateway
+    from gateway_bridge.pipeline.parts import Parts
 
 logger = logging.getLogger("gateway_bridge.gateway")
 
@@ -34,7 +34,7 @@ def metrics_allowed(authorization: str) -> bool:
     return bool(settings.GATEWAY_METRICS_PUBLIC)
 
 
-async def host_metrics(gw: Gateway) -> str:
+async def host_metrics(gw: Parts) -> str:
     """Prometheus text for the whole host: every live process sharing
     the metrics directory, and the archived counters of dead ones."""
     own = gw.metrics.snapshot()
@@ -51,7 +51,7 @@ async def host_metrics(gw: Gateway) -> str:
     return gw.metrics.render(merge(live, archive, specs))
 
 
-async def serve(gw: Gateway, headers: dict[str, str], send: Send) -> None:
+async def serve(gw: Parts, headers: dict[str, str], send: Send) -> None:
     """The answer to ``GET /metrics``: the host's metrics, or a 401."""
     extra: list[tuple[bytes, bytes]] = []
     if metrics_allowed(headers.get("authorization", "")):

@@ -36,7 +36,6 @@ from gateway_bridge.limits.scripts import CREDIT
 
 if TYPE_CHECKING:
     from accounts.facade import AuthenticatedKey
-    from gateway_bridge.gateway import Gateway
 
 T = TypeVar("T")
 # ``seed_values(auth, now, keys)``: ``{bucket key: used}`` from the database.
@@ -82,9 +81,8 @@ def credit_balance(organization_id: int, delta: int) -> None:
     notify.deliver(f"balance:{organization_id}:{int(delta)}")
 
 
-def apply_local_credit(gateway: Gateway, organization_id: int, delta: int) -> None:
+def apply_local_credit(store: LimitStore, organization_id: int, delta: int) -> None:
     """``balance:`` messages on a gateway with an in-process store."""
-    store = gateway.limits.store
     if isinstance(store, MemoryLimitStore):
         task = asyncio.ensure_future(store.credit(balance_key(organization_id), delta))
         _pending.add(task)

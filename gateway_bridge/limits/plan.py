@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -127,3 +127,31 @@ def _rate_rules(auth: AuthenticatedKey, tag: str) -> list[RateRule]:
         if rpm is not None or tpm is not None:
             rates.append(RateRule(scope=scope, key=key, rpm=rpm, tpm=tpm))
     return rates
+
+
+# Keys whose plans one process keeps (past that it starts over).
+MAX_CACHED_PLANS = 100_000
+
+
+class PlanCache:
+    """Each key's caps and rate rules, kept until the earliest of its periods
+    ends (a new day gets new buckets) or its auth entry is replaced; at most
+    ``MAX_CACHED_PLANS`` keys (then it starts over)."""
+
+    def __init__(self) -> None:
+        # key id -> (its auth, valid until (POSIX s), its caps and rate rules)
+        self._plans: dict[
+            int, tuple[AuthenticatedKey, float, tuple[list[CapBucket], list[RateRule]]]
+        ] = {}
+
+    def get(self, auth: AuthenticatedKey, now_ts: float) -> tuple[list[CapBucket], list[RateRule]]:
+        cached = self._plans.get(auth.key_id)
+        if cached is not None and cached[0] is auth and now_ts < cached[1]:
+            return cached[2]
+        planned = plan(auth, datetime.fromtimestamp(now_ts, UTC))
+        ends = [c.resets_at for c in planned[0] if c.resets_at]
+        valid = min([*ends, now_ts + 60.0])
+        if len(self._plans) > MAX_CACHED_PLANS:
+            self._plans.clear()
+        self._plans[auth.key_id] = (auth, valid, planned)
+        return planned

@@ -49,7 +49,7 @@ from gateway_bridge.protocols.base import OVERLOADED, GatewayError, invalid
 if TYPE_CHECKING:
     from accounts.facade import AuthenticatedKey
     from gateway_bridge.asgi import Receive, Scope, Send
-    from gateway_bridge.gateway import Gateway
+    from gateway_bridge.pipeline.parts import Parts
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 async def handle(
-    gw: Gateway,
+    gw: Parts,
     call: Call,
     scope: Scope,
     receive: Receive,
@@ -86,7 +86,7 @@ async def handle(
     await relay.respond(send, 200, _dumps(body), call)
 
 
-async def _standing(gw: Gateway, key: AuthenticatedKey, now: datetime) -> Standing:
+async def _standing(gw: Parts, key: AuthenticatedKey, now: datetime) -> Standing:
     try:
         return await standing(gw.limits, key, now)
     except GatewayError:

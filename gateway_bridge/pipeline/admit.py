@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway_bridge.limits.plan import plan
 from gateway_bridge.pipeline.call import NO_USAGE, Call
 from gateway_bridge.protocols.base import (
     INVALID_REQUEST,
@@ -37,9 +36,7 @@ from gateway_bridge.protocols.base import (
 from usage.facade import discount_for, rate
 
 if TYPE_CHECKING:
-    from accounts.facade import AuthenticatedKey
-    from gateway_bridge.gateway import Gateway
-    from gateway_bridge.limits.base import CapBucket, RateRule
+    from gateway_bridge.pipeline.parts import Parts
     from gateway_bridge.routing import NodeSnapshot
     from inference_node.facade import RoutableNode
     from usage.facade import PriceRow
@@ -64,9 +61,6 @@ def has_media(body: dict[str, Any]) -> bool:
     return False
 
 
-MAX_CACHED_PLANS = 100_000
-
-
 def check_model(call: Call, model: str) -> None:
     """The key (and its sub-account and organization) may use ``model``."""
     if not call.entry.auth.model_allowed(model):
@@ -78,7 +72,7 @@ def check_model(call: Call, model: str) -> None:
         )
 
 
-def chain(gw: Gateway, call: Call, req: CallRequest) -> Chain:
+def chain(gw: Parts, call: Call, req: CallRequest) -> Chain:
     """The models to try, in order, with their candidate nodes."""
     auth = call.entry.auth
     state = gw.state
@@ -148,7 +142,7 @@ def pinned_chain(call: Call, req: CallRequest, snapshot: NodeSnapshot | None) ->
     return [(req.model, nodes)]
 
 
-def budget(gw: Gateway, req: CallRequest, nodes: Sequence[RoutableNode]) -> int:
+def budget(gw: Parts, req: CallRequest, nodes: Sequence[RoutableNode]) -> int:
     """The call's output budget; the node gets it as max_tokens."""
     if req.endpoint in EMBEDDING_ENDPOINTS:
         return 0
@@ -192,7 +186,7 @@ def cost(call: Call, tokens: tuple[int, int, int, int], price: PriceRow | None) 
 
 
 def worst_case(
-    gw: Gateway, call: Call, models: Chain, req: CallRequest, out_budget: int, ts: float
+    gw: Parts, call: Call, models: Chain, req: CallRequest, out_budget: int, ts: float
 ) -> tuple[dict[str, PriceRow | None], int]:
     """(price of each model, worst-case amount over the chain)."""
     auth = call.entry.auth
@@ -214,29 +208,12 @@ def worst_case(
     return prices, worst
 
 
-def _plan(
-    gw: Gateway, auth: AuthenticatedKey, now_ts: float
-) -> tuple[list[CapBucket], list[RateRule]]:
-    """The key's caps and rate rules, cached until the earliest period end."""
-    cached = gw._plans.get(auth.key_id)
-    if cached is not None and cached[0] is auth and now_ts < cached[1]:
-        return cached[2]
-    planned = plan(auth, datetime.fromtimestamp(now_ts, UTC))
-    # Valid until the earliest period end (a new day gets new buckets).
-    ends = [c.resets_at for c in planned[0] if c.resets_at]
-    valid = min([*ends, now_ts + 60.0])
-    if len(gw._plans) > MAX_CACHED_PLANS:
-        gw._plans.clear()
-    gw._plans[auth.key_id] = (auth, valid, planned)
-    return planned
-
-
-async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
+async def reserve(gw: Parts, call: Call, amount: int, tokens: int) -> bool:
     """Reserve ``amount`` and count the rate limits, atomically; False when
     the key has no caps or limits at all (nothing to settle later)."""
     auth = call.entry.auth
     now_ts = time.time()
-    planned = _plan(gw, auth, now_ts)
+    planned = gw.plans.get(auth, now_ts)
     caps, rates = planned
     if not caps and not rates:
         return False
@@ -265,7 +242,7 @@ async def reserve(gw: Gateway, call: Call, amount: int, tokens: int) -> bool:
     return True
 
 
-async def settle(gw: Gateway, call: Call, price: PriceRow | None) -> None:
+async def settle(gw: Parts, call: Call, price: PriceRow | None) -> None:
     """Book what a reserved call actually cost (its usage at ``price``) and
     free the rest of its reservation; release it whole when it used nothing."""
     usage = call.usage

@@ -21,7 +21,7 @@ from gateway_bridge.usage_mapping import TokenUsage
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Send
-    from gateway_bridge.gateway import Gateway
+    from gateway_bridge.pipeline.parts import Parts
     from usage.facade import PriceRow
 
 _MISS = (b"x-gateway-cache", b"miss")
@@ -29,7 +29,7 @@ _HIT = (b"x-gateway-cache", b"hit")
 
 
 async def lookup(
-    gw: Gateway, call: Call, req: CallRequest, headers: dict[str, str]
+    gw: Parts, call: Call, req: CallRequest, headers: dict[str, str]
 ) -> tuple[str | None, int, dict[str, Any] | None]:
     """(cache key, ttl, cached entry or None) for this call; (None, 0, None)
     when the call may not use the cache (only a deterministic call may)."""
@@ -54,7 +54,7 @@ async def lookup(
 
 
 async def serve(
-    gw: Gateway,
+    gw: Parts,
     call: Call,
     req: CallRequest,
     hit: dict[str, Any],

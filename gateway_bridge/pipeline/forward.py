@@ -71,8 +71,8 @@ from gateway_bridge.vendors import dialect_for
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Send
-    from gateway_bridge.gateway import Gateway
     from gateway_bridge.pipeline.admit import Chain
+    from gateway_bridge.pipeline.parts import Parts
     from gateway_bridge.routing import Lease
     from gateway_bridge.upstreams.response import UpstreamResponse
     from gateway_bridge.vendors.base import Dialect
@@ -114,7 +114,7 @@ class _Forward:
 
     def __init__(
         self,
-        gw: Gateway,
+        gw: Parts,
         call: Call,
         req: CallRequest,
         chain: Chain,
@@ -352,7 +352,7 @@ class _Forward:
 
 
 async def _failed(
-    gw: Gateway,
+    gw: Parts,
     tried: _Try,
     resp: UpstreamResponse,
     cred: RoutableCredential,
@@ -417,7 +417,7 @@ def _queue_full() -> GatewayError:
 
 
 async def forward(
-    gw: Gateway,
+    gw: Parts,
     call: Call,
     req: CallRequest,
     chain: Chain,

@@ -15,11 +15,11 @@ from gateway_bridge.protocols.base import NOT_FOUND, GatewayError, ModelInfo
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Scope, Send
-    from gateway_bridge.gateway import Gateway
+    from gateway_bridge.pipeline.parts import Parts
     from gateway_bridge.state import KeyEntry
 
 
-def visible_models(gw: Gateway, entry: KeyEntry) -> list[ModelInfo]:
+def visible_models(gw: Parts, entry: KeyEntry) -> list[ModelInfo]:
     """The models served to the key's organization that the key may use."""
     key = entry.auth
     state = gw.state
@@ -49,7 +49,7 @@ def visible_models(gw: Gateway, entry: KeyEntry) -> list[ModelInfo]:
 
 
 async def models(
-    gw: Gateway,
+    gw: Parts,
     call: Call,
     scope: Scope,
     receive: Receive,
@@ -64,7 +64,7 @@ async def models(
 
 
 async def model(
-    gw: Gateway,
+    gw: Parts,
     call: Call,
     scope: Scope,
     receive: Receive,
@@ -93,7 +93,7 @@ async def model(
 
 
 async def count(
-    gw: Gateway,
+    gw: Parts,
     call: Call,
     scope: Scope,
     receive: Receive,

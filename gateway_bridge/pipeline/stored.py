@@ -41,7 +41,7 @@ from gateway_bridge.protocols.base import NOT_FOUND, CallRequest, GatewayError, 
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Scope, Send
-    from gateway_bridge.gateway import Gateway
+    from gateway_bridge.pipeline.parts import Parts
 
 _ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,96}$")
 
@@ -63,7 +63,7 @@ def _not_found(
     )
 
 
-async def prepare(gw: Gateway, call: Call, req: CallRequest) -> None:
+async def prepare(gw: Parts, call: Call, req: CallRequest) -> None:
     """A Responses call: its id, the conversation it continues, where it is
     stored once answered. Other calls pass through untouched."""
     facts = req.extra.get("responses")
@@ -103,7 +103,7 @@ def _expand_for_vendor(req: CallRequest, history: list[dict[str, Any]]) -> None:
 
 
 async def _save(
-    gw: Gateway, org: int, req: CallRequest, native: dict[str, Any] | None = None
+    gw: Parts, org: int, req: CallRequest, native: dict[str, Any] | None = None
 ) -> None:
     """Store the answered response; ``native``: the vendor's own response
     object (a passed-through call), whose id is the one the client saw."""
@@ -123,7 +123,7 @@ async def _save(
 
 
 async def stored(
-    gw: Gateway,
+    gw: Parts,
     call: Call,
     scope: Scope,
     receive: Receive,

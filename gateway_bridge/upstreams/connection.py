@@ -12,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import httptools
 
 from gateway_bridge.upstreams.errors import UpstreamError, _Stale
 
-if TYPE_CHECKING:
-    from gateway_bridge.upstreams.pool import UpstreamPool
+
+class Owner(Protocol):
+    """What a connection tells its pool (``UpstreamPool``): reusable, or gone."""
+
+    def put_idle(self, conn: _Connection) -> None: ...
+
+    def forget(self, conn: _Connection) -> None: ...
+
 
 # Reading stops (pause_reading) while this much body is buffered and unread.
 HIGH_WATER_BYTES = 1 << 20
@@ -74,11 +80,11 @@ class _Connection(asyncio.Protocol):
 
     __slots__ = (
         "_buffered",
-        "_chunks",
         "_paused",
         "_timer",
         "_waiter",
         "active",
+        "chunks",
         "complete",
         "dead",
         "deadline",
@@ -101,7 +107,7 @@ class _Connection(asyncio.Protocol):
         "wait_since",
     )
 
-    def __init__(self, pool: UpstreamPool, host: _Host, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, pool: Owner, host: _Host, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
         self.host = host
         self.loop = loop
@@ -113,7 +119,7 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._chunks: list[bytes] = []
+        self.chunks: list[bytes] = []
         self._buffered = 0
         self._paused = False
         self.error: BaseException | None = None
@@ -199,7 +205,7 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self.complete:
             return
-        self._chunks.append(body)
+        self.chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER_BYTES and not self._paused:
             self._paused = True
@@ -267,9 +273,9 @@ class _Connection(asyncio.Protocol):
                 waiter.set_result(None)
 
     def take(self) -> bytes:
-        chunks = self._chunks
+        chunks = self.chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._chunks = []
+        self.chunks = []
         self._buffered = 0
         if self._paused:
             self._paused = False
@@ -317,7 +323,7 @@ class _Connection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self.active = False
-        self._chunks = []
+        self.chunks = []
         self._buffered = 0
         transport = self.transport
         if self._paused:

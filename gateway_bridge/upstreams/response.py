@@ -44,7 +44,7 @@ class UpstreamResponse:
             while True:
                 if self._conn is not conn:
                     raise self._gone(conn)
-                if conn._chunks:
+                if conn.chunks:
                     parts.append(conn.take())
                 if conn.complete:
                     break
@@ -71,7 +71,7 @@ class UpstreamResponse:
             while True:
                 if self._conn is not conn:
                     raise self._gone(conn)
-                if conn._chunks:
+                if conn.chunks:
                     data = conn.take()
                     buffer = buffer + data if buffer else data
                     tail = b""
@@ -129,7 +129,7 @@ class UpstreamResponse:
             while True:
                 if self._conn is not conn:
                     raise self._gone(conn)
-                if conn._chunks:
+                if conn.chunks:
                     yield conn.take()
                     continue
                 if conn.complete:
@@ -189,7 +189,7 @@ async def _settle(conn: _Connection) -> None:
     a release() right after the last event keeps the connection."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(SETTLE_S):
-            while not conn.complete and conn.error is None and not conn._chunks:
+            while not conn.complete and conn.error is None and not conn.chunks:
                 await conn.wait()
 
 
