@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.utils import timezone
@@ -64,6 +65,7 @@ from tooling.bench.gateway_procs import (
     http_get,
     http_post,
     metric_total,
+    process_tree,
     run_load,
     start_floor,
     start_node,
@@ -134,6 +136,31 @@ def _stop_all(procs: list[subprocess.Popen]) -> None:
             proc.kill()
 
 
+def configuration(opts: dict) -> dict:
+    """Every switch of the measured gateway, as its process reads them (it inherits
+    this environment). ``production`` is true when nothing a deployment runs is off:
+    then, and only then, the figures are the headline; otherwise they are a diagnosis."""
+    switches = {
+        "access_log": settings.ACCESS_LOG,
+        "log_format": settings.LOG_FORMAT,
+        "usage_events": True,  # every call's event goes to the emitter and its broker
+        "usage_journal": settings.GATEWAY_USAGE_JOURNAL,
+        "routing_policy": settings.GATEWAY_ROUTING_POLICY,
+        "metrics": True,
+        "limits_store": settings.GATEWAY_LIMITS_STORE,
+        "key_rules": "model and IP allowlists, daily/monthly/lifetime caps, RPM and TPM",
+        "http_protocol": "console.server:GuardedHttpProtocol",
+        "processes": opts["processes"],
+        "tracing_exporter": os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+    }
+    switches["production"] = bool(
+        settings.ACCESS_LOG
+        and settings.GATEWAY_USAGE_JOURNAL
+        and settings.GATEWAY_ROUTING_POLICY == "prefix_affinity"
+    )
+    return switches
+
+
 class Command(BaseCommand):
     help = "Benchmark the gateway against a direct node (JSON on stdout)."
     # The token the bench's gateway process is started with, to read its /metrics.
@@ -156,6 +183,10 @@ class Command(BaseCommand):
             "--repeat", type=int, default=1, help="runs per step (medians and spread reported)"
         )
         parser.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
+        parser.add_argument(
+            "--processes", type=int, default=1,
+            help="gateway worker processes (uvicorn --workers, as WEB_CONCURRENCY sets it)",
+        )  # fmt: skip
 
     # --- setup --------------------------------------------------------------
 
@@ -217,7 +248,7 @@ class Command(BaseCommand):
         )
         return org, raw
 
-    def _start_gateway(self, port: int) -> subprocess.Popen:
+    def _start_gateway(self, port: int, processes: int) -> subprocess.Popen:
         env = {
             **os.environ,
             "GATEWAY_ROUTING_OVERRIDES": f"{AFFINITY_MODEL}=prefix_affinity,{RR_MODEL}=round_robin",
@@ -229,9 +260,17 @@ class Command(BaseCommand):
             # alone, not a console's sharing the var dir (nor earlier runs').
             "GATEWAY_METRICS_DIR": tempfile.mkdtemp(prefix="bench-gateway-metrics-"),
         }
-        cmd = uvicorn_argv("console.asgi:application", port)
+        # Production's command line (deploy/docker/entrypoint.sh): the guarded protocol.
+        workers = ["--workers", str(processes)] if processes > 1 else []
+        cmd = uvicorn_argv(
+            "console.asgi:application", port, *workers, http="console.server:GuardedHttpProtocol"
+        )
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
         wait_up(proc, f"http://127.0.0.1:{port}/metrics", "gateway")
+        if processes > 1:
+            deadline = time.monotonic() + 60
+            while len(process_tree(proc.pid)) <= processes and time.monotonic() < deadline:
+                time.sleep(0.2)  # every worker up (the supervisor is one more)
         return proc
 
     # --- run ------------------------------------------------------------------
@@ -240,7 +279,11 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         run_started = timezone.now()
         procs: list[subprocess.Popen] = []
-        report: dict = {"machine": {"cpus": os.cpu_count()}, "seconds_per_step": opts["seconds"]}
+        report: dict = {
+            "machine": {"cpus": os.cpu_count()},
+            "seconds_per_step": opts["seconds"],
+            "configuration": configuration(opts),
+        }
         try:
             self._run(opts, procs, report, run_started)
         finally:
@@ -259,7 +302,7 @@ class Command(BaseCommand):
             procs.append(vendor)
         org, raw = self._setup(node_url, vendor_url)
         port = free_port()
-        gateway = self._start_gateway(port)
+        gateway = self._start_gateway(port, opts["processes"])
         procs.append(gateway)
         gw = f"http://127.0.0.1:{port}"
         auth = {"Authorization": f"Bearer {raw}"}

@@ -59,13 +59,14 @@ def http_post(url: str, body: dict, headers: dict | None = None, timeout: float 
         return resp.read()
 
 
-def uvicorn_argv(app: str, port: int, *extra: str) -> list[str]:
-    """The uvicorn command line the gateway and the floor share: one process, httptools,
-    uvloop when importable, no access log, no proxy headers."""
+def uvicorn_argv(app: str, port: int, *extra: str, http: str = "httptools") -> list[str]:
+    """The uvicorn command line the gateway and the floor share: httptools (the
+    gateway: production's guarded protocol on it), uvloop when importable, uvicorn's
+    own access log off, no proxy headers."""
     cmd = [
         sys.executable, "-m", "uvicorn", app, *extra, "--host", "127.0.0.1",
         "--port", str(port), "--lifespan", "on", "--no-access-log", "--log-level", "warning",
-        "--http", "httptools", "--no-proxy-headers",
+        "--http", http, "--no-proxy-headers",
     ]  # fmt: skip
     try:
         import uvloop  # noqa: F401 - optional dependency: used when installed
@@ -102,6 +103,20 @@ def start_floor(node_url: str, port: int) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (uvicorn's workers under their supervisor), from /proc."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                todo.extend(int(child) for child in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
 def run_load(url: str, *, bodies: list[dict], headers: dict, concurrency: int, seconds: float,
           stream: bool, warmup: float, cpu_pid: int | None = None) -> dict:  # fmt: skip
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -118,7 +133,8 @@ def run_load(url: str, *, bodies: list[dict], headers: dict, concurrency: int, s
     if stream:
         cmd.append("--stream")
     if cpu_pid is not None:
-        cmd += ["--cpu-pid", str(cpu_pid)]
+        for pid in process_tree(cpu_pid):  # every process of the server, workers included
+            cmd += ["--cpu-pid", str(pid)]
     try:
         out = subprocess.run(  # noqa: S603 - our own interpreter and module
             cmd, capture_output=True, text=True, check=True, timeout=seconds * 4 + 60
