@@ -38,11 +38,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
-
 from gateway_bridge import access_log, metrics_http
 from gateway_bridge import cache as response_cache
 from gateway_bridge.circuits import CircuitReporter
+from gateway_bridge.config import GatewayConfig
 from gateway_bridge.gauges import register_gauges
 from gateway_bridge.keypool import KeyPool
 from gateway_bridge.limits import Limits, apply_local_credit, build_store
@@ -66,7 +65,7 @@ from gateway_bridge.pipeline import (
 from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
 from gateway_bridge.pipeline.usage_event import usage_event
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
-from gateway_bridge.routing import Router, RouterConfig
+from gateway_bridge.routing import Router
 from gateway_bridge.spool_slot import open_spool
 from gateway_bridge.state import GatewayState
 from gateway_bridge.upstreams import UpstreamPool
@@ -90,32 +89,6 @@ logger = logging.getLogger(__name__)
 METRICS_PUBLISH_SECONDS = 1.0
 
 
-def router_config() -> RouterConfig:
-    """The router's policies, breakers and queue, as the settings say."""
-    return RouterConfig(
-        default_policy=settings.GATEWAY_ROUTING_POLICY,
-        policies=dict(settings.GATEWAY_ROUTING_OVERRIDES),
-        load_factor=settings.GATEWAY_LOAD_FACTOR,
-        prefix_chars=settings.GATEWAY_AFFINITY_PREFIX_CHARS,
-        breaker_window=settings.GATEWAY_BREAKER_WINDOW_SECONDS,
-        breaker_error_rate=settings.GATEWAY_BREAKER_ERROR_RATE,
-        breaker_min_calls=settings.GATEWAY_BREAKER_MIN_CALLS,
-        breaker_open_seconds=settings.GATEWAY_BREAKER_OPEN_SECONDS,
-        queue_timeout=settings.GATEWAY_QUEUE_TIMEOUT,
-        max_queue_depth=settings.GATEWAY_QUEUE_MAX_DEPTH,
-    )
-
-
-def upstream_timeouts() -> dict[str, float | None]:
-    """Every upstream request's timeouts (``UpstreamPool.request``'s keywords)."""
-    return {
-        "connect_timeout": settings.GATEWAY_CONNECT_TIMEOUT,
-        "first_byte_timeout": settings.GATEWAY_FIRST_BYTE_TIMEOUT,
-        "idle_timeout": settings.GATEWAY_IDLE_TIMEOUT,
-        "total_timeout": settings.GATEWAY_TOTAL_TIMEOUT,
-    }
-
-
 class Gateway:
     """The gateway bridge of one process: its caches, router, limits, emitter
     and metrics, and ``handle``, which runs a call through the pipeline."""
@@ -127,16 +100,16 @@ class Gateway:
         limits: LimitStore | None = None,
         circuits: Circuits | None = None,
         metrics_dir: str | None = None,
+        config: GatewayConfig | None = None,
     ) -> None:
+        self.config = config = config if config is not None else GatewayConfig.from_settings()
         self.state = GatewayState()
-        self.metrics = GatewayMetrics(max_models=settings.GATEWAY_METRICS_MAX_MODELS)
+        self.metrics = GatewayMetrics(max_models=config.metrics_max_models)
         # The host's shared metrics (opened on start; None: this process alone).
-        self._metrics_path = (
-            metrics_dir if metrics_dir is not None else settings.GATEWAY_METRICS_DIR
-        )
+        self._metrics_path = metrics_dir if metrics_dir is not None else config.metrics_dir
         self.metrics_dir: MetricsDirectory | None = None
         self._metrics_task: asyncio.Task[None] | None = None
-        self.router = Router(router_config())
+        self.router = Router(config.routing)
         # Circuit openings and closings go to the audit trail (the Errors page).
         self.circuits = circuits if circuits is not None else CircuitReporter()
         self.router.on_transition = self.circuits.report
@@ -151,22 +124,22 @@ class Gateway:
         self.cache = response_cache.ResponseCache()
         self.responses = response_cache.TtlStore(
             "resp",
-            settings.GATEWAY_RESPONSES_MAX_ENTRIES,
-            settings.GATEWAY_RESPONSES_RETENTION_SECONDS,
+            config.responses_max_entries,
+            config.responses_retention_seconds,
         )
-        self.trusted = auth.trusted_proxies(settings.GATEWAY_TRUSTED_PROXIES, logger)
-        self.max_body = settings.GATEWAY_MAX_BODY_BYTES
+        self.trusted = auth.trusted_proxies(config.trusted_proxies, logger)
+        self.max_body = config.max_body_bytes
         # Large bodies: per-organization slots, validated off the loop (pipeline.fair).
         self.large = fair.LargeBodies(
-            settings.GATEWAY_LARGE_BODY_BYTES,
-            settings.GATEWAY_LARGE_BODY_CONCURRENCY,
-            settings.GATEWAY_PARSE_WORKERS,
+            config.large_body_bytes,
+            config.large_body_concurrency,
+            config.parse_workers,
         )
-        self.timeouts = upstream_timeouts()
-        self.hold_seconds = settings.GATEWAY_TOTAL_TIMEOUT + settings.GATEWAY_QUEUE_TIMEOUT + 60
-        self.retries = settings.GATEWAY_RETRIES
-        self.backoff = settings.GATEWAY_RETRY_BACKOFF_SECONDS
-        self.default_max_tokens = settings.GATEWAY_DEFAULT_MAX_TOKENS
+        self.timeouts = config.timeouts.as_keywords()
+        self.hold_seconds = config.hold_seconds
+        self.retries = config.retries
+        self.backoff = config.retry_backoff_seconds
+        self.default_max_tokens = config.default_max_tokens
         self.plans = PlanCache()
         self._started = False
         self._start_lock: asyncio.Lock | None = None
@@ -202,8 +175,8 @@ class Gateway:
             self._emitter = UsageEmitter(
                 None,
                 spool,
-                max_batch=settings.GATEWAY_EMIT_MAX_BATCH,
-                max_delay=settings.GATEWAY_EMIT_MAX_DELAY,
+                max_batch=self.config.emit_max_batch,
+                max_delay=self.config.emit_max_delay,
                 journal=journal,
             )
         return self._emitter

@@ -51,8 +51,6 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from django.conf import settings
-
 from gateway_bridge import answers
 from gateway_bridge.keypool import retry_after_seconds
 from gateway_bridge.pipeline import admit, native, relay
@@ -215,7 +213,7 @@ class _Forward:
                     continue
                 raise self.last_error or _no_healthy_node(self.req.model) from None
             except QueueTimeout:
-                raise _queue_timeout() from None
+                raise _queue_timeout(gw.router.config.queue_timeout) from None
             except QueueFull:
                 raise _queue_full() from None
             self.call.queue_s += lease.queue_seconds
@@ -397,12 +395,11 @@ def _no_healthy_node(model: str) -> GatewayError:
     )
 
 
-def _queue_timeout() -> GatewayError:
+def _queue_timeout(waited: float) -> GatewayError:
     return GatewayError(
         OVERLOADED,
         "queue_timeout",
-        "Every node serving this model is at capacity; the call waited "
-        f"{settings.GATEWAY_QUEUE_TIMEOUT:g} s for a slot.",
+        f"Every node serving this model is at capacity; the call waited {waited:g} s for a slot.",
         headers=[("retry-after", "1")],
     )
 

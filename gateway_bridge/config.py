@@ -1,0 +1,101 @@
+"""The gateway's settings, read once: ``GatewayConfig.from_settings()``.
+
+``Gateway`` takes one (``Gateway(config=...)``; by default the settings' own
+when it is made) and hands each part what it needs, so the stages never read
+``django.conf.settings`` per call and a test builds a gateway with the values it
+wants without patching settings. docs/configuration.md describes each variable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from gateway_bridge.breaker import RouterConfig
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTimeouts:
+    """Every upstream request's timeouts in seconds (``UpstreamPool.request``'s keywords)."""
+
+    connect_timeout: float
+    first_byte_timeout: float
+    idle_timeout: float
+    total_timeout: float
+
+    def as_keywords(self) -> dict[str, float | None]:
+        return {
+            "connect_timeout": self.connect_timeout,
+            "first_byte_timeout": self.first_byte_timeout,
+            "idle_timeout": self.idle_timeout,
+            "total_timeout": self.total_timeout,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """What one gateway process is configured with (``GATEWAY_*``)."""
+
+    routing: RouterConfig
+    timeouts: UpstreamTimeouts
+    metrics_dir: Path  # this host's shared metrics directory
+    trusted_proxies: tuple[str, ...] = ()
+    max_body_bytes: int = 4 * 1024 * 1024
+    large_body_bytes: int = 256 * 1024
+    large_body_concurrency: int = 2
+    parse_workers: int = 1
+    retries: int = 2
+    retry_backoff_seconds: float = 0.05
+    default_max_tokens: int = 4096
+    queue_timeout: float = 10.0
+    metrics_max_models: int = 100
+    responses_max_entries: int = 10_000
+    responses_retention_seconds: int = 30 * 24 * 3600
+    emit_max_batch: int = 500
+    emit_max_delay: float = 0.25
+
+    @property
+    def hold_seconds(self) -> float:
+        """How long a call may hold its reservation: its whole time and queueing, and a minute."""
+        return self.timeouts.total_timeout + self.queue_timeout + 60
+
+    @classmethod
+    def from_settings(cls) -> GatewayConfig:
+        s = settings
+        return cls(
+            routing=RouterConfig(
+                default_policy=s.GATEWAY_ROUTING_POLICY,
+                policies=dict(s.GATEWAY_ROUTING_OVERRIDES),
+                load_factor=s.GATEWAY_LOAD_FACTOR,
+                prefix_chars=s.GATEWAY_AFFINITY_PREFIX_CHARS,
+                breaker_window=s.GATEWAY_BREAKER_WINDOW_SECONDS,
+                breaker_error_rate=s.GATEWAY_BREAKER_ERROR_RATE,
+                breaker_min_calls=s.GATEWAY_BREAKER_MIN_CALLS,
+                breaker_open_seconds=s.GATEWAY_BREAKER_OPEN_SECONDS,
+                queue_timeout=s.GATEWAY_QUEUE_TIMEOUT,
+                max_queue_depth=s.GATEWAY_QUEUE_MAX_DEPTH,
+            ),
+            timeouts=UpstreamTimeouts(
+                connect_timeout=s.GATEWAY_CONNECT_TIMEOUT,
+                first_byte_timeout=s.GATEWAY_FIRST_BYTE_TIMEOUT,
+                idle_timeout=s.GATEWAY_IDLE_TIMEOUT,
+                total_timeout=s.GATEWAY_TOTAL_TIMEOUT,
+            ),
+            trusted_proxies=tuple(s.GATEWAY_TRUSTED_PROXIES),
+            max_body_bytes=s.GATEWAY_MAX_BODY_BYTES,
+            large_body_bytes=s.GATEWAY_LARGE_BODY_BYTES,
+            large_body_concurrency=s.GATEWAY_LARGE_BODY_CONCURRENCY,
+            parse_workers=s.GATEWAY_PARSE_WORKERS,
+            retries=s.GATEWAY_RETRIES,
+            retry_backoff_seconds=s.GATEWAY_RETRY_BACKOFF_SECONDS,
+            default_max_tokens=s.GATEWAY_DEFAULT_MAX_TOKENS,
+            queue_timeout=s.GATEWAY_QUEUE_TIMEOUT,
+            metrics_max_models=s.GATEWAY_METRICS_MAX_MODELS,
+            metrics_dir=Path(s.GATEWAY_METRICS_DIR),
+            responses_max_entries=s.GATEWAY_RESPONSES_MAX_ENTRIES,
+            responses_retention_seconds=s.GATEWAY_RESPONSES_RETENTION_SECONDS,
+            emit_max_batch=s.GATEWAY_EMIT_MAX_BATCH,
+            emit_max_delay=s.GATEWAY_EMIT_MAX_DELAY,
+        )
