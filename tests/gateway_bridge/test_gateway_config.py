@@ -1,0 +1,39 @@
+"""The gateway's settings are read once, into a typed GatewayConfig: a gateway
+made with a config uses its values whatever the settings say later."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gateway_bridge.config import GatewayConfig
+from gateway_bridge.gateway import Gateway
+
+
+def test_the_config_is_the_settings_read_once(settings):
+    settings.GATEWAY_RETRIES = 5
+    settings.GATEWAY_ROUTING_POLICY = "least_outstanding"
+    settings.GATEWAY_TRUSTED_PROXIES = ["10.0.0.0/8"]
+    config = GatewayConfig.from_settings()
+    settings.GATEWAY_RETRIES = 0  # later changes do not reach a config already read
+    assert config.retries == 5
+    assert config.routing.default_policy == "least_outstanding"
+    assert config.trusted_proxies == ("10.0.0.0/8",)
+    assert config.hold_seconds == config.timeouts.total_timeout + config.queue_timeout + 60
+
+
+def test_a_gateway_uses_the_config_it_is_given(settings, tmp_path):
+    base = GatewayConfig.from_settings()
+    config = dataclasses.replace(
+        base,
+        retries=7,
+        max_body_bytes=2048,
+        default_max_tokens=99,
+        metrics_dir=tmp_path,
+        routing=dataclasses.replace(base.routing, default_policy="round_robin"),
+    )
+    settings.GATEWAY_RETRIES = 1
+    gateway = Gateway(config=config)
+    assert gateway.config is config
+    assert (gateway.retries, gateway.max_body, gateway.default_max_tokens) == (7, 2048, 99)
+    assert gateway.router.policy_for("any-model") == "round_robin"
+    assert gateway.timeouts["total_timeout"] == config.timeouts.total_timeout
