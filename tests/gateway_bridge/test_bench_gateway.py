@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import pstats
 import signal
 import subprocess
 import sys
@@ -208,3 +209,25 @@ def test_with_work_switched_off_the_run_says_it_is_not_the_production_figure(tmp
     assert report["configuration"]["processes"] == 2
     [row] = report["steps"]
     assert row["gateway"]["requests_per_second"] > 0 and row["gateway"]["errors"] == 0
+
+
+def test_profile_writes_the_gateways_stats_and_is_not_the_headline(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}  # fmt: skip
+    env["CONSOLE_VAR_DIR"] = str(tmp_path)
+    stats = tmp_path / "gateway.prof"
+    out = subprocess.run(
+        [sys.executable, "manage.py", "bench_gateway", "--seconds", "0.3", "--warmup", "0.1",
+         "--steps", "4", "--modes", "plain", "--no-ingest", "--no-affinity", "--no-floor",
+         "--profile", str(stats)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    report = json.loads(out.stdout)
+    assert report["configuration"]["profiler"] is True
+    assert report["configuration"]["production"] is False
+    [row] = report["steps"]
+    profiled = pstats.Stats(str(stats)).stats  # type: ignore[attr-defined]  # pstats keeps them here
+    handled = [
+        v for (f, _, name), v in profiled.items() if f.endswith("gateway.py") and name == "handle"
+    ]
+    assert handled and handled[0][1] >= row["gateway"]["requests_per_second"] * 0.3 * 0.5

@@ -152,11 +152,13 @@ def configuration(opts: dict) -> dict:
         "http_protocol": "console.server:GuardedHttpProtocol",
         "processes": opts["processes"],
         "tracing_exporter": os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+        "profiler": bool(opts.get("profile")),
     }
     switches["production"] = bool(
         settings.ACCESS_LOG
         and settings.GATEWAY_USAGE_JOURNAL
         and settings.GATEWAY_ROUTING_POLICY == "prefix_affinity"
+        and not opts.get("profile")
     )
     return switches
 
@@ -186,6 +188,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--processes", type=int, default=1,
             help="gateway worker processes (uvicorn --workers, as WEB_CONCURRENCY sets it)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--profile", metavar="FILE",
+            help="diagnosis: run the gateway under cProfile and write its stats to FILE "
+            "(its figures are then not the headline: the profiler slows every call)",
         )  # fmt: skip
 
     # --- setup --------------------------------------------------------------
@@ -248,7 +255,7 @@ class Command(BaseCommand):
         )
         return org, raw
 
-    def _start_gateway(self, port: int, processes: int) -> subprocess.Popen:
+    def _start_gateway(self, port: int, processes: int, profile: str | None) -> subprocess.Popen:
         env = {
             **os.environ,
             "GATEWAY_ROUTING_OVERRIDES": f"{AFFINITY_MODEL}=prefix_affinity,{RR_MODEL}=round_robin",
@@ -265,6 +272,8 @@ class Command(BaseCommand):
         cmd = uvicorn_argv(
             "console.asgi:application", port, *workers, http="console.server:GuardedHttpProtocol"
         )
+        if profile:  # uvicorn under cProfile, the stats written when it stops
+            cmd[1:3] = ["-m", "tooling.bench.profiled", profile]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
         wait_up(proc, f"http://127.0.0.1:{port}/metrics", "gateway")
         if processes > 1:
@@ -302,7 +311,7 @@ class Command(BaseCommand):
             procs.append(vendor)
         org, raw = self._setup(node_url, vendor_url)
         port = free_port()
-        gateway = self._start_gateway(port, opts["processes"])
+        gateway = self._start_gateway(port, opts["processes"], opts["profile"])
         procs.append(gateway)
         gw = f"http://127.0.0.1:{port}"
         auth = {"Authorization": f"Bearer {raw}"}
