@@ -36,6 +36,9 @@ def call(url: str, raw: str) -> tuple[int, str]:
         headers={"Authorization": f"Bearer {raw}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
+        # The whole answer, not only its head: the gateway promises the event is on
+        # disk before the answer's last bytes, and the head goes out before them.
+        assert json.loads(resp.read())["usage"]
         return resp.status, resp.headers["x-request-id"]
 
 
