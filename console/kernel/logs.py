@@ -31,6 +31,7 @@ its bookkeeping together (docs/performance.md); a batch costs one handover.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import functools
 import logging
@@ -309,7 +310,9 @@ class LineSink:
         self.format = fmt
         self._flush_seconds = flush_seconds
         self._max_pending = max_pending
-        self._pending: list[str] = []
+        # A deque: append and popleft are atomic, so a line written while the
+        # thread drains is either taken now or left for the next drain.
+        self._pending: collections.deque[str] = collections.deque()
         self._wake = threading.Event()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="log-lines", daemon=True)
@@ -328,11 +331,11 @@ class LineSink:
             self._drain()
 
     def _drain(self) -> None:
-        lines = self._pending
-        if not lines:
+        pending = self._pending
+        count = len(pending)
+        if not count:
             return
-        self._pending = []  # a line appended to ``lines`` meanwhile is written below
-        text = "\n".join(lines) + "\n"
+        text = "\n".join([pending.popleft() for _ in range(count)]) + "\n"
         handler = self.handler
         handler.acquire()
         try:
