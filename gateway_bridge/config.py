@@ -49,7 +49,6 @@ class GatewayConfig:
     retries: int = 2
     retry_backoff_seconds: float = 0.05
     default_max_tokens: int = 4096
-    queue_timeout: float = 10.0
     metrics_max_models: int = 100
     responses_max_entries: int = 10_000
     responses_retention_seconds: int = 30 * 24 * 3600
@@ -59,7 +58,7 @@ class GatewayConfig:
     @property
     def hold_seconds(self) -> float:
         """How long a call may hold its reservation: its whole time and queueing, and a minute."""
-        return self.timeouts.total_timeout + self.queue_timeout + 60
+        return self.timeouts.total_timeout + self.routing.queue_timeout + 60
 
     @classmethod
     def from_settings(cls) -> GatewayConfig:
@@ -91,7 +90,6 @@ class GatewayConfig:
             retries=s.GATEWAY_RETRIES,
             retry_backoff_seconds=s.GATEWAY_RETRY_BACKOFF_SECONDS,
             default_max_tokens=s.GATEWAY_DEFAULT_MAX_TOKENS,
-            queue_timeout=s.GATEWAY_QUEUE_TIMEOUT,
             metrics_max_models=s.GATEWAY_METRICS_MAX_MODELS,
             metrics_dir=Path(s.GATEWAY_METRICS_DIR),
             responses_max_entries=s.GATEWAY_RESPONSES_MAX_ENTRIES,

@@ -18,7 +18,7 @@ def test_the_config_is_the_settings_read_once(settings):
     assert config.retries == 5
     assert config.routing.default_policy == "least_outstanding"
     assert config.trusted_proxies == ("10.0.0.0/8",)
-    assert config.hold_seconds == config.timeouts.total_timeout + config.queue_timeout + 60
+    assert config.hold_seconds == config.timeouts.total_timeout + config.routing.queue_timeout + 60
 
 
 def test_a_gateway_uses_the_config_it_is_given(settings, tmp_path):
