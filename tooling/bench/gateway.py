@@ -44,7 +44,7 @@ import time
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from accounts.facade import Actor, ApiKey, Membership, Organization, Role, User, api_key_issue
@@ -285,6 +285,8 @@ class Command(BaseCommand):
     # --- run ------------------------------------------------------------------
 
     def handle(self, *args, **opts):
+        if opts["profile"] and opts["processes"] > 1:
+            raise CommandError("--profile profiles one gateway process: leave --processes at 1")
         call_command("migrate", verbosity=0)
         run_started = timezone.now()
         procs: list[subprocess.Popen] = []
