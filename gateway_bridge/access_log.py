@@ -16,9 +16,10 @@ when the logger is enabled for INFO (``ACCESS_LOG=false`` turns it off).
 
 ``start`` (the ASGI lifespan) picks how the lines are written. With logging
 as the settings configure it (one stream handler, ``LOG_FORMAT`` plain or
-json), the line is formatted here, exactly as that formatter would, and
-handed to a ``console.kernel.logs.LineSink`` that writes the lines of the
-last 50 ms at once; handlers attached to the logger itself still get each
+json), the line is formatted here without a record, by that formatter's
+``line`` (the same line its ``format`` writes), and handed to a
+``console.kernel.logs.LineSink`` that writes the lines of the last 50 ms at
+once; handlers attached to the logger itself still get each
 record. With any other logging set-up the records go through logging,
 written off the event loop (``offload``).
 """
@@ -31,10 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import orjson
-
-from console.kernel.logs import LineSink, json_ts, line_sink, offload, plain_head, printable
-from console.kernel.redact import redact
+from console.kernel.logs import LineSink, line_sink, offload
 from gateway_bridge.pipeline.call import Call
 
 if TYPE_CHECKING:
@@ -104,34 +102,11 @@ def finish(call: Call, elapsed: float, overhead: float) -> None:
     extra = fields(call, auth, elapsed, overhead)
     sink = _sink
     if sink is not None:
-        sink.write(line(sink.format, call, extra, time.time()))
+        message = f"{call.protocol} {call.endpoint} {call.status}"
+        sink.write(sink.formatter.line(time.time(), "INFO", logger.name, message, extra))
         if not logger.handlers:
             return
     logger.info("%s %s %s", call.protocol, call.endpoint, call.status, extra=extra)
-
-
-def line(fmt: str, call: Call, extra: dict[str, object], created: float) -> str:
-    """The line ``PlainFormatter`` (``fmt`` "plain") or ``JsonFormatter`` ("json")
-    would write for the call's record made at ``created``."""
-    message = f"{call.protocol} {call.endpoint} {call.status}"
-    if fmt == "json":
-        out: dict[str, object] = {
-            "ts": json_ts(created),
-            "level": "INFO",
-            "logger": logger.name,
-            "message": message,
-        }
-        for key, value in extra.items():
-            if key[0] != "_":
-                out[key] = redact(value) if isinstance(value, str) else value
-        return orjson.dumps(out).decode()
-    extras = " ".join(
-        f"{key}={printable(str(value))}"
-        for key, value in extra.items()
-        if isinstance(value, str | int | float) and value != "" and key not in _IN_MESSAGE
-        and key[0] != "_"
-    )  # fmt: skip
-    return f"{plain_head(created, 'INFO', logger.name)}{printable(message)} {redact(extras)}"
 
 
 def fields(

@@ -21,8 +21,8 @@ them to the handlers propagation would have reached.
 
 ``line_sink`` is the gateway's faster way for the same lines when logging is
 configured as ``logging_config`` does it (one stream handler, one of these
-formatters): the caller formats each line itself, exactly as the formatter
-would (``plain_head``, ``json_ts``), and a thread writes what has gathered
+formatters): the caller formats each line without a record, with the
+formatter's own ``line``, and a thread writes what has gathered
 every 50 ms (or at 512 lines) in one write under the handler's lock. Handing
 each record to a thread cost the gateway more CPU per call than the rest of
 its bookkeeping together (docs/performance.md); a batch costs one handover.
@@ -51,6 +51,7 @@ from console.kernel.redact import redact
 # (uvicorn's ``color_message`` is its message again, with terminal colours).
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 _PLAIN_TYPES = (int, float, bool, type(None))
+_JSON_NATIVE = frozenset(_PLAIN_TYPES)  # exactly these types (not their subclasses)
 
 
 @functools.lru_cache(maxsize=4)
@@ -65,15 +66,9 @@ def _local_second(epoch: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
-def json_ts(created: float) -> str:
-    """``JsonFormatter``'s ``ts`` for a record made at ``created`` (POSIX seconds)."""
-    return f"{_second(int(created))}.{int((created - int(created)) * 1000):03d}Z"
-
-
-def plain_head(created: float, level: str, name: str) -> str:
-    """What ``PlainFormatter`` writes before a record's message: asctime, level, logger."""
-    msecs = int((created - int(created)) * 1000)
-    return f"{_local_second(int(created))},{msecs:03d} {level} {name}: "
+def _msecs(created: float) -> int:
+    """A record's ``msecs`` for ``created`` (POSIX seconds), as logging computes it."""
+    return int((created - int(created)) * 1000)
 
 
 def _default(value):
@@ -99,33 +94,80 @@ def _extras(record: logging.LogRecord):
             yield key, value
 
 
+def _visible(fields: dict[str, object]):
+    """``extra`` fields as a record would carry them (``_``-names are hints, not fields)."""
+    return ((key, value) for key, value in fields.items() if not key.startswith("_"))
+
+
+def _json_object(ts: str, level: str, name: str, message: str, extras) -> dict[str, object]:
+    out: dict[str, object] = {
+        "ts": ts,
+        "level": level,
+        "logger": name,
+        "message": redact(message),
+    }
+    for key, value in extras:
+        # Numbers and None as they are without a call (an access line has a dozen).
+        out[key] = value if type(value) in _JSON_NATIVE else _field(value)
+    return out
+
+
+def _json_dumps(out: dict[str, object]) -> str:
+    return orjson.dumps(out, default=_default, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: ts, level, logger, message, extras, exc."""
+    """One JSON object per record: ts, level, logger, message, extras, exc.
+
+    ``line`` writes the same line without a record (no traceback): for a caller
+    on a hot path that formats its own lines (``LineSink``)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": f"{_second(int(record.created))}.{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": redact(record.getMessage()),
-        }
-        for key, value in _extras(record):
-            out[key] = _field(value)
+        ts = f"{_second(int(record.created))}.{int(record.msecs):03d}Z"
+        out = _json_object(ts, record.levelname, record.name, record.getMessage(), _extras(record))
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             out["exc"] = redact(record.exc_text)
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
-        return orjson.dumps(out, default=_default, option=orjson.OPT_NON_STR_KEYS).decode()
+        return _json_dumps(out)
+
+    def line(
+        self, created: float, level: str, name: str, message: str, fields: dict[str, object]
+    ) -> str:
+        ts = f"{_second(int(created))}.{_msecs(created):03d}Z"
+        return _json_dumps(_json_object(ts, level, name, message, _visible(fields)))
+
+
+_PLAIN_DEFAULT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _plain_extras(extras, said) -> str:
+    """The fields that are strings or numbers as ``key=value``, escaped and masked
+    (``said``: the fields the message already shows)."""
+    return redact(
+        " ".join(
+            f"{key}={_printable(str(value))}"
+            for key, value in extras
+            if isinstance(value, str | int | float)
+            and value != ""
+            and key not in said
+            and not key.startswith("_")
+        )
+    )
 
 
 class PlainFormatter(logging.Formatter):
     """The plain line, then the extra fields that are strings or numbers as
-    ``key=value`` (the access lines' fields; not a request object)."""
+    ``key=value`` (the access lines' fields; not a request object).
+
+    ``line`` writes the same line without a record, in the default format only
+    (``writes_lines``): for a caller that formats its own lines (``LineSink``)."""
 
     def __init__(self, fmt=None, datefmt=None, style="%", **kwargs):
-        super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt, style)
+        super().__init__(fmt or _PLAIN_DEFAULT, datefmt, style)
+        self.writes_lines = fmt in (None, _PLAIN_DEFAULT) and datefmt is None and style == "%"
 
     def format(self, record: logging.LogRecord) -> str:
         # A client's path or header may carry CR, LF, ESC and the like: escaped in
@@ -133,22 +175,26 @@ class PlainFormatter(logging.Formatter):
         # escapes to a terminal (a traceback below the line keeps its lines).
         message = record.getMessage()
         if not message.isprintable():
-            record = logging.makeLogRecord({**record.__dict__, "msg": printable(message)})
+            record = logging.makeLogRecord({**record.__dict__, "msg": _printable(message)})
             record.args = None
         line = super().format(record)
         said = record.__dict__.get("_in_message", ())  # fields the message already shows
-        extras = [
-            f"{key}={printable(str(value))}"
-            for key, value in _extras(record)
-            if isinstance(value, str | int | float) and value != "" and key not in said
-        ]
+        extras = _plain_extras(_extras(record), said)
         if not extras:
             return line
         head, sep, tail = line.partition("\n")  # a traceback stays below the line
-        return f"{head} {redact(' '.join(extras))}{sep}{tail}"
+        return f"{head} {extras}{sep}{tail}"
+
+    def line(
+        self, created: float, level: str, name: str, message: str, fields: dict[str, object]
+    ) -> str:
+        asctime = f"{_local_second(int(created))},{_msecs(created):03d}"
+        head = f"{asctime} {level} {name}: {_printable(message)}"
+        extras = _plain_extras(fields.items(), fields.get("_in_message", ()))
+        return f"{head} {extras}" if extras else head
 
 
-def printable(text: str) -> str:
+def _printable(text: str) -> str:
     """``text`` with every non-printable character as its escape (``\\r``, ``\\x1b``)."""
     if text.isprintable():
         return text
@@ -296,18 +342,19 @@ class LineSink:
     thread takes the list every ``flush_seconds``, or sooner when ``max_pending``
     lines wait, and writes it in one call under the handler's lock (so the
     lines never interleave with the handler's own). ``stop`` writes what is
-    left. ``format`` is ``"plain"`` or ``"json"``: the formatter the handler has."""
+    left. ``formatter`` is the handler's, whose ``line`` formats a line the way
+    its ``format`` would."""
 
     def __init__(
         self,
         handler: logging.StreamHandler,
-        fmt: str,
+        formatter: JsonFormatter | PlainFormatter,
         *,
         flush_seconds: float = 0.05,
         max_pending: int = 512,
     ) -> None:
         self.handler = handler
-        self.format = fmt
+        self.formatter = formatter
         self._flush_seconds = flush_seconds
         self._max_pending = max_pending
         # A deque: append and popleft are atomic, so a line written while the
@@ -380,8 +427,8 @@ def line_sink(name: str) -> LineSink | None:
     if handler.filters:
         return None
     formatter = handler.formatter
-    if type(formatter) is PlainFormatter:
-        return LineSink(handler, "plain")
-    if type(formatter) is JsonFormatter:
-        return LineSink(handler, "json")
+    if type(formatter) is JsonFormatter or (
+        type(formatter) is PlainFormatter and formatter.writes_lines
+    ):
+        return LineSink(handler, formatter)
     return None

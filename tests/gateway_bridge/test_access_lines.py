@@ -1,5 +1,5 @@
-"""The gateway's access line written the fast way (``access_log.line`` into a
-``LineSink``) is the line the configured formatter would have written for the
+"""The gateway's access line written the fast way (the formatter's ``line``,
+into a ``LineSink``) is the line the formatter's ``format`` writes for the
 record, a client's hostile model name included; the sink writes every line,
 in order, in batches, and what is pending when it stops."""
 
@@ -40,13 +40,12 @@ def record_of(call: Call, extra: dict) -> logging.LogRecord:
 
 
 @pytest.mark.parametrize("model", ["bench-chat", HOSTILE])
-@pytest.mark.parametrize(
-    ("fmt", "formatter"), [("plain", PlainFormatter()), ("json", JsonFormatter())]
-)
-def test_the_fast_line_is_the_formatters_line(model, fmt, formatter):
+@pytest.mark.parametrize("formatter", [PlainFormatter(), JsonFormatter()])
+def test_the_fast_line_is_the_formatters_line(model, formatter):
     call = finished_call(model)
     extra = access_log.fields(call, None, 0.00104, 0.00013)
-    fast = access_log.line(fmt, call, extra, CREATED)
+    message = f"{call.protocol} {call.endpoint} {call.status}"
+    fast = formatter.line(CREATED, "INFO", "gateway_bridge.access", message, extra)
     assert fast == formatter.format(record_of(call, extra))
     assert "SECRETsecret" not in fast  # masked either way
     assert "\n" not in fast and "\x1b" not in fast  # one line, no terminal escapes
@@ -54,7 +53,9 @@ def test_the_fast_line_is_the_formatters_line(model, fmt, formatter):
 
 def test_the_sink_writes_every_line_in_order_and_the_rest_on_stop():
     stream = io.StringIO()
-    sink = LineSink(logging.StreamHandler(stream), "plain", flush_seconds=0.01, max_pending=7)
+    sink = LineSink(
+        logging.StreamHandler(stream), PlainFormatter(), flush_seconds=0.01, max_pending=7
+    )
     writers = [
         threading.Thread(target=lambda n=n: [sink.write(f"{n}-{i}") for i in range(500)])
         for n in range(4)
@@ -93,9 +94,11 @@ def test_the_sink_is_used_only_for_the_settings_own_logging(hierarchy):
     handler.setFormatter(JsonFormatter())
     hierarchy.addHandler(handler)
     sink = line_sink(name)
-    assert sink is not None and sink.format == "json"
+    assert sink is not None and isinstance(sink.formatter, JsonFormatter)
     sink.stop()
     handler.setFormatter(logging.Formatter("%(message)s"))  # an operator's own format
+    assert line_sink(name) is None
+    handler.setFormatter(PlainFormatter("%(levelname)s %(message)s"))  # ours, another format
     assert line_sink(name) is None
     handler.setFormatter(PlainFormatter())
     hierarchy.addHandler(logging.NullHandler())  # a second destination
@@ -104,7 +107,7 @@ def test_the_sink_is_used_only_for_the_settings_own_logging(hierarchy):
 
 def test_with_the_sink_a_handler_on_the_logger_still_gets_each_record(hierarchy, monkeypatch):
     stream = io.StringIO()
-    sink = LineSink(logging.StreamHandler(stream), "plain", flush_seconds=0.01)
+    sink = LineSink(logging.StreamHandler(stream), PlainFormatter(), flush_seconds=0.01)
     monkeypatch.setattr(access_log, "_sink", sink)
     logger = logging.getLogger("gateway_bridge.access")
     got: list[logging.LogRecord] = []
