@@ -36,24 +36,25 @@ class UpstreamTimeouts:
 
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
-    """What one gateway process is configured with (``GATEWAY_*``)."""
+    """What one gateway process is configured with (``GATEWAY_*``). No defaults
+    here: console/settings/gateway.py has them, ``from_settings`` reads them."""
 
     routing: RouterConfig
     timeouts: UpstreamTimeouts
     metrics_dir: Path  # this host's shared metrics directory
-    trusted_proxies: tuple[str, ...] = ()
-    max_body_bytes: int = 4 * 1024 * 1024
-    large_body_bytes: int = 256 * 1024
-    large_body_concurrency: int = 2
-    parse_workers: int = 1
-    retries: int = 2
-    retry_backoff_seconds: float = 0.05
-    default_max_tokens: int = 4096
-    metrics_max_models: int = 100
-    responses_max_entries: int = 10_000
-    responses_retention_seconds: int = 30 * 24 * 3600
-    emit_max_batch: int = 500
-    emit_max_delay: float = 0.25
+    trusted_proxies: tuple[str, ...]
+    max_body_bytes: int
+    large_body_bytes: int
+    large_body_concurrency: int
+    parse_workers: int
+    retries: int
+    retry_backoff_seconds: float
+    default_max_tokens: int
+    metrics_max_models: int
+    responses_max_entries: int
+    responses_retention_seconds: int
+    emit_max_batch: int
+    emit_max_delay: float
 
     @property
     def hold_seconds(self) -> float:

@@ -80,6 +80,8 @@ NATIVE_MODEL = "bench-claude"
 VENDOR_KEY = "sk-bench-vendor-key-0000000000"
 BIG = 10**15
 HELLO = [{"role": "user", "content": "Say hello to the benchmark."}]
+# Production's server protocol (deploy/docker/entrypoint.sh), which the gateway runs here.
+GATEWAY_HTTP = "console.server:GuardedHttpProtocol"
 
 # What a step loads: (URL, body, headers, the serving process's pid for its CPU time).
 Target = tuple[str, dict, dict, int | None]
@@ -143,16 +145,17 @@ def configuration(opts: dict) -> dict:
     switches = {
         "access_log": settings.ACCESS_LOG,
         "log_format": settings.LOG_FORMAT,
-        "usage_events": True,  # every call's event goes to the emitter and its broker
         "usage_journal": settings.GATEWAY_USAGE_JOURNAL,
         "routing_policy": settings.GATEWAY_ROUTING_POLICY,
-        "metrics": True,
         "limits_store": settings.GATEWAY_LIMITS_STORE,
         "key_rules": "model and IP allowlists, daily/monthly/lifetime caps, RPM and TPM",
-        "http_protocol": "console.server:GuardedHttpProtocol",
+        "http_protocol": GATEWAY_HTTP,
         "processes": opts["processes"],
         "tracing_exporter": os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
         "profiler": bool(opts.get("profile")),
+        # No switch turns these off: every call's usage event goes to the emitter
+        # (and the broker), every call is counted in /metrics.
+        "always_on": ["usage events", "metrics"],
     }
     switches["production"] = bool(
         settings.ACCESS_LOG
@@ -267,11 +270,8 @@ class Command(BaseCommand):
             # alone, not a console's sharing the var dir (nor earlier runs').
             "GATEWAY_METRICS_DIR": tempfile.mkdtemp(prefix="bench-gateway-metrics-"),
         }
-        # Production's command line (deploy/docker/entrypoint.sh): the guarded protocol.
         workers = ["--workers", str(processes)] if processes > 1 else []
-        cmd = uvicorn_argv(
-            "console.asgi:application", port, *workers, http="console.server:GuardedHttpProtocol"
-        )
+        cmd = uvicorn_argv("console.asgi:application", port, *workers, http=GATEWAY_HTTP)
         if profile:  # uvicorn under cProfile, the stats written when it stops
             cmd[1:3] = ["-m", "tooling.bench.profiled", profile]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
