@@ -34,6 +34,12 @@ console, its API and the gateway alike):
 An answer sent before the request's body has arrived (a ``413``, a refusal
 before the body is read) closes the connection once written: the rest of
 the body is never read.
+
+An answer's head goes out with its first body bytes in one write (one system
+call, one TCP segment on loopback) when the application sends them in the
+same turn of the event loop, as a whole answer does; otherwise at the end of
+that turn, so a stream's head never waits for its first event
+(``_HeadCork``).
 """
 
 from __future__ import annotations
@@ -89,6 +95,49 @@ BODY_TIMEOUT = _plain("408 Request Timeout", "The request body did not arrive in
 _IDLE, _HEAD, _BODY = 0, 1, 2
 
 
+class _HeadCork:
+    """A response's transport that holds its first write (uvicorn's cycle
+    writes the status line and headers alone) until the next write, which
+    carries it, or the end of the event loop's turn, or ``close``: whichever
+    comes first. Everything else is the connection's own transport."""
+
+    __slots__ = ("_flush_soon", "_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._flush_soon = False  # the first write not made yet: it is held
+
+    def arm(self) -> None:
+        """A new response: hold its first write."""
+        self._flush_soon = True
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif self._flush_soon:
+            self._flush_soon = False
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header and body timeouts, the
     keep-alive timeout from the settings, a per-address connection cap and an
@@ -117,6 +166,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._counted = False
         self._refused = False
         self._forwarded: str | None = None  # the in-flight request's counted client
+        self._cork = _HeadCork(transport, self.loop)
         cls = type(self)
         if limits.max_connections and cls.open_total >= limits.max_connections:
             self._refuse(FULL)
@@ -201,7 +251,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 return
         self._phase = _BODY
         self._arm(self.current_limits().body_timeout, self._body_timed_out)
+        before = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle is not before:  # else: an upgrade, not a response
+            self._cork.arm()
+            cycle.transport = self._cork  # type: ignore[assignment]  # a transport in all it uses
 
     def on_message_complete(self) -> None:
         self._cancel_guard()
