@@ -28,12 +28,30 @@ _PATTERNS = (
     (re.compile(r"(/invite/)[^/\s?#\"']+"), rf"\g<1>{REDACTED}"),
     (re.compile(r"\b((?:sk-|pat_)[A-Za-z0-9]{6,16}_)[A-Za-z0-9_\-]{8,}"), rf"\g<1>{REDACTED}"),
 )
+# A key with its secret where one of its prefixes is (a looser test than the
+# masking pattern: anything that pattern would change, this finds).
+_KEY_AT = re.compile(r"(?:sk-|pat_)[A-Za-z0-9]{6,16}_[A-Za-z0-9_\-]{8}")
 _installed = False
 
 
+def _has_secret(text: str) -> bool:
+    """Whether ``text`` may hold something to mask. A line that names a key by
+    its public id only (every access line) is told apart at each ``sk-`` or
+    ``pat_`` it has, not by a scan of the whole line per pattern."""
+    if "/invite/" in text:
+        return True
+    for prefix in ("sk-", "pat_"):
+        at = text.find(prefix)
+        while at != -1:
+            if _KEY_AT.match(text, at):
+                return True
+            at = text.find(prefix, at + 3)
+    return False
+
+
 def redact(text: str) -> str:
-    if "sk-" not in text and "pat_" not in text and "/invite/" not in text:
-        return text  # the common case, without a regular expression
+    if not _has_secret(text):
+        return text  # the common case: no substitution
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
