@@ -132,12 +132,8 @@ class TtlStore:
 
 
 class ResponseCache(TtlStore):
-    def __init__(self, max_entries: int | None = None):
-        super().__init__(
-            "rc",
-            settings.GATEWAY_RESPONSE_CACHE_ENTRIES if max_entries is None else max_entries,
-            MAX_TTL,
-        )
+    def __init__(self, max_entries: int):
+        super().__init__("rc", max_entries, MAX_TTL)
 
 
 def request_ttl(headers: dict[str, str], key_seconds: int) -> int:

@@ -35,13 +35,63 @@ class UpstreamTimeouts:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """Where caps and rate limits are counted: ``redis`` (shared by every
+    gateway process) or ``memory`` (this process)."""
+
+    store: str
+    redis_url: str
+    redis_timeout: float  # each command's deadline
+    redis_replicas: int  # replicas a write waits for (Sentinel, Cluster)
+
+    @property
+    def shared(self) -> bool:
+        return self.store == "redis"
+
+    @classmethod
+    def from_settings(cls) -> LimitsConfig:
+        s = settings
+        return cls(
+            store=s.GATEWAY_LIMITS_STORE,
+            redis_url=s.REDIS_URL,
+            redis_timeout=s.GATEWAY_LIMITS_REDIS_TIMEOUT,
+            redis_replicas=s.GATEWAY_LIMITS_REDIS_REPLICAS,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCacheConfig:
+    """How long a key's entry is trusted, and the refused keys remembered."""
+
+    seconds: float
+    negative_entries: int
+    negative_seconds: int
+
+    @classmethod
+    def from_settings(cls) -> KeyCacheConfig:
+        s = settings
+        return cls(
+            seconds=s.GATEWAY_KEY_CACHE_SECONDS,
+            negative_entries=s.GATEWAY_NEGATIVE_KEY_CACHE_ENTRIES,
+            negative_seconds=s.GATEWAY_NEGATIVE_KEY_CACHE_SECONDS,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     """What one gateway process is configured with (``GATEWAY_*``). No defaults
     here: console/settings/gateway.py has them, ``from_settings`` reads them."""
 
     routing: RouterConfig
     timeouts: UpstreamTimeouts
+    limits: LimitsConfig
+    key_cache: KeyCacheConfig
     metrics_dir: Path  # this host's shared metrics directory
+    metrics_token: str  # the bearer token /metrics asks for ("": none)
+    metrics_public: bool  # /metrics open without a token
+    spool_dir: Path  # usage spools and journals, a slot per process
+    usage_journal: bool
+    response_cache_entries: int
     trusted_proxies: tuple[str, ...]
     max_body_bytes: int
     large_body_bytes: int
@@ -83,6 +133,8 @@ class GatewayConfig:
                 idle_timeout=s.GATEWAY_IDLE_TIMEOUT,
                 total_timeout=s.GATEWAY_TOTAL_TIMEOUT,
             ),
+            limits=LimitsConfig.from_settings(),
+            key_cache=KeyCacheConfig.from_settings(),
             trusted_proxies=tuple(s.GATEWAY_TRUSTED_PROXIES),
             max_body_bytes=s.GATEWAY_MAX_BODY_BYTES,
             large_body_bytes=s.GATEWAY_LARGE_BODY_BYTES,
@@ -93,6 +145,11 @@ class GatewayConfig:
             default_max_tokens=s.GATEWAY_DEFAULT_MAX_TOKENS,
             metrics_max_models=s.GATEWAY_METRICS_MAX_MODELS,
             metrics_dir=Path(s.GATEWAY_METRICS_DIR),
+            metrics_token=s.GATEWAY_METRICS_TOKEN or "",
+            metrics_public=bool(s.GATEWAY_METRICS_PUBLIC),
+            spool_dir=Path(s.GATEWAY_SPOOL_DIR),
+            usage_journal=bool(s.GATEWAY_USAGE_JOURNAL),
+            response_cache_entries=s.GATEWAY_RESPONSE_CACHE_ENTRIES,
             responses_max_entries=s.GATEWAY_RESPONSES_MAX_ENTRIES,
             responses_retention_seconds=s.GATEWAY_RESPONSES_RETENTION_SECONDS,
             emit_max_batch=s.GATEWAY_EMIT_MAX_BATCH,

@@ -103,7 +103,7 @@ class Gateway:
         config: GatewayConfig | None = None,
     ) -> None:
         self.config = config = config if config is not None else GatewayConfig.from_settings()
-        self.state = GatewayState()
+        self.state = GatewayState(config.key_cache)
         self.metrics = GatewayMetrics(max_models=config.metrics_max_models)
         # The host's shared metrics (opened on start; None: this process alone).
         self._metrics_path = metrics_dir if metrics_dir is not None else config.metrics_dir
@@ -118,10 +118,10 @@ class Gateway:
         # Credentials of the channels' key pools: cooling, refused, breakers, limits.
         self.keys = KeyPool(self.router.config)
         self.keys.on_refused = self.state.report_refused_credential
-        self.limits = Limits(limits if limits is not None else build_store())
+        self.limits = Limits(limits if limits is not None else build_store(config.limits))
         self._emitter = emitter
         self._spool_lock_fd: int | None = None
-        self.cache = response_cache.ResponseCache()
+        self.cache = response_cache.ResponseCache(config.response_cache_entries)
         self.responses = response_cache.TtlStore(
             "resp",
             config.responses_max_entries,
@@ -171,7 +171,9 @@ class Gateway:
             # given its emitter (tests, the benchmarks) never needs it
             from gateway_bridge.emitter import UsageEmitter
 
-            spool, self._spool_lock_fd, journal = open_spool()
+            spool, self._spool_lock_fd, journal = open_spool(
+                self.config.spool_dir, self.config.usage_journal
+            )
             self._emitter = UsageEmitter(
                 None,
                 spool,

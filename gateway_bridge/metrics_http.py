@@ -9,8 +9,6 @@ import hmac
 import logging
 from typing import TYPE_CHECKING
 
-from django.conf import settings
-
 from gateway_bridge.metrics import merge
 
 if TYPE_CHECKING:
@@ -20,18 +18,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger("gateway_bridge.gateway")
 
 
-def metrics_allowed(authorization: str) -> bool:
+def metrics_allowed(authorization: str, token: str, public: bool) -> bool:
     """Whether a request with this ``Authorization`` header may read /metrics:
     with ``GATEWAY_METRICS_TOKEN`` set, only with that bearer token (compared
     in constant time); without one, only when ``GATEWAY_METRICS_PUBLIC`` opens
     it. Closed by default: the metrics name every node, shared and private."""
-    token = settings.GATEWAY_METRICS_TOKEN
     if token:
         scheme, _, presented = authorization.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(
             presented.strip().encode(), token.encode()
         )
-    return bool(settings.GATEWAY_METRICS_PUBLIC)
+    return public
 
 
 async def host_metrics(gw: Parts) -> str:
@@ -54,7 +51,10 @@ async def host_metrics(gw: Parts) -> str:
 async def serve(gw: Parts, headers: dict[str, str], send: Send) -> None:
     """The answer to ``GET /metrics``: the host's metrics, or a 401."""
     extra: list[tuple[bytes, bytes]] = []
-    if metrics_allowed(headers.get("authorization", "")):
+    config = gw.config
+    if metrics_allowed(
+        headers.get("authorization", ""), config.metrics_token, config.metrics_public
+    ):
         body = (await host_metrics(gw)).encode()
         status = 200
     else:

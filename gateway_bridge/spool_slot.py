@@ -7,8 +7,6 @@ import fcntl
 import os
 from pathlib import Path
 
-from django.conf import settings
-
 from gateway_bridge import journal
 from gateway_bridge.spool import Spool
 
@@ -23,20 +21,19 @@ def _lock_slot(directory: Path, slot: int) -> int | None:
     return fd
 
 
-def open_spool() -> tuple[Spool, int, journal.Journal | None]:
+def open_spool(directory: Path, with_journal: bool) -> tuple[Spool, int, journal.Journal | None]:
     """This process's spool and usage journal: the first free slot of
-    GATEWAY_SPOOL_DIR (a lock file per slot), so a restarted process takes
+    ``directory`` (a lock file per slot), so a restarted process takes
     over (and replays) the spool a dead one left. With the journal on, the
     journal files a dead process left, on this slot or on any other slot
     whose lock is free, are moved into this spool first."""
-    directory = Path(settings.GATEWAY_SPOOL_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     for slot in range(1024):
         fd = _lock_slot(directory, slot)
         if fd is None:
             continue
         spool = Spool(directory / f"usage-{slot}.spool")
-        if not settings.GATEWAY_USAGE_JOURNAL:
+        if not with_journal:
             return spool, fd, None
         journal.adopt(directory / f"usage-{slot}", spool)
         for lock in sorted(directory.glob("usage-*.lock")):

@@ -51,6 +51,7 @@ from gateway_bridge.state_db import (
 from inference_node.facade import credential_refused
 
 if TYPE_CHECKING:
+    from gateway_bridge.config import KeyCacheConfig
     from gateway_bridge.routing import NodeSnapshot
     from usage.facade import PriceBook, PriceRow
 
@@ -69,16 +70,13 @@ MAX_DIGESTS = 4096
 
 
 class GatewayState:
-    def __init__(self) -> None:
+    def __init__(self, key_cache: KeyCacheConfig) -> None:
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-db")
-        self.key_ttl = settings.GATEWAY_KEY_CACHE_SECONDS
+        self.key_ttl = key_cache.seconds
         # keyed hash of the presented key -> (KeyEntry, loaded_at monotonic)
         self._keys: dict[str, tuple[KeyEntry, float]] = {}
         # keyed hashes of presented keys that are not usable (see the module doc)
-        self.negative = NegativeCache(
-            settings.GATEWAY_NEGATIVE_KEY_CACHE_ENTRIES,
-            settings.GATEWAY_NEGATIVE_KEY_CACHE_SECONDS,
-        )
+        self.negative = NegativeCache(key_cache.negative_entries, key_cache.negative_seconds)
         # Key, sub-account and organization changes heard (bumped at once, on any
         # thread) and those whose negative entries are dropped already: the
         # negative cache is trusted only while the two agree.

@@ -18,9 +18,8 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from django.conf import settings
-
 from console.kernel import redis_url
+from gateway_bridge.config import LimitsConfig
 from gateway_bridge.limits.base import (
     Admission,
     BucketsMissing,
@@ -46,14 +45,12 @@ def balance_key(organization_id: int) -> str:
     return f"{org_tag(organization_id)}bal:o:{organization_id}"
 
 
-def build_store() -> LimitStore:
-    """The store the settings ask for: Redis (shared by every gateway
-    process) or in-process memory."""
-    if settings.GATEWAY_LIMITS_STORE == "redis":
+def build_store(config: LimitsConfig) -> LimitStore:
+    """The store ``config`` asks for: Redis (shared by every gateway process)
+    or in-process memory."""
+    if config.shared:
         return RedisLimitStore.from_url(
-            settings.REDIS_URL,
-            timeout=settings.GATEWAY_LIMITS_REDIS_TIMEOUT,
-            replicas=settings.GATEWAY_LIMITS_REDIS_REPLICAS,
+            config.redis_url, timeout=config.redis_timeout, replicas=config.redis_replicas
         )
     return MemoryLimitStore()
 
@@ -67,8 +64,9 @@ def credit_balance(organization_id: int, delta: int) -> None:
     is left alone: its seed reads the ledger, this entry included."""
     if not delta:
         return
-    if settings.GATEWAY_LIMITS_STORE == "redis":
-        client = redis_url.sync_client(settings.REDIS_URL, socket_timeout=2)
+    config = LimitsConfig.from_settings()
+    if config.shared:
+        client = redis_url.sync_client(config.redis_url, socket_timeout=2)
         try:
             client.eval(CREDIT, 1, balance_key(organization_id), -int(delta))
         finally:

@@ -14,6 +14,7 @@ import orjson
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.pipeline.model_name import rewrite_model
 from gateway_bridge.protocols.base import CallRequest, invalid
+from gateway_bridge.vendors import takes_as_sent
 
 if TYPE_CHECKING:
     from gateway_bridge.vendors.base import Dialect
@@ -25,12 +26,9 @@ PIVOT_ENDPOINTS = {
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
 }
-# vLLM's extensions the pivot may carry (an Anthropic prefill): the OpenAI API refuses them.
+# vLLM's extensions the pivot may carry (an Anthropic prefill): the OpenAI API
+# refuses them (the other vendors' dialects never write them).
 VLLM_ONLY = ("continue_final_message", "add_generation_prompt")
-# The OpenAI protocol's endpoints a channel of the OpenAI API itself (kind
-# ``openai``) takes as sent: the pivot would lose what only OpenAI runs (the
-# Responses API's client-run tools, encrypted reasoning).
-OPENAI_NATIVE = frozenset({"responses"})
 
 
 def prefixed(path: str, api_path: str) -> str:
@@ -42,13 +40,10 @@ def prefixed(path: str, api_path: str) -> str:
     return api_path.rstrip("/") + (path[cut:] if cut > 0 else "")
 
 
-def is_native(req: CallRequest, node: RoutableNode, dialect: Dialect) -> bool:
+def is_native(req: CallRequest, node: RoutableNode) -> bool:
     """Whether the channel takes the call as sent: it speaks the client's
-    protocol (OpenAI's only for the endpoints of ``OPENAI_NATIVE``, on the
-    OpenAI API: a compatible server gets the pivot)."""
-    if req.protocol != dialect.PROTOCOL:
-        return False
-    return req.protocol != "openai" or (node.kind == "openai" and req.endpoint in OPENAI_NATIVE)
+    protocol, for this endpoint (``vendors.takes_as_sent``)."""
+    return takes_as_sent(node.kind, req.protocol, req.endpoint)
 
 
 DROPPED_HEADER = b"x-gateway-dropped"
@@ -80,18 +75,14 @@ def request_for(
         body = req.client_body or {}
         payload = rewrite_model(req.raw, body, upstream) if "model" in body else req.raw
         path = dialect.native_path(req.endpoint, upstream, req.stream, req.query)
-    elif dialect.PROTOCOL == "openai":
-        req.body["model"] = upstream
-        if req.stream:
-            req.body["stream"] = True
-            req.body["stream_options"] = {"include_usage": True}
-        body = req.body
-        if node.kind == "openai" and any(k in body for k in VLLM_ONLY):
-            body = {k: v for k, v in body.items() if k not in VLLM_ONLY}
-        payload = orjson.dumps(body)
-        path = req.upstream_path
     else:
-        payload = orjson.dumps(dialect.from_chat(req.body, upstream, req.stream))
+        # The pivot in the channel's protocol (a new body: the pivot stays as
+        # it is for the next try).
+        body = dialect.from_chat(req.body, upstream, req.stream)
+        if node.kind == "openai":
+            for key in VLLM_ONLY:
+                body.pop(key, None)
+        payload = orjson.dumps(body)
         path = dialect.path(
             PIVOT_ENDPOINTS.get(req.upstream_path, req.endpoint), upstream, req.stream
         )

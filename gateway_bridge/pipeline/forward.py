@@ -230,7 +230,7 @@ class _Forward:
         call.cost_price = node.cost
         call.model = model
         dialect = dialect_for(node.kind)
-        native_call = is_native(req, node, dialect)
+        native_call = is_native(req, node)
         try:
             path, payload = request_for(req, node, dialect, native_call)
         except GatewayError:
@@ -304,7 +304,7 @@ class _Forward:
                 done = True
             tried.outcome = Outcome.SUCCESS if done else Outcome.NEUTRAL
         elif self.req.stream:
-            reader = None if dialect.PROTOCOL == "openai" else dialect.StreamReader(self.req.model)
+            reader = dialect.stream_reader(self.req.model)
             done = await relay.stream(
                 self.gw, self.call, self.req, resp, self.receive, self.send, t_up,
                 self.ckey, self.cache_ttl, reader,
@@ -323,9 +323,7 @@ class _Forward:
             self.call.error_type = err.code
             await relay.respond(self.send, status, raw, self.call)
             return
-        if dialect.PROTOCOL == "openai":
-            raise answers.upstream_client_error(status, raw)
-        raise dialect.error_of(status, raw)
+        raise dialect.translated_error(status, raw)
 
     async def _plain(
         self, tried: _Try, resp: UpstreamResponse, dialect: Dialect, t_up: float
@@ -340,9 +338,7 @@ class _Forward:
                 "The node answered with something that is not JSON.",
             )  # fmt: skip
             return
-        usage = None
-        if dialect.PROTOCOL != "openai":
-            obj, usage = dialect.to_chat(obj, self.req.model)
+        obj, usage = dialect.to_chat(obj, self.req.model)
         tried.outcome = Outcome.SUCCESS
         await relay.plain(
             self.gw, self.call, self.req, obj, self.send, self.ckey, self.cache_ttl, usage
@@ -375,15 +371,7 @@ async def _failed(
         keys.cool(cred, retry_after_seconds(resp.headers))
         tried.key_refused(dialect.error_of(status, raw))
     else:
-        raw = await resp.read()
-        error = (
-            answers.upstream_status_error(status, raw)
-            if dialect.PROTOCOL == "openai"
-            else dialect.error_of(status, raw)
-        )
-        if error.status < 500 and status >= 500:
-            error = answers.upstream_status_error(status, raw)
-        tried.error = error
+        tried.error = dialect.translated_error(status, await resp.read())
 
 
 def _no_healthy_node(model: str) -> GatewayError:

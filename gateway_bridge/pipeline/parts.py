@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from console.kernel import ipnet
     from gateway_bridge.cache import ResponseCache, TtlStore
+    from gateway_bridge.config import GatewayConfig
     from gateway_bridge.emitter import UsageEmitter
     from gateway_bridge.keypool import KeyPool
     from gateway_bridge.limits import Limits
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 class Parts(Protocol):
     """The gateway's parts as the stages see them."""
 
+    config: GatewayConfig
     state: GatewayState
     metrics: GatewayMetrics
     metrics_dir: MetricsDirectory | None

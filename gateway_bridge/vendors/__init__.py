@@ -44,7 +44,27 @@ _GEMINI: Dialect = gemini
 
 DIALECTS: dict[str, Dialect] = {"openai": _OPENAI, "anthropic": _ANTHROPIC, "gemini": _GEMINI}
 
+# The endpoints of its own protocol a channel kind takes as the client sent
+# them (None: every one). A compatible server gets the pivot; the OpenAI API
+# takes the Responses API as sent (the pivot would lose what only OpenAI runs:
+# the client-run tools, encrypted reasoning).
+_AS_SENT: dict[str, frozenset[str] | None] = {
+    "openai_compatible": frozenset(),
+    "openai": frozenset({"responses"}),
+    "anthropic": None,
+    "gemini": None,
+}
+
 
 def dialect_for(kind: str) -> Dialect:
     """The dialect module of a channel kind (``openai`` for an unknown one)."""
     return DIALECTS[KIND_DIALECT.get(kind, "openai")]
+
+
+def takes_as_sent(kind: str, protocol: str, endpoint: str) -> bool:
+    """Whether a channel of ``kind`` takes a call of ``protocol``'s ``endpoint``
+    as the client sent it (native), rather than the pivot translated."""
+    if protocol != dialect_for(kind).PROTOCOL:
+        return False
+    endpoints = _AS_SENT.get(kind, frozenset())
+    return endpoints is None or endpoint in endpoints

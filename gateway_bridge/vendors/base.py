@@ -26,22 +26,34 @@ dialect module defines these names at module level:
     Where the vendor lists models (the health probe reads it).
 
 ``from_chat(body: dict, upstream_model: str, stream: bool) -> dict``
-    The OpenAI chat pivot body → this vendor's request body. What the vendor
+    The OpenAI chat pivot body → this vendor's request body, a new dict (the
+    pivot is the call's, unchanged from one try to the next). What the vendor
     cannot take raises ``GatewayError`` 400 (code ``unsupported``) naming it.
+    The OpenAI dialect's is the identity with the channel's model id (and, on
+    a stream, the usage chunk asked for).
 
 ``to_chat(obj: dict, model: str) -> tuple[dict, TokenUsage | None]``
     A vendor's plain answer → an OpenAI ``chat.completion`` dict (``model`` is
     put in it) and its usage read from the vendor's own fields
     (``gateway_bridge.usage_mapping``). Raises ``GatewayError`` (502,
-    ``upstream_invalid_response``) for an answer of the wrong shape.
+    ``upstream_invalid_response``) for an answer of the wrong shape. The
+    OpenAI dialect's is the identity: the answer as it came and no usage (the
+    client's response adapter reads a chat object's own).
 
-``StreamReader(model: str)``
+``stream_reader(model: str) -> ChatStreamReader | None``
+    What turns the channel's stream into OpenAI chunks:
     ``.feed(event: str | None, data: dict) -> list[dict]``: one vendor stream
     event (its SSE ``event:`` name and parsed ``data``) → the OpenAI
     ``chat.completion.chunk`` dicts it amounts to (possibly none);
     ``.usage -> TokenUsage | None`` (the vendor's own counts so far);
     ``.finished -> bool`` (the vendor's terminal event came). An ``error``
-    event raises ``GatewayError`` with the vendor's message.
+    event raises ``GatewayError`` with the vendor's message. The OpenAI
+    dialect's is None, the identity: its chunks are relayed as they came.
+
+``translated_error(status: int, raw: bytes) -> GatewayError``
+    The failed answer of a translated call in the gateway's terms: a 4xx the
+    client's error, a 5xx (or a node's 429) the channel's failure, retried
+    elsewhere.
 
 ``native_usage(obj: dict) -> TokenUsage | None``
     The usage of a native plain answer.
@@ -63,6 +75,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gateway_bridge.answers import upstream_status_error
 from gateway_bridge.protocols.base import KIND_STATUS, UPSTREAM, GatewayError
 from gateway_bridge.usage_mapping import TokenUsage
 
@@ -125,13 +138,15 @@ class Dialect(Protocol):
         self, obj: dict[str, Any], model: str
     ) -> tuple[dict[str, Any], TokenUsage | None]: ...
 
-    def StreamReader(self, model: str) -> ChatStreamReader: ...
+    def stream_reader(self, model: str) -> ChatStreamReader | None: ...
 
     def native_usage(self, obj: dict[str, Any]) -> TokenUsage | None: ...
 
     def NativeStreamUsage(self) -> NativeStreamReader: ...
 
     def error_of(self, status: int, raw: bytes) -> GatewayError: ...
+
+    def translated_error(self, status: int, raw: bytes) -> GatewayError: ...
 
 
 _KIND_OF_STATUS = {status: kind for kind, status in KIND_STATUS.items()}
@@ -145,3 +160,12 @@ def status_error(status: int, message: str, code: str) -> GatewayError:
         kind = _KIND_OF_STATUS.get(status, "invalid_request")
         return GatewayError(kind, code or "upstream_client_error", message, status=status)
     return GatewayError(UPSTREAM, code or "upstream_error", message)
+
+
+def channel_failure(error: GatewayError, status: int, raw: bytes) -> GatewayError:
+    """A vendor's ``error`` for its HTTP ``status``, as a translated call's
+    error: a 5xx the vendor's body calls a client error is the channel's
+    failure still (retried elsewhere, never blamed on the client)."""
+    if status >= 500 and error.status < 500:
+        return upstream_status_error(status, raw)
+    return error

@@ -1,10 +1,12 @@
 """The OpenAI dialect: channels of kind ``openai`` (the OpenAI API) and
 ``openai_compatible`` (vLLM, SGLang, llama.cpp, DeepSeek, Kimi, GLM, Qwen, ...).
 
-The pivot is OpenAI chat, so a translated call is the pivot body as it is
-(only the model id set) and the answer is already the pivot's: ``to_chat`` and
-``StreamReader`` pass it through and read its usage
-(``usage_mapping.from_openai``).
+The pivot is OpenAI chat, so this dialect is the identity translation: a
+translated call is the pivot body as it is (only the model id set, and a
+stream's usage chunk asked for), the answer is already the pivot's
+(``to_chat`` gives it back as it came, ``stream_reader`` is None: the chunks
+are relayed as they came), and a failed answer is the node's error
+(``translated_error``, ``gateway_bridge.answers``).
 
 Decisions:
 
@@ -23,7 +25,7 @@ Decisions:
   failure, and the deltas' text bills a stream cut before its end.
 * An error streamed as a chunk (``{"error": {...}}``, vLLM's
   ``{"object": "error", ...}``) is the vendor's failure: a 502 with its message
-  (``StreamReader`` raises it, ``NativeStreamUsage.error`` holds it).
+  (``NativeStreamUsage.error`` holds it).
 * Errors: OpenAI's ``{"error": {"message", "type", "code"}}``, vLLM's flat
   ``{"object": "error", "message", ...}``, ``{"detail": ...}`` and
   ``{"error": "text"}`` are read; HTML or an empty body gives a message
@@ -39,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from gateway_bridge.answers import upstream_client_error, upstream_status_error
 from gateway_bridge.protocols.base import INVALID_REQUEST, GatewayError
 from gateway_bridge.usage_mapping import TokenUsage, from_openai
 from gateway_bridge.vendors.base import status_error
@@ -84,12 +87,33 @@ def native_path(endpoint: str, upstream_model: str, stream: bool, query: str) ->
 
 
 def from_chat(body: dict[str, Any], upstream_model: str, stream: bool) -> dict[str, Any]:
-    """The pivot as it is, with the channel's model id (a shallow copy)."""
+    """The pivot as it is, with the channel's model id and, on a stream, the
+    usage chunk asked for (a shallow copy: the pivot itself is left as it is)."""
+    if stream:
+        return {**body, "model": upstream_model, "stream": True, "stream_options": _USAGE_CHUNK}
     return {**body, "model": upstream_model}
 
 
+_USAGE_CHUNK = {"include_usage": True}
+
+
 def to_chat(obj: dict[str, Any], model: str) -> tuple[dict[str, Any], TokenUsage | None]:
-    return {**obj, "model": model}, native_usage(obj)
+    """The answer as it came (a chat object already); its usage is the client's
+    response adapter's to read."""
+    return obj, None
+
+
+def stream_reader(model: str) -> None:
+    """None: the chunks are chat chunks already, relayed as they came."""
+    return None
+
+
+def translated_error(status: int, raw: bytes) -> GatewayError:
+    """A node's failure (a 5xx, its own 429), or its refusal of the call (a
+    4xx: the client's error, with the node's message)."""
+    if status >= 500 or status == 429:
+        return upstream_status_error(status, raw)
+    return upstream_client_error(status, raw)
 
 
 def native_usage(obj: dict[str, Any]) -> TokenUsage | None:
@@ -124,31 +148,6 @@ def _stream_error(chunk: dict[str, Any]) -> GatewayError | None:
     if isinstance(chunk.get("error"), dict | str) or chunk.get("object") == "error":
         return _error_of_body(502, chunk, "The vendor's stream ended with an error.")
     return None
-
-
-class StreamReader:
-    """OpenAI chunks pass through; the usage is the last ``usage`` a chunk
-    carried; an error chunk raises the vendor's error (502)."""
-
-    def __init__(self, model: str):
-        self.model = model
-        self.usage: TokenUsage | None = None
-        self.finished = False
-
-    def feed(self, event: str | None, data: object) -> list[dict[str, Any]]:
-        if not isinstance(data, dict):  # "[DONE]"
-            self.finished = True
-            return []
-        error = _stream_error(data)
-        if error is not None:
-            raise error
-        if data.get("usage") is not None:
-            usage = from_openai(data["usage"])
-            if usage is not None:
-                self.usage = usage
-        if _finished(data):
-            self.finished = True
-        return [data]
 
 
 # A chunk whose usage or finish_reason is not null, or an error, or a

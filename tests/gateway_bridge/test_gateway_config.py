@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from gateway_bridge.config import GatewayConfig
+from gateway_bridge.config import GatewayConfig, KeyCacheConfig
 from gateway_bridge.gateway import Gateway
+from gateway_bridge.metrics_http import metrics_allowed
 
 
 def test_the_config_is_the_settings_read_once(settings):
@@ -30,6 +31,10 @@ def test_a_gateway_uses_the_config_it_is_given(settings, tmp_path):
         default_max_tokens=99,
         metrics_dir=tmp_path,
         routing=dataclasses.replace(base.routing, default_policy="round_robin"),
+        key_cache=KeyCacheConfig(seconds=7.5, negative_entries=11, negative_seconds=13),
+        response_cache_entries=17,
+        spool_dir=tmp_path / "spool",
+        metrics_token="scrape-me",  # noqa: S106 - a test's token
     )
     settings.GATEWAY_RETRIES = 1
     gateway = Gateway(config=config)
@@ -37,3 +42,17 @@ def test_a_gateway_uses_the_config_it_is_given(settings, tmp_path):
     assert (gateway.retries, gateway.max_body, gateway.default_max_tokens) == (7, 2048, 99)
     assert gateway.router.policy_for("any-model") == "round_robin"
     assert gateway.timeouts["total_timeout"] == config.timeouts.total_timeout
+    assert gateway.state.key_ttl == 7.5
+    assert (gateway.state.negative.max_entries, gateway.cache.max_entries) == (11, 17)
+    emitter = gateway.emitter
+    try:
+        assert emitter.spool.path.parent == tmp_path / "spool"
+    finally:
+        emitter.close()
+
+
+def test_metrics_answer_the_configured_token_only():
+    assert metrics_allowed("Bearer scrape-me", "scrape-me", public=False)
+    assert not metrics_allowed("Bearer other", "scrape-me", public=True)
+    assert not metrics_allowed("", "", public=False)
+    assert metrics_allowed("", "", public=True)

@@ -59,7 +59,7 @@ def test_a_sigkilled_gateways_answered_calls_are_ingested_once_after_restart(
     assert not list(spool_dir.glob("*.spool"))  # nothing was spooled: all still in memory
 
     # The next process to take the slot (here, this one) moves them into its spool.
-    spool, lock_fd, journal = _open_spool()
+    spool, lock_fd, journal = _open_spool(spool_dir, True)
     try:
         assert spool.pending().batches >= 1
         batches: list[list[dict]] = []

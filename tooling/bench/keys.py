@@ -37,6 +37,7 @@ from django.db.utils import DatabaseError
 
 from accounts.facade import KEY_PREFIX, ApiKey, api_key_authenticate, checksum_refuses, new_secret
 from console.kernel import ipnet
+from gateway_bridge.config import KeyCacheConfig
 from gateway_bridge.pipeline import auth
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import GatewayError
@@ -122,7 +123,7 @@ class Command(BaseCommand):
 
 async def _stage_round(bad: list[str], refusals: int, lookups: int) -> tuple[float, float]:
     """Mean µs per call of the auth stage: refusals, then lookups."""
-    state = GatewayState()
+    state = GatewayState(KeyCacheConfig.from_settings())
     scope = {"client": ("203.0.113.9", 40000), "query_string": b""}
     try:
         await _stage(state, scope, bad[:100])  # warm up both paths

@@ -54,9 +54,10 @@ from gateway_bridge.vendors.anthropic.answer import (
     NativeStreamUsage,
     StreamReader,
     native_usage,
+    stream_reader,
     to_chat,
 )
-from gateway_bridge.vendors.anthropic.errors import error_of, stream_error
+from gateway_bridge.vendors.anthropic.errors import error_of, stream_error, translated_error
 from gateway_bridge.vendors.anthropic.request import from_chat
 
 PROTOCOL = "anthropic"
@@ -77,7 +78,9 @@ __all__ = [
     "native_usage",
     "path",
     "stream_error",
+    "stream_reader",
     "to_chat",
+    "translated_error",
 ]
 
 

@@ -239,3 +239,8 @@ class NativeStreamUsage:
             self.content = True
         elif kind == "message_stop":
             self.finished = True
+
+
+def stream_reader(model: str) -> StreamReader:
+    """The reader that turns this vendor's stream into OpenAI chunks."""
+    return StreamReader(model)

@@ -22,7 +22,7 @@ import contextlib
 import orjson
 
 from gateway_bridge.protocols.base import OVERLOADED, UPSTREAM, GatewayError
-from gateway_bridge.vendors.base import status_error
+from gateway_bridge.vendors.base import channel_failure, status_error
 
 AUTH_FAILED = "upstream_auth_failed"
 OVERLOADED_CODE = "upstream_overloaded"
@@ -74,3 +74,8 @@ def stream_error(data: object) -> GatewayError:
         return _overloaded(message)
     message = (message or "The vendor's stream ended with an error.")[:2000]
     return GatewayError(UPSTREAM, kind or "upstream_error", message)
+
+
+def translated_error(status: int, raw: bytes) -> GatewayError:
+    """A translated call's failed answer (``base.channel_failure``)."""
+    return channel_failure(error_of(status, raw), status, raw)

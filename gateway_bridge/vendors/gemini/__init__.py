@@ -64,9 +64,10 @@ from gateway_bridge.vendors.gemini.answer import (
     NativeStreamUsage,
     StreamReader,
     native_usage,
+    stream_reader,
     to_chat,
 )
-from gateway_bridge.vendors.gemini.errors import error_of
+from gateway_bridge.vendors.gemini.errors import error_of, translated_error
 from gateway_bridge.vendors.gemini.request import THINKING_BUDGET, from_chat, model_name
 
 PROTOCOL = "gemini"
@@ -87,7 +88,9 @@ __all__ = [
     "native_path",
     "native_usage",
     "path",
+    "stream_reader",
     "to_chat",
+    "translated_error",
 ]
 
 

@@ -337,3 +337,8 @@ class NativeStreamUsage:
                         break
             if candidate.get("finishReason") not in _NO_REASON:
                 self.finished = True
+
+
+def stream_reader(model: str) -> StreamReader:
+    """The reader that turns this vendor's stream into OpenAI chunks."""
+    return StreamReader(model)

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from gateway_bridge.protocols.base import AUTHENTICATION, PERMISSION, GatewayError
-from gateway_bridge.vendors.base import status_error
+from gateway_bridge.vendors.base import channel_failure, status_error
 
 AUTH_FAILED = "upstream_auth_failed"
 RATE_LIMITED = "upstream_rate_limited"
@@ -96,3 +96,8 @@ def error_of(status: int, raw: bytes) -> GatewayError:
     if error is None:
         return status_error(status, "", "")
     return error_from(error, status)
+
+
+def translated_error(status: int, raw: bytes) -> GatewayError:
+    """A translated call's failed answer (``base.channel_failure``)."""
+    return channel_failure(error_of(status, raw), status, raw)

@@ -17,6 +17,7 @@ import time
 import pytest
 import redis
 
+from gateway_bridge.config import LimitsConfig
 from gateway_bridge.limits import CapBucket, RedisLimitStore, build_store
 from gateway_bridge.limits.resp import RespClient, encode, parse
 
@@ -137,7 +138,7 @@ def test_the_gateways_store_takes_its_deadline_from_the_settings(silent_redis, s
     settings.GATEWAY_LIMITS_REDIS_TIMEOUT = 0.15
 
     async def scenario():
-        store = build_store()
+        store = build_store(LimitsConfig.from_settings())
         try:
             started = time.monotonic()
             with pytest.raises(TimeoutError):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from console.kernel import ipnet
+from gateway_bridge.config import KeyCacheConfig
 from gateway_bridge.pipeline import auth
 from gateway_bridge.pipeline.call import Call
 from gateway_bridge.protocols.base import GatewayError
@@ -168,7 +169,7 @@ def test_the_key_digest_is_remembered_bounded_and_follows_the_pepper(settings, m
     from gateway_bridge import state as state_module
 
     monkeypatch.setattr(state_module, "MAX_DIGESTS", 3)
-    st = state_module.GatewayState()
+    st = state_module.GatewayState(KeyCacheConfig.from_settings())
     try:
         keys = [f"sk-key{i}" for i in range(5)]
         for raw in keys:

@@ -10,7 +10,7 @@ import pytest
 
 from gateway_bridge.protocols.base import GatewayError
 from gateway_bridge.usage_mapping import TokenUsage
-from gateway_bridge.vendors import dialect_for
+from gateway_bridge.vendors import dialect_for, takes_as_sent
 
 oa = dialect_for("openai")
 
@@ -55,6 +55,29 @@ def test_from_chat_sets_the_channels_model_on_a_copy():
     assert body["model"] == "public"
 
 
+def test_a_streamed_pivot_asks_for_the_usage_chunk_and_stays_as_the_client_sent_it():
+    body = {"model": "public", "messages": [], "stream": True}
+    out = oa.from_chat(body, "served", True)
+    assert out == {**body, "model": "served", "stream_options": {"include_usage": True}}
+    assert body == {"model": "public", "messages": [], "stream": True}  # the next try's pivot
+
+
+@pytest.mark.parametrize(
+    ("kind", "protocol", "endpoint", "as_sent"),
+    [
+        ("openai", "openai", "responses", True),
+        ("openai", "openai", "chat.completions", False),
+        ("openai_compatible", "openai", "responses", False),
+        ("anthropic", "anthropic", "messages", True),
+        ("anthropic", "openai", "chat.completions", False),
+        ("gemini", "gemini", "generateContent", True),
+        ("some_future_kind", "openai", "chat.completions", False),
+    ],
+)
+def test_which_calls_a_channel_takes_as_the_client_sent_them(kind, protocol, endpoint, as_sent):
+    assert takes_as_sent(kind, protocol, endpoint) is as_sent
+
+
 ANSWER = {
     "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
     "object": "chat.completion",
@@ -78,11 +101,29 @@ ANSWER = {
 }
 
 
-def test_to_chat_passes_the_answer_with_its_usage():
+def test_the_answer_is_the_pivots_as_it_came_and_its_usage_is_read_from_it():
     answer, usage = oa.to_chat(ANSWER, "public")
-    assert answer == {**ANSWER, "model": "public"}
-    assert usage == TokenUsage(input=176, cache_read=1024, output=300, reasoning=120)
-    assert oa.native_usage(ANSWER) == usage
+    assert answer is ANSWER and usage is None  # the client's adapter reads a chat object's
+    assert oa.native_usage(ANSWER) == TokenUsage(
+        input=176, cache_read=1024, output=300, reasoning=120
+    )
+    assert oa.stream_reader("public") is None  # chunks are relayed as they came
+
+
+@pytest.mark.parametrize(
+    ("status", "expected_status", "code"),
+    [
+        (400, 400, "upstream_rejected"),
+        (404, 404, "upstream_rejected"),
+        (429, 429, "upstream_rate_limited"),
+        (500, 502, "upstream_error"),
+        (503, 502, "upstream_error"),
+    ],
+)
+def test_a_failed_answer_is_the_clients_error_or_the_nodes_failure(status, expected_status, code):
+    err = oa.translated_error(status, b'{"error": {"message": "nope"}}')
+    assert (err.status, err.code) == (expected_status, code)
+    assert "nope" in err.message
 
 
 def chunk(delta, finish=None, usage=None):
@@ -105,17 +146,6 @@ STREAM = [
     chunk({}, "stop"),
     {**chunk({}), "choices": [], "usage": USAGE},
 ]
-
-
-def test_the_stream_reader_passes_chunks_and_keeps_the_usage():
-    reader = oa.StreamReader("public")
-    out = []
-    for c in STREAM:
-        out.extend(reader.feed(None, c))
-    assert out == STREAM
-    assert reader.finished
-    assert reader.usage == TokenUsage(input=40, output=5)
-    assert reader.feed(None, "[DONE]") == []
 
 
 def payloads(chunks) -> list[bytes]:
@@ -157,11 +187,6 @@ def test_a_native_stream_counts_tool_calls_as_content_and_ends_at_done():
     ],
 )
 def test_an_error_chunk_mid_stream_is_the_vendors_failure(error):
-    reader = oa.StreamReader("public")
-    reader.feed(None, STREAM[2])
-    with pytest.raises(GatewayError) as caught:
-        reader.feed(None, error)
-    assert (caught.value.status, caught.value.message) == (502, "CUDA out of memory")
     native = oa.NativeStreamUsage()
     for data in payloads(STREAM[:3])[:-1]:  # the first token came, no [DONE]
         native.feed(None, data)
