@@ -146,16 +146,16 @@ _PLAIN_DEFAULT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def _plain_extras(extras, said) -> str:
     """The fields that are strings or numbers as ``key=value``, escaped and masked
     (``said``: the fields the message already shows)."""
-    return redact(
-        " ".join(
-            f"{key}={_printable(str(value))}"
-            for key, value in extras
-            if isinstance(value, str | int | float)
-            and value != ""
-            and key not in said
-            and not key.startswith("_")
-        )
-    )
+    parts = []
+    for key, value in extras:
+        if key in said or key.startswith("_"):
+            continue
+        if isinstance(value, str):
+            if value:
+                parts.append(f"{key}={_printable(value)}")
+        elif isinstance(value, int | float):  # a number's text is printable (bool: True)
+            parts.append(f"{key}={value!s}")
+    return redact(" ".join(parts))
 
 
 class PlainFormatter(logging.Formatter):
