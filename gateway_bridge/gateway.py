@@ -44,7 +44,8 @@ from gateway_bridge.circuits import CircuitReporter
 from gateway_bridge.config import GatewayConfig
 from gateway_bridge.gauges import register_gauges
 from gateway_bridge.keypool import KeyPool
-from gateway_bridge.limits import Limits, apply_local_credit, build_store
+from gateway_bridge.keyshare import SharedCredentials
+from gateway_bridge.limits import Limits, RedisLimitStore, apply_local_credit, build_store
 from gateway_bridge.limits.plan import PlanCache
 from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.metrics_dir import MetricsDirectory
@@ -119,6 +120,11 @@ class Gateway:
         self.keys = KeyPool(self.router.config)
         self.keys.on_refused = self.state.report_refused_credential
         self.limits = Limits(limits if limits is not None else build_store(config.limits))
+        if isinstance(self.limits.store, RedisLimitStore):
+            # Vendor keys' limits and rests counted by every process together.
+            self.keys.shared = SharedCredentials(
+                self.limits.store.client, lease_seconds=config.timeouts.total_timeout
+            )
         self._emitter = emitter
         self._spool_lock_fd: int | None = None
         self.cache = response_cache.ResponseCache(config.response_cache_entries)

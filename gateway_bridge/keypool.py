@@ -15,9 +15,11 @@ module keeps what the database does not need to know:
 * **breakers** — a circuit per credential (``breaker.Breaker``, the same rule
   as the channel's), fed by each call's outcome;
 * **limits** — in-flight calls per credential and its requests and tokens of
-  the last 60 s, checked against the credential's own limits (per process:
-  with N gateway processes each may use the whole limit; set the limits to
-  the vendor's divided by N).
+  the last 60 s, checked against the credential's own limits. This view is
+  the process's own; with the Redis limits store, ``shared``
+  (``gateway_bridge.keyshare``) counts every process's tries against the
+  same limits and shares rests (a 429's cooling, an opened circuit), so N
+  processes together keep to one vendor key's limits.
 
 ``pick`` chooses among the usable credentials by weight (a seeded random
 draw, so a pool of equal weights spreads calls evenly). ``usable`` tells the
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from gateway_bridge.breaker import Breaker, Outcome, RouterConfig
 
 if TYPE_CHECKING:
+    from gateway_bridge.keyshare import SharedCredentials
     from inference_node.facade import RoutableCredential, RoutableNode
 
 logger = logging.getLogger(__name__)
@@ -98,6 +101,8 @@ class KeyPool:
         self.on_refused: Callable[[int, int, str], None] | None = None
         self.coolings = 0
         self.refusals = 0
+        # Every process's counts and rests (the Redis limits store), else None.
+        self.shared: SharedCredentials | None = None
 
     # --- state of one credential -------------------------------------------------
 
@@ -128,6 +133,23 @@ class KeyPool:
             if cred.tpm_limit and sum(t for _, t in use.tokens) + tokens > cred.tpm_limit:
                 return False
         return True
+
+    def resting(self, node: RoutableNode) -> float | None:
+        """Seconds until a credential of the channel's pool stops resting, when
+        every credential it has left is resting (a vendor's 429, every
+        process's limits reached); else None."""
+        creds = node.credentials
+        if not creds or creds[0].credential_id is None:
+            return None
+        now = self.now()
+        waits = []
+        for cred in creds:
+            use = self._uses.get(cred.credential_id or 0)
+            if use is None or (not use.refused and use.cool_until <= now):
+                return None  # one is not resting
+            if not use.refused:
+                waits.append(use.cool_until - now)
+        return min(waits) if waits else None
 
     # --- for the router and the forward stage ------------------------------------
 
@@ -178,12 +200,47 @@ class KeyPool:
             use.tokens.append((now, tokens))
         return use.breaker.taken()
 
-    def release(self, cred: RoutableCredential, outcome: Outcome, probe: bool) -> None:
+    def release(self, cred: RoutableCredential, outcome: Outcome, probe: bool) -> bool:
+        """The try with ``cred`` ended with ``outcome``; True when that opened
+        the credential's circuit."""
         if cred.credential_id is None:
-            return
+            return False
         use = self._use(cred.credential_id)
         use.in_flight = max(0, use.in_flight - 1)
-        use.breaker.record(outcome, self.now(), probe)
+        breaker = use.breaker
+        was_open = breaker.state == "open"
+        breaker.record(outcome, self.now(), probe)
+        return not was_open and breaker.state == "open"
+
+    # --- shared by every process (the Redis limits store) --------------------------
+
+    async def acquire(self, cred: RoutableCredential, tokens: int, lease: str) -> float:
+        """0.0 when every process together leaves room for a try with ``cred``
+        now (counted); else the seconds to wait, for which ``cred`` rests in
+        this process too. Always 0.0 without the shared store."""
+        shared = self.shared
+        if shared is None or cred.credential_id is None:
+            return 0.0
+        wait = await shared.acquire(cred, tokens, lease)
+        if wait:
+            use = self._use(cred.credential_id)
+            use.cool_until = max(use.cool_until, self.now() + wait)
+        return wait
+
+    async def finished(self, cred: RoutableCredential, lease: str, opened: bool) -> None:
+        """The try's lease is free; an opened circuit rests ``cred`` everywhere."""
+        shared = self.shared
+        if shared is None or cred.credential_id is None:
+            return
+        await shared.release(cred, lease)
+        if opened:
+            await shared.rest(cred, self.config.breaker_open_seconds)
+
+    async def cool_everywhere(self, cred: RoutableCredential, seconds: float) -> None:
+        """``cool`` in this process, and in every other one."""
+        self.cool(cred, seconds)
+        if self.shared is not None:
+            await self.shared.rest(cred, seconds)
 
     def cool(self, cred: RoutableCredential, seconds: float) -> None:
         """The vendor said 429 for this credential: rest it ``seconds``."""

@@ -47,6 +47,7 @@ open the call is a 503 naming the node.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from typing import TYPE_CHECKING
@@ -107,7 +108,7 @@ class _Forward:
 
     __slots__ = (
         "attempt", "cache_ttl", "call", "chain", "ckey", "exclude", "gw", "last_error",
-        "link", "receive", "req", "send", "spent", "switches",
+        "link", "opened", "receive", "req", "send", "spent", "switches",
     )  # fmt: skip
 
     def __init__(
@@ -135,6 +136,7 @@ class _Forward:
         self.exclude: set[int] = set()  # nodes that failed this call (this model)
         self.spent: set[int] = set()  # credentials that failed this call: never tried again
         self.last_error: GatewayError | None = None
+        self.opened = False  # the last try opened its credential's circuit
 
     def usable(self, node: RoutableNode) -> bool:
         return self.gw.keys.usable(node, self.spent)
@@ -152,7 +154,18 @@ class _Forward:
                 self.exclude.add(node.node_id)
                 self._switch_key()
                 continue
-            tried = await self._try(model, lease, cred)
+            held = f"{self.call.request_id}.{self.attempt}.{self.switches}"
+            wait = await keys.acquire(cred, req.prompt_tokens_estimate, held)
+            if wait:  # every process together is at the credential's limits
+                lease.release(Outcome.NEUTRAL)
+                self.last_error = _key_at_limit(wait)
+                self._switch_key()
+                continue
+            self.opened = False
+            try:
+                tried = await self._try(model, lease, cred)
+            finally:
+                await keys.finished(cred, held, self.opened)
             if tried.error is None:
                 return model
             # A failure before anything reached the client: retry elsewhere.
@@ -211,13 +224,22 @@ class _Forward:
                     self.exclude.clear()
                     gw.metrics.fallbacks += 1
                     continue
-                raise self.last_error or _no_healthy_node(self.req.model) from None
+                raise (
+                    self.last_error or self._resting() or _no_healthy_node(self.req.model)
+                ) from None
             except QueueTimeout:
                 raise _queue_timeout(gw.router.config.queue_timeout) from None
             except QueueFull:
                 raise _queue_full() from None
             self.call.queue_s += lease.queue_seconds
             return model, lease
+
+    def _resting(self) -> GatewayError | None:
+        """A 429 naming the wait when the chain's channels are out only because
+        their vendor keys rest (their limits, a vendor's 429); else None."""
+        keys = self.gw.keys
+        waits = [w for _, nodes in self.chain for n in nodes if (w := keys.resting(n)) is not None]
+        return _key_at_limit(min(waits)) if waits else None
 
     async def _try(self, model: str, lease: Lease, cred: RoutableCredential) -> _Try:
         """One try on the leased node with ``cred``: the client answered, or
@@ -268,7 +290,7 @@ class _Forward:
         finally:
             outcome = tried.outcome
             lease.release(outcome)
-            keys.release(cred, tried.key_outcome or outcome, probe)
+            self.opened = keys.release(cred, tried.key_outcome or outcome, probe)
             gw.metrics.node_outcomes[(node.name, _OUTCOME_NAMES[outcome])] += 1
             if call.upstream_s is None:
                 call.upstream_s = time.perf_counter() - t_up
@@ -368,10 +390,19 @@ async def _failed(
         )
     elif status == 429 and cred.credential_id is not None:
         raw = await resp.read()
-        keys.cool(cred, retry_after_seconds(resp.headers))
+        await keys.cool_everywhere(cred, retry_after_seconds(resp.headers))
         tried.key_refused(dialect.error_of(status, raw))
     else:
         tried.error = dialect.translated_error(status, await resp.read())
+
+
+def _key_at_limit(wait: float) -> GatewayError:
+    return GatewayError(
+        RATE_LIMIT,
+        "upstream_key_limit",
+        "The channel's vendor key is at its rate or concurrency limit; retry shortly.",
+        headers=[("retry-after", str(max(1, math.ceil(wait))))],
+    )
 
 
 def _no_healthy_node(model: str) -> GatewayError:

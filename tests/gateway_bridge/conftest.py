@@ -77,7 +77,8 @@ def _flush_gateway_redis() -> None:
 
     client = redis.Redis.from_url(django_settings.REDIS_URL)
     try:
-        for pattern in ("*gateway:rc:*", "*gateway:resp:*", "cap:*", "bal:*", "rl:*", "lim:*"):
+        patterns = ("*gateway:rc:*", "*gateway:resp:*", "cap:*", "bal:*", "rl:*", "lim:*", "{k:*")
+        for pattern in patterns:
             for name in client.scan_iter(pattern, count=1000):
                 client.delete(name)
     finally:

@@ -11,7 +11,8 @@ Admin endpoint: ``GET /admin/faults`` reads the fault settings, ``POST
 (``?for_seconds=N``: only for N seconds, then the settings from before; the
 ``x-faults-expires-in`` header says how long is left), ``DELETE /admin/faults``
 goes back to the faults the node started with, ``GET /admin/requests``
-returns the captured requests, ``POST /admin/reset`` clears the prefix and
+returns the captured requests (the last ``CAPTURE_SIZE``) and how many came
+in all (``total``), ``POST /admin/reset`` clears the prefix and
 prompt caches, the counters and the capture. With an admin secret
 (``--admin-secret``/``SIM_ADMIN_SECRET``, see ``admin``) it answers loopback
 clients that send ``X-Sim-Admin-Secret`` only; otherwise it needs
@@ -257,7 +258,8 @@ class NodeApp(AnthropicEndpoints, GeminiEndpoints, ResponsesEndpoints):
         return self._faults_response()
 
     async def _requests_get(self, request, conn) -> Response:
-        return _json(200, {"requests": self.captured.entries()})
+        log = self.captured
+        return _json(200, {"requests": log.entries(), "total": log.total})
 
     async def _reset(self, request, conn) -> Response:
         for engine in self.engines.values():

@@ -41,8 +41,10 @@ def _query(query: str) -> str:
 class RequestLog:
     def __init__(self, size: int = CAPTURE_SIZE):
         self._entries: deque[dict] = deque(maxlen=size)
+        self.total = 0  # every request since the last clear, kept or not
 
     def add(self, request: Request) -> None:
+        self.total += 1
         headers = {
             name: masked(value) if name in SECRET_HEADERS else value
             for name, value in request.headers.items()
@@ -63,3 +65,4 @@ class RequestLog:
 
     def clear(self) -> None:
         self._entries.clear()
+        self.total = 0
