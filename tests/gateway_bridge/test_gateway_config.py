@@ -34,7 +34,7 @@ def test_a_gateway_uses_the_config_it_is_given(settings, tmp_path):
         key_cache=KeyCacheConfig(seconds=7.5, negative_entries=11, negative_seconds=13),
         response_cache_entries=17,
         spool_dir=tmp_path / "spool",
-        metrics_token="scrape-me",  # noqa: S106 - a test's token
+        metrics_token="scrape-me",
     )
     settings.GATEWAY_RETRIES = 1
     gateway = Gateway(config=config)

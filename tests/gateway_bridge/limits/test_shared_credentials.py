@@ -43,7 +43,7 @@ def shared_run():
 
 
 def cred(**limits) -> RoutableCredential:
-    return RoutableCredential(credential_id=7, secret="sk-v", **limits)  # noqa: S106
+    return RoutableCredential(credential_id=7, secret="sk-v", **limits)
 
 
 def test_three_processes_together_take_one_keys_requests_per_minute(shared_run):
@@ -93,7 +93,7 @@ def test_concurrency_leases_are_freed_when_a_try_ends(shared_run):
 
 def test_a_rest_one_process_saw_holds_in_every_process(shared_run):
     key = cred(rpm_limit=100)
-    other = RoutableCredential(credential_id=8, secret="sk-w", rpm_limit=100)  # noqa: S106
+    other = RoutableCredential(credential_id=8, secret="sk-w", rpm_limit=100)
 
     async def scenario(make):
         a, b = make(), make()
@@ -115,7 +115,7 @@ def test_a_nodes_own_token_never_reaches_redis():
             return script
 
     shared = SharedCredentials(Unreachable(), lease_seconds=1)
-    token = RoutableCredential(credential_id=None, secret="node-token", rpm_limit=1)  # noqa: S106
+    token = RoutableCredential(credential_id=None, secret="node-token", rpm_limit=1)
     assert asyncio.run(shared.acquire(token, 1, "r")) == 0.0
 
 
