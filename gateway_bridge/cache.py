@@ -44,25 +44,38 @@ def cache_key(organization_id: int, model: str, endpoint: str, body: dict[str, A
 
 
 class TtlStore:
-    """JSON values with a time to live, in Redis when ``REDIS_URL`` is set
-    (shared by every gateway process; keys ``<prefix>:gateway:<namespace>:...``)
-    or else in a bounded in-process LRU (this process only). Redis errors are
-    logged and read as a miss / a lost write: the hot path never fails on them."""
+    """JSON values with a time to live, in the Redis of ``url`` when there is
+    one (shared by every gateway process; keys ``<prefix>:gateway:<namespace>:...``)
+    or else in an in-process LRU (this process only) of at most ``max_entries``
+    and ``max_bytes`` (0: no byte bound). A value over ``max_entry_bytes`` (0:
+    no bound) is not kept anywhere. Redis errors are logged and read as a miss
+    / a lost write: the hot path never fails on them."""
 
-    def __init__(self, namespace: str, max_entries: int, max_ttl: int):
+    def __init__(
+        self,
+        namespace: str,
+        max_entries: int,
+        max_ttl: int,
+        *,
+        url: str = "",
+        max_bytes: int = 0,
+        max_entry_bytes: int = 0,
+    ):
         self.max_entries = max_entries
         self.max_ttl = max_ttl
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = max_entry_bytes
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._bytes = 0  # of the in-process values
+        self.too_large = 0  # values refused for their size
         self._redis = None
-        if settings.REDIS_URL:
-            # deferred: only with REDIS_URL; the embedded setup never loads it
+        if url:
+            # deferred: only with a Redis; the embedded setup never loads it
             from console.kernel import redis_url
 
             # A stalled Redis costs a lookup at most this (then it is a miss), never a hang.
             self._redis = redis_url.async_client(
-                settings.REDIS_URL,
-                socket_timeout=REDIS_TIMEOUT_S,
-                socket_connect_timeout=REDIS_TIMEOUT_S,
+                url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
             )
         prefix = settings.CACHES["default"].get("KEY_PREFIX") or "console"
         self._prefix = f"{prefix}:gateway:{namespace}:"
@@ -81,7 +94,7 @@ class TtlStore:
             if hit is not None:
                 expires, raw = hit
                 if expires < time.monotonic():
-                    self._local.pop(key, None)
+                    self._drop(key)
                     raw = None
                 else:
                     self._local.move_to_end(key)
@@ -97,6 +110,16 @@ class TtlStore:
         """Store ``value``; False when it could not be written."""
         ttl = max(1, min(int(ttl), self.max_ttl))
         raw = json.dumps(value, separators=(",", ":")).encode()
+        if self.max_entry_bytes and len(raw) > self.max_entry_bytes:
+            self.too_large += 1
+            logger.info(
+                "gateway: a %s value of %d bytes is over %d and is not kept",
+                self._what,
+                len(raw),
+                self.max_entry_bytes,
+            )
+            await self.delete(key)  # an older value under the key is stale now
+            return False
         if self._redis is not None:
             try:
                 await self._redis.set(self._prefix + key, raw, ex=ttl)
@@ -104,13 +127,28 @@ class TtlStore:
                 logger.warning("gateway: %s store write failed", self._what, exc_info=True)
                 return False
             return True
-        if self.max_entries <= 0:
+        if self.max_entries <= 0 or (self.max_bytes and len(raw) > self.max_bytes):
             return False
+        self._drop(key)
         self._local[key] = (time.monotonic() + ttl, raw)
-        self._local.move_to_end(key)
-        while len(self._local) > self.max_entries:
-            self._local.popitem(last=False)
+        self._bytes += len(raw)
+        while len(self._local) > self.max_entries or (
+            self.max_bytes and self._bytes > self.max_bytes
+        ):
+            _, (_, dropped) = self._local.popitem(last=False)
+            self._bytes -= len(dropped)
         return True
+
+    def _drop(self, key: str) -> tuple[float, bytes] | None:
+        hit = self._local.pop(key, None)
+        if hit is not None:
+            self._bytes -= len(hit[1])
+        return hit
+
+    @property
+    def local_bytes(self) -> int:
+        """The bytes of the values kept in process."""
+        return self._bytes
 
     async def delete(self, key: str) -> bool:
         """Remove ``key``; True when it was there."""
@@ -120,7 +158,7 @@ class TtlStore:
             except Exception:
                 logger.warning("gateway: %s store delete failed", self._what, exc_info=True)
                 return False
-        hit = self._local.pop(key, None)
+        hit = self._drop(key)
         return hit is not None and hit[0] >= time.monotonic()
 
     async def close(self) -> None:
@@ -132,8 +170,8 @@ class TtlStore:
 
 
 class ResponseCache(TtlStore):
-    def __init__(self, max_entries: int):
-        super().__init__("rc", max_entries, MAX_TTL)
+    def __init__(self, max_entries: int, url: str = ""):
+        super().__init__("rc", max_entries, MAX_TTL, url=url)
 
 
 def request_ttl(headers: dict[str, str], key_seconds: int) -> int:

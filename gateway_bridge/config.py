@@ -53,7 +53,7 @@ class LimitsConfig:
         s = settings
         return cls(
             store=s.GATEWAY_LIMITS_STORE,
-            redis_url=s.REDIS_URL,
+            redis_url=s.GATEWAY_LIMITS_REDIS_URL,
             redis_timeout=s.GATEWAY_LIMITS_REDIS_TIMEOUT,
             redis_replicas=s.GATEWAY_LIMITS_REDIS_REPLICAS,
         )
@@ -92,6 +92,10 @@ class GatewayConfig:
     spool_dir: Path  # usage spools and journals, a slot per process
     usage_journal: bool
     response_cache_entries: int
+    cache_redis_url: str  # the response cache ("": in process)
+    responses_redis_url: str  # stored responses ("": in process)
+    responses_max_bytes: int  # in process, all entries together
+    responses_max_entry_bytes: int  # one entry, anywhere
     trusted_proxies: tuple[str, ...]
     max_body_bytes: int
     large_body_bytes: int
@@ -150,6 +154,10 @@ class GatewayConfig:
             spool_dir=Path(s.GATEWAY_SPOOL_DIR),
             usage_journal=bool(s.GATEWAY_USAGE_JOURNAL),
             response_cache_entries=s.GATEWAY_RESPONSE_CACHE_ENTRIES,
+            cache_redis_url=s.CACHE_REDIS_URL or "",
+            responses_redis_url=s.GATEWAY_RESPONSES_REDIS_URL or "",
+            responses_max_bytes=s.GATEWAY_RESPONSES_MAX_BYTES,
+            responses_max_entry_bytes=s.GATEWAY_RESPONSES_MAX_ENTRY_BYTES,
             responses_max_entries=s.GATEWAY_RESPONSES_MAX_ENTRIES,
             responses_retention_seconds=s.GATEWAY_RESPONSES_RETENTION_SECONDS,
             emit_max_batch=s.GATEWAY_EMIT_MAX_BATCH,

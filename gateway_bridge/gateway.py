@@ -127,11 +127,16 @@ class Gateway:
             )
         self._emitter = emitter
         self._spool_lock_fd: int | None = None
-        self.cache = response_cache.ResponseCache(config.response_cache_entries)
+        self.cache = response_cache.ResponseCache(
+            config.response_cache_entries, config.cache_redis_url
+        )
         self.responses = response_cache.TtlStore(
             "resp",
             config.responses_max_entries,
             config.responses_retention_seconds,
+            url=config.responses_redis_url,
+            max_bytes=config.responses_max_bytes,
+            max_entry_bytes=config.responses_max_entry_bytes,
         )
         self.trusted = auth.trusted_proxies(config.trusted_proxies, logger)
         self.max_body = config.max_body_bytes

@@ -68,11 +68,11 @@ def deliver(message: str) -> None:
 def _redis_client() -> Any:
     global _redis
     if _redis is None:
-        # deferred: only with REDIS_URL; the embedded setup never loads it
+        # deferred: only with a pub/sub Redis; the embedded setup never loads it
         from console.kernel import redis_url
 
         _redis = redis_url.sync_client(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+            settings.PUBSUB_REDIS_URL, socket_timeout=2, socket_connect_timeout=2
         )
     return _redis
 
@@ -89,14 +89,14 @@ def listen(
     the current primary (a failover drops the connection; the next
     subscription asks the sentinels again); on Cluster, on one node: a
     PUBLISH on any node reaches every node's subscribers."""
-    # deferred: only with REDIS_URL; the embedded setup never loads it
+    # deferred: only with a pub/sub Redis; the embedded setup never loads it
     from console.kernel import redis_url
 
     while not stop.is_set():
         client = None
         try:
             client = redis_url.sync_client(
-                settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2
+                settings.PUBSUB_REDIS_URL, socket_timeout=5, socket_connect_timeout=2
             )
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(channel())
@@ -127,7 +127,7 @@ def publish(message: str) -> None:
     every gateway process. A Redis failure is logged, not raised: the cache
     TTL is the safety net."""
     deliver(message)
-    if settings.REDIS_URL:
+    if settings.PUBSUB_REDIS_URL:
         try:
             _redis_client().publish(channel(), message)
         except Exception:

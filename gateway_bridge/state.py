@@ -121,7 +121,7 @@ class GatewayState:
         self._unsubscribe = notify.subscribe(self._threadsafe_message)
         await self.refresh(force=True)
         self._tasks.append(asyncio.create_task(self._refresher(), name="gateway-refresh"))
-        if settings.REDIS_URL:
+        if settings.PUBSUB_REDIS_URL:
             self._listener_stop.clear()
             self._listener = threading.Thread(
                 target=self._redis_listener, name="gateway-pubsub", daemon=True

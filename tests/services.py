@@ -19,6 +19,21 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+REDIS_ROLES = (
+    "REDIS_URL",
+    "CACHE_REDIS_URL",
+    "PUBSUB_REDIS_URL",
+    "GATEWAY_LIMITS_REDIS_URL",
+    "GATEWAY_RESPONSES_REDIS_URL",
+)
+
+
+def use_redis(settings, url: str) -> None:
+    """Every Redis role of this process on ``url`` (as ``REDIS_URL`` alone sets them)."""
+    for name in REDIS_ROLES:
+        setattr(settings, name, url)
+
+
 def require_chromium() -> None:
     require(os.path.exists(CHROMIUM), f"{CHROMIUM} is not installed (apt-get install chromium)")
 

@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from console.kernel import config
 from console.settings.base import VAR_DIR
-from console.settings.workers import REDIS_URL
+from console.settings.workers import PUBSUB_REDIS_URL, REDIS_URL
 
 # --- gateway bridge ---------------------------------------------------------
 # Requests bigger than this get 413 before they are parsed.
@@ -51,14 +51,24 @@ GATEWAY_BREAKER_WINDOW_SECONDS = config.env_int("GATEWAY_BREAKER_WINDOW_SECONDS"
 GATEWAY_BREAKER_OPEN_SECONDS = config.env_float("GATEWAY_BREAKER_OPEN_SECONDS", 30.0, minimum=0)
 # How long a process trusts a cached key; Redis pub/sub invalidates sooner.
 GATEWAY_KEY_CACHE_SECONDS = config.env_float(
-    "GATEWAY_KEY_CACHE_SECONDS", 60.0 if REDIS_URL else 1.0, minimum=0
+    "GATEWAY_KEY_CACHE_SECONDS", 60.0 if PUBSUB_REDIS_URL else 1.0, minimum=0
 )
+# The limits' Redis: spend caps, balances, rate counters, vendor keys' limits. It
+# must never evict (maxmemory-policy noeviction): an evicted counter is spend
+# that no longer counts.
+GATEWAY_LIMITS_REDIS_URL = config.env_str("GATEWAY_LIMITS_REDIS_URL") or REDIS_URL
+if GATEWAY_LIMITS_REDIS_URL and GATEWAY_LIMITS_REDIS_URL != REDIS_URL:
+    config.parse_redis_url(GATEWAY_LIMITS_REDIS_URL, "GATEWAY_LIMITS_REDIS_URL")
 # Limits store: "redis" (shared by every gateway process) or "memory" (this process).
-GATEWAY_LIMITS_STORE = config.env_str("GATEWAY_LIMITS_STORE", "redis" if REDIS_URL else "memory")
+GATEWAY_LIMITS_STORE = config.env_str(
+    "GATEWAY_LIMITS_STORE", "redis" if GATEWAY_LIMITS_REDIS_URL else "memory"
+)
 if GATEWAY_LIMITS_STORE not in ("redis", "memory"):
     raise ImproperlyConfigured("GATEWAY_LIMITS_STORE must be redis or memory")
-if GATEWAY_LIMITS_STORE == "redis" and not REDIS_URL:
-    raise ImproperlyConfigured("GATEWAY_LIMITS_STORE=redis needs REDIS_URL")
+if GATEWAY_LIMITS_STORE == "redis" and not GATEWAY_LIMITS_REDIS_URL:
+    raise ImproperlyConfigured(
+        "GATEWAY_LIMITS_STORE=redis needs GATEWAY_LIMITS_REDIS_URL or REDIS_URL"
+    )
 # Usage events: batch size and delay, and the spool directory for broker outages.
 GATEWAY_EMIT_MAX_BATCH = config.env_int("GATEWAY_EMIT_MAX_BATCH", 500, minimum=1)
 GATEWAY_EMIT_MAX_DELAY = config.env_float("GATEWAY_EMIT_MAX_DELAY", 0.25, minimum=0.001)
@@ -74,6 +84,18 @@ GATEWAY_RESPONSES_RETENTION_SECONDS = config.env_int(
     "GATEWAY_RESPONSES_RETENTION_SECONDS", 30 * 24 * 3600, minimum=1
 )
 GATEWAY_RESPONSES_MAX_ENTRIES = config.env_int("GATEWAY_RESPONSES_MAX_ENTRIES", 10_000, minimum=0)
+# ... and in how many bytes in all (in process), and the largest one kept (anywhere).
+GATEWAY_RESPONSES_MAX_BYTES = config.env_int(
+    "GATEWAY_RESPONSES_MAX_BYTES", 256 * 1024 * 1024, minimum=0
+)
+GATEWAY_RESPONSES_MAX_ENTRY_BYTES = config.env_int(
+    "GATEWAY_RESPONSES_MAX_ENTRY_BYTES", 8 * 1024 * 1024, minimum=0
+)
+# Stored responses' Redis: every entry has a time to live, so give it a maxmemory
+# with volatile-lru (the oldest conversations go first when it is full).
+GATEWAY_RESPONSES_REDIS_URL = config.env_str("GATEWAY_RESPONSES_REDIS_URL") or REDIS_URL
+if GATEWAY_RESPONSES_REDIS_URL and GATEWAY_RESPONSES_REDIS_URL != REDIS_URL:
+    config.parse_redis_url(GATEWAY_RESPONSES_REDIS_URL, "GATEWAY_RESPONSES_REDIS_URL")
 # /metrics answers "Authorization: Bearer <GATEWAY_METRICS_TOKEN>" only (see below).
 GATEWAY_METRICS_TOKEN = config.env_str("GATEWAY_METRICS_TOKEN")
 

@@ -7,15 +7,25 @@ from console.kernel import config
 from console.settings.base import VAR_DIR
 
 # --- caches and broker ----------------------------------------------------
+# One Redis for every role below unless a role names its own (docs/configuration.md
+# says which eviction policy each role's Redis needs).
 REDIS_URL = config.env_str("REDIS_URL")
 if REDIS_URL:
     config.parse_redis_url(REDIS_URL)
+# Django's cache and the gateway's response cache: any eviction policy (allkeys-lru).
+CACHE_REDIS_URL = config.env_str("CACHE_REDIS_URL") or REDIS_URL
+# Cross-process notices (key revocations, price and node changes): holds no data.
+PUBSUB_REDIS_URL = config.env_str("PUBSUB_REDIS_URL") or REDIS_URL
+for _name, _url in (("CACHE_REDIS_URL", CACHE_REDIS_URL), ("PUBSUB_REDIS_URL", PUBSUB_REDIS_URL)):
+    if _url and _url != REDIS_URL:
+        config.parse_redis_url(_url, _name)
+if CACHE_REDIS_URL:
     CACHES = {
         "default": {
             # Django's RedisCache for one Redis; Sentinel and Cluster URLs through
             # console.kernel.redis_url's clients (console.kernel.redis_cache).
             "BACKEND": "console.kernel.redis_cache.RedisCache",
-            "LOCATION": REDIS_URL,
+            "LOCATION": CACHE_REDIS_URL,
             "KEY_PREFIX": config.env_str("CACHE_KEY_PREFIX", "console"),
         }
     }

@@ -9,11 +9,14 @@ conversation: deleting or losing an earlier response does not break a later
 one). Instructions are not carried over, as with OpenAI.
 
 Where: ``cache.TtlStore`` under the namespace ``resp``, keyed
-``<organization id>:<response id>`` — in Redis when ``REDIS_URL`` is set
-(every gateway process sees every response; they live as long as Redis keeps
-its data: with no persistence configured a Redis restart forgets them), else
-in this process's bounded LRU (``GATEWAY_RESPONSES_MAX_ENTRIES``; lost on a
-restart and not shared between processes). Each expires after
+``<organization id>:<response id>`` — in Redis when
+``GATEWAY_RESPONSES_REDIS_URL`` (by default ``REDIS_URL``) is set (every
+gateway process sees every response; they live as long as Redis keeps its
+data: with no persistence configured a Redis restart forgets them), else in
+this process's LRU, bounded by ``GATEWAY_RESPONSES_MAX_ENTRIES`` and
+``GATEWAY_RESPONSES_MAX_BYTES`` (lost on a restart and not shared between
+processes). A response over ``GATEWAY_RESPONSES_MAX_ENTRY_BYTES`` is not
+stored (retrieving it is a 404). Each expires after
 ``GATEWAY_RESPONSES_RETENTION_SECONDS`` (30 days by default). The database is
 never written.
 

@@ -22,6 +22,7 @@ from tests.gateway_bridge.redis_servers import (
     spend_through_failover,
     wait_for,
 )
+from tests.services import use_redis
 
 # Its own Redis servers: the same whatever the suite is given (CI runs it once).
 pytestmark = pytest.mark.engine_independent
@@ -31,7 +32,7 @@ UNAVAILABLE = (ConnectionError, TimeoutError, OSError, RespError)
 
 
 def _use(url, settings, monkeypatch):
-    settings.REDIS_URL = url
+    use_redis(settings, url)
     monkeypatch.setattr(notify, "_redis", None)  # the publisher's client, for this URL
 
 

@@ -22,6 +22,7 @@ from tests.gateway_bridge.redis_servers import (
     spend_through_failover,
     wait_for,
 )
+from tests.services import use_redis
 
 # Its own Redis servers: the same whatever the suite is given (CI runs it once).
 pytestmark = pytest.mark.engine_independent
@@ -51,7 +52,7 @@ def own_sentinel_set(tmp_path, settings, monkeypatch):
     """A set of the test's own, to kill a server of."""
     with redis_sentinel(tmp_path) as (servers, primary, replica, sentinels):
         url = _url(sentinels)
-        settings.REDIS_URL = url
+        use_redis(settings, url)
         monkeypatch.setattr(notify, "_redis", None)  # the publisher's client, for this URL
         yield servers, primary, replica, sentinels, url
         if notify._redis is not None:

@@ -175,7 +175,14 @@ class Command(BaseCommand):
         """This process talks to the soak's Redis too: the scenario clears limit
         keys there, a revocation is published there. Called before anything
         was published (the publisher opens its client on first use)."""
-        settings.REDIS_URL = url
+        for role in (
+            "REDIS_URL",
+            "CACHE_REDIS_URL",
+            "PUBSUB_REDIS_URL",
+            "GATEWAY_LIMITS_REDIS_URL",
+            "GATEWAY_RESPONSES_REDIS_URL",
+        ):
+            setattr(settings, role, url)
         settings.GATEWAY_LIMITS_STORE = "redis"
 
     @staticmethod

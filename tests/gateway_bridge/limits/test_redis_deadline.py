@@ -20,6 +20,7 @@ import redis
 from gateway_bridge.config import LimitsConfig
 from gateway_bridge.limits import CapBucket, RedisLimitStore, build_store
 from gateway_bridge.limits.resp import RespClient, encode, parse
+from tests.services import use_redis
 
 CAP = CapBucket("key_daily_cap_exceeded", "cap:k:5:d:2026-12-02", 1_000, 3600)
 USD = 1_000_000
@@ -134,7 +135,7 @@ def test_a_late_reply_is_dropped_and_later_replies_stay_in_order():
 
 def test_the_gateways_store_takes_its_deadline_from_the_settings(silent_redis, settings):
     settings.GATEWAY_LIMITS_STORE = "redis"
-    settings.REDIS_URL = silent_redis.url
+    use_redis(settings, silent_redis.url)
     settings.GATEWAY_LIMITS_REDIS_TIMEOUT = 0.15
 
     async def scenario():
