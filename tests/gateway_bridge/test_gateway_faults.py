@@ -249,23 +249,27 @@ def metrics_token(settings):
     settings.GATEWAY_METRICS_TOKEN = "metrics-secret"
 
 
-def test_metrics_are_closed_by_default(gw, tenant, settings):
+def test_metrics_are_closed_by_default(tenant, start_gateway, settings):
     # Given the default settings: no token, not opened
     settings.GATEWAY_METRICS_TOKEN = ""
     settings.GATEWAY_METRICS_PUBLIC = False
+    gw = start_gateway()
     client(gw, tenant.raw).chat.completions.create(**CHAT, max_tokens=3)
     # Then an anonymous scrape learns nothing (no node names, no counters)
     status, text = _scrape(gw)
     assert status == 401 and "gateway_requests_total" not in text
     assert tenant.node.name not in text
-    # and opening them on purpose serves them to anyone
+    # and a gateway started with them opened on purpose serves them to anyone
     settings.GATEWAY_METRICS_PUBLIC = True
-    status, text = _scrape(gw)
+    opened = start_gateway()
+    client(opened, tenant.raw).chat.completions.create(**CHAT, max_tokens=3)
+    status, text = _scrape(opened)
     assert status == 200 and "gateway_requests_total" in text
 
 
-def test_metrics_need_the_token_when_one_is_set(gw, tenant, metrics_token, settings):
+def test_metrics_need_the_token_when_one_is_set(metrics_token, tenant, start_gateway, settings):
     settings.GATEWAY_METRICS_PUBLIC = True  # a token, once set, is always required
+    gw = start_gateway()
     assert _scrape(gw)[0] == 401
     assert _scrape(gw, {"Authorization": "Bearer wrong"})[0] == 401
     assert _scrape(gw, {"Authorization": "metrics-secret"})[0] == 401
@@ -273,7 +277,7 @@ def test_metrics_need_the_token_when_one_is_set(gw, tenant, metrics_token, setti
     assert status == 200 and "gateway_requests_total" in text
 
 
-def test_metrics_endpoint(gw, tenant, metrics_token):
+def test_metrics_endpoint(metrics_token, gw, tenant):
     client(gw, tenant.raw).chat.completions.create(**CHAT, max_tokens=3)
     status, text = _scrape(gw, METRICS_AUTH)
     assert status == 200
@@ -312,7 +316,7 @@ def test_priority_queue_when_nodes_are_full(tenant, start_gateway, slow_node, se
     assert any(not isinstance(r, Exception) for r in results)
 
 
-def test_metrics_show_when_a_key_change_was_heard(gw, tenant, metrics_token):
+def test_metrics_show_when_a_key_change_was_heard(metrics_token, gw, tenant):
     from accounts.services import api_key_revoke
 
     def metric(name: str) -> float:
