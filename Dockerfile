@@ -24,7 +24,7 @@ COPY invoicing ./invoicing
 COPY gateway_bridge ./gateway_bridge
 COPY inference_node ./inference_node
 COPY tooling ./tooling
-RUN pip install -c requirements.lock .
+RUN pip install -c requirements.lock '.[otel,sentry]'
 
 # Final stage: the venv and the source tree, run as a non-root user. The processes run
 # from /app (PYTHONPATH), as the systemd units run from /srv/console: settings find

@@ -46,9 +46,14 @@ def lock_pins() -> dict[str, Version]:
 
 
 def direct_requirements() -> list[Requirement]:
+    """What the project asks for: its dependencies and every extra's (the test
+    extra names the others through the project itself, which is not pinned)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    listed = project["dependencies"] + project["optional-dependencies"]["test"]
-    return [Requirement(r) for r in listed]
+    listed = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        listed += extra
+    found = [Requirement(r) for r in listed]
+    return [r for r in found if canonicalize_name(r.name) != PROJECT]
 
 
 def installed() -> dict[str, str]:

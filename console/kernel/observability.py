@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
 import orjson
 from django.conf import settings
@@ -61,23 +62,42 @@ def setup_sentry(dsn: str, *, environment: str = "", traces_sample_rate: float =
     except ImportError:
         logger.warning("SENTRY_DSN is set but sentry-sdk is not installed: errors are not reported")
         return False
-    sentry_sdk.init(
-        dsn=dsn,
-        integrations=[
+    options: dict[str, Any] = {
+        "dsn": dsn,
+        "integrations": [
             django_integration.DjangoIntegration(),
             celery_integration.CeleryIntegration(),
         ],
-        environment=environment or None,
-        send_default_pii=False,
+        "environment": environment or None,
         # Prompts are customers' data, and a frame's variables may hold a key or
         # a vendor credential: neither leaves the process.
-        max_request_body_size="never",
-        include_local_variables=False,
-        before_send=scrub_event,
-        before_send_transaction=scrub_event,
-        traces_sample_rate=traces_sample_rate,
-    )
+        "max_request_body_size": "never",
+        "before_send": scrub_event,
+        "traces_sample_rate": traces_sample_rate,
+    }
+    if _major(sentry_sdk) >= 3:
+        # 3.x says what is collected in one option (the 2.x flags are gone).
+        options["data_collection"] = {
+            "user_info": False,
+            "cookies": {"mode": "off"},
+            "http_bodies": [],
+            "stack_frame_variables": False,
+            "database_query_data": False,
+        }
+    else:
+        options.update(
+            send_default_pii=False,
+            include_local_variables=False,
+            before_send_transaction=scrub_event,
+        )
+    sentry_sdk.init(**options)
     return True
+
+
+def _major(module: Any) -> int:
+    version = str(getattr(module, "VERSION", "0"))
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def scrub_event(event: dict, _hint=None) -> dict:

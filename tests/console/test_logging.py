@@ -4,8 +4,11 @@ Sentry / OpenTelemetry set up only when configured."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import os
+import subprocess
 import sys
 import threading
 import types
@@ -18,6 +21,7 @@ from console.kernel import logs, observability
 from console.kernel.celery import app as celery_app
 from console.kernel.request_log import request_id_from
 from console.kernel.tracing import Trace, parse_traceparent
+from tests.services import require
 
 SECRET_KEY = "sk-abcdef1234_" + "s" * 43
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -289,6 +293,39 @@ def test_sentry_is_started_with_a_dsn(fake_sentry):
     django_integration, celery_integration = kwargs["integrations"]
     assert isinstance(django_integration, django_mod.DjangoIntegration)
     assert isinstance(celery_integration, celery_mod.CeleryIntegration)
+
+
+SENTRY_CHECK = """
+import django, json, os
+os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
+django.setup()
+import sentry_sdk
+from console.kernel import observability
+assert observability.setup_sentry("http://k@127.0.0.1:9/1", environment="ci")
+options = sentry_sdk.get_client().options
+collected = options.get("data_collection") or {}
+print(json.dumps({
+    "version": sentry_sdk.VERSION,
+    "integrations": sorted(type(i).__name__ for i in sentry_sdk.get_client().integrations.values()),
+    "pii": options.get("send_default_pii", collected.get("user_info")),
+    "frame_variables": options.get("include_local_variables", collected.get("stack_frame_variables")),
+    "bodies": options.get("max_request_body_size"),
+}))
+"""
+
+
+def test_sentry_starts_with_the_sdk_the_lock_pins(tmp_path):
+    """The real sentry-sdk of requirements.lock (the ``sentry`` extra) accepts
+    the options, with no personal data, frame variables or bodies collected."""
+    require(importlib.util.find_spec("sentry_sdk") is not None, "sentry-sdk is not installed")
+    env = {**os.environ, "CONSOLE_VAR_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", SENTRY_CHECK], env=env, capture_output=True, text=True, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"DjangoIntegration", "CeleryIntegration"} <= set(got["integrations"])
+    assert got["pii"] is False and got["frame_variables"] is False
+    assert got["bodies"] == "never"
 
 
 def test_sentry_is_not_started_without_a_dsn(fake_sentry):

@@ -227,6 +227,7 @@ def test_capture_returns_the_exact_bytes_and_masks_the_keys(node):
     status, _, captured = node.request("GET", "/admin/requests")
     assert status == 200
     first, second, third = captured["requests"]  # GETs are not kept; refusals are
+    assert captured["total"] == 3
     assert first["method"] == "POST" and first["path"] == "/v1/chat/completions"
     assert base64.b64decode(first["body_base64"]) == sent
     assert first["headers"]["authorization"] == "…abcd"
@@ -236,7 +237,7 @@ def test_capture_returns_the_exact_bytes_and_masks_the_keys(node):
     assert third["path"] == f"{GEMINI_PATH}?key=…9z8y"
     assert GOOD not in json.dumps(captured) and BAD not in json.dumps(captured)
     node.post("/admin/reset")
-    assert node.request("GET", "/admin/requests")[2] == {"requests": []}
+    assert node.request("GET", "/admin/requests")[2] == {"requests": [], "total": 0}
 
 
 def test_capture_keeps_the_last_32(node):
