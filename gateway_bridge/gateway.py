@@ -46,7 +46,6 @@ from gateway_bridge.gauges import register_gauges
 from gateway_bridge.keypool import KeyPool
 from gateway_bridge.keyshare import SharedCredentials
 from gateway_bridge.limits import Limits, RedisLimitStore, apply_local_credit, build_store
-from gateway_bridge.limits.plan import PlanCache
 from gateway_bridge.metrics import GatewayMetrics
 from gateway_bridge.metrics_dir import MetricsDirectory
 from gateway_bridge.pipeline import (
@@ -147,11 +146,15 @@ class Gateway:
             config.parse_workers,
         )
         self.timeouts = config.timeouts.as_keywords()
-        self.hold_seconds = config.hold_seconds
         self.retries = config.retries
         self.backoff = config.retry_backoff_seconds
-        self.default_max_tokens = config.default_max_tokens
-        self.plans = PlanCache()
+        # Stage 4: the chain, budget and worst case, the reservation (owning the key plans).
+        self.admission = admit.Admission(
+            self.state,
+            self.limits,
+            hold_seconds=config.hold_seconds,
+            default_max_tokens=config.default_max_tokens,
+        )
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         # What each route's action runs (bound once, not per call).
@@ -360,9 +363,10 @@ class Gateway:
         send: Send,
     ) -> None:
         """Admit the call, answer it from the cache or a node, settle its cost."""
-        chain = admit.chain(self, call, req)
-        budget = admit.budget(self, req, chain[0][1])
-        prices, amount = admit.worst_case(self, call, chain, req, budget, time.time())
+        admission = self.admission
+        chain = admission.chain(call, req)
+        budget = admission.budget(req, chain[0][1])
+        prices, amount = admission.worst_case(call, chain, req, budget, time.time())
         ckey: str | None = None
         cache_ttl = 0
         if req.deterministic:
@@ -370,7 +374,7 @@ class Gateway:
             if hit is not None:
                 await cached.serve(self, call, req, hit, prices.get(req.model), send)
                 return
-        reserved = await admit.reserve(self, call, amount, req.prompt_tokens_estimate + budget)
+        reserved = await admission.reserve(call, amount, req.prompt_tokens_estimate + budget)
         price = None
         try:
             served_model = await forward.forward(
@@ -379,7 +383,7 @@ class Gateway:
             price = prices.get(served_model)
         except BaseException:
             if reserved:
-                await admit.settle(self, call, price)
+                await admission.settle(call, price)
             raise
         if reserved:
             # The event went to the emitter (and its journal) with the answer's
@@ -388,7 +392,7 @@ class Gateway:
             # limits store, so a process killed during that round trip still
             # has it on disk.
             self._emit(call)
-            await admit.settle(self, call, price)
+            await admission.settle(call, price)
 
     # --- the usage event and metrics ----------------------------------------
 

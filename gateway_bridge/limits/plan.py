@@ -144,6 +144,10 @@ class PlanCache:
             int, tuple[AuthenticatedKey, float, tuple[list[CapBucket], list[RateRule]]]
         ] = {}
 
+    def __len__(self) -> int:
+        """How many keys' plans are kept."""
+        return len(self._plans)
+
     def get(self, auth: AuthenticatedKey, now_ts: float) -> tuple[list[CapBucket], list[RateRule]]:
         cached = self._plans.get(auth.key_id)
         if cached is not None and cached[0] is auth and now_ts < cached[1]:

@@ -12,8 +12,10 @@
   and the prepaid balance and counts the RPM / TPM limits; after the call
   ``settle`` books the actual cost and frees the rest.
 
-A key's limit plan is cached until its earliest period ends, so the common
-case builds no buckets per call.
+``Admission`` is this stage of one gateway, made once with what it works
+with (the gateway's state, its limits, the hold and the default output
+budget) and owning the key plans' cache: a key's limit plan is cached until
+its earliest period ends, so the common case builds no buckets per call.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from gateway_bridge.limits.plan import PlanCache
 from gateway_bridge.pipeline.call import NO_USAGE, Call
 from gateway_bridge.protocols.base import (
     INVALID_REQUEST,
@@ -36,8 +39,9 @@ from gateway_bridge.protocols.base import (
 from usage.facade import discount_for, rate
 
 if TYPE_CHECKING:
-    from gateway_bridge.pipeline.parts import Parts
+    from gateway_bridge.limits import Limits
     from gateway_bridge.routing import NodeSnapshot
+    from gateway_bridge.state import GatewayState
     from inference_node.facade import RoutableNode
     from usage.facade import PriceRow
 
@@ -72,10 +76,9 @@ def check_model(call: Call, model: str) -> None:
         )
 
 
-def chain(gw: Parts, call: Call, req: CallRequest) -> Chain:
+def chain(state: GatewayState, call: Call, req: CallRequest) -> Chain:
     """The models to try, in order, with their candidate nodes."""
     auth = call.entry.auth
-    state = gw.state
     snapshot = state.nodes
     info = state.catalog.get(req.model)
     if info is not None and not info.enabled:
@@ -142,13 +145,15 @@ def pinned_chain(call: Call, req: CallRequest, snapshot: NodeSnapshot | None) ->
     return [(req.model, nodes)]
 
 
-def budget(gw: Parts, req: CallRequest, nodes: Sequence[RoutableNode]) -> int:
+def budget(
+    state: GatewayState, default_max_tokens: int, req: CallRequest, nodes: Sequence[RoutableNode]
+) -> int:
     """The call's output budget; the node gets it as max_tokens."""
     if req.endpoint in EMBEDDING_ENDPOINTS:
         return 0
     ctx = max((n.context_window or 0 for n in nodes), default=0)
     if not ctx:
-        info = gw.state.catalog.get(req.model)
+        info = state.catalog.get(req.model)
         ctx = info.context_window if info else 0
     prompt = req.prompt_tokens_estimate
     if ctx and prompt >= ctx:
@@ -169,7 +174,7 @@ def budget(gw: Parts, req: CallRequest, nodes: Sequence[RoutableNode]) -> int:
                 param="max_tokens",
             )
         return out
-    out = gw.default_max_tokens
+    out = default_max_tokens
     if ctx:
         out = min(out, ctx - prompt)
     req.body["max_tokens"] = out
@@ -186,11 +191,11 @@ def cost(call: Call, tokens: tuple[int, int, int, int], price: PriceRow | None) 
 
 
 def worst_case(
-    gw: Parts, call: Call, models: Chain, req: CallRequest, out_budget: int, ts: float
+    state: GatewayState, call: Call, models: Chain, req: CallRequest, out_budget: int, ts: float
 ) -> tuple[dict[str, PriceRow | None], int]:
     """(price of each model, worst-case amount over the chain)."""
     auth = call.entry.auth
-    price_of = gw.state.price
+    price_of = state.price
     prices: dict[str, PriceRow | None] = {}
     worst = 0
     prompt = req.prompt_tokens_estimate
@@ -208,55 +213,85 @@ def worst_case(
     return prices, worst
 
 
-async def reserve(gw: Parts, call: Call, amount: int, tokens: int) -> bool:
-    """Reserve ``amount`` and count the rate limits, atomically; False when
-    the key has no caps or limits at all (nothing to settle later)."""
-    auth = call.entry.auth
-    now_ts = time.time()
-    planned = gw.plans.get(auth, now_ts)
-    caps, rates = planned
-    if not caps and not rates:
-        return False
-    try:
-        admission = await gw.limits.admit(
-            auth,
-            datetime.fromtimestamp(now_ts, UTC),
-            call.request_id,
-            amount,
-            tokens,
-            hold_seconds=gw.hold_seconds,
-            planned=planned,
-        )
-    except GatewayError:
-        raise
-    except Exception:
-        # The limits store is down: fail closed rather than let spend run unchecked.
-        logger.exception("gateway: the limits store failed")
-        raise GatewayError(
-            OVERLOADED,
-            "limits_unavailable",
-            "Spend limits cannot be checked right now; retry shortly.",
-            headers=[("retry-after", "1")],
-        ) from None
-    call.headers_out += [(k.encode(), v.encode()) for k, v in admission.headers]
-    return True
+class Admission:
+    """This stage of one gateway: the chain, the budget and the worst case of
+    a call (the functions above, on the gateway's state), and its reservation
+    in the limits store (``reserve``, then ``settle``)."""
 
+    def __init__(
+        self,
+        state: GatewayState,
+        limits: Limits,
+        *,
+        hold_seconds: float,
+        default_max_tokens: int,
+    ) -> None:
+        self.state = state
+        self.limits = limits
+        self.hold_seconds = hold_seconds  # how long a reservation may be held
+        self.default_max_tokens = default_max_tokens
+        self.plans = PlanCache()
 
-async def settle(gw: Parts, call: Call, price: PriceRow | None) -> None:
-    """Book what a reserved call actually cost (its usage at ``price``) and
-    free the rest of its reservation; release it whole when it used nothing."""
-    usage = call.usage
-    store = gw.limits.store
-    try:
-        if usage is NO_USAGE:
-            await store.release(call.request_id)
-            return
-        actual = cost(call, (usage.input, usage.cache_read, usage.cache_write, usage.output), price)
-        await store.settle(call.request_id, actual, usage.prompt_total + usage.output)
-    except Exception:
-        # The limits store failed (a Redis failover): the call was answered and
-        # its usage event carries the cost; the reservation holds the worst case
-        # until its deadline, so the cap stays safe. Never turn it into a 500.
-        logger.warning(
-            "gateway: settling %s in the limits store failed", call.request_id, exc_info=True
-        )
+    def chain(self, call: Call, req: CallRequest) -> Chain:
+        return chain(self.state, call, req)
+
+    def budget(self, req: CallRequest, nodes: Sequence[RoutableNode]) -> int:
+        return budget(self.state, self.default_max_tokens, req, nodes)
+
+    def worst_case(
+        self, call: Call, models: Chain, req: CallRequest, out_budget: int, ts: float
+    ) -> tuple[dict[str, PriceRow | None], int]:
+        return worst_case(self.state, call, models, req, out_budget, ts)
+
+    async def reserve(self, call: Call, amount: int, tokens: int) -> bool:
+        """Reserve ``amount`` and count the rate limits, atomically; False when
+        the key has no caps or limits at all (nothing to settle later)."""
+        auth = call.entry.auth
+        now_ts = time.time()
+        planned = self.plans.get(auth, now_ts)
+        caps, rates = planned
+        if not caps and not rates:
+            return False
+        try:
+            admission = await self.limits.admit(
+                auth,
+                datetime.fromtimestamp(now_ts, UTC),
+                call.request_id,
+                amount,
+                tokens,
+                hold_seconds=self.hold_seconds,
+                planned=planned,
+            )
+        except GatewayError:
+            raise
+        except Exception:
+            # The limits store is down: fail closed rather than let spend run unchecked.
+            logger.exception("gateway: the limits store failed")
+            raise GatewayError(
+                OVERLOADED,
+                "limits_unavailable",
+                "Spend limits cannot be checked right now; retry shortly.",
+                headers=[("retry-after", "1")],
+            ) from None
+        call.headers_out += [(k.encode(), v.encode()) for k, v in admission.headers]
+        return True
+
+    async def settle(self, call: Call, price: PriceRow | None) -> None:
+        """Book what a reserved call actually cost (its usage at ``price``) and
+        free the rest of its reservation; release it whole when it used nothing."""
+        usage = call.usage
+        store = self.limits.store
+        try:
+            if usage is NO_USAGE:
+                await store.release(call.request_id)
+                return
+            tokens = (usage.input, usage.cache_read, usage.cache_write, usage.output)
+            actual = cost(call, tokens, price)
+            await store.settle(call.request_id, actual, usage.prompt_total + usage.output)
+        except Exception:
+            # The limits store failed (a Redis failover): the call was answered and
+            # its usage event carries the cost; the reservation holds the worst case
+            # until its deadline, so the cap stays safe. Never turn it into a 500.
+            logger.warning(
+                "gateway: settling %s in the limits store failed", call.request_id, exc_info=True
+            )

@@ -70,7 +70,7 @@ async def serve(
     call.cache_status = "response_hit"
     call.headers_out.append(_HIT)
     cost = admit.cost(call, (0, usage.cache_read, 0, usage.output), price)
-    reserved = await admit.reserve(gw, call, cost, usage.prompt_total + usage.output)
+    reserved = await gw.admission.reserve(call, cost, usage.prompt_total + usage.output)
     call.usage = usage
     if reserved:
         await gw.limits.store.settle(call.request_id, cost, usage.prompt_total + usage.output)

@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from gateway_bridge.emitter import UsageEmitter
     from gateway_bridge.keypool import KeyPool
     from gateway_bridge.limits import Limits
-    from gateway_bridge.limits.plan import PlanCache
     from gateway_bridge.metrics import GatewayMetrics
     from gateway_bridge.metrics_dir import MetricsDirectory
+    from gateway_bridge.pipeline.admit import Admission
     from gateway_bridge.pipeline.fair import LargeBodies
     from gateway_bridge.routing import Router
     from gateway_bridge.state import GatewayState
@@ -39,17 +39,15 @@ class Parts(Protocol):
     pool: UpstreamPool
     keys: KeyPool
     limits: Limits
-    plans: PlanCache
+    admission: Admission
     cache: ResponseCache
     responses: TtlStore
     trusted: ipnet.Networks
     large: LargeBodies
     max_body: int
     timeouts: dict[str, float | None]
-    hold_seconds: float
     retries: int
     backoff: float
-    default_max_tokens: int
 
     @property
     def started_emitter(self) -> UsageEmitter | None: ...
