@@ -23,9 +23,10 @@ composes the stages of ``gateway_bridge.pipeline``, a module each:
     stored     the Responses API's stored responses (previous_response_id,
                GET / DELETE /v1/responses/{id}), in a TTL store
 
-then settles the actual cost and hands one usage event to the emitter
-(``_finish``). The per-call state is ``pipeline.call.Call``. Nothing here
-blocks the event loop or writes the database.
+then settles the actual cost; ``pipeline.record`` hands one usage event to
+the emitter, observes the metrics and writes the access line. The per-call
+state is ``pipeline.call.Call``. Nothing here blocks the event loop or writes
+the database.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import functools
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway_bridge import access_log, metrics_http
 from gateway_bridge import cache as response_cache
@@ -63,7 +64,7 @@ from gateway_bridge.pipeline import (
     stored,
 )
 from gateway_bridge.pipeline.call import Call, Disconnected, safe_model
-from gateway_bridge.pipeline.usage_event import usage_event
+from gateway_bridge.pipeline.record import Recorder
 from gateway_bridge.protocols.base import INTERNAL, CallRequest, GatewayError
 from gateway_bridge.routing import Router
 from gateway_bridge.spool_slot import open_spool
@@ -87,6 +88,21 @@ logger = logging.getLogger(__name__)
 
 # How often a process writes its metrics for the host's scrapes (and before each).
 METRICS_PUBLISH_SECONDS = 1.0
+
+
+def _caches(config: GatewayConfig) -> tuple[response_cache.ResponseCache, response_cache.TtlStore]:
+    """The response cache and the Responses API's stored responses, each on
+    its own Redis role (in process without one)."""
+    cache = response_cache.ResponseCache(config.response_cache_entries, config.cache_redis_url)
+    responses = response_cache.TtlStore(
+        "resp",
+        config.responses_max_entries,
+        config.responses_retention_seconds,
+        url=config.responses_redis_url,
+        max_bytes=config.responses_max_bytes,
+        max_entry_bytes=config.responses_max_entry_bytes,
+    )
+    return cache, responses
 
 
 class Gateway:
@@ -126,17 +142,7 @@ class Gateway:
             )
         self._emitter = emitter
         self._spool_lock_fd: int | None = None
-        self.cache = response_cache.ResponseCache(
-            config.response_cache_entries, config.cache_redis_url
-        )
-        self.responses = response_cache.TtlStore(
-            "resp",
-            config.responses_max_entries,
-            config.responses_retention_seconds,
-            url=config.responses_redis_url,
-            max_bytes=config.responses_max_bytes,
-            max_entry_bytes=config.responses_max_entry_bytes,
-        )
+        self.cache, self.responses = _caches(config)
         self.trusted = auth.trusted_proxies(config.trusted_proxies, logger)
         self.max_body = config.max_body_bytes
         # Large bodies: per-organization slots, validated off the loop (pipeline.fair).
@@ -155,6 +161,8 @@ class Gateway:
             hold_seconds=config.hold_seconds,
             default_max_tokens=config.default_max_tokens,
         )
+        # The last stage: the usage event, the metrics, the access line.
+        self.recorder = Recorder(self.metrics, self.state, lambda: self.emitter, access_log.finish)
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         # What each route's action runs (bound once, not per call).
@@ -291,7 +299,7 @@ class Gateway:
             return
         where = route.resolve(path, headers, scope.get("query_string") or b"", method)
         call = Call(where.protocol, where.endpoint, headers.get("traceparent"))
-        send = self._recording(call, send)
+        send = self.recorder.sending(call, send)
         self.metrics.in_flight += 1
         try:
             if method != where.method:
@@ -317,7 +325,7 @@ class Gateway:
             )
         finally:
             self.metrics.in_flight -= 1
-            self._finish(call)
+            self.recorder.finish(call)
 
     # --- actions ------------------------------------------------------------
 
@@ -387,58 +395,9 @@ class Gateway:
             raise
         if reserved:
             # The event went to the emitter (and its journal) with the answer's
-            # last bytes (``_recording``); when no last bytes went out (the
-            # client left), it goes now, before the settle's round trip to the
-            # limits store, so a process killed during that round trip still
-            # has it on disk.
-            self._emit(call)
+            # last bytes (``Recorder.sending``); when no last bytes went out
+            # (the client left), it goes now, before the settle's round trip to
+            # the limits store, so a process killed during that round trip
+            # still has it on disk.
+            self.recorder.emit(call)
             await admission.settle(call, price)
-
-    # --- the usage event and metrics ----------------------------------------
-
-    def _finish(self, call: Call) -> None:
-        elapsed = time.perf_counter() - call.t0
-        upstream = call.upstream_s
-        overhead = max(0.0, elapsed - (upstream or 0.0) - call.queue_s)
-        metrics = self.metrics
-        metrics.observe_call(
-            call.protocol,
-            call.endpoint,
-            call.status,
-            call.stream,
-            elapsed,
-            call.ttft,
-            overhead,
-            metrics.model_label(call.model, self.state.catalog),
-        )
-        if not call.emitted:
-            self._emit(call, elapsed, overhead)
-        access_log.finish(call, elapsed, overhead)  # the access line, the span's end
-
-    def _recording(self, call: Call, send: Send) -> Send:
-        """``send``, handing the call's usage event to the emitter (and its
-        journal) just before the answer's last bytes: a process killed once
-        the client may have its whole answer still has the event on disk.
-        By then the call's status, tokens and cost are final."""
-        emit = self._emit
-
-        async def send_recorded(message: dict[str, Any]) -> None:
-            if (
-                not call.emitted
-                and message["type"] == "http.response.body"
-                and not message.get("more_body")
-            ):
-                emit(call)
-            await send(message)
-
-        return send_recorded
-
-    def _emit(self, call: Call, elapsed: float | None = None, overhead: float = 0.0) -> None:
-        """The call's usage event to the emitter, once (a recorded call only)."""
-        if not call.record or call.entry is None or call.emitted:
-            return
-        if elapsed is None:
-            elapsed = time.perf_counter() - call.t0
-            overhead = max(0.0, elapsed - (call.upstream_s or 0.0) - call.queue_s)
-        call.emitted = True
-        self.emitter.emit(usage_event(call, elapsed, overhead))
