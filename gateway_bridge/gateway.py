@@ -151,9 +151,15 @@ class Gateway:
             config.large_body_concurrency,
             config.parse_workers,
         )
-        self.timeouts = config.timeouts.as_keywords()
-        self.retries = config.retries
-        self.backoff = config.retry_backoff_seconds
+        self._make_stages(config)
+        self._started = False
+        self._start_lock: asyncio.Lock | None = None
+        # What each route's action runs (bound once, not per call).
+        self._actions = self._bind_actions()
+        register_gauges(self)
+
+    def _make_stages(self, config: GatewayConfig) -> None:
+        """The stages that are components, each made once with what it needs."""
         # Stage 4: the chain, budget and worst case, the reservation (owning the key plans).
         self.admission = admit.Admission(
             self.state,
@@ -161,13 +167,19 @@ class Gateway:
             hold_seconds=config.hold_seconds,
             default_max_tokens=config.default_max_tokens,
         )
+        # Stage 5: channels, credentials, tries and their retry policy.
+        self.forwarding = forward.Forwarding(
+            self.router,
+            self.keys,
+            self.pool,
+            self.metrics,
+            self,
+            timeouts=config.timeouts.as_keywords(),
+            retries=config.retries,
+            backoff=config.retry_backoff_seconds,
+        )
         # The last stage: the usage event, the metrics, the access line.
         self.recorder = Recorder(self.metrics, self.state, lambda: self.emitter, access_log.finish)
-        self._started = False
-        self._start_lock: asyncio.Lock | None = None
-        # What each route's action runs (bound once, not per call).
-        self._actions = self._bind_actions()
-        register_gauges(self)
 
     def _bind_actions(self) -> dict[str, Action]:
         return {
@@ -385,8 +397,8 @@ class Gateway:
         reserved = await admission.reserve(call, amount, req.prompt_tokens_estimate + budget)
         price = None
         try:
-            served_model = await forward.forward(
-                self, call, req, chain, receive, send, ckey, cache_ttl
+            served_model = await self.forwarding.forward(
+                call, req, chain, receive, send, ckey, cache_ttl
             )
             price = prices.get(served_model)
         except BaseException:

@@ -70,9 +70,12 @@ from gateway_bridge.vendors import dialect_for
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Send
+    from gateway_bridge.keypool import KeyPool
+    from gateway_bridge.metrics import GatewayMetrics
     from gateway_bridge.pipeline.admit import Chain
-    from gateway_bridge.pipeline.parts import Parts
-    from gateway_bridge.routing import Lease
+    from gateway_bridge.pipeline.parts import RelayParts
+    from gateway_bridge.routing import Lease, Router
+    from gateway_bridge.upstreams import UpstreamPool
     from gateway_bridge.upstreams.response import UpstreamResponse
     from gateway_bridge.vendors.base import Dialect
     from inference_node.facade import RoutableCredential, RoutableNode
@@ -81,6 +84,49 @@ _NO_EXCLUSIONS: frozenset[int] = frozenset()
 _OUTCOME_NAMES = {outcome: outcome.name.lower() for outcome in Outcome}
 # Credential switches (a refused or cooling key) per call, beyond the retries.
 MAX_KEY_SWITCHES = 16
+
+
+class Forwarding:
+    """This stage of one gateway: made once with the router, the channels' key
+    pools, the upstream pool, the timeouts and the retry policy (``retries``
+    after a failure before anything reached the client, ``backoff`` seconds
+    doubled each time); ``out`` is what relays the answers (the metrics and
+    the response cache). ``forward`` runs one call's tries (``_Forward``)."""
+
+    def __init__(
+        self,
+        router: Router,
+        keys: KeyPool,
+        pool: UpstreamPool,
+        metrics: GatewayMetrics,
+        out: RelayParts,
+        *,
+        timeouts: dict[str, float | None],
+        retries: int,
+        backoff: float,
+    ) -> None:
+        self.router = router
+        self.keys = keys
+        self.pool = pool
+        self.metrics = metrics
+        self.out = out
+        self.timeouts = timeouts
+        self.retries = retries
+        self.backoff = backoff
+
+    async def forward(
+        self,
+        call: Call,
+        req: CallRequest,
+        chain: Chain,
+        receive: Receive,
+        send: Send,
+        ckey: str | None,
+        cache_ttl: int,
+    ) -> str:
+        """Send the call to a channel (retrying, falling back); answer the
+        client. Returns the public model that served it."""
+        return await _Forward(self, call, req, chain, receive, send, ckey, cache_ttl).run()
 
 
 class _Try:
@@ -113,7 +159,7 @@ class _Forward:
 
     def __init__(
         self,
-        gw: Parts,
+        gw: Forwarding,
         call: Call,
         req: CallRequest,
         chain: Chain,
@@ -318,17 +364,17 @@ class _Forward:
         elif native_call:
             if self.req.stream:
                 done = await native.stream(
-                    self.gw, self.call, self.req, resp, dialect, self.receive, self.send, t_up
+                    self.gw.out, self.call, self.req, resp, dialect, self.receive, self.send, t_up
                 )
             else:
-                await native.plain(self.gw, self.call, self.req, resp, dialect, self.send)
+                await native.plain(self.gw.out, self.call, self.req, resp, dialect, self.send)
                 self.call.upstream_s = time.perf_counter() - t_up
                 done = True
             tried.outcome = Outcome.SUCCESS if done else Outcome.NEUTRAL
         elif self.req.stream:
             reader = dialect.stream_reader(self.req.model)
             done = await relay.stream(
-                self.gw, self.call, self.req, resp, self.receive, self.send, t_up,
+                self.gw.out, self.call, self.req, resp, self.receive, self.send, t_up,
                 self.ckey, self.cache_ttl, reader,
             )  # fmt: skip
             tried.outcome = Outcome.SUCCESS if done else Outcome.NEUTRAL
@@ -363,12 +409,12 @@ class _Forward:
         obj, usage = dialect.to_chat(obj, self.req.model)
         tried.outcome = Outcome.SUCCESS
         await relay.plain(
-            self.gw, self.call, self.req, obj, self.send, self.ckey, self.cache_ttl, usage
+            self.gw.out, self.call, self.req, obj, self.send, self.ckey, self.cache_ttl, usage
         )
 
 
 async def _failed(
-    gw: Parts,
+    gw: Forwarding,
     tried: _Try,
     resp: UpstreamResponse,
     cred: RoutableCredential,
@@ -430,18 +476,3 @@ def _queue_full() -> GatewayError:
         "Too many calls are waiting for this model; retry shortly.",
         headers=[("retry-after", "1")],
     )
-
-
-async def forward(
-    gw: Parts,
-    call: Call,
-    req: CallRequest,
-    chain: Chain,
-    receive: Receive,
-    send: Send,
-    ckey: str | None,
-    cache_ttl: int,
-) -> str:
-    """Send the call to a channel (retrying, falling back); answer the client.
-    Returns the public model that served it."""
-    return await _Forward(gw, call, req, chain, receive, send, ckey, cache_ttl).run()

@@ -63,7 +63,7 @@ from gateway_bridge.usage_mapping import TokenUsage
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Send
-    from gateway_bridge.pipeline.parts import Parts
+    from gateway_bridge.pipeline.parts import RelayParts
     from gateway_bridge.upstreams.response import UpstreamResponse
     from gateway_bridge.vendors.base import Dialect, NativeStreamReader
 
@@ -147,7 +147,7 @@ def _estimate(call: Call, req: CallRequest, reader: NativeStreamReader) -> Token
 
 
 async def plain(
-    gw: Parts,
+    gw: RelayParts,
     call: Call,
     req: CallRequest,
     resp: UpstreamResponse,
@@ -182,7 +182,7 @@ async def plain(
 
 
 async def stream(
-    gw: Parts,
+    gw: RelayParts,
     call: Call,
     req: CallRequest,
     resp: UpstreamResponse,
@@ -285,7 +285,7 @@ async def _relay_chunks(
 
 
 async def _broke(
-    gw: Parts,
+    gw: RelayParts,
     call: Call,
     req: CallRequest,
     exc: UpstreamError | OSError,
@@ -318,7 +318,7 @@ async def _broke(
 
 
 async def _end_stream(
-    gw: Parts,
+    gw: RelayParts,
     call: Call,
     req: CallRequest,
     reader: NativeStreamReader,

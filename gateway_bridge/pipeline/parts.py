@@ -28,6 +28,13 @@ if TYPE_CHECKING:
     from gateway_bridge.upstreams import UpstreamPool
 
 
+class RelayParts(Protocol):
+    """What relaying an answer uses: the metrics and the response cache."""
+
+    metrics: GatewayMetrics
+    cache: ResponseCache
+
+
 class Parts(Protocol):
     """The gateway's parts as the stages see them."""
 
@@ -45,9 +52,6 @@ class Parts(Protocol):
     trusted: ipnet.Networks
     large: LargeBodies
     max_body: int
-    timeouts: dict[str, float | None]
-    retries: int
-    backoff: float
 
     @property
     def started_emitter(self) -> UsageEmitter | None: ...

@@ -31,7 +31,7 @@ from gateway_bridge.usage_mapping import TokenUsage, from_openai
 
 if TYPE_CHECKING:
     from gateway_bridge.asgi import Receive, Send
-    from gateway_bridge.pipeline.parts import Parts
+    from gateway_bridge.pipeline.parts import RelayParts
     from gateway_bridge.protocols.base import ResponseAdapter
     from gateway_bridge.upstreams.response import UpstreamResponse
     from gateway_bridge.vendors.base import ChatStreamReader
@@ -57,7 +57,7 @@ async def respond(send: Send, status: int, body: bytes, call: Call) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def fail(gw: Parts, call: Call, err: GatewayError, send: Send) -> None:
+async def fail(gw: RelayParts, call: Call, err: GatewayError, send: Send) -> None:
     """``err`` in the call's protocol (the client may be gone, or a response
     may have started already: then nothing more is sent)."""
     call.status = err.status
@@ -83,7 +83,7 @@ async def start_stream(call: Call, adapter: ResponseAdapter, send: Send) -> None
 
 
 async def plain(
-    gw: Parts,
+    gw: RelayParts,
     call: Call,
     req: CallRequest,
     obj: dict[str, Any],
@@ -131,7 +131,7 @@ async def _translated(events: Events, reader: ChatStreamReader) -> Events:
 
 
 async def stream(
-    gw: Parts,
+    gw: RelayParts,
     call: Call,
     req: CallRequest,
     resp: UpstreamResponse,
@@ -290,7 +290,7 @@ async def _relay_events(
 
 
 async def _broke(
-    gw: Parts,
+    gw: RelayParts,
     call: Call,
     req: CallRequest,
     broken: _Broken,
@@ -324,7 +324,7 @@ async def _broke(
 
 
 async def _end_stream(
-    gw: Parts, call: Call, req: CallRequest, usage: TokenUsage, out: bytes, send: Send
+    gw: RelayParts, call: Call, req: CallRequest, usage: TokenUsage, out: bytes, send: Send
 ) -> None:
     """The stream's last bytes (its usage, in the client's protocol)."""
     call.usage = usage

@@ -39,14 +39,14 @@ def test_a_gateway_uses_the_config_it_is_given(settings, tmp_path):
     settings.GATEWAY_RETRIES = 1
     gateway = Gateway(config=config)
     assert gateway.config is config
-    assert (gateway.retries, gateway.max_body, gateway.admission.default_max_tokens) == (
+    assert (gateway.forwarding.retries, gateway.max_body, gateway.admission.default_max_tokens) == (
         7,
         2048,
         99,
     )
     assert gateway.admission.hold_seconds == config.hold_seconds
     assert gateway.router.policy_for("any-model") == "round_robin"
-    assert gateway.timeouts["total_timeout"] == config.timeouts.total_timeout
+    assert gateway.forwarding.timeouts["total_timeout"] == config.timeouts.total_timeout
     assert gateway.state.key_ttl == 7.5
     assert (gateway.state.negative.max_entries, gateway.cache.max_entries) == (11, 17)
     emitter = gateway.emitter
