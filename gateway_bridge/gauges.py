@@ -79,6 +79,11 @@ def key_refusals(gw: Parts) -> Samples:
     yield (), gw.keys.refusals
 
 
+def key_limit_waits(gw: Parts) -> Samples:
+    shared = gw.keys.shared
+    yield (), shared.refusals if shared is not None else 0
+
+
 def last_invalidation(gw: Parts) -> Samples:
     yield (), gw.state.last_key_invalidation
 
@@ -115,6 +120,10 @@ SERIES: tuple[tuple[str, str, str, tuple[str, ...], Callable[[Parts], Samples], 
     (COUNTER, "gateway_credential_refusals_total",
      "Credentials a vendor refused (401 / 403), taken out of their pool.",
      (), key_refusals, SUM),
+    (COUNTER, "gateway_credential_limit_waits_total",
+     "Tries held back because every gateway process together had a vendor key at its "
+     "RPM, TPM or concurrency limit, or resting (the Redis limits store).",
+     (), key_limit_waits, SUM),
     (GAUGE, "gateway_last_key_invalidation_timestamp_seconds",
      "When the last key change was heard (POSIX seconds; the latest of any process).",
      (), last_invalidation, MAX),

@@ -6,15 +6,27 @@ process used to allow the whole limit, three times what the vendor takes)."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 
 import openai
 from django.conf import settings
 
-from tests.gateway_bridge.harness import gateway_process
+from tests.gateway_bridge.harness import METRICS_TOKEN, gateway_process
 from tests.gateway_bridge.vendor_fixtures import admin, channel
 from tests.services import require
 
 CALLS_PER_PROCESS = 40  # 120 in all: each process alone would allow 60
+
+
+def metric(url: str, name: str) -> float:
+    req = urllib.request.Request(  # noqa: S310 - a local test gateway
+        f"{url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    raise AssertionError(f"{name} is not on /metrics")
 
 
 def received(sim) -> int:
@@ -57,6 +69,7 @@ def test_three_processes_send_one_vendor_key_at_most_its_requests_per_minute(
             return [r for batch in await asyncio.gather(*rounds) for r in batch]
 
         answers = asyncio.run(together())
+        waits = [metric(gw.url, "gateway_credential_limit_waits_total") for gw in (a, b, c)]
     served = [r for r in answers if not isinstance(r, Exception)]
     refused = [r for r in answers if isinstance(r, openai.APIStatusError)]
     assert received(vendor) == len(served) == 60
@@ -64,3 +77,4 @@ def test_three_processes_send_one_vendor_key_at_most_its_requests_per_minute(
     assert {r.status_code for r in refused} == {429}
     assert {r.body["code"] for r in refused} == {"upstream_key_limit"}
     assert all(1 <= int(r.response.headers["retry-after"]) <= 60 for r in refused)
+    assert sum(waits) >= 1  # each process asks Redis once, then rests the key itself
