@@ -50,8 +50,10 @@ def test_two_stages_on_python_3_11_slim():
 
 def test_the_build_installs_with_the_lock():
     runs = [rest for word, rest in instructions() if word == "RUN"]
-    assert "pip install -c requirements.lock ." in runs
-    assert "tests" not in " ".join(runs)  # no test extra in the image
+    # The lock's pins, with the optional span export and error reporting (off
+    # until OTEL_EXPORTER_OTLP_ENDPOINT or SENTRY_DSN is set) and no test extra.
+    assert "pip install -c requirements.lock '.[otel,sentry]'" in runs
+    assert "tests" not in " ".join(runs) and "test]" not in " ".join(runs)
 
 
 def test_static_files_are_collected_at_build_without_keeping_a_secret():
