@@ -127,9 +127,9 @@ class TtlStore:
                 logger.warning("gateway: %s store write failed", self._what, exc_info=True)
                 return False
             return True
+        self._drop(key)  # an older value under the key goes, kept or not
         if self.max_entries <= 0 or (self.max_bytes and len(raw) > self.max_bytes):
             return False
-        self._drop(key)
         self._local[key] = (time.monotonic() + ttl, raw)
         self._bytes += len(raw)
         while len(self._local) > self.max_entries or (

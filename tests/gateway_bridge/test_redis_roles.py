@@ -83,6 +83,18 @@ def test_stored_responses_are_bounded_in_bytes():
     assert too_big is False and store.too_large == 1
 
 
+def test_a_value_larger_than_the_whole_store_leaves_nothing_stale():
+    store = TtlStore("resp", max_entries=10, max_ttl=60, max_bytes=50)
+
+    async def scenario():
+        await store.put("r", {"v": 1}, 60)
+        kept = await store.put("r", {"v": "z" * 100}, 60)
+        return kept, await store.get("r")
+
+    assert asyncio.run(scenario()) == (False, None)
+    assert store.local_bytes == 0
+
+
 def test_a_value_over_the_entry_bound_replaces_nothing_stale():
     store = TtlStore("resp", max_entries=10, max_ttl=60, max_entry_bytes=50)
 
