@@ -200,18 +200,21 @@ class _Forward:
                 self.exclude.add(node.node_id)
                 self._switch_key()
                 continue
-            held = f"{self.call.request_id}.{self.attempt}.{self.switches}"
-            wait = await keys.acquire(cred, req.prompt_tokens_estimate, held)
-            if wait:  # every process together is at the credential's limits
-                lease.release(Outcome.NEUTRAL)
-                self.last_error = _key_at_limit(wait)
-                self._switch_key()
-                continue
-            self.opened = False
-            try:
-                tried = await self._try(model, lease, cred)
-            finally:
-                await keys.finished(cred, held, self.opened)
+            if keys.shared is None or cred.credential_id is None:
+                tried = await self._try(model, lease, cred)  # this process's view alone
+            else:
+                held = f"{self.call.request_id}.{self.attempt}.{self.switches}"
+                wait = await keys.acquire(cred, req.prompt_tokens_estimate, held)
+                if wait:  # every process together is at the credential's limits
+                    lease.release(Outcome.NEUTRAL)
+                    self.last_error = _key_at_limit(wait)
+                    self._switch_key()
+                    continue
+                self.opened = False
+                try:
+                    tried = await self._try(model, lease, cred)
+                finally:
+                    await keys.finished(cred, held, self.opened)
             if tried.error is None:
                 return model
             # A failure before anything reached the client: retry elsewhere.

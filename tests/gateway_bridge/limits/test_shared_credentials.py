@@ -106,28 +106,27 @@ def test_a_rest_one_process_saw_holds_in_every_process(shared_run):
     assert untouched == 0.0
 
 
+class Failing:
+    """A client whose every script raises ``error``."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def register_script(self, lua):
+        async def script(**kwargs):
+            raise self.error
+
+        return script
+
+
 def test_a_nodes_own_token_never_reaches_redis():
-    class Unreachable:
-        def register_script(self, lua):
-            async def script(**kwargs):
-                raise AssertionError("asked Redis")
-
-            return script
-
-    shared = SharedCredentials(Unreachable(), lease_seconds=1)
+    shared = SharedCredentials(Failing(AssertionError("asked Redis")), lease_seconds=1)
     token = RoutableCredential(credential_id=None, secret="node-token", rpm_limit=1)
     assert asyncio.run(shared.acquire(token, 1, "r")) == 0.0
 
 
 def test_a_failing_redis_never_holds_a_call_up(caplog):
-    class Down:
-        def register_script(self, lua):
-            async def script(**kwargs):
-                raise ConnectionError("redis is down")
-
-            return script
-
-    shared = SharedCredentials(Down(), lease_seconds=1)
+    shared = SharedCredentials(Failing(ConnectionError("redis is down")), lease_seconds=1)
     key = cred(rpm_limit=1)
 
     async def scenario():
